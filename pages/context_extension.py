@@ -1,0 +1,3 @@
+from pages._shared import page_header
+
+page_header("context_extension", "Coming soon.")

@@ -1,0 +1,3 @@
+from pages._shared import page_header
+
+page_header("kv_cache", "Coming soon.")

@@ -1,0 +1,150 @@
+"""Checkpoints: ``model.safetensors`` (16-bit weights) + ``config.json`` + ``metrics.json``.
+
+Never pickle. Loading checks the config's keys and every tensor's name and shape, and a missing,
+truncated or mismatched file gives an error that names the file and what is wrong.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .config import ModelConfig
+from .errors import CheckpointError, PosvizError
+from .model import GPT
+
+WEIGHTS, CONFIG, METRICS = "model.safetensors", "config.json", "metrics.json"
+STORAGE_DTYPE = torch.float16  # 10 mantissa bits: evaluations of the stored weights match fp32 closely
+
+
+def save_checkpoint(model: GPT, folder: str | Path, extra_config: Mapping[str, Any] | None = None,
+                    metrics: Mapping[str, Any] | None = None) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", STORAGE_DTYPE).contiguous() for k, v in model.state_dict().items()
+             if k != "lm_head.weight"}  # tied to wte.weight: stored once
+    save_file(state, str(folder / WEIGHTS), metadata={"format": "pt", "posviz": "1"})
+    config = {"model": model.config.to_dict(), **dict(extra_config or {})}
+    (folder / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+    if metrics is not None:
+        write_metrics(folder, metrics)
+    return folder
+
+
+def write_metrics(folder: str | Path, metrics: Mapping[str, Any]) -> None:
+    (Path(folder) / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file is missing. A checkpoint folder needs {WEIGHTS}, {CONFIG} and {METRICS}; "
+                              "regenerate it with `make checkpoints` or `python -m posviz.train`.")
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc}).") from exc
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object at the top level.")
+    return value
+
+
+def read_config(folder: str | Path) -> dict:
+    return read_json(Path(folder) / CONFIG)
+
+
+def read_metrics(folder: str | Path) -> dict:
+    return read_json(Path(folder) / METRICS)
+
+
+def load_checkpoint(folder: str | Path, position_overrides: Mapping[str, Any] | None = None,
+                    device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> GPT:
+    """Load ``folder`` into a GPT in eval mode.
+
+    position_overrides: position options replaced at load time, e.g. ``{"scaling": "yarn", "factor": 4}``
+    to apply a RoPE context-extension method to the ``rope`` checkpoint.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint folder {folder} does not exist; run `make checkpoints` to create the shipped set.")
+    config = read_config(folder)
+    if "model" not in config:
+        raise CheckpointError(f"{folder / CONFIG}: has no 'model' section.")
+    model_dict = dict(config["model"])
+    if position_overrides:
+        model_dict["position_options"] = {**model_dict.get("position_options", {}), **dict(position_overrides)}
+    try:
+        model_config = ModelConfig.from_dict(model_dict)
+        model = GPT(model_config)
+    except PosvizError as exc:
+        raise CheckpointError(f"{folder / CONFIG}: {exc}") from exc
+    path = folder / WEIGHTS
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file is missing.")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot be read as safetensors (truncated or corrupt?): {exc}") from exc
+    expected = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: tensors do not match {CONFIG}: missing {missing[:5]}, unexpected {unexpected[:5]}.")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(f"{path}: tensor {name} has shape {tuple(tensor.shape)}, "
+                                  f"but {CONFIG} implies {tuple(expected[name].shape)}.")
+    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=False)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def export_gpt2(model: GPT, folder: str | Path) -> Path:
+    """Write a ``learned`` checkpoint as a Hugging Face GPT-2 model folder (config.json + model.safetensors).
+
+    GPT-2 stores its linear layers as Conv1D, i.e. transposed (in, out) weights.
+    """
+    cfg = model.config
+    if cfg.position != "learned":
+        raise PosvizError(f"only the 'learned' method has a GPT-2 equivalent; this model uses {cfg.position!r}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    sd = model.state_dict()
+    out = {"transformer.wte.weight": sd["wte.weight"], "transformer.wpe.weight": sd["position.table.weight"],
+           "transformer.ln_f.weight": sd["ln_f.weight"], "transformer.ln_f.bias": sd["ln_f.bias"]}
+    for i in range(cfg.n_layer):
+        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
+        for name in ("ln_1", "ln_2"):
+            out[dst + name + ".weight"], out[dst + name + ".bias"] = sd[src + name + ".weight"], sd[src + name + ".bias"]
+        for name in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+            out[dst + name + ".weight"] = sd[src + name + ".weight"].t()
+            out[dst + name + ".bias"] = sd[src + name + ".bias"]
+    save_file({k: v.detach().float().contiguous() for k, v in out.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    hf_config = {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
+        "n_positions": model.position.max_positions, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head, "n_inner": 4 * cfg.n_embd, "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0,
+    }
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    return folder
+
+
+def models_dir() -> Path:
+    """The shipped checkpoints: ``models/`` beside the package, or $POSVIZ_MODELS (tests use small ones)."""
+    import os
+
+    return Path(os.environ.get("POSVIZ_MODELS") or Path(__file__).resolve().parent.parent / "models")
+
+
+def shipped_checkpoints(folder: str | Path | None = None) -> dict[str, Path]:
+    """{name: folder} of every checkpoint folder (one with a config.json) under ``folder``, in display order."""
+    from .positions import method_names
+
+    root = Path(folder) if folder is not None else models_dir()
+    found = {p.name: p for p in sorted(root.iterdir()) if (p / CONFIG).is_file()} if root.is_dir() else {}
+    order = {name: i for i, name in enumerate(method_names())}
+    return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))

@@ -1,0 +1,186 @@
+"""Evaluation: bits per byte vs length, per-position loss, sliding windows and a copy-distance probe.
+
+``python -m posviz.evaluate --checkpoint models/rope --lengths 256 512 ... --write`` prints a table and
+stores the results in the checkpoint's metrics.json under "eval".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .errors import PosvizError, PositionLimitError
+from .model import GPT, KVCache
+
+LN2 = math.log(2.0)
+DEFAULT_EVAL_BYTES = 1 << 17  # 131,072 bytes: every length scores the same bytes of text
+
+
+def _as_tensor(data) -> torch.Tensor:
+    if isinstance(data, torch.Tensor):
+        return data.long().flatten()
+    return torch.as_tensor(np.asarray(data, dtype=np.int64)).flatten()
+
+
+def check_length(length: int, n_bytes: int) -> None:
+    if not isinstance(length, (int, np.integer)) or length < 2:
+        raise PosvizError(f"evaluation length must be an integer of at least 2 bytes, got {length!r}")
+    if length > n_bytes:
+        raise PosvizError(f"evaluation length {length:,} is longer than the text ({n_bytes:,} bytes)")
+
+
+@torch.no_grad()
+def position_losses(model: GPT, data, length: int, batch_tokens: int = 1 << 15, max_windows: int | None = None,
+                    progress: bool = False) -> torch.Tensor:
+    """Loss in nats of every prediction in non-overlapping windows of ``length`` bytes.
+
+    Returns (n_windows, length - 1): row w, column i is the loss of predicting byte i+1 of window w
+    from the bytes before it *in its window* (the ALiBi paper's non-overlapping evaluation).
+    """
+    data = _as_tensor(data)
+    check_length(length, data.numel())
+    n_windows = data.numel() // length
+    if max_windows is not None:
+        n_windows = min(n_windows, max_windows)
+    windows = data[: n_windows * length].view(n_windows, length).to(model.device)
+    per_batch = max(1, batch_tokens // length)
+    out = []
+    for start in tqdm(range(0, n_windows, per_batch), disable=not progress, desc=f"L={length}", leave=False):
+        chunk = windows[start : start + per_batch]
+        logits = model(chunk[:, :-1]).logits.float()  # (b, L-1, V)
+        out.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none").cpu())
+    return torch.cat(out)
+
+
+def bits_per_byte(model: GPT, data, length: int, **kw) -> float:
+    return float(position_losses(model, data, length, **kw).mean()) / LN2
+
+
+@torch.no_grad()
+def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: bool = False) -> float:
+    """Every byte scored once, with up to ``window`` bytes of context: windows advance by ``stride``
+    and only their last ``stride`` predictions count (the first window counts all of its own)."""
+    data = _as_tensor(data)
+    check_length(window, data.numel())
+    if not 1 <= stride <= window:
+        raise PosvizError(f"stride must be between 1 and the window ({window}), got {stride}")
+    total, count = 0.0, 0
+    starts = list(range(0, data.numel() - window, stride))
+    for i, s in enumerate(tqdm(starts, disable=not progress, desc=f"sliding W={window} s={stride}", leave=False)):
+        chunk = data[s : s + window + 1].to(model.device)[None]
+        logits = model(chunk[:, :-1]).logits.float()
+        losses = F.cross_entropy(logits[0], chunk[0, 1:], reduction="none")
+        keep = losses if i == 0 else losses[-stride:]
+        total, count = total + float(keep.sum()), count + keep.numel()
+    return total / count / LN2
+
+
+def eval_table(model: GPT, data, lengths: Iterable[int], progress: bool = True) -> dict[str, float | None]:
+    """{length: bpb}; None where the method cannot represent the positions (learned past its table)."""
+    table = {}
+    for length in lengths:
+        try:
+            table[str(length)] = round(bits_per_byte(model, data, int(length), progress=progress), 4)
+        except PositionLimitError:
+            table[str(length)] = None
+    return table
+
+
+@torch.no_grad()
+def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32, trials: int = 8,
+               seed: int = 0) -> dict[str, float | None]:
+    """Loss (bits/byte) on the second copy of a random string, by the gap of ordinary text between copies.
+
+    A random string cannot be predicted the first time (~5.2 bits/byte for 36 symbols); the second time
+    it can, if the model can still attend to the first copy. As the gap grows past what a method can
+    reach, the second copy becomes as hard as the first.
+    """
+    filler = _as_tensor(filler)
+    gen = torch.Generator().manual_seed(seed)
+    alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz0123456789"))
+    limit = model.position.max_positions
+    result = {}
+    for gap in gaps:
+        total = 2 * string_length + gap
+        if limit is not None and total > limit:
+            result[str(gap)] = None
+            continue
+        rows = []
+        for t in range(trials):
+            secret = alphabet[torch.randint(0, len(alphabet), (string_length,), generator=gen)]
+            start = int(torch.randint(0, filler.numel() - gap - 1, (1,), generator=gen))
+            rows.append(torch.cat((secret, filler[start : start + gap], secret)))
+        batch = torch.stack(rows).to(model.device)  # (trials, total)
+        logits = model(batch[:, :-1]).logits.float()
+        losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")  # (trials, total-1)
+        second = losses[:, total - string_length : ]  # predictions of the second copy's bytes 2..n
+        result[str(gap)] = round(float(second[:, 1:].mean()) / LN2, 4)  # byte 1 of the copy is not predictable
+    return result
+
+
+def timed(fn, *args, **kw):
+    start = time.perf_counter()
+    value = fn(*args, **kw)
+    return value, time.perf_counter() - start
+
+
+def main(argv=None) -> None:
+    from .checkpoint import load_checkpoint, read_metrics, write_metrics
+    from .data import load_corpus
+
+    ap = argparse.ArgumentParser(description="Evaluate a posviz checkpoint: bits per byte vs evaluation length.")
+    ap.add_argument("--checkpoint", required=True, help="folder under models/, e.g. models/alibi")
+    ap.add_argument("--multiples", type=float, nargs="+", default=[1, 2, 4, 8, 16, 32],
+                    help="evaluation lengths as multiples of the training length")
+    ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
+    ap.add_argument("--scaling", default=None, help="RoPE scaling to apply (rope checkpoints only)")
+    ap.add_argument("--factor", type=float, default=None, help="RoPE scaling factor")
+    ap.add_argument("--sliding", type=int, nargs=2, metavar=("WINDOW", "STRIDE"), default=None)
+    ap.add_argument("--copy-gaps", type=int, nargs="*", default=[0, 16, 64, 128, 192, 512, 1024, 2048])
+    ap.add_argument("--write", action="store_true", help="store the results in the checkpoint's metrics.json")
+    ap.add_argument("--corpus", default=None, help="folder of text files instead of the standard library")
+    args = ap.parse_args(argv)
+
+    overrides = {}
+    if args.scaling:
+        overrides = {"scaling": args.scaling, "factor": args.factor or 1.0}
+    model = load_checkpoint(args.checkpoint, overrides or None)
+    corpus = load_corpus(args.corpus)
+    data = corpus.eval_stream(args.eval_bytes)
+    L = model.config.train_length
+    lengths = [int(round(m * L)) for m in args.multiples]
+    table, seconds = timed(eval_table, model, data, lengths)
+    result = {"nonoverlapping_bpb": table, "eval_bytes": args.eval_bytes, "seconds": round(seconds, 2)}
+    print(f"{args.checkpoint}  {'scaling ' + args.scaling + ' x' + str(args.factor) if args.scaling else ''}")
+    print(f"{'length':>8} {'x L':>6} {'bits/byte':>10}")
+    for length in lengths:
+        v = table[str(length)]
+        print(f"{length:>8} {length / L:>6.1f} {'cannot run' if v is None else f'{v:.4f}':>10}")
+    if args.sliding:
+        w, s = args.sliding
+        result["sliding_bpb"] = {f"W={w},s={s}": round(sliding_window_bpb(model, data[: 1 << 14], w, s, progress=True), 4)}
+    if args.copy_gaps:
+        result["copy_probe"] = copy_probe(model, data, args.copy_gaps)
+        print("copy probe (bits/byte on the second copy, by gap):", result["copy_probe"])
+    if args.write:
+        metrics = read_metrics(args.checkpoint)
+        key = f"rope_{args.scaling}_x{args.factor:g}" if args.scaling else None
+        ev = metrics.setdefault("eval", {})
+        if key:
+            ev.setdefault("scalings", {})[key] = result
+        else:
+            ev.update(result)
+        write_metrics(args.checkpoint, metrics)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

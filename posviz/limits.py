@@ -1,0 +1,27 @@
+"""Caps that keep one visitor of a hosted demo from exhausting it, and the device to run on."""
+from __future__ import annotations
+
+import torch
+
+MAX_TEXT_BYTES = 65_536  # pasted text is cut to this (with a notice); 10 MB pastes must not stall the server
+MAX_LENGTH_MULTIPLE_CPU = 16  # live evaluation length cap, as a multiple of train_length, on a CPU
+MAX_LENGTH_MULTIPLE_GPU = 32  # on a GPU the quadratic attention maps still fit comfortably
+MAX_SLIDING_BYTES = 2_048  # bytes scored one at a time by the sliding-window lab
+MAX_KV_CACHE_POSITIONS = 8_192  # longest KV cache a lab will keep
+CACHE_ENTRIES = 32  # bound of every memoised result (models, evaluations) in the app
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def device_label() -> str:
+    if torch.cuda.is_available():
+        return f"CUDA ({torch.cuda.get_device_name(0)})"
+    return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def max_eval_length(train_length: int, device: torch.device | None = None) -> int:
+    device = device or default_device()
+    multiple = MAX_LENGTH_MULTIPLE_GPU if device.type == "cuda" else MAX_LENGTH_MULTIPLE_CPU
+    return multiple * train_length

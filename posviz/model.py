@@ -1,0 +1,200 @@
+"""A GPT-2-style byte-level decoder whose position method is a constructor argument.
+
+Pre-LayerNorm blocks, GELU MLP, biases, tied input/output embeddings, as in GPT-2. The position
+method plugs in at three fixed hooks (see ``positions.base``) and attention never asks which method
+it has. Shape legend: B batch, T sequence length (Tq queries, Tk keys), C n_embd, H n_head, hs head
+size, V vocab (256 bytes).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .errors import PosvizError
+from .positions import ModelShape, PositionMethod, build_position_method
+
+
+@dataclass
+class KVCache:
+    """Keys and values per layer, with the absolute position each key was written at.
+
+    ``max_size`` turns it into a sliding window: the oldest entries are dropped once it is full.
+    Keys are cached *after* rotation, so a rotary key keeps the angle of the position it was seen at.
+    """
+
+    n_layer: int
+    max_size: int | None = None
+    keys: list = field(default_factory=list)  # per layer: (B, H, Tk, hs)
+    values: list = field(default_factory=list)
+    positions: torch.Tensor | None = None  # (Tk,) shared by all layers
+
+    def __post_init__(self):
+        self.keys = [None] * self.n_layer
+        self.values = [None] * self.n_layer
+
+    def __len__(self) -> int:
+        return 0 if self.positions is None else int(self.positions.numel())
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
+        """Add this step's keys/values; return the (possibly windowed) keys, values and key positions."""
+        if self.keys[layer] is not None:
+            k = torch.cat((self.keys[layer], k), dim=2)
+            v = torch.cat((self.values[layer], v), dim=2)
+        if layer == 0:  # positions are the same for every layer; update them once per step
+            self._new_positions = pos if self.positions is None else torch.cat((self.positions, pos))
+        k_pos = self._new_positions
+        if self.max_size is not None and k.shape[2] > self.max_size:
+            k, v, k_pos = k[:, :, -self.max_size:], v[:, :, -self.max_size:], k_pos[-self.max_size:]
+        self.keys[layer], self.values[layer] = k, v
+        if layer == self.n_layer - 1:
+            self.positions = k_pos
+        return k, v, k_pos
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.dropout = cfg.dropout
+
+    def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hs)
+        q, k = position.rotate_qk(q, k, pos)
+        k_pos = pos
+        if cache is not None:
+            k, v, k_pos = cache.append(layer, k, v, pos)  # (B, H, Tk, hs), (Tk,)
+        bias = position.logit_bias(layer, q, pos, k_pos)  # None or broadcastable to (B, H, T, Tk)
+
+        plain_causal = bias is None and cache is None  # the one case the fused kernels handle alone
+        if plain_causal and not want_probs:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+            probs = None
+        else:
+            visible = (pos[:, None] >= k_pos[None, :]).to(q.device)  # (T, Tk): keys at or before the query
+            if bias is None:
+                mask = visible
+            else:
+                mask = bias.masked_fill(~visible, float("-inf"))  # (B|1, H, T, Tk)
+            if want_probs:
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, Tk)
+                scores = scores.masked_fill(~visible, float("-inf")) if bias is None else scores + mask
+                probs = scores.float().softmax(dim=-1).to(q.dtype)
+                y = probs @ v
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+                probs = None
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.c_proj(y), probs
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.gelu = nn.GELU(approximate="tanh")  # GPT-2's "gelu_new", so exports match exactly
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, pos, position, layer, cache, want_probs):
+        a, probs = self.attn(self.ln_1(x), pos, position, layer, cache, want_probs)
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return x, probs
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # (B, T, V)
+    attention: torch.Tensor | None = None  # (B, H, T, Tk) or (B, T, Tk) for one head; only when asked
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        shape = ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.train_length)
+        self.position = build_position_method(cfg.position, shape, cfg.position_options)
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):  # GPT-2: scale residual projections by depth
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding) and module.weight.shape[0] == 256:
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def device(self) -> torch.device:
+        return self.wte.weight.device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        attention_layer: int | None = None,
+        attention_head: int | None = None,
+    ) -> ModelOutput:
+        """Logits for byte ids ``idx`` (B, T).
+
+        positions: absolute positions (T,); default continues after the cache (0.. without one).
+        attention_layer: also return that layer's attention probabilities (all heads, or only
+            ``attention_head``), computed eagerly for that layer alone; other layers stay fused.
+        """
+        if idx.dim() != 2 or idx.shape[1] == 0:
+            raise PosvizError(f"expected a non-empty batch of byte ids of shape (B, T), got shape {tuple(idx.shape)}")
+        B, T = idx.shape
+        if positions is None:
+            start = 0 if cache is None or cache.positions is None else int(cache.positions[-1]) + 1
+            positions = torch.arange(start, start + T, device=idx.device)
+        self.position.check_positions(positions)
+        if attention_layer is not None and not 0 <= attention_layer < len(self.blocks):
+            raise PosvizError(f"attention_layer must be in 0..{len(self.blocks) - 1}, got {attention_layer}")
+        if attention_head is not None and not 0 <= attention_head < self.config.n_head:
+            raise PosvizError(f"attention_head must be in 0..{self.config.n_head - 1}, got {attention_head}")
+
+        x = self.position.add_to_input(self.wte(idx), positions)  # (B, T, C)
+        attention = None
+        for layer, block in enumerate(self.blocks):
+            x, probs = block(x, positions, self.position, layer, cache, want_probs=layer == attention_layer)
+            if probs is not None:
+                attention = probs if attention_head is None else probs[:, attention_head]
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        return ModelOutput(logits, attention)
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self(idx).logits
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))

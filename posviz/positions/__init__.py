@@ -1,0 +1,59 @@
+"""Registry of position methods, chosen by name.
+
+Each method is one module in this package that defines a ``PositionMethod`` subclass with a
+``name``; importing the package imports every module, so a new file is registered on its own and
+shows up in the app and in the contract tests without touching any list.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .base import ModelShape, PositionMethod, relative_distance
+
+POSITION_METHODS: dict[str, type[PositionMethod]] = {}
+
+_SKIP = {"base", "rope_scaling"}
+
+
+def _discover() -> None:
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name in _SKIP or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, PositionMethod) and obj is not PositionMethod and obj.name:
+                POSITION_METHODS[obj.name] = obj
+
+
+def build_position_method(name: str, shape: ModelShape, options: Mapping[str, Any] | None = None) -> PositionMethod:
+    try:
+        cls = POSITION_METHODS[name]
+    except KeyError:
+        raise ConfigError(
+            f"Unknown position method {name!r}. Known methods: {', '.join(sorted(POSITION_METHODS))}."
+        ) from None
+    return cls(shape, options)
+
+
+# The order the app lists methods in: from "no position" to the most elaborate.
+DISPLAY_ORDER = ["nope", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope"]
+
+
+def method_names() -> list[str]:
+    known = [n for n in DISPLAY_ORDER if n in POSITION_METHODS]
+    return known + sorted(set(POSITION_METHODS) - set(known))
+
+
+_discover()
+
+__all__ = [
+    "POSITION_METHODS",
+    "ModelShape",
+    "PositionMethod",
+    "build_position_method",
+    "method_names",
+    "relative_distance",
+]

@@ -1,0 +1,105 @@
+"""The one interface every position method implements.
+
+A method can act at three places, and attention calls all three without asking which method it has:
+
+* ``add_to_input(x, pos)``            add position vectors to the token embeddings (absolute methods)
+* ``rotate_qk(q, k, pos)``            rotate queries and keys by their positions (rotary)
+* ``logit_bias(layer, q, q_pos, k_pos)`` a bias added to the attention logits after the 1/sqrt(d) scale
+  (ALiBi, T5, Shaw); ``None`` when the method adds nothing there.
+
+Shape legend: B batch, T / Tq / Tk sequence lengths, C model width, H heads, hs head size.
+Positions are absolute integer positions (LongTensor of shape (T,)); with a KV cache the keys keep
+the positions they were written at, so relative methods see true distances.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+import torch
+from torch import nn
+
+from ..config import strict_from_dict
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """What a method needs to know about the model it plugs into."""
+
+    n_layer: int
+    n_head: int
+    head_dim: int
+    n_embd: int
+    train_length: int
+
+
+@dataclasses.dataclass
+class NoOptions:
+    """Methods without options still reject unknown keys."""
+
+
+class PositionMethod(nn.Module):
+    """Base class: every hook defaults to "do nothing"."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""  # one line for tables in the app
+    paper: ClassVar[str] = ""  # link to the paper that introduced it
+    acts_on: ClassVar[str] = "nothing"  # "input", "q/k", "logits" or "nothing"
+    kind: ClassVar[str] = "none"  # "absolute", "relative" or "none"
+    learned: ClassVar[bool] = False  # has trainable parameters
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.shape = shape
+        self.options = strict_from_dict(self.Options, options, f"{self.name} options")
+        self._memo: tuple | None = None
+
+    # -- the three hooks -------------------------------------------------------------------------
+    def add_to_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:  # (B, T, C)
+        return x
+
+    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k  # (B, H, T, hs) each
+
+    def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        return None  # else broadcastable to (B, H, Tq, Tk)
+
+    # -- facts the app and the evaluators use -----------------------------------------------------
+    @property
+    def max_positions(self) -> int | None:
+        """Largest number of positions the method can represent; None when unbounded."""
+        return None
+
+    @property
+    def is_absolute(self) -> bool:
+        return self.kind == "absolute"
+
+    def check_positions(self, pos: torch.Tensor) -> None:
+        """Raise a PositionLimitError naming the position when ``pos`` is past what the method has."""
+
+    def _memoized(self, q_pos: torch.Tensor, k_pos: torch.Tensor, compute) -> torch.Tensor:
+        """Reuse a bias across the layers of one forward pass (T5 and ALiBi share it across layers).
+
+        Keyed on the identity and version of the position tensors, which the memo keeps alive, so
+        a recycled id can never return a stale bias.
+        """
+        memo = self._memo
+        if (
+            memo is not None
+            and memo[0] is q_pos
+            and memo[1] is k_pos
+            and memo[2] == (q_pos._version, k_pos._version, self.training)
+        ):
+            return memo[3]
+        value = compute()
+        self._memo = (q_pos, k_pos, (q_pos._version, k_pos._version, self.training), value)
+        return value
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(self.options).items())
+
+
+def relative_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Distance from each query back to each key, ``q - k``: (Tq, Tk), >= 0 for visible keys."""
+    return q_pos[:, None] - k_pos[None, :]

@@ -1,0 +1,95 @@
+"""Rotary position embedding, RoPE (Su et al. 2021), GPT-NeoX half-split convention.
+
+"RoFormer: Enhanced Transformer with Rotary Position Embedding", https://arxiv.org/abs/2104.09864
+
+The first ``rot_dim`` features of each query and key are split in halves (x1, x2); pair i = (x1[i],
+x2[i]) is rotated by angle p * theta_i at position p. Then q_m . k_n depends only on m - n. The rest
+of the head (when rotary_fraction < 1) passes through unrotated. The rotation speeds come from a
+scaling function chosen by name (``rope_scaling.ROPE_SCALINGS``), which is how context-extension
+methods are applied at inference without retraining.
+Shapes: q, k (B, H, T, hs); pos (T,); cos, sin (T, rot_dim).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..config import require
+from .base import PositionMethod
+from .rope_scaling import ROPE_SCALINGS
+
+
+@dataclasses.dataclass
+class RopeOptions:
+    base: float = 10000.0
+    rotary_fraction: float = 1.0  # share of each head that is rotated (GPT-NeoX used 0.25)
+    scaling: str = "none"  # a name in ROPE_SCALINGS
+    factor: float = 1.0  # context-extension factor s for the scalings
+    original_length: int | None = None  # the length trained on; None means the model's train_length
+    beta_fast: float = 32.0  # yarn: pairs turning more than this many times keep their speed
+    beta_slow: float = 1.0  # yarn: pairs turning fewer times are fully interpolated
+    attention_factor: float | None = None  # yarn: None means 0.1 ln(factor) + 1
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+
+    def __post_init__(self):
+        require(self.scaling in ROPE_SCALINGS,
+                f"Unknown RoPE scaling {self.scaling!r}. Known scalings: {', '.join(ROPE_SCALINGS)}.")
+        require(self.base > 1, f"rope base must be > 1, got {self.base}")
+        require(0 < self.rotary_fraction <= 1, f"rotary_fraction must be in (0, 1], got {self.rotary_fraction}")
+        require(self.factor >= 1, f"rope factor must be >= 1, got {self.factor}")
+        require(self.high_freq_factor > self.low_freq_factor, "llama3 high_freq_factor must exceed low_freq_factor")
+
+
+def rotary_dim(head_dim: int, fraction: float) -> int:
+    return max(2, int(head_dim * fraction) // 2 * 2)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0):
+    """cos, sin of shape (T, rot_dim) for positions ``pos`` (T,) and speeds ``inv_freq`` (rot_dim/2,)."""
+    angles = pos.to(torch.float64)[:, None] * inv_freq.to(torch.float64)[None, :]  # (T, rot/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, rot): the same angle for x1[i] and x2[i]
+    return (torch.cos(angles) * attention_factor).float(), (torch.sin(angles) * attention_factor).float()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first cos.shape[-1] features of x (..., T, hs); the rest pass through."""
+    rot = cos.shape[-1]
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)
+
+
+class Rotary(PositionMethod):
+    name = "rope"
+    summary = "Rotates each query/key pair of features by position x frequency; scores depend on m - n."
+    paper = "https://arxiv.org/abs/2104.09864"
+    acts_on = "q/k"
+    kind = "relative"
+    Options = RopeOptions
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        if self.options.original_length is None:
+            self.options.original_length = shape.train_length
+        self.rot_dim = rotary_dim(shape.head_dim, self.options.rotary_fraction)
+        self.scale_fn = ROPE_SCALINGS[self.options.scaling]
+
+    def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
+        """(inv_freq (rot_dim/2,), attention_factor) for a sequence of ``seq_len`` positions."""
+        return self.scale_fn(self.rot_dim, self.options, seq_len)
+
+    def rotate_qk(self, q, k, pos):  # q, k (B, H, T, hs); pos (T,)
+        def compute():
+            inv_freq, attention = self.frequencies(int(pos.max()) + 1 if pos.numel() else 1)
+            cos, sin = rope_cos_sin(pos.cpu(), inv_freq, attention)
+            return cos.to(q.device), sin.to(q.device)
+
+        cos, sin = self._memoized(pos, pos, compute)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Train every shipped checkpoint with the one shared recipe (posviz.train.TrainConfig defaults).
+# JOBS processes at a time, each with CPU_THREADS threads (small models use 1 thread best on a CPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+JOBS=${JOBS:-2}
+export OMP_NUM_THREADS=${CPU_THREADS:-1}
+METHODS=${METHODS:-"nope sinusoidal learned shaw t5 alibi rope"}
+mkdir -p runs
+printf '%s\n' $METHODS | xargs -P "$JOBS" -I{} sh -c "$PY -m posviz.train --method {} --out models/{} > runs/train-{}.log 2>&1 && echo 'trained {}'"
