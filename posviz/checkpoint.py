@@ -71,8 +71,8 @@ def load_checkpoint(folder: str | Path, position_overrides: Mapping[str, Any] | 
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} does not exist; run `make checkpoints` to create the shipped set.")
     config = read_config(folder)
-    if "model" not in config:
-        raise CheckpointError(f"{folder / CONFIG}: has no 'model' section.")
+    if not isinstance(config.get("model"), dict):
+        raise CheckpointError(f"{folder / CONFIG}: has no 'model' section (an object with the model's shape).")
     model_dict = dict(config["model"])
     if position_overrides:
         model_dict["position_options"] = {**model_dict.get("position_options", {}), **dict(position_overrides)}

@@ -70,16 +70,22 @@ def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: boo
     and only their last ``stride`` predictions count (the first window counts all of its own)."""
     data = _as_tensor(data)
     check_length(window, data.numel())
-    if not 1 <= stride <= window:
-        raise PosvizError(f"stride must be between 1 and the window ({window}), got {stride}")
+    if window >= data.numel():  # a window of W predictions needs W + 1 bytes
+        raise PosvizError(f"a sliding window of {window:,} bytes needs at least {window + 1:,} bytes of text, "
+                          f"got {data.numel():,}")
+    if not isinstance(stride, (int, np.integer)) or not 1 <= stride <= window:
+        raise PosvizError(f"stride must be an integer between 1 and the window ({window}), got {stride!r}")
     total, count = 0.0, 0
-    starts = list(range(0, data.numel() - window, stride))
-    for i, s in enumerate(tqdm(starts, disable=not progress, desc=f"sliding W={window} s={stride}", leave=False)):
+    last = data.numel() - window - 1  # start of the window that predicts the final byte
+    starts = list(range(0, last, stride)) + [last]  # the last window scores the tail a stride would skip
+    scored = 0  # bytes 1..scored already have a loss
+    for s in tqdm(starts, disable=not progress, desc=f"sliding W={window} s={stride}", leave=False):
         chunk = data[s : s + window + 1].to(model.device)[None]
         logits = model(chunk[:, :-1]).logits.float()
-        losses = F.cross_entropy(logits[0], chunk[0, 1:], reduction="none")
-        keep = losses if i == 0 else losses[-stride:]
+        losses = F.cross_entropy(logits[0], chunk[0, 1:], reduction="none")  # predictions of bytes s+1..s+W
+        keep = losses[scored - s :] if scored > s else losses
         total, count = total + float(keep.sum()), count + keep.numel()
+        scored = s + window
     return total / count / LN2
 
 
@@ -104,6 +110,15 @@ def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32,
     reach, the second copy becomes as hard as the first.
     """
     filler = _as_tensor(filler)
+    gaps = list(gaps)
+    if not isinstance(string_length, (int, np.integer)) or string_length < 2:
+        raise PosvizError(f"the copied string needs at least 2 bytes, got {string_length!r}")
+    if not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise PosvizError(f"trials must be a positive integer, got {trials!r}")
+    for gap in gaps:
+        if not isinstance(gap, (int, np.integer)) or not 0 <= gap <= filler.numel() - 2:
+            raise PosvizError(f"each gap must be an integer from 0 to {filler.numel() - 2:,} (the filler text holds "
+                              f"{filler.numel():,} bytes), got {gap!r}")
     gen = torch.Generator().manual_seed(seed)
     alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz0123456789"))
     limit = model.position.max_positions
@@ -121,9 +136,52 @@ def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32,
         batch = torch.stack(rows).to(model.device)  # (trials, total)
         logits = model(batch[:, :-1]).logits.float()
         losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")  # (trials, total-1)
-        second = losses[:, total - string_length : ]  # predictions of the second copy's bytes 2..n
-        result[str(gap)] = round(float(second[:, 1:].mean()) / LN2, 4)  # byte 1 of the copy is not predictable
+        # losses[:, i] predicts byte i + 1; the second copy is bytes total-n .. total-1, and its byte 1
+        # (following the filler) cannot be predicted, so its bytes 2..n are losses[:, total-n : total-1].
+        second = losses[:, total - string_length :]
+        result[str(gap)] = round(float(second.mean()) / LN2, 4)
     return result
+
+
+def scaling_factors(name: str, length: int, train_length: int) -> float | None:
+    """The factor each RoPE scaling is evaluated at for ``length``: the stretch L / train_length for
+    the static ones; dynamic NTK adapts by itself, so it runs at its usual factor 2 throughout."""
+    if length <= train_length:
+        return None
+    return 2.0 if name == "dynamic" else length / train_length
+
+
+def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=(0, 16, 64, 128, 192, 512, 1024, 2048),
+                        progress: bool = True) -> dict:
+    """The full "eval" block of a checkpoint's metrics.json: bpb vs length, the copy probe and, for
+    rope, every inference scaling. Lengths too long for the data are skipped."""
+    from .checkpoint import load_checkpoint
+    from .positions.rope_scaling import ROPE_SCALINGS
+
+    model = load_checkpoint(folder)
+    L = model.config.train_length
+    data = _as_tensor(data)
+    lengths = [int(m * L) for m in multiples if int(m * L) <= data.numel()]
+    block, seconds = timed(eval_table, model, data, lengths, progress)
+    block = {"nonoverlapping_bpb": block, "lengths_x_train": {str(n): n / L for n in lengths},
+             "eval_bytes": int(data.numel()), "seconds": round(seconds, 2)}
+    block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
+    if model.config.position == "rope":
+        scalings = {}
+        for name in ROPE_SCALINGS:
+            if name == "none":
+                continue
+            row, factors = {}, {}
+            for n in lengths:
+                factor = scaling_factors(name, n, L)
+                if factor is None:
+                    continue
+                scaled = load_checkpoint(folder, {"scaling": name, "factor": factor})
+                row[str(n)] = round(bits_per_byte(scaled, data, n, progress=progress), 4)
+                factors[str(n)] = factor
+            scalings[name] = {"nonoverlapping_bpb": row, "factor": factors}
+        block["rope_scalings"] = scalings
+    return block
 
 
 def timed(fn, *args, **kw):

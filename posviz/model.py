@@ -34,6 +34,8 @@ class KVCache:
     positions: torch.Tensor | None = None  # (Tk,) shared by all layers
 
     def __post_init__(self):
+        if self.max_size is not None and not (isinstance(self.max_size, int) and self.max_size >= 1):
+            raise PosvizError(f"KV cache max_size must be a positive integer or None, got {self.max_size!r}")
         self.keys = [None] * self.n_layer
         self.values = [None] * self.n_layer
 
@@ -41,18 +43,26 @@ class KVCache:
         return 0 if self.positions is None else int(self.positions.numel())
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
-        """Add this step's keys/values; return the (possibly windowed) keys, values and key positions."""
+        """Add this step's keys/values; return the keys, values and key positions this step attends to.
+
+        With a window, every query sees the ``max_size`` keys ending at itself (attention masks the
+        older ones), so a chunk of T new queries needs the last ``max_size + T - 1`` keys although only
+        the last ``max_size`` are kept: a chunk then gives exactly what feeding its bytes one by one gives.
+        """
         if self.keys[layer] is not None:
             k = torch.cat((self.keys[layer], k), dim=2)
             v = torch.cat((self.values[layer], v), dim=2)
         if layer == 0:  # positions are the same for every layer; update them once per step
             self._new_positions = pos if self.positions is None else torch.cat((self.positions, pos))
         k_pos = self._new_positions
-        if self.max_size is not None and k.shape[2] > self.max_size:
-            k, v, k_pos = k[:, :, -self.max_size:], v[:, :, -self.max_size:], k_pos[-self.max_size:]
-        self.keys[layer], self.values[layer] = k, v
+        if self.max_size is None:
+            self.keys[layer], self.values[layer] = k, v
+        else:
+            self.keys[layer], self.values[layer] = k[:, :, -self.max_size:], v[:, :, -self.max_size:]
+            needed = self.max_size + pos.numel() - 1
+            k, v, k_pos = k[:, :, -needed:], v[:, :, -needed:], k_pos[-needed:]
         if layer == self.n_layer - 1:
-            self.positions = k_pos
+            self.positions = self._new_positions if self.max_size is None else self._new_positions[-self.max_size:]
         return k, v, k_pos
 
 
@@ -79,7 +89,10 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
             probs = None
         else:
-            visible = (pos[:, None] >= k_pos[None, :]).to(q.device)  # (T, Tk): keys at or before the query
+            visible = pos[:, None] >= k_pos[None, :]  # (T, Tk): keys at or before the query
+            if cache is not None and cache.max_size is not None:  # ... and inside the query's own window
+                visible = visible & (pos[:, None] - k_pos[None, :] < cache.max_size)
+            visible = visible.to(q.device)
             if bias is None:
                 mask = visible
             else:
@@ -176,10 +189,18 @@ class GPT(nn.Module):
         """
         if idx.dim() != 2 or idx.shape[1] == 0:
             raise PosvizError(f"expected a non-empty batch of byte ids of shape (B, T), got shape {tuple(idx.shape)}")
+        if idx.is_floating_point() or idx.dtype == torch.bool or int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size:
+            raise PosvizError(f"byte ids must be integers in 0..{self.config.vocab_size - 1}; encode text with posviz.data.encode_text")
         B, T = idx.shape
+        if cache is not None and cache.n_layer != len(self.blocks):
+            raise PosvizError(f"the KV cache was made for {cache.n_layer} layers but the model has {len(self.blocks)}")
         if positions is None:
             start = 0 if cache is None or cache.positions is None else int(cache.positions[-1]) + 1
             positions = torch.arange(start, start + T, device=idx.device)
+        elif (positions.dim() != 1 or positions.numel() != T or positions.is_floating_point()
+              or positions.dtype == torch.bool or int(positions.min()) < 0):
+            raise PosvizError(f"positions must be {T} non-negative integers (one per byte), got shape "
+                              f"{tuple(positions.shape)} of {positions.dtype}")
         self.position.check_positions(positions)
         if attention_layer is not None and not 0 <= attention_layer < len(self.blocks):
             raise PosvizError(f"attention_layer must be in 0..{len(self.blocks) - 1}, got {attention_layer}")

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ModelConfig, require, strict_from_dict
 from .data import batch_offsets, get_batch, load_corpus
+from .errors import PosvizError
 from .evaluate import bits_per_byte
 from .model import GPT
 
@@ -39,7 +40,7 @@ class TrainConfig:
     n_embd: int = 128
     train_length: int = 256  # bytes per training sequence (the length every method is trained at)
     batch_size: int = 16  # sequences per step: small batches = more steps per byte on a CPU budget
-    tokens: int = 7_000_000  # training budget in bytes (= tokens); steps = tokens / (batch * length)
+    tokens: int = 14_000_000  # training budget in bytes (= tokens); steps = tokens / (batch * length)
     lr: float = 3e-3  # tiny models tolerate, and need, a high rate to learn in a few thousand steps
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * this
     warmup_steps: int = 100
@@ -53,7 +54,14 @@ class TrainConfig:
     autocast_bf16: bool = True  # bfloat16 matmuls: 1.3-1.9x faster here (CUDA, or CPUs with AVX512-BF16)
 
     def __post_init__(self):
-        require(self.tokens > 0 and self.batch_size > 0 and self.lr > 0, "tokens, batch_size and lr must be positive")
+        for name in ("tokens", "batch_size", "train_length", "eval_bytes", "log_every"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
+        require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
+                f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
+        require(isinstance(self.lr, (int, float)) and self.lr > 0, f"lr must be a positive number, got {self.lr!r}")
+        require(self.eval_bytes >= self.train_length,
+                f"eval_bytes ({self.eval_bytes}) must hold at least one train_length ({self.train_length}) window")
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
@@ -106,6 +114,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True) -> di
                                {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
 
     corpus = load_corpus(cfg.corpus)
+    val = corpus.eval_stream(cfg.eval_bytes)  # too few validation bytes: fail now, not after training
     data_gen = torch.Generator().manual_seed(cfg.seed)  # separate from init: same order for every method
     local = slice(rank * cfg.batch_size // world, (rank + 1) * cfg.batch_size // world)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast_bf16)
@@ -128,7 +137,11 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True) -> di
         tokens_seen += cfg.batch_size * cfg.train_length
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
             elapsed = time.perf_counter() - start
-            bpb = loss.item() / math.log(2)
+            logged = loss.detach()
+            if world > 1:  # each rank saw its slice: log the loss of the whole global batch, as with one process
+                dist.all_reduce(logged)
+                logged = logged / world
+            bpb = logged.item() / math.log(2)
             curve.append({"step": step, "tokens": tokens_seen, "train_bpb": round(bpb, 4), "seconds": round(elapsed, 1)})
             bar.set_postfix(bpb=f"{bpb:.3f}", tok_s=f"{tokens_seen / elapsed:,.0f}")
     seconds = time.perf_counter() - start
@@ -150,7 +163,6 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True) -> di
         if out is not None:
             save_checkpoint(model, out, extra, metrics)
             stored = load_checkpoint(out)  # score the 16-bit weights that ship, not the fp32 ones
-            val = corpus.eval_stream(cfg.eval_bytes)
             metrics["val_bpb_at_train_length"] = round(bits_per_byte(stored, val, cfg.train_length), 4)
             save_checkpoint(model, out, extra, metrics)
             if progress:
@@ -187,8 +199,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     values = {"method": args.method, **_parse_pairs(args.set)}
     values["position_options"] = _parse_pairs(args.option)
-    cfg = strict_from_dict(TrainConfig, values, "training recipe")
-    train(cfg, args.out or f"models/{cfg.method}")
+    try:
+        cfg = strict_from_dict(TrainConfig, values, "training recipe")
+        GPT(cfg.model_config())  # unknown method, bad shape or option: say so before loading any data
+        train(cfg, args.out or f"models/{cfg.method}")
+    except PosvizError as exc:  # a message for the person at the terminal, not a traceback
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from ..config import require
 from ..errors import PositionLimitError
 from .base import PositionMethod
 
@@ -18,6 +19,10 @@ from .base import PositionMethod
 @dataclasses.dataclass
 class LearnedOptions:
     max_len: int | None = None  # rows in the table; None means the model's train_length
+
+    def __post_init__(self):
+        require(self.max_len is None or (isinstance(self.max_len, int) and self.max_len >= 1),
+                f"learned max_len must be a positive integer or None, got {self.max_len!r}")
 
 
 class LearnedAbsolute(PositionMethod):

@@ -39,7 +39,13 @@ class RopeOptions:
         require(self.base > 1, f"rope base must be > 1, got {self.base}")
         require(0 < self.rotary_fraction <= 1, f"rotary_fraction must be in (0, 1], got {self.rotary_fraction}")
         require(self.factor >= 1, f"rope factor must be >= 1, got {self.factor}")
-        require(self.high_freq_factor > self.low_freq_factor, "llama3 high_freq_factor must exceed low_freq_factor")
+        require(self.high_freq_factor > self.low_freq_factor > 0,
+                "llama3 needs high_freq_factor > low_freq_factor > 0")
+        require(self.original_length is None or (isinstance(self.original_length, int) and self.original_length >= 1),
+                f"rope original_length must be a positive integer or None, got {self.original_length!r}")
+        require(self.beta_fast > self.beta_slow > 0, "yarn needs beta_fast > beta_slow > 0")
+        require(self.attention_factor is None or self.attention_factor > 0,
+                f"rope attention_factor must be positive or None, got {self.attention_factor!r}")
 
 
 def rotary_dim(head_dim: int, fraction: float) -> int:
@@ -51,11 +57,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0):
-    """cos, sin of shape (T, rot_dim) for positions ``pos`` (T,) and speeds ``inv_freq`` (rot_dim/2,)."""
+def rope_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0,
+                 dtype: torch.dtype = torch.float32):
+    """cos, sin of shape (T, rot_dim) for positions ``pos`` (T,) and speeds ``inv_freq`` (rot_dim/2,).
+
+    Computed in float64; ``dtype=torch.float64`` keeps that precision (identity checks in the app)."""
     angles = pos.to(torch.float64)[:, None] * inv_freq.to(torch.float64)[None, :]  # (T, rot/2)
     angles = torch.cat((angles, angles), dim=-1)  # (T, rot): the same angle for x1[i] and x2[i]
-    return (torch.cos(angles) * attention_factor).float(), (torch.sin(angles) * attention_factor).float()
+    return (torch.cos(angles) * attention_factor).to(dtype), (torch.sin(angles) * attention_factor).to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

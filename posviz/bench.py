@@ -1,0 +1,364 @@
+"""Speed table of posviz on this machine: ``python -m posviz.bench`` (writes BENCHMARKS.md).
+
+Everything is measured side by side in one run, so every number is a ratio against something
+measured on the same machine at the same moment:
+
+* forward tokens/s of each position method at 1, 4 and 16 x train_length (shipped checkpoints; a
+  method whose checkpoint is missing is built untrained with the same recipe, which is as fast),
+  next to Hugging Face's ``GPT2LMHeadModel`` with the same dims (the peer; random weights);
+* achieved FLOP/s of that forward against this machine's own matmul peak (one big ``torch.matmul``);
+* the cost of also returning an attention map (``attention_layer`` set) against a plain forward;
+* cached decoding against re-encoding the whole window, per byte, at window W = train_length;
+* first render of every page of the app, in headless Chromium against a fresh server.
+
+Goals (set in the project guide): forward >= the GPT-2 peer and >= 50% of matmul peak at 16 x
+train_length; attention-map extraction <= 1.3 x; cache >= 10 x faster than re-encoding; every page's
+first render < 3 s. Misses are printed as misses.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .checkpoint import load_checkpoint, shipped_checkpoints
+from .config import ModelConfig
+from .errors import PosvizError
+from .model import GPT, KVCache
+from .positions import method_names
+from .train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+MULTIPLES = (1, 4, 16)
+TOKENS_PER_CALL = 16  # x train_length: batch = this // multiple, so every length does the same work per call
+GOALS = {"peer": 1.0, "peak": 0.5, "extraction": 1.3, "cache": 10.0, "render_s": 3.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+def seconds_per_call(fn: Callable[[], object], min_time: float, min_reps: int = 3) -> float:
+    """Median seconds of ``fn()`` over at least ``min_reps`` calls and ``min_time`` seconds, after a warm-up."""
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 200:
+            break
+    return statistics.median(times)
+
+
+def matmul_peak_flops(n: int, min_time: float) -> float:
+    """FLOP/s of one big fp32 square matmul: the most this machine's BLAS does with these threads."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return 2 * n**3 / seconds_per_call(lambda: torch.matmul(a, b), min_time)
+
+
+def forward_flops(cfg: ModelConfig, batch: int, length: int) -> float:
+    """Useful FLOPs of one forward: 2 per weight per token, plus causal attention (QK^T and AV)."""
+    C, L = cfg.n_embd, cfg.n_layer
+    weights = L * 12 * C * C + cfg.vocab_size * C  # qkv 3C^2, proj C^2, MLP 8C^2 per layer; lm_head
+    mean_keys = (length + 1) / 2  # a causal query sees on average half the sequence
+    attention = L * 4 * C * mean_keys  # QK^T and AV: 2 FLOPs per multiply-add, C per key, per layer
+    return batch * length * (2 * weights + attention)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+def bench_models() -> dict[str, tuple[GPT, str]]:
+    """{method: (model, where it came from)} for every registered method, in display order."""
+    shipped = shipped_checkpoints()
+    recipe = TrainConfig()
+    models = {}
+    for name in method_names():
+        if name in shipped:
+            try:
+                models[name] = (load_checkpoint(shipped[name]), f"models/{shipped[name].name}")
+                continue
+            except PosvizError as exc:
+                print(f"  {name}: shipped checkpoint unusable ({exc}); using an untrained copy", file=sys.stderr)
+        torch.manual_seed(0)
+        cfg = dataclasses.replace(recipe, method=name).model_config()
+        models[name] = (GPT(cfg).eval(), "untrained (no checkpoint)")
+    return models
+
+
+def gpt2_peer(cfg: ModelConfig, max_length: int):
+    """Hugging Face GPT-2 with the same dims, or None with a reason when transformers is missing."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as exc:
+        return None, f"transformers is not installed ({exc}); `pip install -r requirements-test.txt` adds it"
+    hf = GPT2Config(vocab_size=cfg.vocab_size, n_positions=max_length, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+                    n_head=cfg.n_head, n_inner=4 * cfg.n_embd, activation_function="gelu_new",
+                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    torch.manual_seed(0)
+    try:
+        model = GPT2LMHeadModel(hf, attn_implementation="sdpa")
+    except TypeError:  # older transformers take it through the config only
+        hf._attn_implementation = "sdpa"
+        model = GPT2LMHeadModel(hf)
+    return model.eval(), f"transformers {__import__('transformers').__version__} GPT2LMHeadModel (sdpa)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------------
+def measure_forward(models, peer, train_length: int, min_time: float, peak: float):
+    """tokens/s per method and multiple, the peer's, and achieved FLOP/s at each length."""
+    results: dict[str, dict[int, float | None]] = {}
+    flops_share: dict[str, dict[int, float | None]] = {}
+    for label, model in [*((name, m) for name, (m, _) in models.items()), *([("GPT-2 peer", peer)] if peer else [])]:
+        results[label], flops_share[label] = {}, {}
+        cfg = models["nope"][0].config if label == "GPT-2 peer" else model.config
+        for multiple in MULTIPLES:
+            length, batch = multiple * train_length, max(1, TOKENS_PER_CALL // multiple)
+            idx = torch.randint(0, 256, (batch, length))
+            if label != "GPT-2 peer":
+                limit = model.position.max_positions
+                if limit is not None and length > limit:
+                    results[label][multiple] = flops_share[label][multiple] = None
+                    continue
+            with torch.no_grad():
+                seconds = seconds_per_call(lambda: model(idx), min_time)
+            results[label][multiple] = batch * length / seconds
+            flops_share[label][multiple] = forward_flops(cfg, batch, length) / seconds / peak
+            print(f"  forward {label:>11} {multiple:>2}x: {batch * length / seconds:10.0f} tok/s", flush=True)
+    return results, flops_share
+
+
+def measure_extraction(models, train_length: int, min_time: float, multiple: int):
+    """Seconds of a forward that also returns layer 0's attention map, over a plain forward."""
+    ratios = {}
+    for name, (model, _) in models.items():
+        limit = model.position.max_positions
+        length = multiple * train_length if limit is None else min(multiple * train_length, limit)
+        idx = torch.randint(0, 256, (1, length))
+        with torch.no_grad():
+            plain = seconds_per_call(lambda: model(idx), min_time)
+            mapped = seconds_per_call(lambda: model(idx, attention_layer=0), min_time)
+        ratios[name] = (mapped / plain, length)
+        print(f"  attention map {name:>11}: {mapped / plain:.2f}x at {length}", flush=True)
+    return ratios
+
+
+def measure_cache(models, window: int, steps: int):
+    """Per byte: re-encoding the last ``window`` bytes vs one cached step in a sliding window of ``window``.
+
+    Both start from a full window, the steady state of a long sliding-window generation. A method
+    whose positions end at train_length cannot continue a cache past it (its rows are None).
+    """
+    out = {}
+    for name, (model, _) in models.items():
+        limit = model.position.max_positions
+        if limit is not None and limit < window + steps:
+            out[name] = None
+            continue
+        stream = torch.randint(0, 256, (1, window + steps))
+        with torch.no_grad():
+            cache = KVCache(model.config.n_layer, max_size=window)
+            model(stream[:, :window], cache=cache)
+            t0 = time.perf_counter()
+            for i in range(window, window + steps):
+                model(stream[:, i:i + 1], cache=cache)
+            cached = (time.perf_counter() - t0) / steps
+            reencode_steps = max(3, steps // 4)  # the slow path: fewer steps give the same per-byte figure
+            model(stream[:, :window])
+            t0 = time.perf_counter()
+            for i in range(window, window + reencode_steps):
+                model(stream[:, i + 1 - window:i + 1])
+            reencode = (time.perf_counter() - t0) / reencode_steps
+        out[name] = (cached, reencode)
+        print(f"  cache {name:>11}: {cached * 1e3:.2f} ms/byte cached, {reencode * 1e3:.2f} ms/byte re-encoded",
+              flush=True)
+    return out
+
+
+def measure_first_render(models_dir: str | None, timeout_s: float = 120.0):
+    """Seconds from opening each page in a new browser session to its finished first render.
+
+    Each page gets a fresh server (so no page profits from another's caches) and the time counts
+    the whole first run of the page script, imports of torch and the checkpoints included.
+    Returns ({url_path: seconds}, problem or None).
+    """
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        return {}, f"not measured: Playwright is not installed ({exc}); `pip install -r requirements-test.txt`"
+    from .loadtest import StreamlitServer, app_pages, exception_texts, launch_chromium, wait_rendered
+
+    if not Path("/usr/bin/chromium").exists():
+        return {}, "not measured: /usr/bin/chromium is missing (apt-get install chromium)"
+    times = {}
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            for entry in app_pages():
+                with StreamlitServer(models=models_dir) as server:
+                    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                    t0 = time.perf_counter()
+                    tab.goto(server.url + entry.url)
+                    wait_rendered(tab, timeout_s * 1000)
+                    times[entry.url_path] = time.perf_counter() - t0
+                    errors = exception_texts(tab)
+                    tab.context.close()
+                suffix = f"  EXCEPTION: {errors[0][:200]}" if errors else ""
+                print(f"  first render {entry.url_path:>18}: {times[entry.url_path]:.2f} s{suffix}", flush=True)
+                if errors:
+                    times[entry.url_path] = float("nan")
+        finally:
+            browser.close()
+    return times, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"CPU": cpu, "cores": str(os.cpu_count()), "torch threads": str(torch.get_num_threads()),
+            "torch": torch.__version__, "python": platform.python_version(), "OS": platform.platform()}
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**MISSED**")
+
+
+def fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None or x != x else format(x, spec)
+
+
+def report(args, info, peak, models, peer_label, fwd, share, extraction, cache, renders, render_problem) -> str:
+    train_length = models["nope"][0].config.train_length
+    cfg = models["nope"][0].config
+    top = max(MULTIPLES)
+    lines = ["# Benchmarks", "",
+             f"Generated by `python -m posviz.bench` on {time.strftime('%Y-%m-%d %H:%M')}. Every ratio compares two "
+             "things measured in this one run on this machine; re-run it to get your machine's table.", "",
+             "| machine | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in info.items()),
+             f"| matmul peak (fp32 {args.matmul_n}² x {args.matmul_n}²) | {peak / 1e9:.1f} GFLOP/s |",
+             f"| models | {cfg.n_layer} layers, {cfg.n_head} heads, width {cfg.n_embd}, train_length {train_length} "
+             f"bytes, fp32, CPU |", f"| peer | {peer_label} |", ""]
+
+    lines += ["## Goals", "", "| goal | measured | verdict |", "| --- | --- | --- |"]
+    peer16 = fwd.get("GPT-2 peer", {}).get(top)
+    candidates = {m: fwd[m][top] for m in models if fwd[m][top] is not None}
+    slowest = min(candidates, key=candidates.get) if candidates else None
+    if peer16 and slowest:
+        ratio = candidates[slowest] / peer16
+        lines.append(f"| forward >= GPT-2 peer at {top}x train_length (every method) | slowest: {slowest} at "
+                     f"{ratio:.2f}x the peer | {verdict(ratio >= GOALS['peer'])} |")
+    else:
+        lines.append(f"| forward >= GPT-2 peer at {top}x | peer not measured | n/a |")
+    shares = {m: share[m][top] for m in models if share[m][top] is not None}
+    if shares:
+        best = max(shares, key=shares.get)
+        lines.append(f"| >= {GOALS['peak']:.0%} of matmul peak at {top}x | best: {best} {shares[best]:.0%}, worst: "
+                     f"{min(shares, key=shares.get)} {min(shares.values()):.0%} | {verdict(min(shares.values()) >= GOALS['peak'])} |")
+    worst_extraction = max(extraction.items(), key=lambda kv: kv[1][0])
+    lines.append(f"| attention-map extraction <= {GOALS['extraction']}x a plain forward | worst: {worst_extraction[0]} "
+                 f"{worst_extraction[1][0]:.2f}x | {verdict(worst_extraction[1][0] <= GOALS['extraction'])} |")
+    speedups = {m: v[1] / v[0] for m, v in cache.items() if v}
+    if speedups:
+        worst = min(speedups, key=speedups.get)
+        lines.append(f"| cached decoding >= {GOALS['cache']:.0f}x faster than re-encoding (W = {train_length}) | "
+                     f"worst: {worst} {speedups[worst]:.1f}x | {verdict(speedups[worst] >= GOALS['cache'])} |")
+    if renders:
+        slow = max(renders, key=lambda k: renders[k] if renders[k] == renders[k] else float("inf"))
+        ok = all(v == v and v < GOALS["render_s"] for v in renders.values())
+        lines.append(f"| every page's first render < {GOALS['render_s']:.0f} s | slowest: {slow} "
+                     f"{fmt(renders[slow], '.2f')} s | {verdict(ok)} |")
+    else:
+        lines.append(f"| every page's first render < {GOALS['render_s']:.0f} s | {render_problem} | n/a |")
+
+    lines += ["", f"## Forward pass (tokens/s; batch x length = {TOKENS_PER_CALL} x {train_length} bytes per call)", "",
+              "n/a: the method has no positions that far (learned absolute ends at train_length).", "",
+              "| method | weights | " + " | ".join(f"{m}x ({m * train_length}) tok/s" for m in MULTIPLES)
+              + " | " + " | ".join(f"{m}x vs peer" for m in MULTIPLES) + f" | {top}x share of matmul peak |",
+              "| --- | --- |" + " ---: |" * (2 * len(MULTIPLES) + 1)]
+    peer = fwd.get("GPT-2 peer", {})
+    for name, (_, source) in models.items():
+        speed = [fmt(fwd[name][m], ",.0f") for m in MULTIPLES]
+        vs = [fmt(fwd[name][m] / peer[m] if fwd[name][m] and peer.get(m) else None, ".2f") + ("x" if fwd[name][m] and peer.get(m) else "")
+              for m in MULTIPLES]
+        lines.append(f"| {name} | {source} | " + " | ".join(speed) + " | " + " | ".join(vs)
+                     + f" | {fmt(share[name][top], '.0%')} |")
+    if peer:
+        lines.append("| GPT-2 peer | random init | " + " | ".join(fmt(peer[m], ",.0f") for m in MULTIPLES)
+                     + " | " + " | ".join("1.00x" for _ in MULTIPLES) + f" | {fmt(share['GPT-2 peer'][top], '.0%')} |")
+
+    lines += ["", f"## Attention-map extraction (batch 1, {args.extraction_multiple}x train_length or the method's limit)", "",
+              "| method | length | forward with attention_layer=0 / plain forward |", "| --- | ---: | ---: |"]
+    lines += [f"| {m} | {length} | {r:.2f}x |" for m, (r, length) in extraction.items()]
+
+    lines += ["", f"## Sliding-window decoding, per byte (window W = {train_length}, window already full)", "",
+              "| method | cached step (ms) | re-encode W bytes (ms) | speed-up |", "| --- | ---: | ---: | ---: |"]
+    for m, v in cache.items():
+        if v is None:
+            lines.append(f"| {m} | n/a: positions end at train_length, so only re-encoding can slide | | |")
+        else:
+            lines.append(f"| {m} | {v[0] * 1e3:.2f} | {v[1] * 1e3:.2f} | {v[1] / v[0]:.1f}x |")
+
+    lines += ["", "## First render of each page (fresh server per page, headless Chromium, "
+              f"checkpoints from {args.models or 'models/'})", ""]
+    if renders:
+        lines += ["| page | seconds |", "| --- | ---: |"]
+        lines += [f"| {p} | {fmt(s, '.2f')}{'' if s == s else ' (exception on the page)'} |" for p, s in renders.items()]
+    else:
+        lines.append(render_problem or "not measured")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="posviz speed table; writes BENCHMARKS.md")
+    parser.add_argument("--min-time", type=float, default=1.0, help="seconds spent timing each measurement")
+    parser.add_argument("--matmul-n", type=int, default=2048)
+    parser.add_argument("--extraction-multiple", type=int, default=4)
+    parser.add_argument("--cache-steps", type=int, default=64)
+    parser.add_argument("--models", default=None, help="checkpoint folder for the page renders (default models/)")
+    parser.add_argument("--no-pages", action="store_true", help="skip the browser page-render timings")
+    parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    args = parser.parse_args(argv)
+
+    info = machine()
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
+    peak = matmul_peak_flops(args.matmul_n, args.min_time)
+    print(f"  matmul peak: {peak / 1e9:.1f} GFLOP/s", flush=True)
+    models = bench_models()
+    train_length = models["nope"][0].config.train_length
+    peer, peer_label = gpt2_peer(models["nope"][0].config, max(MULTIPLES) * train_length)
+    fwd, share = measure_forward(models, peer, train_length, args.min_time, peak)
+    extraction = measure_extraction(models, train_length, args.min_time, args.extraction_multiple)
+    cache = measure_cache(models, train_length, args.cache_steps)
+    if args.no_pages:
+        renders, render_problem = {}, "not measured (--no-pages)"
+    else:
+        renders, render_problem = measure_first_render(args.models)
+    text = report(args, info, peak, models, peer_label, fwd, share, extraction, cache, renders, render_problem)
+    Path(args.out).write_text(text)
+    print("\n" + text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Evaluate every shipped checkpoint into its metrics.json: ``python -m posviz.evaluate_all``.
+
+Uses ``evaluate.evaluate_checkpoint`` (bpb at 1..32 x train_length, the copy probe, and for rope every
+inference scaling) on the same evaluation bytes for every checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+
+from .checkpoint import read_metrics, shipped_checkpoints, write_metrics
+from .data import load_corpus
+from .evaluate import DEFAULT_EVAL_BYTES, evaluate_checkpoint
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="checkpoint names (default: all)")
+    ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
+    args = ap.parse_args(argv)
+    data = load_corpus().eval_stream(args.eval_bytes)
+    for name, folder in shipped_checkpoints().items():
+        if args.only and name not in args.only:
+            continue
+        block = evaluate_checkpoint(folder, data)
+        metrics = read_metrics(folder)
+        metrics["eval"] = block
+        write_metrics(folder, metrics)
+        print(name, block["nonoverlapping_bpb"], "copy:", block["copy_probe"], flush=True)
+
+
+if __name__ == "__main__":
+    main()

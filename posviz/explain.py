@@ -1,0 +1,675 @@
+"""The numbers behind the explorer pages: pure functions, no plotting, no Streamlit.
+
+Every function returns numpy arrays, plain numbers or "column -> array" dicts that ``pandas.DataFrame``
+takes as they are (long format, one row per plotted point). The maths lives in the method modules
+(``posviz.positions.*``); this module calls them and arranges what they return so a page can show it.
+
+Shape legend: T positions, d width of a table (model or head dimension), d/2 frequency pairs,
+H heads, n visible keys (keys at distances 0 .. n-1 from the query).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .config import require
+from .positions import POSITION_METHODS, ModelShape, build_position_method, method_names
+from .positions.alibi import alibi_bias, alibi_slopes
+from .positions.rope import RopeOptions, apply_rotary, rope_cos_sin
+from .positions.rope_scaling import ROPE_SCALINGS, base_inv_freq
+from .positions.shaw import shaw_clip_matrix
+from .positions.sinusoidal import sinusoidal_shift_matrix, sinusoidal_table
+from .positions.t5 import t5_bucket
+
+Columns = dict[str, np.ndarray]
+
+
+# =============================================================================================
+# Sinusoidal absolute encodings (Vaswani et al. 2017, §3.5)
+# =============================================================================================
+def sinusoidal_pe(length: int, dim: int, base: float = 10000.0, offset: int = 0) -> np.ndarray:
+    """The sinusoidal table in float64: (length, dim), columns interleaved (sin, cos) per pair."""
+    return sinusoidal_table(length, dim, base, offset, dtype=torch.float64).numpy()
+
+
+def wavelengths(dim: int, base: float) -> np.ndarray:
+    """Wavelength in positions of each of the dim/2 frequency pairs: 2*pi / theta_i, (d/2,).
+
+    The same geometric ladder serves sinusoidal tables (pair i = columns 2i, 2i+1) and RoPE
+    (pair i = features i, i + d/2).
+    """
+    return (2 * math.pi / base_inv_freq(dim, base)).numpy()
+
+
+def sinusoid_waves(length: int, dim: int, base: float, dims: Sequence[int]) -> Columns:
+    """Chosen columns of the table as waves over position: columns position, dimension, value."""
+    require(all(0 <= d < dim for d in dims), f"dimensions must be in 0..{dim - 1}, got {list(dims)}")
+    table = sinusoidal_pe(length, dim, base)
+    dims = [int(d) for d in dims]
+    return {
+        "position": np.tile(np.arange(length), len(dims)),
+        "dimension": np.repeat(dims, length),
+        "value": table[:, dims].T.ravel(),
+    }
+
+
+def binary_counting(length: int, dim: int, base: float = 10000.0) -> dict[str, Any]:
+    """The binary-counting analogy: bits of p next to the sign bits of the sinusoidal table.
+
+    Bit b of p flips every 2^b positions (period 2^(b+1)); the sign of sin(p * theta_i) flips every
+    half wavelength. Both are "digits" that turn over at geometrically slower rates: the fastest on
+    the left, the slowest on the right. Sinusoids are the smooth, continuous version, whose "digits"
+    can be rotated into each other by a fixed linear map (see ``shift_check``).
+
+    Returns bits (length, n_bits) of p, least significant first; sign_bits (length, d/2), 1 where
+    sin(p * theta_i) < 0 (the second half of each period, like a binary digit being 1);
+    bit_periods (n_bits,) = 2^(b+1) and pair_wavelengths (d/2,), both in positions.
+    """
+    require(length >= 1, "length must be at least 1")
+    n_bits = max(1, int(length - 1).bit_length())
+    p = np.arange(length)
+    bits = (p[:, None] >> np.arange(n_bits)[None, :]) & 1
+    sines = sinusoidal_pe(length, dim, base)[:, 0::2]  # (T, d/2)
+    return {
+        "bits": bits.astype(int),
+        "sign_bits": (sines < 0).astype(int),
+        "bit_periods": 2.0 ** (np.arange(n_bits) + 1),
+        "pair_wavelengths": wavelengths(dim, base),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class ShiftCheck:
+    """PE(p + k) = M_k PE(p), checked for every p in 0 .. length-1."""
+
+    matrix: np.ndarray  # (d, d) M_k, block-diagonal 2x2 rotations
+    errors: np.ndarray  # (length,) max_i |PE(p+k)_i - (M_k PE(p))_i| per position p
+    max_error: float  # the largest of those
+    example_position: int
+    example_shifted: np.ndarray  # (d,) PE(p + k) at the example position
+    example_mapped: np.ndarray  # (d,) M_k PE(p) at the example position
+
+
+def shift_check(length: int, dim: int, k: int, base: float = 10000.0, example_position: int = 0) -> ShiftCheck:
+    """Max error of PE(p + k) - M_k PE(p) over p = 0 .. length-1, in float64 (about 1e-15)."""
+    require(length >= 1 and k >= 0, "need length >= 1 and k >= 0")
+    require(0 <= example_position < length, f"example_position must be in 0..{length - 1}")
+    m = sinusoidal_shift_matrix(dim, k, base).numpy()  # (d, d)
+    table = sinusoidal_pe(length + k, dim, base)  # rows 0 .. length+k-1
+    here, there = table[:length], table[k:length + k]  # PE(p), PE(p+k): (T, d)
+    mapped = here @ m.T  # (T, d): M_k PE(p) for every p
+    errors = np.abs(there - mapped).max(axis=1)
+    p = example_position
+    return ShiftCheck(m, errors, float(errors.max()), p, there[p], mapped[p])
+
+
+def dot_product_vs_distance(dim: int, base: float, max_distance: int, references: Sequence[int]) -> Columns:
+    """PE(p) . PE(p + delta) for delta in -max_distance .. max_distance, for each reference p.
+
+    The curves for different p coincide (the dot product depends on delta only) and are symmetric in
+    delta (it cannot tell before from after). Columns: reference, distance, dot.
+    """
+    require(max_distance >= 0, "max_distance must be >= 0")
+    require(all(p >= max_distance for p in references), "every reference position must be >= max_distance")
+    top = max(references) + max_distance + 1
+    table = sinusoidal_pe(top, dim, base)
+    deltas = np.arange(-max_distance, max_distance + 1)
+    ref, dist, dot = [], [], []
+    for p in references:
+        ref.append(np.full(deltas.size, p))
+        dist.append(deltas)
+        dot.append(table[p + deltas] @ table[p])
+    return {"reference": np.concatenate(ref), "distance": np.concatenate(dist), "dot": np.concatenate(dot)}
+
+
+# =============================================================================================
+# Learned absolute table (GPT-2 style)
+# =============================================================================================
+def learned_table(model) -> np.ndarray:
+    """The trained position table of a ``learned`` model: (max_len, C) float64."""
+    require(model.config.position == "learned", f"expected a 'learned' model, got {model.config.position!r}")
+    return model.position.table.weight.detach().cpu().double().numpy()
+
+
+def cosine_similarity(table: np.ndarray) -> np.ndarray:
+    """(T, T) cosine similarity between the rows (positions) of a table."""
+    table = np.asarray(table, dtype=float)
+    norms = np.linalg.norm(table, axis=1, keepdims=True)
+    unit = table / np.where(norms == 0, 1.0, norms)
+    return unit @ unit.T
+
+
+def pca_2d(table: np.ndarray) -> dict[str, Any]:
+    """Project the rows onto their two main directions (SVD of the centred table).
+
+    Returns position, pc1, pc2 (T,) and explained (2,) = share of the variance each direction holds.
+    Signs are fixed so that the last position has non-negative coordinates (SVD signs are arbitrary).
+    """
+    table = np.asarray(table, dtype=float)
+    require(table.ndim == 2 and table.shape[0] >= 2, "need a (T >= 2, C) table")
+    centred = table - table.mean(axis=0)
+    u, s, _ = np.linalg.svd(centred, full_matrices=False)
+    coords = u[:, :2] * s[:2]  # (T, 2)
+    if coords.shape[1] < 2:
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+    coords = coords * np.where(coords[-1] < 0, -1.0, 1.0)
+    total = float((s**2).sum())
+    explained = (s[:2] ** 2) / total if total > 0 else np.zeros(2)
+    return {"position": np.arange(table.shape[0]), "pc1": coords[:, 0], "pc2": coords[:, 1],
+            "explained": np.pad(explained, (0, 2 - explained.size))}
+
+
+# =============================================================================================
+# RoPE (Su et al. 2021)
+# =============================================================================================
+def _rotate(vectors: np.ndarray, positions: Sequence[int] | np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """Rotate row t of ``vectors`` (T, d) by position ``positions[t]`` with posviz's rotary code."""
+    pos = torch.as_tensor(np.asarray(positions), dtype=torch.float64)
+    cos, sin = rope_cos_sin(pos, torch.as_tensor(inv_freq, dtype=torch.float64), dtype=torch.float64)
+    x = torch.as_tensor(np.asarray(vectors, dtype=float))
+    return apply_rotary(x, cos, sin).numpy()
+
+
+def rotate_2d(vector: Sequence[float], positions: Sequence[int], theta: float) -> np.ndarray:
+    """One RoPE pair: the 2-D ``vector`` rotated by m * theta for each m in ``positions``: (len, 2)."""
+    vec = np.asarray(vector, dtype=float)
+    require(vec.shape == (2,), "vector must have two components")
+    return _rotate(np.tile(vec, (len(positions), 1)), positions, np.array([theta]))
+
+
+def rope_pair_path(vector: Sequence[float], max_position: int, theta: float) -> Columns:
+    """The tip of one rotated pair at positions 0 .. max_position.
+
+    Columns: position, x, y, angle_deg (the rotation m * theta, in degrees), norm (never changes).
+    """
+    pos = np.arange(max_position + 1)
+    tips = rotate_2d(vector, pos, theta)
+    return {"position": pos, "x": tips[:, 0], "y": tips[:, 1], "angle_deg": np.degrees(pos * theta),
+            "norm": np.linalg.norm(tips, axis=1)}
+
+
+def _angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Signed angle from b to a in degrees, in [-180, 180]."""
+    cross = b[..., 0] * a[..., 1] - b[..., 1] * a[..., 0]
+    return np.degrees(np.arctan2(cross, (a * b).sum(axis=-1)))
+
+
+def rope_pair_example(query: Sequence[float], key: Sequence[float], theta: float,
+                      placements: Sequence[tuple[int, int]]) -> Columns:
+    """A query and a key (2-D) placed at positions (m, n): their rotated forms, angle and dot product.
+
+    The angle between the rotated vectors, and so q.k, depends on m - n only. Columns: m, n,
+    offset, q_x, q_y, k_x, k_y (rotated), angle_deg (from k to q), dot.
+    """
+    ms = np.array([m for m, _ in placements])
+    ns = np.array([n for _, n in placements])
+    q = rotate_2d(query, ms, theta)
+    k = rotate_2d(key, ns, theta)
+    return {"m": ms, "n": ns, "offset": ms - ns, "q_x": q[:, 0], "q_y": q[:, 1], "k_x": k[:, 0], "k_y": k[:, 1],
+            "angle_deg": _angle_deg(q, k), "dot": (q * k).sum(axis=1)}
+
+
+def rope_frequency_table(head_dim: int, base: float, train_length: int) -> Columns:
+    """Each rotary pair (GPT-NeoX split: features i and i + d/2): its speed, wavelength and turns.
+
+    Columns: pair, first_feature, second_feature, theta (radians per position), wavelength
+    (positions per full turn), turns_in_training (full turns within ``train_length`` positions).
+    """
+    require(head_dim >= 2 and head_dim % 2 == 0, "head_dim must be even and >= 2")
+    theta = base_inv_freq(head_dim, base).numpy()
+    half = head_dim // 2
+    return {"pair": np.arange(half), "first_feature": np.arange(half), "second_feature": np.arange(half) + half,
+            "theta": theta, "wavelength": 2 * math.pi / theta, "turns_in_training": train_length * theta / (2 * math.pi)}
+
+
+def random_qk(head_dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A reproducible random query and key of one head: (d,), (d,)."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(head_dim), rng.standard_normal(head_dim)
+
+
+def rope_scores(query: np.ndarray, key: np.ndarray, length: int, base: float) -> np.ndarray:
+    """(T, T) matrix of q_m . k_n: the query rotated to position m (row) and the key to n (column).
+
+    Every diagonal (fixed m - n) is constant: the score depends on the offset only.
+    """
+    d = len(query)
+    inv_freq = base_inv_freq(d, base).numpy()
+    pos = np.arange(length)
+    q = _rotate(np.tile(query, (length, 1)), pos, inv_freq)  # (T, d)
+    k = _rotate(np.tile(key, (length, 1)), pos, inv_freq)  # (T, d)
+    return q @ k.T
+
+
+@dataclasses.dataclass(frozen=True)
+class ShiftInvariance:
+    score: float  # q_m . k_n
+    shifted_score: float  # q_(m+s) . k_(n+s)
+    difference: float  # |shifted_score - score|
+    unrotated_score: float  # q . k before any rotation, for scale
+
+
+def rope_shift_invariance(query: np.ndarray, key: np.ndarray, m: int, n: int, shift: int, base: float) -> ShiftInvariance:
+    """q.k at (m, n) against (m + s, n + s), in float64: they agree to ~1e-15 relative."""
+    d = len(query)
+    inv_freq = base_inv_freq(d, base).numpy()
+    q = _rotate(np.stack([query, query]), [m, m + shift], inv_freq)
+    k = _rotate(np.stack([key, key]), [n, n + shift], inv_freq)
+    a, b = float(q[0] @ k[0]), float(q[1] @ k[1])
+    return ShiftInvariance(a, b, abs(a - b), float(np.dot(query, key)))
+
+
+def rope_decay_bound(head_dim: int, base: float, max_distance: int, inv_freq: np.ndarray | None = None) -> Columns:
+    """RoFormer §3.4.3 long-term decay: the relative upper bound of |q_m . k_n| against distance.
+
+    With theta_k the pair speeds and S_j = sum_{k<j} exp(i (m-n) theta_k) (S_0 = 0), Abel summation
+    bounds |sum_j h_j exp(i (m-n) theta_j)| by (max_j |h_(j+1) - h_j|) * sum_{j=1}^{d/2} |S_j|.
+    The curve is the paper's Figure 2 quantity (1/(d/2)) sum_{j=1}^{d/2} |S_j|, for m - n = 0 ..
+    max_distance. Columns: distance, bound.
+    """
+    require(max_distance >= 0, "max_distance must be >= 0")
+    theta = base_inv_freq(head_dim, base).numpy() if inv_freq is None else np.asarray(inv_freq, dtype=float)
+    distances = np.arange(max_distance + 1)
+    bound = np.empty(distances.size)
+    chunk = max(1, (1 << 20) // theta.size)  # keep the complex (chunk, d/2) block near 16 MB
+    for start in range(0, distances.size, chunk):
+        r = distances[start:start + chunk, None]  # (c, 1)
+        partial = np.cumsum(np.exp(1j * r * theta[None, :]), axis=1)  # (c, d/2): S_1 .. S_(d/2)
+        bound[start:start + chunk] = np.abs(partial).mean(axis=1)
+    return {"distance": distances, "bound": bound}
+
+
+def rope_norms(head_dim: int, base: float, length: int, seed: int = 0) -> Columns:
+    """|x| before and after rotating one random vector to each position 0 .. length-1.
+
+    Rotations are orthogonal, so the norm never changes. Columns: position, norm_before,
+    norm_after, relative_change.
+    """
+    x, _ = random_qk(head_dim, seed)
+    pos = np.arange(length)
+    rotated = _rotate(np.tile(x, (length, 1)), pos, base_inv_freq(head_dim, base).numpy())
+    before = np.full(length, np.linalg.norm(x))
+    after = np.linalg.norm(rotated, axis=1)
+    return {"position": pos, "norm_before": before, "norm_after": after, "relative_change": np.abs(after - before) / before}
+
+
+def scaling_wavelengths(rot_dim: int, base: float, factor: float, original_length: int,
+                        seq_len: int | None = None) -> Columns:
+    """Wavelength of every rotary pair under every registered scaling (``ROPE_SCALINGS``).
+
+    ``seq_len`` is the sequence length the dynamic scaling adapts to; by default the extended
+    length factor * original_length. Columns: scaling, pair, wavelength (positions), theta,
+    attention_factor (multiplies cos and sin), logit_scale (its square: what the logits are scaled by).
+    """
+    require(factor >= 1, f"factor must be >= 1, got {factor}")
+    seq_len = int(round(factor * original_length)) if seq_len is None else seq_len
+    out: dict[str, list] = {"scaling": [], "pair": [], "wavelength": [], "theta": [], "attention_factor": []}
+    for name, fn in ROPE_SCALINGS.items():
+        opts = RopeOptions(base=base, scaling=name, factor=factor, original_length=original_length)
+        inv_freq, attention = fn(rot_dim, opts, seq_len)
+        theta = inv_freq.double().numpy()
+        out["scaling"] += [name] * theta.size
+        out["pair"] += list(range(theta.size))
+        out["wavelength"] += list(2 * math.pi / theta)
+        out["theta"] += list(theta)
+        out["attention_factor"] += [float(attention)] * theta.size
+    columns = {k: np.asarray(v) for k, v in out.items()}
+    columns["logit_scale"] = columns["attention_factor"] ** 2
+    return columns
+
+
+# =============================================================================================
+# Attention-logit biases: ALiBi, T5, Shaw
+# =============================================================================================
+def alibi_slope_table(n_heads: int) -> Columns:
+    """ALiBi slopes per head, with the distance at which each head's bias costs one logit and the
+    distance at which it halves the attention a key would otherwise get (ln 2 / slope).
+
+    Columns: head, slope, one_logit_distance, half_weight_distance.
+    """
+    slopes = alibi_slopes(n_heads).double().numpy()
+    return {"head": np.arange(n_heads), "slope": slopes, "one_logit_distance": 1.0 / slopes,
+            "half_weight_distance": math.log(2) / slopes}
+
+
+def alibi_bias_matrices(n_heads: int, length: int) -> np.ndarray:
+    """(H, T, T) ALiBi bias -slope * (i - j); NaN above the diagonal (future keys are masked)."""
+    pos = torch.arange(length)
+    bias = alibi_bias(alibi_slopes(n_heads).double(), pos, pos).numpy()
+    return np.where(np.tril(np.ones((length, length), bool))[None], bias, np.nan)
+
+
+def alibi_bias_by_distance(n_heads: int, n_keys: int) -> np.ndarray:
+    """(H, n) ALiBi bias for the keys at distance 0 .. n-1 from a query."""
+    q_pos = torch.tensor([n_keys - 1])
+    k_pos = n_keys - 1 - torch.arange(n_keys)  # key at distance d sits at position n-1-d
+    return alibi_bias(alibi_slopes(n_heads).double(), q_pos, k_pos)[:, 0, :].numpy()
+
+
+def t5_bucket_table(max_shown: int, num_buckets: int = 32, max_distance: int = 128) -> Columns:
+    """T5 bucket of every distance 0 .. max_shown: causal, and bidirectional for a key before / after.
+
+    Columns: distance, causal, bidirectional_before, bidirectional_after.
+    """
+    d = torch.arange(max_shown + 1)
+    return {
+        "distance": d.numpy(),
+        "causal": t5_bucket(-d, False, num_buckets, max_distance).numpy(),
+        "bidirectional_before": t5_bucket(-d, True, num_buckets, max_distance).numpy(),
+        "bidirectional_after": t5_bucket(d, True, num_buckets, max_distance).numpy(),
+    }
+
+
+def t5_bucket_matrix(length: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> np.ndarray:
+    """(T, T) bucket index of each (query row, key column); causal: NaN above the diagonal."""
+    pos = torch.arange(length)
+    buckets = t5_bucket(pos[None, :] - pos[:, None], bidirectional, num_buckets, max_distance).double().numpy()
+    return buckets if bidirectional else np.where(np.tril(np.ones((length, length), bool)), buckets, np.nan)
+
+
+def t5_bias_by_distance(bucket_weights: np.ndarray, n_keys: int, max_distance: int) -> np.ndarray:
+    """(H, n) learned T5 bias for keys at distance 0 .. n-1 (causal), from a (num_buckets, H) table."""
+    weights = np.asarray(bucket_weights, dtype=float)
+    buckets = t5_bucket(-torch.arange(n_keys), False, weights.shape[0], max_distance).numpy()
+    return weights[buckets].T
+
+
+def t5_bias_matrix(bucket_weights: np.ndarray, head: int, length: int, max_distance: int) -> np.ndarray:
+    """(T, T) learned T5 bias of one head (causal model); NaN above the diagonal."""
+    weights = np.asarray(bucket_weights, dtype=float)
+    buckets = t5_bucket_matrix(length, False, weights.shape[0], max_distance)
+    filled = np.nan_to_num(buckets, nan=0).astype(int)
+    return np.where(np.isnan(buckets), np.nan, weights[filled, head])
+
+
+def t5_learned(model) -> dict[str, Any]:
+    """The learned part of a ``t5`` model: weights (num_buckets, H) float64, num_buckets, max_distance."""
+    require(model.config.position == "t5", f"expected a 't5' model, got {model.config.position!r}")
+    opts = model.position.options
+    return {"weights": model.position.bucket_bias.weight.detach().cpu().double().numpy(),
+            "num_buckets": opts.num_buckets, "max_distance": opts.max_distance}
+
+
+def shaw_learned(model) -> dict[str, Any]:
+    """The learned part of a ``shaw`` model: rel_keys (n_layer, k+1, hs) float64 and max_distance k."""
+    require(model.config.position == "shaw", f"expected a 'shaw' model, got {model.config.position!r}")
+    return {"rel_keys": model.position.rel_keys.detach().cpu().double().numpy(),
+            "max_distance": model.position.options.max_distance}
+
+
+def shaw_clip(length: int, max_distance: int, causal: bool = True) -> np.ndarray:
+    """(T, T) index of the relative embedding each pair uses; causal: NaN above the diagonal."""
+    index = shaw_clip_matrix(length, max_distance, causal).double().numpy()
+    return np.where(index < 0, np.nan, index)
+
+
+# -- The largest attention weight a key at distance d can get ----------------------------------
+def _log_sum_others(logits: np.ndarray) -> np.ndarray:
+    """log sum_{j != i} exp(logits_j) for every i, over the last axis, without cancellation.
+
+    Prefix and suffix sums of positive terms (shifted by the max) never subtract, so a key that
+    dominates does not lose the others to rounding. Empty sums give -inf.
+    """
+    top = logits.max(axis=-1, keepdims=True)
+    e = np.exp(logits - top)
+    before = np.concatenate([np.zeros_like(e[..., :1]), np.cumsum(e, axis=-1)[..., :-1]], axis=-1)
+    after = np.concatenate([np.flip(np.cumsum(np.flip(e[..., 1:], -1), axis=-1), -1), np.zeros_like(e[..., :1])], axis=-1)
+    with np.errstate(divide="ignore"):
+        return np.log(before + after) + top
+
+
+def max_attention_weight(bias_by_distance: np.ndarray, margin: float) -> np.ndarray:
+    """Largest softmax weight each key can get, given the position bias and a content margin.
+
+    Setting: one query, n visible keys at distances d = 0 .. n-1, logits z_d = s_d + b_d with b_d
+    the position bias (``bias_by_distance``, (..., n), already in logit units) and s_d the content
+    score q.k_d / sqrt(hs). "Largest" means: the supremum of softmax(z)_d over every content score
+    vector in which the key at distance d beats each other key by at most ``margin`` logits
+    (s_d - s_j <= margin for all j). Since softmax(z)_d = 1 / (1 + sum_{j != d} exp(z_j - z_d))
+    decreases in each s_d - s_j, the supremum is reached when all other content scores equal
+    s_d - margin, giving
+
+        max weight(d) = 1 / (1 + exp(-margin) * sum_{j != d} exp(b_j - b_d)).
+
+    Returns (..., n). ``log_max_attention_weight`` gives the same in log space, which never
+    underflows.
+    """
+    return np.exp(log_max_attention_weight(bias_by_distance, margin))
+
+
+def log_max_attention_weight(bias_by_distance: np.ndarray, margin: float) -> np.ndarray:
+    """Natural log of ``max_attention_weight``: -log(1 + exp(log_sum_others - b_d - margin))."""
+    b = np.asarray(bias_by_distance, dtype=float)
+    x = _log_sum_others(b) - b - margin
+    return -np.logaddexp(0.0, x)
+
+
+def shaw_log_max_attention_weight(rel_keys: np.ndarray, n_keys: int, margin: float,
+                                  query_norm: float | None) -> np.ndarray:
+    """Log of an upper bound on the weight of the key at distance d = 0 .. n-1 under Shaw's clipping.
+
+    Shaw's position term is query-dependent: b_j = q . a_c(j) / sqrt(hs) with c(j) = min(j, k) and
+    a the layer's (k+1, hs) relative keys ``rel_keys``. For any query with |q| <= ``query_norm``
+    (Cauchy-Schwarz) b_j - b_d >= -|q| |a_c(j) - a_c(d)| / sqrt(hs), so with the content margin as in
+    ``max_attention_weight``
+
+        weight(d) <= 1 / (1 + exp(-margin) * sum_{j != d} exp(-query_norm |a_c(j) - a_c(d)| / sqrt(hs))).
+
+    ``query_norm=None`` allows any query: only keys sharing d's embedding (every key at distance
+    >= k when d >= k) are certain to compete, so the bound is 1 for d < k and
+    1 / (1 + exp(-margin) (n - k - 1)) beyond: past k, position cannot single a key out. (n,)
+    """
+    a = np.asarray(rel_keys, dtype=float)  # (k+1, hs)
+    k = a.shape[0] - 1
+    hs = a.shape[1]
+    d = np.arange(n_keys)
+    clip = np.minimum(d, k)  # (n,)
+    counts = np.bincount(clip, minlength=k + 1)  # keys using each embedding
+    gaps = np.linalg.norm(a[:, None, :] - a[None, :, :], axis=-1) / math.sqrt(hs)  # (k+1, k+1)
+    if query_norm is None or math.isinf(query_norm):
+        per_pair = (gaps == 0).astype(float)
+    else:
+        per_pair = np.exp(-float(query_norm) * gaps)
+    others = (per_pair * counts[None, :]).sum(axis=1) - 1.0  # sum over j != d, grouped by embedding
+    others = np.maximum(others[clip], 0.0)
+    with np.errstate(divide="ignore"):
+        x = np.log(others) - margin
+    return -np.logaddexp(0.0, x)
+
+
+def strongest_head(log_weights: np.ndarray) -> np.ndarray:
+    """(n,) the most lenient head's bound at each distance, from (H, n) per-head log bounds."""
+    return np.asarray(log_weights, dtype=float).max(axis=0)
+
+
+def no_bias_log_max_weight(n_keys: int, margin: float) -> np.ndarray:
+    """(n,) the bound with no position bias at all (NoPE): 1 / (1 + exp(-margin) (n - 1)) at every distance."""
+    return log_max_attention_weight(np.zeros(n_keys), margin)
+
+
+# =============================================================================================
+# Checkpoints: the method table, the headline chart, the per-checkpoint facts
+# =============================================================================================
+ACTS_ON_LABEL = {
+    "input": "added to the token embeddings",
+    "q/k": "rotates queries and keys",
+    "logits": "bias on the attention logits",
+    "nothing": "nowhere (causal mask only)",
+}
+KV_CACHE_REASON = {
+    "input": "position is baked into each cached key/value",
+    "q/k": "keys are cached already rotated",
+    "logits": "bias recomputed from the cached keys' positions",
+    "nothing": "no position to keep",
+}
+EXTRAPOLATION_MULTIPLE = 16  # "extrapolates": bits/byte at 16x the training length against 1x
+EXTRAPOLATES_WITHIN_BPB = 0.05  # at most this much worse: "yes"
+DEGRADES_WITHIN_BPB = 0.5  # at most this much worse: "partly"; worse still: "no"
+
+
+def train_length_of(metrics: Mapping[str, Any]) -> int | None:
+    """The training length of a checkpoint, read from its eval block (the length at multiple 1)."""
+    ratios = (metrics.get("eval") or {}).get("lengths_x_train") or {}
+    ones = [int(n) for n, r in ratios.items() if r == 1]
+    return ones[0] if ones else None
+
+
+def bpb_by_length(metrics: Mapping[str, Any]) -> dict[int, float | None]:
+    """{evaluation length: bits/byte or None (cannot run)} from a metrics.json dict."""
+    table = (metrics.get("eval") or {}).get("nonoverlapping_bpb") or {}
+    return {int(n): (None if v is None else float(v)) for n, v in sorted(table.items(), key=lambda kv: int(kv[0]))}
+
+
+def extrapolation(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """bits/byte at 1x and at 16x (or the longest evaluated multiple) the training length, and a verdict.
+
+    Keys: bpb_1x, bpb_long, long_multiple, verdict ("yes", "partly", "no" or "unknown"), reason.
+    """
+    if not metrics:
+        return {"bpb_1x": None, "bpb_long": None, "long_multiple": None, "verdict": "unknown", "reason": "no checkpoint"}
+    train = train_length_of(metrics)
+    table = bpb_by_length(metrics)
+    if train is None or train not in table or table[train] is None:
+        return {"bpb_1x": None, "bpb_long": None, "long_multiple": None, "verdict": "unknown",
+                "reason": "not evaluated yet"}
+    longer = [n for n in table if n > train]
+    target = train * EXTRAPOLATION_MULTIPLE
+    long = target if target in table else (max(longer) if longer else None)
+    if long is None:
+        return {"bpb_1x": table[train], "bpb_long": None, "long_multiple": None, "verdict": "unknown",
+                "reason": "not evaluated past the training length"}
+    multiple = long / train
+    if table[long] is None:
+        return {"bpb_1x": table[train], "bpb_long": None, "long_multiple": multiple, "verdict": "no",
+                "reason": f"cannot run past {train:,} positions"}
+    worse = table[long] - table[train]
+    verdict = "yes" if worse <= EXTRAPOLATES_WITHIN_BPB else "partly" if worse <= DEGRADES_WITHIN_BPB else "no"
+    return {"bpb_1x": table[train], "bpb_long": table[long], "long_multiple": multiple, "verdict": verdict,
+            "reason": f"{worse:+.2f} bits/byte at {multiple:g}x"}
+
+
+def method_rows(metrics_by_name: Mapping[str, Mapping[str, Any] | None], train_length: int = 256) -> list[dict]:
+    """One row per registered method (display order) for the home page's comparison table.
+
+    Built from each method's ClassVars; "extrapolates" from the shipped metrics (``extrapolation``).
+    """
+    rows = []
+    for name in method_names():
+        cls = POSITION_METHODS[name]
+        method = build_position_method(name, ModelShape(1, 1, 2, 2, train_length))
+        limit = method.max_positions
+        cache = "yes: " + KV_CACHE_REASON.get(cls.acts_on, "")
+        if limit is not None:
+            cache += f" (up to {limit:,} positions)"
+        ext = extrapolation(metrics_by_name.get(name))
+        rows.append({
+            "method": name,
+            "summary": cls.summary,
+            "absolute / relative": cls.kind if cls.kind != "none" else "neither",
+            "fixed / learned": "learned" if cls.learned else "fixed",
+            "acts on": ACTS_ON_LABEL.get(cls.acts_on, cls.acts_on),
+            "KV-cacheable": cache,
+            "bits/byte @ 1×": ext["bpb_1x"],
+            f"bits/byte @ {EXTRAPOLATION_MULTIPLE}×": ext["bpb_long"],
+            "extrapolates": ext["verdict"] + (f" ({ext['reason']})" if ext["reason"] else ""),
+            "paper": cls.paper,
+        })
+    return rows
+
+
+def bpb_vs_length_rows(metrics_by_name: Mapping[str, Mapping[str, Any]]) -> Columns:
+    """Long-format rows of the headline chart: checkpoint, length, multiple, bpb (runs that exist)."""
+    out: dict[str, list] = {"checkpoint": [], "length": [], "multiple": [], "bpb": []}
+    for name, metrics in metrics_by_name.items():
+        train = train_length_of(metrics)
+        for n, bpb in bpb_by_length(metrics).items():
+            if bpb is None:
+                continue
+            out["checkpoint"].append(name)
+            out["length"].append(n)
+            out["multiple"].append(n / train if train else float("nan"))
+            out["bpb"].append(bpb)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def checkpoint_rows(configs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """Per-checkpoint facts for the About page from config.json and metrics.json dicts."""
+    rows = []
+    for name, config in configs.items():
+        m = metrics.get(name) or {}
+        trained = config.get("trained_on") or {}
+        model = config.get("model") or {}
+        rows.append({
+            "checkpoint": name,
+            "parameters": m.get("parameters"),
+            "training tokens (bytes)": m.get("tokens"),
+            "steps": m.get("steps"),
+            "train length": model.get("train_length"),
+            "training time (min)": None if trained.get("seconds") is None else round(trained["seconds"] / 60, 1),
+            "device": " · ".join(str(x) for x in (trained.get("device"), trained.get("processor")) if x),
+            "val bits/byte @ train length": m.get("val_bpb_at_train_length"),
+        })
+    return rows
+
+
+# =============================================================================================
+# Helpers for long curves
+# =============================================================================================
+def distance_grid(n_keys: int, points: int = 320) -> np.ndarray:
+    """Distances 0 .. n_keys-1 to plot: every one up to 64, then about ``points`` log-spaced ones.
+
+    Charts of 8,192 distances x 64 heads would send half a million points to the browser.
+    """
+    require(n_keys >= 1, "n_keys must be >= 1")
+    dense = np.arange(min(n_keys, 65))
+    if n_keys <= 65:
+        return dense
+    sparse = np.geomspace(64, n_keys - 1, points).round().astype(int)
+    return np.unique(np.concatenate([dense, sparse, [n_keys - 1]]))
+
+
+def max_weight_columns(log_weights: Mapping[str, np.ndarray], distances: np.ndarray) -> Columns:
+    """Long-format rows of "largest weight vs distance" curves, one series per label.
+
+    ``log_weights``: {label: (n,) natural-log bound}; rows only at ``distances``. Columns: series,
+    distance, max_weight, log10_max_weight (finite even where the weight underflows to 0).
+    """
+    out: dict[str, list] = {"series": [], "distance": [], "max_weight": [], "log10_max_weight": []}
+    for label, lw in log_weights.items():
+        lw = np.asarray(lw, dtype=float)[distances]
+        out["series"] += [label] * distances.size
+        out["distance"] += list(distances)
+        out["max_weight"] += list(np.exp(lw))
+        out["log10_max_weight"] += list(lw / math.log(10))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def recipe_rows() -> list[dict]:
+    """The shared training recipe: every TrainConfig field with its default (the shipped set's value)."""
+    from .train import TrainConfig
+
+    recipe = TrainConfig()
+    rows = []
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("method", "position_options"):
+            continue  # the one thing that differs between checkpoints
+        value = getattr(recipe, f.name)
+        rows.append({"setting": f.name, "value": "(standard library of this Python)" if value is None and f.name == "corpus"
+                     else str(value)})
+    rows.insert(0, {"setting": "steps", "value": str(recipe.steps)})
+    return rows
+
+
+def train_curve_rows(metrics_by_name: Mapping[str, Mapping[str, Any]]) -> Columns:
+    """Long-format training curves: checkpoint, tokens, train_bpb (from each metrics.json's train_curve)."""
+    out: dict[str, list] = {"checkpoint": [], "tokens": [], "train_bpb": []}
+    for name, metrics in metrics_by_name.items():
+        for point in metrics.get("train_curve") or []:
+            out["checkpoint"].append(name)
+            out["tokens"].append(point.get("tokens"))
+            out["train_bpb"].append(point.get("train_bpb"))
+    return {k: np.asarray(v) for k, v in out.items()}

@@ -1,0 +1,321 @@
+"""Drive the real app: start a Streamlit server on loopback, open it in headless Chromium, and load it.
+
+``python -m posviz.loadtest [--sessions 10] [--seconds 60] [--page extrapolation]`` starts its own
+server on 127.0.0.1, opens ``--sessions`` browser tabs (one Chromium, one context per tab, so each is
+its own Streamlit session) that keep moving the page's widgets for ``--seconds``, then prints how many
+answers came back per session, any exception shown on a page, and the server's peak memory.
+
+The browser tests reuse the helpers here. Playwright is a test-only dependency, imported only when a
+browser is launched; the browser is Debian's ``/usr/bin/chromium`` (never a downloaded build).
+Traffic goes to 127.0.0.1 only.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import dataclasses
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+# Without the networking flags Chromium keeps dialling Google's hosts, which a closed network refuses.
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+RENDERED = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+EXCEPTION = '[data-testid="stException"]'
+MAIN = '[data-testid="stMain"]'
+
+
+# ---------------------------------------------------------------------------------------------
+# The pages, read from app.py without importing it (importing would need a running Streamlit).
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PageEntry:
+    script: str  # e.g. "pages/rope.py"
+    title: str
+    url_path: str
+    default: bool
+
+    @property
+    def url(self) -> str:
+        """Path of the page on the server; the default page is served at the root."""
+        return "/" if self.default else f"/{self.url_path}"
+
+
+def app_pages(app: Path = ROOT / "app.py") -> list[PageEntry]:
+    """Every ``st.Page(...)`` in app.py, in the order of the navigation menu."""
+    calls = sorted((node for node in ast.walk(ast.parse(app.read_text(), str(app))) if isinstance(node, ast.Call)),
+                   key=lambda node: (node.lineno, node.col_offset))
+    pages = []
+    for node in calls:
+        if getattr(node.func, "attr", getattr(node.func, "id", None)) == "Page":
+            kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg in ("title", "url_path", "default")}
+            script = ast.literal_eval(node.args[0])
+            pages.append(PageEntry(script, kw.get("title", Path(script).stem),
+                                   kw.get("url_path", Path(script).stem), bool(kw.get("default", False))))
+    return pages
+
+
+# ---------------------------------------------------------------------------------------------
+# Server
+# ---------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The process's peak resident memory (VmHWM), in MB; None when /proc cannot tell."""
+    try:
+        match = re.search(r"^VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    except OSError:
+        return None
+    return int(match.group(1)) / 1024 if match else None
+
+
+class StreamlitServer:
+    """``streamlit run app.py`` on a free 127.0.0.1 port, stopped (with its log kept) on exit."""
+
+    def __init__(self, models: str | Path | None = None, env: dict | None = None, log: Path | None = None,
+                 root: str | Path = ROOT):
+        self.root = Path(root)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
+        if models is not None:
+            self.env["POSVIZ_MODELS"] = str(models)
+        self.log_path = log or Path(tempfile.mkstemp(prefix="posviz-server-", suffix=".log")[1])
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "StreamlitServer":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")
+        cmd = [sys.executable, "-m", "streamlit", "run", "app.py",
+               "--server.headless", "true", "--server.port", str(self.port), "--server.address", "127.0.0.1",
+               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+        self.process = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        try:
+            self.wait_healthy(timeout=90)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/_stcore/health", timeout=5) as response:
+                return response.status == 200 and response.read().strip() == b"ok"
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"streamlit exited with code {self.process.returncode}:\n{self.log_tail()}")
+            if self.healthy():
+                return
+            time.sleep(0.25)
+        raise TimeoutError(f"streamlit not healthy after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def peak_rss_mb(self) -> float | None:
+        return peak_rss_mb(self.process.pid)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Browser
+# ---------------------------------------------------------------------------------------------
+def launch_chromium(playwright):
+    """Debian's Chromium, headless, with the flags this closed network needs."""
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium).")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+
+
+def wait_rendered(page, timeout_ms: float = 60_000) -> None:
+    """Wait until Streamlit has drawn the page and its script is idle.
+
+    The app element exists before the first run starts, so wait for the main block to be drawn, then
+    for a quiet moment in which the script state stays ``notRunning``.
+    """
+    page.wait_for_selector(MAIN, timeout=timeout_ms)
+    page.wait_for_selector(RENDERED, timeout=timeout_ms)
+    page.wait_for_timeout(300)
+    page.wait_for_selector(RENDERED, timeout=timeout_ms)
+
+
+def exception_texts(page) -> list[str]:
+    return [e.inner_text()[:2000] for e in page.query_selector_all(EXCEPTION)]
+
+
+def main_text(page) -> str:
+    return page.inner_text(MAIN)
+
+
+def move_a_widget(page) -> str:
+    """Change one input on the page the way a person would; return what was changed.
+
+    In the main area: a slider (arrow key on its thumb), else a select box (pick another option),
+    else a checkbox or toggle, else a radio. A page without any falls back to the sidebar's
+    presentation-mode toggle. Every widget writes its value to the URL, so the query string changes.
+    """
+    main = page.locator(MAIN)
+    slider = main.locator('[data-testid="stSlider"] [role="slider"]').first
+    if slider.count():
+        label = _label_of(main.locator('[data-testid="stSlider"]').first)
+        slider.focus()
+        before = slider.get_attribute("aria-valuenow")
+        slider.press("ArrowRight")
+        if slider.get_attribute("aria-valuenow") == before:  # at its maximum already
+            slider.press("ArrowLeft")
+        return f"slider {label!r}"
+    select = main.locator('[data-testid="stSelectbox"]').first
+    if select.count():
+        label = _label_of(select)
+        select.locator('[role="combobox"], input').first.click()
+        options = page.locator('[role="option"]')
+        options.first.wait_for(timeout=10_000)
+        for i in range(options.count()):
+            if options.nth(i).get_attribute("aria-selected") != "true":
+                options.nth(i).click()
+                break
+        return f"select box {label!r}"
+    check = main.locator('[data-testid="stCheckbox"] label').first
+    if check.count():
+        label = check.inner_text().strip()
+        check.click()
+        return f"checkbox {label!r}"
+    radio = main.locator('[data-testid="stRadio"] label:has(input:not(:checked))').first
+    if radio.count():
+        label = radio.inner_text().strip()
+        radio.click()
+        return f"radio option {label!r}"
+    toggle = page.locator('[data-testid="stSidebar"] [data-testid="stCheckbox"] label').first
+    if toggle.count():
+        toggle.click()
+        return f"sidebar toggle {toggle.inner_text().strip()!r}"
+    raise AssertionError("no slider, select box, checkbox, radio or sidebar toggle on the page to move")
+
+
+def _label_of(widget) -> str:
+    label = widget.locator('[data-testid="stWidgetLabel"]').first
+    return label.inner_text().strip() if label.count() else "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# Load
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class LoadResult:
+    sessions: int
+    seconds: float
+    answers: list[int]  # reruns completed per session
+    exceptions: list[str]
+    errors: list[str]  # sessions that stopped answering, with why
+    peak_rss_mb: float | None
+    healthy_after: bool
+
+    def summary(self) -> str:
+        total = sum(self.answers)
+        lines = [f"{self.sessions} sessions for {self.seconds:.0f} s: {total} answers "
+                 f"({total / self.seconds:.2f}/s), per session {self.answers}",
+                 f"exceptions shown: {len(self.exceptions)}; sessions that stopped answering: {len(self.errors)}",
+                 f"server peak RSS (VmHWM): {self.peak_rss_mb:.0f} MB" if self.peak_rss_mb else "server peak RSS: n/a",
+                 f"health endpoint after the load: {'ok' if self.healthy_after else 'FAILED'}"]
+        return "\n".join(lines + [f"  {e}" for e in self.errors + self.exceptions])
+
+
+def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: float,
+             answer_timeout_ms: float = 90_000) -> LoadResult:
+    """``sessions`` tabs on ``page_path`` moving a widget in turn until ``seconds`` have passed.
+
+    One Chromium with one context per session. The tabs are driven round-robin from this thread
+    (Playwright's sync API is single-threaded): each step moves a widget in one tab without waiting,
+    so the server always has several reruns queued from different sessions at once.
+    """
+    from playwright.sync_api import sync_playwright
+
+    answers, errors, exceptions = [0] * sessions, [], []
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            tabs = []
+            for _ in range(sessions):
+                tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                tab.goto(server.url + page_path, wait_until="domcontentloaded")
+                tabs.append(tab)
+            for tab in tabs:
+                wait_rendered(tab, answer_timeout_ms)
+            alive = set(range(sessions))
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and alive:
+                for i in sorted(alive):  # start a rerun in every tab, then collect them all
+                    try:
+                        move_a_widget(tabs[i])
+                    except Exception as exc:  # a tab that cannot be driven counts as not answering
+                        errors.append(f"session {i}: {type(exc).__name__}: {str(exc)[:200]}")
+                        alive.discard(i)
+                for i in sorted(alive):
+                    try:
+                        wait_rendered(tabs[i], answer_timeout_ms)
+                        answers[i] += 1
+                        exceptions += [f"session {i}: {t}" for t in exception_texts(tabs[i])]
+                    except Exception as exc:
+                        errors.append(f"session {i}: no answer: {type(exc).__name__}: {str(exc)[:200]}")
+                        alive.discard(i)
+        finally:
+            browser.close()
+    return LoadResult(sessions, seconds, answers, exceptions, errors, server.peak_rss_mb(), server.healthy())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--page", default="extrapolation", help="url_path of the page to load (see app.py)")
+    parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_MODELS or models/)")
+    parser.add_argument("--max-rss-mb", type=float, default=4096, help="fail if the server's peak RSS exceeds this")
+    args = parser.parse_args(argv)
+    paths = {p.url_path: p.url for p in app_pages()}
+    if args.page not in paths:
+        parser.error(f"unknown page {args.page!r}; pages: {', '.join(paths)}")
+    with StreamlitServer(models=args.models) as server:
+        print(f"server {server.url} (pid {server.process.pid}); loading {paths[args.page]} ...", flush=True)
+        result = run_load(server, paths[args.page], args.sessions, args.seconds)
+    print(result.summary())
+    ok = (not result.exceptions and not result.errors and result.healthy_after and all(result.answers)
+          and (result.peak_rss_mb or 0) <= args.max_rss_mb)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The results section of the README, drawn by the project's own code from the shipped metrics.
+
+``python -m posviz.report`` writes ``docs/bpb_vs_length.svg`` (a dependency-free SVG line chart) and
+prints the Markdown table of bits per byte vs evaluation length for every shipped checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import math
+from pathlib import Path
+
+from .checkpoint import read_config, read_metrics, shipped_checkpoints
+
+COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
+
+
+def curves(models=None) -> tuple[dict[str, dict[int, float | None]], int]:
+    """{checkpoint (and rope scaling) name: {length: bpb}} and the training length."""
+    out, train_length = {}, None
+    for name, folder in shipped_checkpoints(models).items():
+        metrics, config = read_metrics(folder), read_config(folder)
+        train_length = config["model"]["train_length"]
+        ev = metrics.get("eval", {})
+        out[name] = {int(k): v for k, v in ev.get("nonoverlapping_bpb", {}).items()}
+        for scaling, block in ev.get("rope_scalings", {}).items():
+            row = {int(k): v for k, v in block["nonoverlapping_bpb"].items()}
+            base = out[name].get(train_length)
+            out[f"{name}+{scaling}"] = {train_length: base, **row} if base is not None else row
+    return out, train_length or 0
+
+
+def markdown_table(data: dict[str, dict[int, float | None]], train_length: int) -> str:
+    lengths = sorted({n for row in data.values() for n in row})
+    head = "| checkpoint | " + " | ".join(f"{n:,} ({n // train_length}×)" for n in lengths) + " |"
+    sep = "|---|" + "---:|" * len(lengths)
+    rows = []
+    for name, row in data.items():
+        cells = []
+        for n in lengths:
+            v = row.get(n, "")
+            cells.append("—" if v == "" else ("cannot run" if v is None else f"{v:.3f}"))
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join([head, sep, *rows])
+
+
+def svg_chart(data: dict[str, dict[int, float | None]], train_length: int, width: int = 760, height: int = 420,
+              title: str = "Bits per byte vs evaluation length (non-overlapping windows)") -> str:
+    pad_l, pad_r, pad_t, pad_b = 60, 170, 40, 50
+    points = [(n, v) for row in data.values() for n, v in row.items() if v is not None]
+    xs = [math.log2(n) for n, _ in points]
+    x0, x1 = min(xs), max(xs)
+    ys = sorted(v for _, v in points)
+    y0 = math.floor(ys[0] * 10) / 10
+    y1 = min(ys[-1], ys[0] + 3.0)  # clip exploding curves so the interesting band stays readable
+    y1 = math.ceil(y1 * 10) / 10
+    X = lambda n: pad_l + (math.log2(n) - x0) / max(1e-9, x1 - x0) * (width - pad_l - pad_r)
+    Y = lambda v: pad_t + (1 - (min(v, y1) - y0) / max(1e-9, y1 - y0)) * (height - pad_t - pad_b)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+             f'<rect width="{width}" height="{height}" fill="white"/>',
+             f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{html.escape(title)}</text>']
+    for e in range(int(x0), int(x1) + 1):
+        n = 2 ** e
+        parts.append(f'<line x1="{X(n):.1f}" x2="{X(n):.1f}" y1="{pad_t}" y2="{height - pad_b}" stroke="#eee"/>')
+        parts.append(f'<text x="{X(n):.1f}" y="{height - pad_b + 16}" text-anchor="middle">{n:,}</text>')
+    steps = max(1, round((y1 - y0) / 0.5 * 2)) if y1 - y0 > 1 else 5
+    for i in range(steps + 1):
+        v = y0 + (y1 - y0) * i / steps
+        parts.append(f'<line x1="{pad_l}" x2="{width - pad_r}" y1="{Y(v):.1f}" y2="{Y(v):.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{pad_l - 6}" y="{Y(v) + 4:.1f}" text-anchor="end">{v:.2f}</text>')
+    parts.append(f'<line x1="{X(train_length):.1f}" x2="{X(train_length):.1f}" y1="{pad_t}" y2="{height - pad_b}" '
+                 f'stroke="#333" stroke-dasharray="4 3"/>')
+    parts.append(f'<text x="{X(train_length) + 4:.1f}" y="{pad_t + 12}">training length {train_length}</text>')
+    parts.append(f'<text x="{(pad_l + width - pad_r) / 2}" y="{height - 12}" text-anchor="middle">evaluation length (bytes, log scale)</text>')
+    parts.append(f'<text transform="translate(16 {height / 2}) rotate(-90)" text-anchor="middle">bits per byte (lower is better)</text>')
+    for i, (name, row) in enumerate(data.items()):
+        colour = COLOURS[i % len(COLOURS)]
+        dash = ' stroke-dasharray="5 3"' if "+" in name else ""
+        pts = [(X(n), Y(v)) for n, v in sorted(row.items()) if v is not None]
+        if len(pts) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
+        for x, y in pts:
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
+        ly = pad_t + 10 + i * 18
+        parts.append(f'<line x1="{width - pad_r + 12}" x2="{width - pad_r + 36}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2"{dash}/>')
+        parts.append(f'<text x="{width - pad_r + 42}" y="{ly + 4}">{html.escape(name)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="Draw the README's bpb-vs-length chart and table from the shipped metrics.")
+    ap.add_argument("--out", default="docs/bpb_vs_length.svg")
+    ap.add_argument("--with-scalings", action="store_true", help="also draw the rope checkpoint under each scaling")
+    args = ap.parse_args(argv)
+    data, L = curves()
+    base = {k: v for k, v in data.items() if "+" not in k}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(svg_chart(data if args.with_scalings else base, L))
+    scal = Path(args.out).with_name("rope_scalings_vs_length.svg")
+    scal.write_text(svg_chart({k: v for k, v in data.items() if k.startswith("rope") or k in ("alibi", "t5")}, L,
+                              title="RoPE context extension vs ALiBi and T5"))
+    print(markdown_table(data, L))
+
+
+if __name__ == "__main__":
+    main()

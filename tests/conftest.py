@@ -1,0 +1,62 @@
+"""Shared fixtures: small *real* checkpoints for every registered method, built once per session.
+
+They are randomly initialised (no training), saved and evaluated with the same code that builds the
+shipped set, so pages and labs can be tested quickly without depending on the shipped weights.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+from posviz.checkpoint import read_metrics, save_checkpoint, write_metrics  # noqa: E402
+from posviz.config import ModelConfig  # noqa: E402
+from posviz.data import load_corpus  # noqa: E402
+from posviz.evaluate import evaluate_checkpoint  # noqa: E402
+from posviz.model import GPT  # noqa: E402
+from posviz.positions import method_names  # noqa: E402
+
+TINY = dict(n_layer=2, n_head=4, n_embd=32, train_length=32)
+
+
+def tiny_model(method: str, seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(position=method, **{**TINY, **overrides})
+    return GPT(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    return load_corpus()
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory, corpus) -> Path:
+    """A models/ folder with one tiny checkpoint per method, complete with metrics.json."""
+    root = tmp_path_factory.mktemp("models")
+    data = corpus.eval_stream(1 << 12)
+    for i, method in enumerate(method_names()):
+        folder = root / method
+        model = tiny_model(method, seed=i)
+        save_checkpoint(model, folder, {"train": {"method": method, "note": "untrained test checkpoint"}},
+                        {"val_bpb_at_train_length": None, "parameters": model.num_parameters(), "train_curve": []})
+        metrics = read_metrics(folder)
+        metrics["eval"] = evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16), copy_gaps=(0, 16, 64),
+                                              progress=False)
+        metrics["val_bpb_at_train_length"] = metrics["eval"]["nonoverlapping_bpb"][str(TINY["train_length"])]
+        write_metrics(folder, metrics)
+    return root
+
+
+@pytest.fixture()
+def tiny_models(tiny_models_dir, monkeypatch) -> Path:
+    """Point the app and posviz.checkpoint.models_dir() at the tiny checkpoints."""
+    monkeypatch.setenv("POSVIZ_MODELS", str(tiny_models_dir))
+    return tiny_models_dir

@@ -1,0 +1,107 @@
+"""The training CLI end to end: one process, and two processes under torchrun (DDP, gloo on CPU).
+
+These run the real ``python -m posviz.train`` in a subprocess on a few thousand bytes of the real
+corpus, so they check what a contributor running the README command gets.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from posviz.checkpoint import load_checkpoint
+from posviz.config import ModelConfig
+from posviz.model import GPT
+from posviz.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = Path(sys.executable)
+TORCHRUN = PYTHON.parent / "torchrun"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run(command: list[str], timeout: int = 180) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_cli_trains_and_writes_a_complete_checkpoint(tmp_path):
+    out = tmp_path / "alibi"
+    recipe = ["tokens=8192", "n_embd=32", "n_layer=1", "train_length=32", "batch_size=4", "eval_bytes=4096", "log_every=1"]
+    run([str(PYTHON), "-m", "posviz.train", "--method", "alibi", "--out", str(out), "--set", *recipe])
+
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "metrics.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert set(config) == {"model", "train", "corpus", "trained_on", "versions"}
+    model_config = ModelConfig.from_dict(config["model"])  # strict: no stray keys
+    assert (model_config.position, model_config.n_embd, model_config.n_layer, model_config.train_length) == ("alibi", 32, 1, 32)
+    assert set(config["train"]) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert config["train"]["tokens"] == 8192 and config["train"]["batch_size"] == 4
+    assert config["trained_on"]["processes"] == 1 and config["trained_on"]["device"] == "cpu"
+    assert {"train_files", "validation_files", "file_list_sha256"} <= set(config["corpus"])
+    assert set(config["versions"]) == {"python", "torch"}
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) == {"train_curve", "final_train_bpb", "steps", "tokens", "parameters", "val_bpb_at_train_length"}
+    steps = 8192 // (4 * 32)
+    assert metrics["steps"] == steps and metrics["tokens"] == 8192
+    curve = metrics["train_curve"]
+    assert [point["step"] for point in curve] == list(range(steps))  # log_every=1: every step
+    assert all(set(point) == {"step", "tokens", "train_bpb", "seconds"} for point in curve)
+    assert curve[-1]["tokens"] == 8192 and metrics["final_train_bpb"] == curve[-1]["train_bpb"]
+    assert curve[0]["train_bpb"] > 7.5  # a random byte model starts near log2(256) = 8 bits
+    assert metrics["final_train_bpb"] < curve[0]["train_bpb"] - 1.0  # and 64 steps teach it something
+    assert 0 < metrics["val_bpb_at_train_length"] < curve[0]["train_bpb"]
+
+    model = load_checkpoint(out)
+    assert metrics["parameters"] == model.num_parameters() == GPT(model_config).num_parameters()
+
+
+def test_torchrun_on_two_processes_matches_one_process(tmp_path):
+    """DDP splits each global batch of 4 into 2 + 2 and averages the gradients, which is the mean over
+    the 4 sequences, so it must train the same weights as one process. Not bit-for-bit: the all-reduce
+    adds the two halves' float32 gradients in another order than one backward pass over 4 rows, and
+    the stored weights are fp16, so such a last-bit difference can round to a neighbouring fp16 value.
+    Hence: equal to 1 fp16 step (2^-10 relative), and almost every weight bit-identical. bf16 autocast
+    is off: its per-shape rounding of matmuls would differ between batches of 2 and 4 by itself."""
+    recipe = ["tokens=768", "n_embd=32", "n_layer=2", "train_length=32", "batch_size=4", "eval_bytes=4096",
+              "log_every=1", "autocast_bf16=false"]
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    run([str(PYTHON), "-m", "posviz.train", "--method", "shaw", "--out", str(single), "--set", *recipe])
+    run([str(TORCHRUN), "--standalone", "--nproc_per_node", "2", "-m", "posviz.train", "--method", "shaw",
+         "--out", str(ddp), "--set", *recipe])
+
+    config_single = json.loads((single / "config.json").read_text())
+    config_ddp = json.loads((ddp / "config.json").read_text())
+    assert config_single["trained_on"]["processes"] == 1 and config_ddp["trained_on"]["processes"] == 2
+    assert config_ddp["train"] == config_single["train"] and config_ddp["model"] == config_single["model"]
+
+    a, b = load_file(str(single / "model.safetensors")), load_file(str(ddp / "model.safetensors"))
+    assert set(a) == set(b)
+    identical = total = 0
+    for name in a:
+        torch.testing.assert_close(b[name].float(), a[name].float(), rtol=2**-10, atol=1e-6, msg=name)
+        identical += int((a[name] == b[name]).sum())
+        total += a[name].numel()
+    assert identical / total > 0.999, f"only {identical}/{total} weights identical"
+    # training moved the weights: the comparison is not between two copies of the same init
+    with torch.random.fork_rng():
+        torch.manual_seed(config_single["train"]["seed"])  # the recipe's initial weights
+        init = GPT(ModelConfig.from_dict(config_single["model"]))
+    assert not torch.allclose(a["blocks.0.attn.c_attn.weight"].float(), init.blocks[0].attn.c_attn.weight.half().float())
+
+    # rank 0 logs the loss of the whole global batch, so the curves agree too
+    curve_single = json.loads((single / "metrics.json").read_text())["train_curve"]
+    curve_ddp = json.loads((ddp / "metrics.json").read_text())["train_curve"]
+    assert len(curve_single) == len(curve_ddp) == 6
+    for p, q in zip(curve_single, curve_ddp):
+        assert (p["step"], p["tokens"]) == (q["step"], q["tokens"])
+        assert q["train_bpb"] == pytest.approx(p["train_bpb"], abs=2e-4)
