@@ -31,32 +31,35 @@ def _as_tensor(data) -> torch.Tensor:
 
 
 def check_length(length: int, n_bytes: int) -> None:
-    if not isinstance(length, (int, np.integer)) or length < 2:
+    """``length`` is the number of positions the model sees: a window needs length + 1 bytes."""
+    if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 2:
         raise PosvizError(f"evaluation length must be an integer of at least 2 bytes, got {length!r}")
-    if length > n_bytes:
-        raise PosvizError(f"evaluation length {length:,} is longer than the text ({n_bytes:,} bytes)")
+    if length + 1 > n_bytes:
+        raise PosvizError(f"evaluation length {length:,} needs {length + 1:,} bytes of text (inputs plus the next byte "
+                          f"to predict), but the text has {n_bytes:,} bytes")
 
 
 @torch.no_grad()
 def position_losses(model: GPT, data, length: int, batch_tokens: int = 1 << 15, max_windows: int | None = None,
                     progress: bool = False) -> torch.Tensor:
-    """Loss in nats of every prediction in non-overlapping windows of ``length`` bytes.
+    """Loss in nats of every prediction in non-overlapping windows of ``length`` positions.
 
-    Returns (n_windows, length - 1): row w, column i is the loss of predicting byte i+1 of window w
-    from the bytes before it *in its window* (the ALiBi paper's non-overlapping evaluation).
+    Returns (n_windows, length): row w, column i is the loss of predicting the byte after position i
+    of window w from the i + 1 bytes before it *in its window* (the ALiBi paper's non-overlapping
+    evaluation). The model sees positions 0 .. length-1, exactly as in training at that length.
     """
     data = _as_tensor(data)
     check_length(length, data.numel())
-    n_windows = data.numel() // length
+    n_windows = (data.numel() - 1) // length
     if max_windows is not None:
         n_windows = min(n_windows, max_windows)
-    windows = data[: n_windows * length].view(n_windows, length).to(model.device)
+    inputs = data[: n_windows * length].view(n_windows, length).to(model.device)  # (W, L)
+    targets = data[1 : n_windows * length + 1].view(n_windows, length).to(model.device)  # (W, L)
     per_batch = max(1, batch_tokens // length)
     out = []
     for start in tqdm(range(0, n_windows, per_batch), disable=not progress, desc=f"L={length}", leave=False):
-        chunk = windows[start : start + per_batch]
-        logits = model(chunk[:, :-1]).logits.float()  # (b, L-1, V)
-        out.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none").cpu())
+        logits = model(inputs[start : start + per_batch]).logits.float()  # (b, L, V)
+        out.append(F.cross_entropy(logits.transpose(1, 2), targets[start : start + per_batch], reduction="none").cpu())
     return torch.cat(out)
 
 
@@ -152,9 +155,10 @@ def scaling_factors(name: str, length: int, train_length: int) -> float | None:
 
 
 def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=(0, 16, 64, 128, 192, 512, 1024, 2048),
-                        progress: bool = True) -> dict:
+                        progress: bool = True, validation=None) -> dict:
     """The full "eval" block of a checkpoint's metrics.json: bpb vs length, the copy probe and, for
-    rope, every inference scaling. Lengths too long for the data are skipped."""
+    rope, every inference scaling. Lengths too long for the data are skipped. ``validation``: the
+    whole validation split, scored at train_length as well (the headline quality number)."""
     from .checkpoint import load_checkpoint
     from .positions.rope_scaling import ROPE_SCALINGS
 
@@ -165,6 +169,8 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     block, seconds = timed(eval_table, model, data, lengths, progress)
     block = {"nonoverlapping_bpb": block, "lengths_x_train": {str(n): n / L for n in lengths},
              "eval_bytes": int(data.numel()), "seconds": round(seconds, 2)}
+    if validation is not None:
+        block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
     block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
     if model.config.position == "rope":
         scalings = {}

@@ -17,15 +17,17 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="*", default=None, help="checkpoint names (default: all)")
     ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
     args = ap.parse_args(argv)
-    data = load_corpus().eval_stream(args.eval_bytes)
+    corpus = load_corpus()
+    data = corpus.eval_stream(args.eval_bytes)
     for name, folder in shipped_checkpoints().items():
         if args.only and name not in args.only:
             continue
-        block = evaluate_checkpoint(folder, data)
+        block = evaluate_checkpoint(folder, data, validation=corpus.validation)
         metrics = read_metrics(folder)
         metrics["eval"] = block
         write_metrics(folder, metrics)
-        print(name, block["nonoverlapping_bpb"], "copy:", block["copy_probe"], flush=True)
+        print(name, "validation split:", block["validation_split_bpb"], block["nonoverlapping_bpb"],
+              "copy:", block["copy_probe"], flush=True)
 
 
 if __name__ == "__main__":

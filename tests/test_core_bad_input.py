@@ -88,11 +88,11 @@ def test_evaluation_lengths_that_make_no_sense(nope, length):
 
 
 def test_evaluation_lengths_longer_than_the_text(nope):
-    with pytest.raises(PosvizError, match=rf"evaluation length {N + 1} is longer than the text \({N} bytes\)"):
-        position_losses(nope, TEXT, N + 1)
-    assert position_losses(nope, TEXT, N).shape == (1, N - 1)  # the whole text is one window
+    with pytest.raises(PosvizError, match=rf"evaluation length {N} needs {N + 1} bytes of text .* has {N} bytes"):
+        position_losses(nope, TEXT, N)
+    assert position_losses(nope, TEXT, N - 1).shape == (1, N - 1)  # the whole text is one window
     # a window of W predictions needs W + 1 bytes: W = the whole text used to divide by zero
-    with pytest.raises(PosvizError, match=rf"window of {N} bytes needs at least {N + 1} bytes of text, got {N}"):
+    with pytest.raises(PosvizError, match=rf"{N} needs {N + 1} bytes of text"):
         sliding_window_bpb(nope, TEXT, N, 10)
     assert sliding_window_bpb(nope, TEXT, N - 1, 10) > 0  # the largest window that fits works
     for stride in (0, -1, 33, 1.5):
@@ -102,8 +102,8 @@ def test_evaluation_lengths_longer_than_the_text(nope):
 
 def test_evaluation_past_a_learned_table():
     learned = tiny_model("learned")  # 32 positions
-    with pytest.raises(PositionLimitError, match=r"32 rows .* position 62 was asked for"):
-        bits_per_byte(learned, TEXT, 64)  # 63 inputs predict the 63 bytes after the first
+    with pytest.raises(PositionLimitError, match=r"32 rows .* position 63 was asked for"):
+        bits_per_byte(learned, TEXT, 64)  # 64 inputs at positions 0..63: the table stops at 31
     table = eval_table(learned, TEXT, [32, 64], progress=False)
     assert table["64"] is None and table["32"] > 0  # the table says "cannot run" instead of failing
     probe = copy_probe(learned, TEXT, [0, 40], string_length=8, trials=2)  # 8 + 40 + 8 > 32 positions
@@ -126,7 +126,7 @@ def test_copy_probe_arguments(nope):
 
 def test_check_length_accepts_numpy_integers():
     check_length(np.int64(8), 10)  # lengths from pandas/numpy widgets are fine
-    with pytest.raises(PosvizError, match="longer than the text"):
+    with pytest.raises(PosvizError, match="needs 12 bytes of text"):
         check_length(np.int32(11), 10)
 
 

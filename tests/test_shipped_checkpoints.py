@@ -1,0 +1,72 @@
+"""The shipped set: one checkpoint per registered method, one recipe, complete metrics, reproducible.
+
+These run on the real ``models/`` folder (not the tiny test models): the product ships them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from posviz.checkpoint import load_checkpoint, read_config, read_metrics, shipped_checkpoints
+from posviz.data import load_corpus
+from posviz.evaluate import bits_per_byte
+from posviz.positions import method_names
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+SHIPPED = shipped_checkpoints(MODELS)
+RECIPE_FIELDS_THAT_MAY_DIFFER = {"method", "position_options"}
+
+
+def test_every_registered_method_ships_a_checkpoint():
+    assert list(SHIPPED) == method_names()
+
+
+def test_models_folder_stays_small():
+    total = sum(p.stat().st_size for p in MODELS.rglob("*") if p.is_file())
+    assert total < 40 * 1024 * 1024, f"models/ holds {total / 2**20:.1f} MiB; the limit is 40 MiB"
+
+
+def test_one_recipe_for_all():
+    recipes = {name: read_config(folder)["train"] for name, folder in SHIPPED.items()}
+    shared = [{k: v for k, v in r.items() if k not in RECIPE_FIELDS_THAT_MAY_DIFFER} for r in recipes.values()]
+    assert all(s == shared[0] for s in shared), "the checkpoints were trained with different recipes"
+    models = [{k: v for k, v in read_config(f)["model"].items() if k not in ("position", "position_options")}
+              for f in SHIPPED.values()]
+    assert all(m == models[0] for m in models)
+    for name, recipe in recipes.items():
+        assert recipe["method"] == name == read_config(SHIPPED[name])["model"]["position"]
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_config_and_metrics_are_complete(name):
+    folder = SHIPPED[name]
+    config, metrics = read_config(folder), read_metrics(folder)
+    assert {"model", "train", "corpus", "trained_on", "versions"} <= set(config)
+    assert config["trained_on"]["seconds"] > 0 and config["corpus"]["train_files"] > 100
+    steps = config["train"]["tokens"] // (config["train"]["batch_size"] * config["train"]["train_length"])
+    assert metrics["steps"] == steps and metrics["train_curve"][-1]["step"] == steps - 1
+    L = config["model"]["train_length"]
+    table = metrics["eval"]["nonoverlapping_bpb"]
+    for multiple in (1, 2, 4, 8, 16):
+        assert str(multiple * L) in table
+    assert table[str(L)] is not None and table[str(L)] < 2.2  # the quality bar at the training length
+    assert metrics["eval"]["validation_split_bpb"] < 2.2
+    if load_checkpoint(folder).position.max_positions is None:
+        assert all(v is not None for v in table.values()), "a method without a length limit must run at every length"
+    else:
+        assert table[str(2 * L)] is None  # learned absolute cannot run past its table
+    assert metrics["eval"]["copy_probe"]
+    if name == "rope":
+        assert set(metrics["eval"]["rope_scalings"]) == {"linear", "ntk", "dynamic", "yarn", "llama3"}
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_short_evaluation_reproduces_the_stored_number(name):
+    folder = SHIPPED[name]
+    config, metrics = read_config(folder), read_metrics(folder)
+    model = load_checkpoint(folder)  # also checks every tensor's name and shape against config.json
+    data = load_corpus().eval_stream(config["train"]["eval_bytes"])
+    measured = bits_per_byte(model, data, config["model"]["train_length"])
+    stored = metrics["val_bpb_at_train_length"]
+    assert abs(measured - stored) / stored < 0.01, (measured, stored)
