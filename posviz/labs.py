@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from .checkpoint import WEIGHTS, load_checkpoint, read_config, read_metrics
 from .errors import PosvizError, PositionLimitError
-from .evaluate import copy_probe
+from .evaluate import position_losses, copy_probe
 from .limits import (
     CACHE_ENTRIES,
     MAX_KV_CACHE_POSITIONS,
@@ -210,8 +210,9 @@ def check_eval_length(model: GPT, length: int, n_bytes: int | None = None) -> No
     if length > cap:
         raise PosvizError(f"The evaluation length {length:,} is past this device's cap of {cap:,} bytes "
                           f"({cap // model.config.train_length} × the training length). Choose a shorter length.")
-    if n_bytes is not None and length > n_bytes:
-        raise PosvizError(f"The evaluation length {length:,} is longer than the text ({n_bytes:,} bytes). "
+    if n_bytes is not None and length + 1 > n_bytes:
+        raise PosvizError(f"The evaluation length {length:,} needs {length + 1:,} bytes of text, but the text has "
+                          f"{n_bytes:,} bytes. "
                           "Choose a shorter length or a longer text.")
 
 
@@ -229,10 +230,10 @@ class LengthScore:
 
     length: int
     n_windows: int
-    n_bytes: int  # bytes covered by the windows (n_windows * length)
+    n_bytes: int  # bytes covered: n_windows * length inputs plus the byte the last position predicts
     bpb: float  # mean bits per predicted byte
-    position_bits: np.ndarray  # (length,) mean loss at each position in the window; [0] is NaN (no context)
-    byte_bits: np.ndarray  # (n_bytes,) loss of each byte, NaN at the first byte of each window
+    position_bits: np.ndarray  # (length,) mean loss of the prediction made at each position of a window
+    byte_bits: np.ndarray  # (n_bytes,) loss of each byte; NaN at byte 0, which nothing predicts
     seconds: float
 
 
@@ -251,20 +252,14 @@ def score_at_length(model: GPT, ids, length: int, budget: int | None = None) -> 
     ids = _ids_on(model, ids)
     check_eval_length(model, length, ids.numel())
     budget = budget or length_cap(model)
-    n_windows = windows_for(length, ids.numel(), budget)
+    n_windows = windows_for(length, ids.numel() - 1, budget)
     start = time.perf_counter()
-    windows = ids[: n_windows * length].view(n_windows, length)  # (n, L)
-    per_batch = max(1, (1 << 15) // length)
-    rows = []
-    for i in range(0, n_windows, per_batch):
-        chunk = windows[i : i + per_batch]
-        logits = model(chunk[:, :-1]).logits.float()  # (b, L-1, V)
-        rows.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none").cpu())
-    bits = torch.cat(rows).numpy() / LN2  # (n, L-1): column i predicts byte i+1 of its window
+    # the same code as the shipped curves: windows of `length` positions, each predicting the next byte
+    bits = position_losses(model, ids[: n_windows * length + 1], length).numpy() / LN2  # (n, L)
     seconds = time.perf_counter() - start
-    with_first = np.concatenate((np.full((n_windows, 1), np.nan), bits), axis=1)  # (n, L)
-    return LengthScore(length, n_windows, n_windows * length, float(bits.mean()), _col_mean(with_first),
-                       with_first.reshape(-1), seconds)
+    byte_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # byte 0 has no context; byte j is predicted at j-1
+    return LengthScore(length, n_windows, n_windows * length + 1, float(bits.mean()), bits.mean(axis=0),
+                       byte_bits, seconds)
 
 
 def shipped_bpb_curve(folder: str | Path) -> list[tuple[int, float | None]]:
@@ -752,14 +747,13 @@ def compare_lengths(model: GPT, ids, length: int) -> dict:
     ids = _ids_on(model, ids)
     check_eval_length(model, 2 * length, ids.numel())
     budget = length_cap(model)
-    n = windows_for(2 * length, ids.numel(), budget) * 2 * length
-    long = score_at_length(model, ids[:n], 2 * length, budget=n)
-    short = score_at_length(model, ids[:n], length, budget=n)
-    long_bits = long.byte_bits.reshape(-1, 2 * length)  # (windows, 2L)
-    short_bits = short.byte_bits.reshape(-1, 2 * length)  # the same bytes, scored in windows of L
-    with np.errstate(invalid="ignore"):
-        diff = long_bits - short_bits
-    # Position L of the 2L window starts a new L window: no context there in the short scoring.
+    n = windows_for(2 * length, ids.numel() - 1, budget) * 2 * length  # predictions scored both ways
+    long = score_at_length(model, ids[: n + 1], 2 * length, budget=n)
+    short = score_at_length(model, ids[: n + 1], length, budget=n)
+    # byte_bits[j + 1] is the prediction made at text position j: fold both into rows of 2L positions
+    long_bits = long.byte_bits[1:].reshape(-1, 2 * length)  # (windows, 2L)
+    short_bits = short.byte_bits[1:].reshape(-1, 2 * length)  # the same predictions, in windows of L
+    diff = long_bits - short_bits
     return {"length": length, "position": np.arange(2 * length), "long": _col_mean(long_bits),
             "short": _col_mean(short_bits), "diff": _col_mean(diff), "bpb_long": long.bpb, "bpb_short": short.bpb,
             "n_windows": long_bits.shape[0]}
