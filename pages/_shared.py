@@ -31,9 +31,14 @@ h1 { font-size: 3rem !important; } h2 { font-size: 2.2rem !important; }
 # so a link reproduces the view. Junk values fall back to the default with a notice.
 # ---------------------------------------------------------------------------------------------
 def _notice_junk(key: str, raw: str, default) -> None:
-    st.session_state.setdefault("_url_notices", []).append(
-        f"Ignored URL parameter {key}={raw[:40]!r}; using the default {default!r}."
-    )
+    # The value sits in a code span, so a link's text can never become Markdown (images, links, colours).
+    shown = repr(raw[:40]).replace("`", "'")
+    message = f"Ignored URL parameter {key}=`{shown}`; using the default `{default!r}`."
+    slot = st.session_state.get("_url_notice_slot")
+    if slot is None:  # before page_header has drawn the title: shown by page_header
+        st.session_state.setdefault("_url_notices", []).append(message)
+    else:  # parameters read by the page body: shown right under the title, in this same run
+        slot.warning(message, icon="⚠️")
 
 
 def qp_int(key: str, default: int, lo: int, hi: int) -> int:
@@ -111,8 +116,11 @@ def sync_url(**values) -> None:
 
 
 def show_url_notices() -> None:
+    """Notices so far, and a slot under the title for those of the parameters the page reads later."""
+    slot = st.container()
     for message in st.session_state.pop("_url_notices", []):
-        st.warning(message, icon="⚠️")
+        slot.warning(message, icon="⚠️")
+    st.session_state["_url_notice_slot"] = slot
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,6 +142,7 @@ def checkpoint_summary() -> pd.DataFrame:
 
 def page_header(title: str, intro: str) -> None:
     """Title, intro, the shared sidebar, presentation mode and any URL notices."""
+    st.session_state.pop("_url_notice_slot", None)  # the previous run's slot is gone
     presentation = st.sidebar.toggle("Presentation mode", value=qp_bool("present", False),
                                      help="Larger fonts and less chrome, for screenshots and talks.")
     sync_url(present=presentation)
@@ -257,3 +266,235 @@ def error_box(exc: Exception, what_next: str | None = None) -> None:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------
+# Shipped checkpoints, read once per change on disk (training may rewrite them while the app runs)
+# ---------------------------------------------------------------------------------------------
+def folder_stamp(folder: str | Path) -> tuple:
+    """(name, size, mtime) of each file in a checkpoint folder: a cache key that changes on rewrite."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return ()
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file())
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def _checkpoint_json(folder: str, stamp: tuple) -> tuple[dict | None, dict | None, str | None]:
+    from posviz.checkpoint import read_config
+
+    try:
+        return read_config(folder), read_metrics(folder), None
+    except PosvizError as exc:
+        return None, None, str(exc)
+
+
+def shipped_checkpoint_json() -> dict[str, tuple[dict | None, dict | None, str | None]]:
+    """{name: (config.json, metrics.json, problem)} of every shipped checkpoint, in display order.
+
+    A missing or corrupt file gives (None, None, message) for that checkpoint; the others still load.
+    """
+    return {name: _checkpoint_json(str(folder), folder_stamp(folder)) for name, folder in shipped_checkpoints().items()}
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner="Loading checkpoint…")
+def _cached_checkpoint(folder: str, stamp: tuple):
+    from posviz.checkpoint import load_checkpoint
+
+    return load_checkpoint(folder)
+
+
+def shipped_model(name: str):
+    """(model, None) for the shipped checkpoint ``name``, or (None, message saying what to do)."""
+    folder = shipped_checkpoints().get(name)
+    if folder is None:
+        from posviz.checkpoint import models_dir
+
+        return None, (f"No '{name}' checkpoint in {models_dir()}. "
+                      "Run `make checkpoints` to train the shipped set.")
+    try:
+        return _cached_checkpoint(str(folder), folder_stamp(folder)), None
+    except PosvizError as exc:
+        return None, f"{exc} Run `make checkpoints` (or `python -m posviz.train --method {name}`) to rebuild it."
+
+
+# ---------------------------------------------------------------------------------------------
+# Live labs: choosing a text, drawing pooled attention maps, text coloured by loss
+# ---------------------------------------------------------------------------------------------
+@st.cache_data(max_entries=4, show_spinner="Reading the held-out validation documents…")
+def validation_documents() -> list[bytes]:
+    """The long held-out validation documents (never seen in training)."""
+    from posviz.data import load_corpus
+
+    return list(load_corpus().eval_documents)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _document_labels(n: int) -> list[str]:
+    from posviz.labs import document_label
+
+    return [document_label(i, d) for i, d in enumerate(validation_documents())]
+
+
+def choose_text(where=None, default_doc: int = 0):
+    """A text picker: a held-out validation document (in the URL as ``doc``) or pasted text.
+
+    Returns a ``posviz.labs.TextInput``, or None after showing why there is no usable text (the
+    caller then stops). Pasted text is not put in the URL (it can be 64 kB); the choice of
+    document is. Notices (cut to the cap, control bytes) are shown as info boxes.
+    """
+    from posviz.labs import prepare_text
+    from posviz.limits import MAX_TEXT_BYTES
+
+    where = where or st
+    documents = validation_documents()
+    sources = ["doc", "paste"] if documents else ["paste"]
+    source = where.radio("Text", sources, index=sources.index(qp_choice("src", sources[0], sources)),
+                         format_func={"doc": "Held-out document", "paste": "Paste text"}.get, horizontal=True,
+                         key="w_src", help="Validation documents are Python standard-library files kept out of training.")
+    if source == "doc":
+        labels = _document_labels(len(documents))
+        index = where.selectbox("Document", range(len(documents)), index=qp_int("doc", min(default_doc, len(documents) - 1),
+                                0, len(documents) - 1), format_func=labels.__getitem__, key="w_doc")
+        sync_url(src=source, doc=index)
+        raw: bytes | str = documents[index]
+    else:
+        sync_url(src=source)
+        raw = where.text_area(f"Paste text (at most {MAX_TEXT_BYTES:,} bytes are used; not stored in the link)",
+                              key="w_paste", height=140, placeholder="def f(x):\n    return x + 1\n")
+    try:
+        text = prepare_text(raw)
+    except PosvizError as exc:
+        error_box(exc)
+        return None
+    for notice in text.notices:
+        where.info(notice, icon="ℹ️")
+    return text
+
+
+def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, int], name: str, x_title: str,
+                       y_title: str, value_title: str, scheme: str = "viridis", marks: Sequence[int] = (),
+                       mark_label: str = "", side: int = 512, title: str | None = None, compact: bool = False) -> None:
+    """A matrix already block-averaged by ``block`` (from a ``full_shape`` one) drawn as a PNG.
+
+    For maps too large to send whole (e.g. a 4,096² attention map): the caption states the real axes,
+    ``marks`` are in full-matrix coordinates, and both the PNG and the pooled values download.
+    ``compact``: for grids of small maps: no caption (the caller writes one for the grid) and one
+    row of small download buttons.
+    """
+    from PIL import Image, ImageDraw
+
+    h, w = full_shape
+    rgb = _colorize(np.asarray(pooled, dtype=float), scheme)
+    scale = max(1, side // max(rgb.shape[:2]))
+    image = Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
+    draw = ImageDraw.Draw(image)
+    sx, sy = image.width / w, image.height / h
+    for m in marks:
+        if 0 < m < max(h, w):
+            draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
+            draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
+    finite = np.isfinite(pooled)
+    lo, hi = (np.nanmin(pooled), np.nanmax(pooled)) if finite.any() else (float("nan"), float("nan"))
+    caption = (f"{y_title} (rows, 0–{h - 1:,}, top to bottom) × {x_title} (columns, 0–{w - 1:,}, left to right); "
+               f"colour = {value_title} from {lo:.3g} (dark) to {hi:.3g} (bright); grey = masked"
+               + (f"; each pixel averages {block}×{block} entries" if block > 1 else "")
+               + (f"; white lines mark {mark_label}" if marks else "") + ".")
+    if title:
+        st.markdown(f"**{title}**")
+    st.image(image, caption=None if compact else caption, width="stretch")
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    cols = st.columns(2)
+    cols[0].download_button("PNG" if compact else "Image (PNG)", buf.getvalue(), file_name=f"{name}.png",
+                            mime="image/png", key=f"png-{name}")
+    cols[1].download_button("CSV" if compact else "Data (CSV" + (", pooled)" if block > 1 else ")"),
+                            pd.DataFrame(pooled).to_csv().encode(), file_name=f"{name}.csv", mime="text/csv",
+                            key=f"csv-{name}")
+
+
+LOSS_RAMP = [(255, 255, 255), (255, 237, 160), (254, 178, 76), (240, 59, 32), (189, 0, 38)]
+
+
+def _loss_colour(value: float, top: float) -> str:
+    if value != value:  # NaN: not scored (first byte of a window)
+        return "#e6e6e6"
+    x = min(max(value / top, 0.0), 1.0) * (len(LOSS_RAMP) - 1)
+    i = min(int(x), len(LOSS_RAMP) - 2)
+    f = x - i
+    r, g, b = (round(a * (1 - f) + c * f) for a, c in zip(LOSS_RAMP[i], LOSS_RAMP[i + 1]))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: float, unit: str = "bits",
+                       height: int = 320) -> None:
+    """Text with each character's background coloured by its value (e.g. loss in bits).
+
+    Every character goes through ``html.escape`` before it reaches ``st.html``, so user text can
+    never become markup; the only markup is our own spans with a colour and a numeric tooltip.
+    """
+    import html as _html
+
+    spans = []
+    for char, value in chars_with_values:
+        tip = "not scored" if value != value else f"{value:.2f} {unit}"
+        shown = _html.escape(char if char != "\r" else "", quote=True)
+        spans.append(f'<span style="background:{_loss_colour(value, top)}" title="{tip}">{shown}</span>')
+    legend = "".join(f'<span style="background:{_loss_colour(top * k / 4, top)};padding:0 .6em">'
+                     f'{top * k / 4:.0f}</span>' for k in range(5))
+    st.html(
+        f'<div style="font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem;line-height:1.45;'
+        f'white-space:pre-wrap;word-break:break-all;max-height:{height}px;overflow-y:auto;border:1px solid #ddd;'
+        f'border-radius:6px;padding:.6em;color:#111;background:#fff">{"".join(spans)}</div>'
+        f'<div style="font-size:.8rem;color:#555;margin-top:.3em">{unit} per character: {legend} or more; '
+        f'<span style="background:#e6e6e6;padding:0 .4em">grey</span> = not scored (first byte of a window)</div>'
+    )
+
+
+class _BoundedStore:
+    """A thread-safe LRU dict of at most ``size`` results (see ``compute_once``)."""
+
+    def __init__(self, size: int):
+        import threading
+        from collections import OrderedDict
+
+        self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return True, self.items[key]
+            return False, None
+
+    def put(self, key, value) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _store(name: str) -> _BoundedStore:
+    return _BoundedStore(CACHE_ENTRIES)
+
+
+def compute_once(name: str, key: tuple, compute, label: str):
+    """``compute(progress)`` once per ``key`` (bounded LRU shared by all sessions), with a progress bar.
+
+    For long live computations that report progress: ``st.cache_data`` cannot drive a progress bar
+    from inside the cached function, so results go in a bounded store instead. ``progress`` takes
+    the fraction done (0..1). Exceptions are not stored: bad input is re-checked on every run.
+    """
+    store = _store(name)
+    found, value = store.get(key)
+    if found:
+        return value
+    bar = st.progress(0.0, text=label)
+    try:
+        value = compute(lambda f: bar.progress(min(max(float(f), 0.0), 1.0), text=label))
+    finally:
+        bar.empty()
+    store.put(key, value)
+    return value

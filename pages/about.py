@@ -1,3 +1,89 @@
-from pages._shared import page_header
+"""About: the methods, how the shipped checkpoints were trained, and how to rebuild them."""
+import altair as alt
+import pandas as pd
+import streamlit as st
 
-page_header("about", "Coming soon.")
+from pages._shared import page_header, repo_root, shipped_checkpoint_json, show_chart
+from posviz import explain
+from posviz.checkpoint import models_dir
+from posviz.positions import POSITION_METHODS, method_names
+
+page_header(
+    "Methods & checkpoints",
+    "Where every number in this app comes from: the methods, the one training recipe, and the shipped checkpoints.",
+)
+
+st.header("The methods")
+methods = pd.DataFrame([{
+    "method": name,
+    "summary": POSITION_METHODS[name].summary,
+    "absolute / relative": POSITION_METHODS[name].kind,
+    "learned": POSITION_METHODS[name].learned,
+    "acts on": explain.ACTS_ON_LABEL.get(POSITION_METHODS[name].acts_on, POSITION_METHODS[name].acts_on),
+    "paper": POSITION_METHODS[name].paper,
+} for name in method_names()])
+st.dataframe(methods, hide_index=True,
+             column_config={"paper": st.column_config.LinkColumn("paper", display_text="paper ↗"),
+                            "summary": st.column_config.TextColumn(width="large"),
+                            "learned": st.column_config.CheckboxColumn("learned parameters")})
+st.caption("Every method is one file in `posviz/positions/`, registered by name; a new file appears here on its own.")
+
+st.header("One recipe for every checkpoint")
+st.markdown(
+    "The checkpoints differ **only** in their position method: same byte-level GPT-2-style model, same data and "
+    "data order, same seed, token budget and schedule. Differences in the charts are the method's doing."
+)
+entries = shipped_checkpoint_json()
+configs = {name: c for name, (c, m, problem) in entries.items() if problem is None}
+metrics = {name: m for name, (c, m, problem) in entries.items() if problem is None}
+left, right = st.columns([2, 3])
+with left:
+    st.dataframe(pd.DataFrame(explain.recipe_rows()), hide_index=True, height=420)
+    st.caption("posviz.train.TrainConfig defaults; the model: 4 layers, 4 heads, 128 wide, vocabulary of 256 bytes.")
+with right:
+    corpus = next((c.get("corpus") for c in configs.values() if c.get("corpus")), None)
+    if corpus:
+        st.markdown("**Training text** (from the checkpoints' config.json)")
+        st.dataframe(pd.DataFrame({"field": list(corpus), "value": [str(v) for v in corpus.values()]}), hide_index=True)
+    curves = pd.DataFrame(explain.train_curve_rows(metrics))
+    if not curves.empty:
+        curve_chart = alt.Chart(curves).mark_line().encode(
+            x=alt.X("tokens:Q", title="training tokens (bytes)"),
+            y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
+            color=alt.Color("checkpoint:N", sort=[n for n in method_names() if n in metrics]),
+            tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
+        ).properties(height=300)
+        show_chart(curve_chart, curves, "training_curves")
+
+st.header("The shipped checkpoints")
+for name, (_, _, problem) in entries.items():
+    if problem is not None:
+        st.warning(f"**{name}**: {problem}", icon="⚠️")
+if not entries:
+    st.warning(f"No checkpoints in {models_dir()}. Run `make checkpoints` to train them.", icon="⚠️")
+else:
+    table = pd.DataFrame(explain.checkpoint_rows(configs, metrics))
+    if not table.empty:
+        st.dataframe(table, hide_index=True, column_config={
+            "parameters": st.column_config.NumberColumn(format="localized"),
+            "training tokens (bytes)": st.column_config.NumberColumn(format="localized"),
+            "val bits/byte @ train length": st.column_config.NumberColumn(format="%.3f"),
+        })
+        st.caption(f"From config.json and metrics.json in {models_dir()}. Weights are float16 safetensors.")
+
+st.header("Rebuild them")
+st.markdown("Train every method with the shared recipe, evaluate each (bits/byte against length, the copy probe, "
+            "every RoPE scaling) into its metrics.json, and redraw the README chart:")
+st.code("make checkpoints            # runs scripts/make_checkpoints.sh", language="bash")
+st.markdown("One method at a time, or one evaluation:")
+st.code("python -m posviz.train --method rope --out models/rope\n"
+        "python -m posviz.evaluate --checkpoint models/rope --write", language="bash")
+
+readme = repo_root() / "README.md"
+st.header("More")
+if readme.is_file():
+    st.markdown("The repository's README.md (in its root folder) has the overview, installation and the results table.")
+    with st.expander("Read README.md here"):
+        st.markdown(readme.read_text(encoding="utf-8", errors="replace"))
+else:
+    st.info("README.md is not in this copy of the repository; see the project page it came from.", icon="ℹ️")

@@ -1,3 +1,269 @@
-from pages._shared import page_header
+"""Attention biases: ALiBi, T5 buckets and Shaw's clipped relative keys — and how far each lets a token reach."""
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
 
-page_header("attention_biases", "Coming soon.")
+from pages._shared import (folder_stamp, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
+                           shipped_model, sync_url)
+from posviz import explain
+from posviz.checkpoint import shipped_checkpoints
+from posviz.limits import CACHE_ENTRIES
+from posviz.positions.t5 import T5Options
+from posviz.positions.shaw import ShawOptions
+
+CONTEXTS = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+BUCKETS = [8, 16, 32, 64, 128]
+T5_MAX_DISTANCES = [16, 32, 64, 128, 256, 512, 1024]
+
+page_header(
+    "Attention biases: ALiBi, T5 and Shaw",
+    "These methods leave the token vectors alone and add a number to each attention logit that depends on how far "
+    "the key is from the query. The size of that number decides what a head can still see far away.",
+)
+
+
+DISTANCE_TICKS = [0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]
+LOG10_FLOOR = -24  # weights below 1e-24 are drawn on the bottom edge: they are zero for any purpose
+
+
+def distance_axis(title: str, n_keys: int) -> alt.X:
+    return alt.X("distance:Q", title=title, scale=alt.Scale(type="symlog"),
+                 axis=alt.Axis(values=[t for t in DISTANCE_TICKS if t < n_keys], format=",d"))
+
+
+def weight_chart(columns: dict, title: str, series_title: str, n_keys: int, sort=None) -> tuple[alt.Chart, pd.DataFrame]:
+    """Largest-weight curves (log10 on the y axis, symlog distance); the title is drawn above as text."""
+    st.markdown(f"**{title}**")
+    df = pd.DataFrame(columns)
+    chart = alt.Chart(df).mark_line().encode(
+        x=distance_axis("distance from the query to the relevant key (positions, symlog scale)", n_keys),
+        y=alt.Y("log10_max_weight:Q", title="largest attention weight it can get (log scale)",
+                scale=alt.Scale(domain=[LOG10_FLOOR, 0], clamp=True),
+                axis=alt.Axis(tickMinStep=1, labelExpr="datum.value == 0 ? '1' : '1e' + datum.value")),
+        color=alt.Color("series:N", title=series_title, sort=sort, legend=alt.Legend(labelLimit=320)),
+        tooltip=[alt.Tooltip("series:N", title=series_title), alt.Tooltip("distance:Q"),
+                 alt.Tooltip("max_weight:Q", title="largest weight", format=".3g")],
+    ).properties(height=320)
+    return chart, df
+
+
+# -- what "largest weight" means -------------------------------------------------------------------
+st.header("Can a far but relevant token still get attention?")
+st.markdown(
+    "For one query with **n** visible keys, suppose the relevant key's content score q·k/√d beats every other key "
+    "by at most a **margin** Δ (in logits). The largest softmax weight it can then get is reached when all other "
+    "keys score exactly Δ lower, and equals **1 / (1 + e^(−Δ) · Σ_{j≠d} e^(b_j − b_d))**, with b the position "
+    "bias. With no bias this is 1 / (1 + e^(−Δ)(n − 1)): a far key is only diluted, never suppressed."
+)
+c1, c2, c3 = st.columns(3)
+n_keys = c1.select_slider("visible keys n (context length)", CONTEXTS,
+                          value=int(qp_choice("ctx", "4096", [str(c) for c in CONTEXTS])), key="ctx",
+                          format_func=lambda c: f"{c:,}")
+margin = c2.slider("content margin Δ (logits)", 0.0, 30.0, qp_float("margin", 5.0, 0.0, 30.0), step=0.5, key="margin",
+                   help="How much more the relevant key matches the query than any other key does.")
+far = c3.slider("distance of the relevant key (positions)", 0, n_keys - 1,
+                min(qp_int("far", n_keys // 2, 0, max(CONTEXTS) - 1), n_keys - 1), key=f"far-{n_keys}")
+grid = explain.distance_grid(n_keys)
+no_bias = explain.no_bias_log_max_weight(n_keys, margin)
+summary: dict[str, np.ndarray] = {"no bias (NoPE)": no_bias}
+
+# -- ALiBi -----------------------------------------------------------------------------------------------
+st.header("ALiBi: a fixed slope per head")
+c1, c2, c3 = st.columns(3)
+heads = c1.number_input("heads", 1, 64, qp_int("heads", 8, 1, 64), key="heads",
+                        help="Any count works; for non-powers of two ALiBi interleaves the slopes of the next power of two.")
+alibi_head = c2.slider("head shown", 0, heads - 1, min(qp_int("ahead", 0, 0, 63), heads - 1), key=f"ahead-{heads}")
+alibi_len = c3.slider("positions in the bias matrix", 8, 128, qp_int("alen", 32, 8, 128), step=8, key="alen")
+slopes = pd.DataFrame(explain.alibi_slope_table(heads))
+left, right = st.columns(2)
+with left:
+    slope_chart = alt.Chart(slopes).mark_line(point=alt.OverlayMarkDef(size=70)).encode(
+        x=alt.X("head:O", title="head"), y=alt.Y("slope:Q", title="slope m (logits per position, log scale)",
+                                                 scale=alt.Scale(type="log")),
+        tooltip=[alt.Tooltip("head:O"), alt.Tooltip("slope:Q", format=".4g"),
+                 alt.Tooltip("half_weight_distance:Q", title="distance that halves the weight", format=",.1f")],
+    ).properties(height=300)
+    show_chart(slope_chart, slopes, f"alibi_slopes_{heads}")
+    st.dataframe(slopes.rename(columns={"slope": "slope m", "one_logit_distance": "distance costing 1 logit",
+                                        "half_weight_distance": "distance halving the weight (ln 2 / m)"}),
+                 hide_index=True, height=200)
+with right:
+    st.markdown(f"**Bias of head {alibi_head}** (slope {slopes['slope'][alibi_head]:.4g}); blank = future keys, masked")
+    show_matrix(explain.alibi_bias_matrices(heads, alibi_len)[alibi_head], f"alibi_bias_head{alibi_head}",
+                x_title="key position", y_title="query position", value_title="bias (logits)")
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def alibi_bounds(heads: int, n_keys: int, margin: float) -> np.ndarray:
+    return explain.log_max_attention_weight(explain.alibi_bias_by_distance(heads, n_keys), margin)  # (H, n)
+
+
+alibi_lw = alibi_bounds(heads, n_keys, margin)
+summary[f"ALiBi, most lenient of {heads} heads"] = explain.strongest_head(alibi_lw)
+series = {f"head {h}": alibi_lw[h] for h in range(heads)}
+series["no bias"] = no_bias
+chart, df = weight_chart(explain.max_weight_columns(series, grid),
+                         f"Largest weight per head: ALiBi, {heads} heads, n = {n_keys:,} keys, margin Δ = {margin:g}",
+                         "head", n_keys, sort=list(series))
+show_chart(chart, df, f"alibi_max_weight_{heads}h_n{n_keys}",
+           "The penalty grows linearly with distance, so every head's ceiling falls exponentially: past a few "
+           "“half-weight distances” no content margin can rescue a key. Curves below 1e-24 run along the bottom edge.")
+
+# -- T5 ---------------------------------------------------------------------------------------------------
+st.header("T5: learned biases per distance bucket")
+t5_model, t5_problem = shipped_model("t5")
+t5 = None
+if t5_model is not None:
+    folder = shipped_checkpoints()["t5"]
+
+    @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+    def t5_params(folder: str, stamp: tuple, _model) -> dict:
+        return explain.t5_learned(_model)
+
+    t5 = t5_params(str(folder), folder_stamp(folder), t5_model)
+defaults = T5Options() if t5 is None else T5Options(t5["num_buckets"], t5["max_distance"])
+c1, c2, c3, c4 = st.columns(4)
+num_buckets = c1.select_slider("buckets", BUCKETS, value=int(qp_choice(
+    "nb", str(defaults.num_buckets) if defaults.num_buckets in BUCKETS else "32", [str(b) for b in BUCKETS])), key="nb")
+max_distance = c2.select_slider("max_distance (positions)", T5_MAX_DISTANCES, value=int(qp_choice(
+    "md", str(defaults.max_distance) if defaults.max_distance in T5_MAX_DISTANCES else "128",
+    [str(d) for d in T5_MAX_DISTANCES])), key="md")
+bidirectional = c3.toggle("bidirectional (encoder)", qp_bool("bidir", False), key="bidir",
+                          help="An encoder gives half the buckets to keys after the query; a causal decoder uses all for keys before.")
+t5_len = c4.slider("positions in the matrix", 8, 128, qp_int("tlen", 48, 8, 128), step=8, key="tlen")
+if max_distance <= num_buckets // 2:
+    st.warning(f"max_distance must exceed half the buckets ({num_buckets // 2}); showing max_distance = "
+               f"{num_buckets} instead.", icon="⚠️")
+    max_distance = num_buckets
+buckets = pd.DataFrame(explain.t5_bucket_table(4 * max_distance, num_buckets, max_distance))
+bucket_long = buckets.melt(id_vars="distance", var_name="direction", value_name="bucket")
+left, right = st.columns(2)
+with left:
+    bucket_chart = alt.Chart(bucket_long).mark_line(interpolate="step-after").encode(
+        x=alt.X("distance:Q", title="distance between query and key (positions)"),
+        y=alt.Y("bucket:Q", title="bucket index"),
+        color=alt.Color("direction:N", title="bucketing"),
+        tooltip=[alt.Tooltip("direction:N"), alt.Tooltip("distance:Q"), alt.Tooltip("bucket:Q")],
+    ).properties(height=300)
+    show_chart(bucket_chart, buckets, f"t5_buckets_{num_buckets}_{max_distance}",
+               "Small distances get a bucket each (causal: the first half of the buckets; bidirectional: the first "
+               f"quarter on each side), then buckets widen log-spaced; every distance from {max_distance} on shares "
+               "the last bucket.")
+with right:
+    st.markdown(f"**Bucket of each (query, key)**, {'bidirectional' if bidirectional else 'causal; blank = masked'}")
+    show_matrix(explain.t5_bucket_matrix(t5_len, bidirectional, num_buckets, max_distance),
+                f"t5_bucket_matrix_{'bi' if bidirectional else 'causal'}", x_title="key position",
+                y_title="query position", value_title="bucket")
+
+st.subheader("What the `t5` checkpoint learned")
+if t5 is None:
+    st.warning(t5_problem, icon="⚠️")
+else:
+    H = t5["weights"].shape[1]
+    st.markdown(f"{t5['num_buckets']} buckets × {H} heads, max_distance {t5['max_distance']} (the checkpoint's own "
+                "settings; the controls above do not change them). Causal model: all buckets are for keys before the query.")
+    t5_head = st.slider("head shown", 0, H - 1, min(qp_int("thead", 0, 0, 63), H - 1), key="thead")
+    bias_by_distance = explain.t5_bias_by_distance(t5["weights"], n_keys, t5["max_distance"])  # (H, n)
+    per_head = pd.DataFrame({"distance": np.tile(grid, H), "head": np.repeat(np.arange(H), grid.size),
+                             "bias": bias_by_distance[:, grid].ravel()})
+    left, right = st.columns(2)
+    with left:
+        bias_chart = alt.Chart(per_head).mark_line(interpolate="step-after").encode(
+            x=distance_axis("distance (positions, symlog scale)", n_keys),
+            y=alt.Y("bias:Q", title="learned bias (logits)"), color=alt.Color("head:N"),
+            tooltip=[alt.Tooltip("head:N"), alt.Tooltip("distance:Q"), alt.Tooltip("bias:Q", format=".3f")],
+        ).properties(height=300)
+        show_chart(bias_chart, per_head, "t5_learned_bias")
+    with right:
+        st.markdown(f"**Learned bias of head {t5_head}**; blank = masked")
+        show_matrix(explain.t5_bias_matrix(t5["weights"], t5_head, t5_len, t5["max_distance"]), f"t5_bias_head{t5_head}",
+                    x_title="key position", y_title="query position", value_title="T5 bias (logits)", scheme="redblue")
+
+    @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+    def t5_bounds(folder: str, stamp: tuple, n_keys: int, margin: float, _weights) -> np.ndarray:
+        return explain.log_max_attention_weight(explain.t5_bias_by_distance(_weights, n_keys, t5["max_distance"]), margin)
+
+    t5_lw = t5_bounds(str(folder), folder_stamp(folder), n_keys, margin, t5["weights"])
+    summary[f"T5, most lenient of {H} heads"] = explain.strongest_head(t5_lw)
+    series = {f"head {h}": t5_lw[h] for h in range(H)}
+    series["no bias"] = no_bias
+    chart, df = weight_chart(explain.max_weight_columns(series, grid),
+                             f"Largest weight per head: T5 checkpoint, n = {n_keys:,} keys, margin Δ = {margin:g}",
+                             "head", n_keys, sort=list(series))
+    show_chart(chart, df, f"t5_max_weight_n{n_keys}",
+               f"Past {t5['max_distance']} positions every key shares one bias, so the ceiling stops falling: far keys "
+               "are diluted by their many equals, not pushed down further.")
+
+# -- Shaw ---------------------------------------------------------------------------------------------------
+st.header("Shaw: relative keys, clipped at distance k")
+shaw_model, shaw_problem = shipped_model("shaw")
+shaw = None
+if shaw_model is not None:
+    shaw_folder = shipped_checkpoints()["shaw"]
+
+    @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+    def shaw_params(folder: str, stamp: tuple, _model) -> dict:
+        return explain.shaw_learned(_model)
+
+    shaw = shaw_params(str(shaw_folder), folder_stamp(shaw_folder), shaw_model)
+default_k = ShawOptions().max_distance if shaw is None else shaw["max_distance"]
+c1, c2, c3 = st.columns(3)
+clip_k = c1.slider("clip distance k", 1, 128, qp_int("sk", min(default_k, 128), 1, 128), key="sk")
+shaw_len = c2.slider("positions in the matrix", 8, 128, qp_int("slen", 48, 8, 128), step=8, key="slen")
+causal = c3.toggle("causal (decoder)", qp_bool("scausal", True), key="scausal")
+st.markdown(f"**Which relative embedding each (query, key) uses** — {'0…k: distance, clipped at k; blank = masked' if causal else '0…2k: k + clip(key − query, −k, k)'}")
+show_matrix(explain.shaw_clip(shaw_len, clip_k, causal), f"shaw_clip_k{clip_k}", x_title="key position",
+            y_title="query position", value_title="embedding index")
+st.caption(f"Every distance ≥ {clip_k} uses the same embedding: the model cannot tell {clip_k} bytes back from "
+           f"{10 * clip_k:,}.")
+
+st.subheader("What the `shaw` checkpoint allows")
+if shaw is None:
+    st.warning(shaw_problem, icon="⚠️")
+else:
+    rel = shaw["rel_keys"]
+    c1, c2, c3 = st.columns(3)
+    layer = c1.slider("layer", 0, rel.shape[0] - 1, min(qp_int("layer", 0, 0, 63), rel.shape[0] - 1), key="layer")
+    any_query = c2.toggle("any query (no bound on ‖q‖)", qp_bool("anyq", False), key="anyq")
+    q_norm = c3.slider("query norm bound ‖q‖", 0.0, 50.0, qp_float("qnorm", 10.0, 0.0, 50.0), step=0.5, key="qnorm",
+                       disabled=any_query)
+    st.markdown(
+        "Shaw's bias q·a_clip(d)/√d depends on the query, so the bound is over every query with ‖q‖ ≤ the chosen "
+        "norm (by Cauchy–Schwarz, b_j − b_d ≥ −‖q‖·‖a_j − a_d‖/√d). With no bound on ‖q‖ only the keys that share "
+        "the relevant key's embedding are sure to compete: nothing for d < k, every other far key beyond."
+    )
+
+    @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+    def shaw_bound(folder: str, stamp: tuple, layer: int, n_keys: int, margin: float, q_norm, _rel) -> np.ndarray:
+        return explain.shaw_log_max_attention_weight(_rel[layer], n_keys, margin, q_norm)
+
+    stamp = folder_stamp(shaw_folder)
+    bound_q = shaw_bound(str(shaw_folder), stamp, layer, n_keys, margin, None if any_query else q_norm, rel)
+    label = "any query" if any_query else f"‖q‖ ≤ {q_norm:g}"
+    summary[f"Shaw, layer {layer}, {label}"] = bound_q
+    series = {label: bound_q, "no bias": no_bias}
+    chart, df = weight_chart(explain.max_weight_columns(series, grid),
+                             f"Largest weight: Shaw checkpoint, layer {layer} (k = {shaw['max_distance']}), "
+                             f"n = {n_keys:,} keys, margin Δ = {margin:g}", "bound", n_keys)
+    show_chart(chart, df, f"shaw_max_weight_layer{layer}_n{n_keys}")
+
+# -- side by side -----------------------------------------------------------------------------------------------
+st.header(f"Side by side: a relevant key at distance {far:,}")
+cols = st.columns(len(summary))
+for col, (name, lw) in zip(cols, summary.items()):
+    col.metric(name, f"{np.exp(lw[far]):.3g}", help=f"Largest weight at distance {far:,} with n = {n_keys:,} and Δ = {margin:g}.")
+chart, df = weight_chart(explain.max_weight_columns(summary, grid),
+                         f"Most lenient head of each method, n = {n_keys:,} keys, margin Δ = {margin:g}",
+                         "method", n_keys, sort=list(summary))
+rule = alt.Chart(pd.DataFrame({"distance": [far]})).mark_rule(strokeDash=[5, 4], color="gray").encode(x=alt.X("distance:Q"))
+show_chart(chart + rule, df, f"max_weight_comparison_n{n_keys}",
+           "Exponential fall = the method forgets; flat = the method dilutes but can still find a far key when its "
+           "content stands out. Missing lines: that checkpoint is not available.")
+
+sync_url(ctx=n_keys, margin=margin, far=far, heads=heads, ahead=alibi_head, alen=alibi_len, nb=num_buckets,
+         md=max_distance, bidir=bidirectional, tlen=t5_len, sk=clip_k, slen=shaw_len, scausal=causal)
+if t5 is not None:
+    sync_url(thead=t5_head)
+if shaw is not None:
+    sync_url(layer=layer, anyq=any_query, qnorm=q_norm)

@@ -1,3 +1,269 @@
-from pages._shared import page_header
+"""Compare: method A vs method B on the same bytes, or one method at length L vs 2L."""
+from __future__ import annotations
 
-page_header("compare", "Coming soon.")
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from pages._shared import (
+    choose_text,
+    error_box,
+    page_header,
+    qp_choice,
+    qp_int,
+    show_chart,
+    show_matrix,
+    show_pooled_matrix,
+    sync_url,
+)
+from posviz import labs
+from posviz.checkpoint import shipped_checkpoints
+from posviz.errors import PosvizError
+from posviz.limits import CACHE_ENTRIES
+
+page_header(
+    "Compare",
+    "Put two position methods side by side on the same bytes, or one method at length L against 2L, and look at "
+    "the difference: per-position loss and attention maps.",
+)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def model_facts(folder: str, stamp: int) -> dict:
+    model = labs.get_model(folder)
+    return {"train_length": model.config.train_length, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
+            "cap": labs.length_cap(model), "limit": model.position.max_positions}
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def one_loss(folder: str, stamp: int, text: bytes, length: int) -> dict:
+    s = labs.score_at_length(labs.get_model(folder), list(text), length)
+    return {"position_bits": s.position_bits, "bpb": s.bpb}
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def methods_attention(folder_a: str, stamp_a: int, folder_b: str, stamp_b: int, text: bytes, length: int, layer: int,
+                      head: int) -> dict:
+    return labs.attention_difference(labs.get_model(folder_a), labs.get_model(folder_b), list(text), length, layer, head)
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def lengths_losses(folder: str, stamp: int, text: bytes, length: int) -> dict:
+    return labs.compare_lengths(labs.get_model(folder), list(text), length)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def lengths_attention(folder: str, stamp: int, text: bytes, length: int, layer: int, head: int) -> dict:
+    return labs.length_attention_difference(labs.get_model(folder), list(text), length, layer, head)
+
+
+checkpoints = shipped_checkpoints()
+facts = {}
+for name, folder in checkpoints.items():
+    try:
+        facts[name] = model_facts(str(folder), labs.checkpoint_stamp(folder))
+    except PosvizError as exc:
+        error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {exc}"), "Rebuild it with `make checkpoints`.")
+names = list(facts)
+if not names:
+    st.warning("No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload.")
+    st.stop()
+
+
+def stamp(name: str) -> int:
+    return labs.checkpoint_stamp(checkpoints[name])
+
+
+def map_panel(matrix: np.ndarray, block: int, length: int, name: str, title: str, value_title: str, scheme: str,
+              marks: list[int]) -> None:
+    if block == 1 and length <= 128:
+        st.markdown(f"**{title}**")
+        show_matrix(matrix, name, "key byte", "query byte", value_title, scheme=scheme, marks=marks,
+                    mark_label="the training length")
+    else:
+        show_pooled_matrix(matrix, block, (length, length), name, "key byte", "query byte", value_title, scheme=scheme,
+                           marks=marks, mark_label="the training length", side=384, title=title)
+
+
+modes = ["methods", "lengths"]
+left, right = st.columns(2)
+with left:
+    mode = st.radio("Compare", modes, index=modes.index(qp_choice("mode", "methods", modes)), horizontal=True,
+                    format_func={"methods": "method A vs method B", "lengths": "length L vs 2L"}.get, key="w_mode")
+with right:
+    text = choose_text()
+sync_url(mode=mode)
+if text is None:
+    st.stop()
+text_bytes = text.as_bytes()
+
+if mode == "methods":
+    c1, c2, c3 = st.columns(3)
+    a = c1.selectbox("Method A", names, index=names.index(qp_choice("a", names[0], names)), key="w_a")
+    b = c2.selectbox("Method B", names, index=names.index(qp_choice("b", names[-1], names)), key="w_b")
+    train_length = facts[a]["train_length"]
+    usable = min(facts[a]["cap"], facts[b]["cap"], len(text))
+    options = labs.length_options(train_length, usable)
+    if len(options) < 2:
+        error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
+        st.stop()
+    default = min(2 * train_length, usable)
+    default = default if default in options else options[-1]
+    length = c3.select_slider("Length L (bytes)", options, value=int(qp_choice("L", str(default), [str(o) for o in options])),
+                              key="w_L", format_func=lambda n: f"{n:,}")
+    c4, c5 = st.columns(2)
+    n_layer, n_head = min(facts[a]["n_layer"], facts[b]["n_layer"]), min(facts[a]["n_head"], facts[b]["n_head"])
+    layer = c4.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
+    head = c5.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
+    sync_url(a=a, b=b, L=length, layer=layer, head=head)
+    marks = [train_length] if train_length < length else []
+
+    st.subheader(f"Loss at each position: {a} vs {b} at {length:,} bytes")
+    curves = {}
+    with st.spinner(f"Running {a} and {b} at {length:,} bytes…"):
+        bar = st.progress(0.0, text=f"{a}…")
+        for i, name in enumerate((a, b)):
+            try:
+                curves[name] = one_loss(str(checkpoints[name]), stamp(name), text_bytes, length)
+            except PosvizError as exc:
+                error_box(exc, f"{name} cannot run at {length:,} bytes; the other model is still shown.")
+            bar.progress((i + 1) / 2, text=f"{b}…")
+        bar.empty()
+    if not curves:
+        st.stop()
+    smooth = max(1, length // 64)
+    rows = [{"model": n, "position": p, "bits": float(v)} for n, c in curves.items()
+            for p, v in enumerate(labs.moving_average(c["position_bits"], smooth)) if np.isfinite(v)]
+    metric_cols = st.columns(3)
+    for col, name in zip(metric_cols, (a, b)):
+        if name in curves:
+            col.metric(f"{name}: bits/byte", f"{curves[name]['bpb']:.3f}")
+    if len(curves) == 2 and a != b:
+        diff = labs.moving_average(curves[b]["position_bits"] - curves[a]["position_bits"], smooth)
+        rows += [{"model": f"{b} − {a}", "position": p, "bits": float(v)} for p, v in enumerate(diff) if np.isfinite(v)]
+        metric_cols[2].metric(f"{b} − {a}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
+    df = pd.DataFrame(rows)
+    x = alt.X("position:Q", title="position in the window")
+    layers = [alt.Chart(df[df["model"].isin(curves)]).mark_line().encode(
+        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None),
+        tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
+    if marks:
+        layers.append(alt.Chart(pd.DataFrame({"position": marks})).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
+    top = alt.layer(*layers)
+    if len(curves) == 2 and a != b:
+        diff_df = df[df["model"] == f"{b} − {a}"]
+        bottom = alt.layer(
+            alt.Chart(diff_df).mark_area(opacity=0.5, color="#b07aa1").encode(
+                x, alt.Y("bits:Q", title=f"{b} − {a} (bits; below 0: {b} better)"),
+                tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
+            alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"),
+            *layers[1:]).properties(height=180)
+        show_chart(alt.vconcat(top, bottom).resolve_scale(x="shared"), df, f"compare-loss-{a}-{b}-L{length}",
+                   "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "") + ".")
+    else:
+        show_chart(top, df, f"compare-loss-{a}-{b}-L{length}")
+        if a == b:
+            st.info("Pick two different methods to see a difference.")
+
+    if len(curves) == 2 and a != b:
+        st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
+        with st.spinner("Extracting attention maps…"):
+            maps = methods_attention(str(checkpoints[a]), stamp(a), str(checkpoints[b]), stamp(b), text_bytes, length,
+                                     layer, head)
+        cols = st.columns(3)
+        with cols[0]:
+            map_panel(maps["a"], maps["block"], length, f"attention-{a}-l{layer}-h{head}-L{length}", a,
+                      "attention probability", "viridis", marks)
+        with cols[1]:
+            map_panel(maps["b"], maps["block"], length, f"attention-{b}-l{layer}-h{head}-L{length}", b,
+                      "attention probability", "viridis", marks)
+        with cols[2]:
+            map_panel(maps["diff"], maps["block"], length, f"attention-diff-{a}-{b}-l{layer}-h{head}-L{length}",
+                      f"{b} − {a}", "probability difference", "redblue", marks)
+        st.caption(f"Largest single difference: {maps['max_abs_diff']:.3f}. Red: {b} attends more; blue: {a} attends more. "
+                   "Layers and heads are not aligned across separately trained models: compare patterns (how far, how "
+                   "sharp), not head numbers.")
+else:
+    c1, c2 = st.columns(2)
+    model_name = c1.selectbox("Method", names, index=names.index(qp_choice("model", names[-1], names)), key="w_model")
+    f = facts[model_name]
+    train_length = f["train_length"]
+    usable = min(f["cap"], len(text)) // 2
+    options = labs.length_options(train_length, usable)
+    if len(options) < 2:
+        error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
+        st.stop()
+    default = min(train_length, usable)
+    default = default if default in options else options[-1]
+    length = c2.select_slider("Length L (bytes); compared with 2L", options,
+                              value=int(qp_choice("L", str(default), [str(o) for o in options])), key="w_L2",
+                              format_func=lambda n: f"L = {n:,}, 2L = {2 * n:,}")
+    c3, c4 = st.columns(2)
+    layer = c3.selectbox("Layer", range(f["n_layer"]), index=qp_int("layer", 0, 0, f["n_layer"] - 1), key="w_layer")
+    head = c4.selectbox("Head", range(f["n_head"]), index=qp_int("head", 0, 0, f["n_head"] - 1), key="w_head")
+    sync_url(model=model_name, L=length, layer=layer, head=head)
+    folder = str(checkpoints[model_name])
+
+    st.subheader(f"{model_name}: the same bytes with L = {length:,} vs 2L = {2 * length:,} bytes of window")
+    try:
+        with st.spinner("Scoring at L and 2L…"):
+            result = lengths_losses(folder, stamp(model_name), text_bytes, length)
+    except PosvizError as exc:
+        error_box(exc, "Choose a shorter L, or another method.")
+        st.stop()
+    m = st.columns(3)
+    m[0].metric(f"bits/byte at L = {length:,}", f"{result['bpb_short']:.3f}")
+    m[1].metric(f"bits/byte at 2L = {2 * length:,}", f"{result['bpb_long']:.3f}")
+    m[2].metric("2L − L", f"{result['bpb_long'] - result['bpb_short']:+.3f}", help="bits/byte; below 0: more context helped")
+    smooth = max(1, length // 32)
+    rows = []
+    for key, label in (("short", f"windows of L = {length:,}"), ("long", f"windows of 2L = {2 * length:,}"),
+                       ("diff", "2L − L")):
+        rows += [{"curve": label, "position": p, "bits": float(v)}
+                 for p, v in enumerate(labs.moving_average(result[key], smooth)) if np.isfinite(v)]
+    df = pd.DataFrame(rows)
+    x = alt.X("position:Q", title=f"position of the byte in its 2L window (0–{2 * length - 1:,})")
+    marks_df = pd.DataFrame({"position": [length] + ([train_length] if train_length < 2 * length else []),
+                             "what": ["L: second half starts"] + (["training length"] if train_length < 2 * length else [])})
+    rules = alt.Chart(marks_df).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q", tooltip=["what"])
+    top = alt.layer(alt.Chart(df[df["curve"] != "2L − L"]).mark_line().encode(
+        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("curve:N", title=None),
+        tooltip=["curve", "position", alt.Tooltip("bits:Q", format=".3f")]), rules).properties(height=260)
+    bottom = alt.layer(
+        alt.Chart(df[df["curve"] == "2L − L"]).mark_area(opacity=0.5, color="#b07aa1").encode(
+            x, alt.Y("bits:Q", title="2L − L (bits; below 0: the extra context helped)"),
+            tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
+        alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"), rules).properties(height=180)
+    show_chart(alt.vconcat(top, bottom).resolve_scale(x="shared"), df, f"compare-lengths-{model_name}-L{length}",
+               f"Each byte is scored twice: in windows of 2L and in windows of L over the same bytes. In the first half "
+               f"the two agree exactly (same context). In the second half the 2L window gives {length:,} more bytes of "
+               f"context, at positions {length:,}–{2 * length - 1:,}" +
+               (f", past the training length of {train_length:,}" if 2 * length > train_length else "") + ".")
+
+    st.subheader(f"Attention on the same {length:,} bytes, alone vs after {length:,} more")
+    try:
+        with st.spinner("Extracting attention maps…"):
+            maps = lengths_attention(folder, stamp(model_name), text_bytes, length, layer, head)
+    except PosvizError as exc:
+        error_box(exc, "Choose a shorter L, or another method.")
+        st.stop()
+    cols = st.columns(3)
+    with cols[0]:
+        map_panel(maps["short"], maps["block"], length, f"attention-{model_name}-short-L{length}",
+                  f"alone (positions 0–{length - 1:,})", "attention probability", "viridis", [])
+    with cols[1]:
+        map_panel(maps["long"], maps["block"], length, f"attention-{model_name}-long-L{length}",
+                  f"after {length:,} bytes (positions {length:,}–{2 * length - 1:,})", "attention probability", "viridis", [])
+    with cols[2]:
+        map_panel(maps["diff"], maps["block"], length, f"attention-{model_name}-lendiff-L{length}",
+                  "after − alone", "probability difference", "redblue", [])
+    far = pd.DataFrame({"query": np.arange(length, 2 * length), "mass on the first L bytes": maps["far_mass"]})
+    chart = alt.Chart(far).mark_line(color="#4e79a7").encode(
+        x=alt.X("query:Q", title="query byte in the 2L window"),
+        y=alt.Y("mass on the first L bytes:Q", title="attention on the first L bytes", scale=alt.Scale(domain=[0, 1])),
+        tooltip=["query", alt.Tooltip("mass on the first L bytes:Q", format=".3f")]).properties(height=200)
+    show_chart(chart, far, f"far-mass-{model_name}-l{layer}-h{head}-L{length}",
+               "How much of each second-half query's attention goes to the extra context. A relative method's map of the "
+               "same bytes changes only because the extra keys take some of the mass; an absolute method's changes "
+               "because every position moved by L.")

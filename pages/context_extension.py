@@ -1,3 +1,178 @@
-from pages._shared import page_header
+"""Context extension: the RoPE checkpoint under every registered inference-time scaling."""
+from __future__ import annotations
 
-page_header("context_extension", "Coming soon.")
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from pages._shared import (
+    choose_text,
+    compute_once,
+    error_box,
+    page_header,
+    qp_choice,
+    qp_multi,
+    show_chart,
+    sync_url,
+)
+from posviz import labs
+from posviz.checkpoint import read_config, shipped_checkpoints
+from posviz.errors import PosvizError
+from posviz.limits import device_label
+from posviz.positions.rope_scaling import ROPE_SCALINGS
+
+page_header(
+    "Context extension",
+    "RoPE models can be stretched past their training length at inference, without retraining, by changing the "
+    "rotation speeds: position interpolation, NTK-aware and dynamic NTK, YaRN, Llama 3. Here the shipped RoPE "
+    "checkpoint runs under each of them, next to ALiBi and T5, which need no stretching.",
+)
+
+checkpoints = shipped_checkpoints()
+configs = {}
+for name, folder in checkpoints.items():
+    try:
+        configs[name] = read_config(folder)["model"]
+    except (PosvizError, KeyError) as exc:
+        error_box(PosvizError(f"Checkpoint {name!r} cannot be read: {exc}"), "Rebuild it with `make checkpoints`.")
+rope_names = [n for n, c in configs.items() if c.get("position") == "rope"]
+if not rope_names:
+    st.warning("No RoPE checkpoint found in models/. Run `make checkpoints` (or `python -m posviz.train --method rope`).")
+    st.stop()
+rope_name = rope_names[0]
+rope_folder = checkpoints[rope_name]
+train_length = configs[rope_name]["train_length"]
+others = [n for n in configs if n != rope_name]
+SCALINGS = list(ROPE_SCALINGS)
+COLOURS = alt.Scale(domain=SCALINGS + others, scheme="tableau10")
+
+# ------------------------------------------------------------------------------------------------
+# Controls
+# ------------------------------------------------------------------------------------------------
+left, right = st.columns(2)
+with left:
+    factors = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
+    factor = st.select_slider("Scaling factor s", factors, value=float(qp_choice("factor", "4.0", [str(f) for f in factors])),
+                              key="w_factor", format_func=lambda f: f"{f:g}×",
+                              help=f"Stretch the {train_length:,}-byte training context to s × {train_length:,} bytes.")
+    scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", SCALINGS, SCALINGS), key="w_scalings")
+    default_refs = [n for n in ("alibi", "t5") if n in others] or others[:2]
+    references = st.multiselect("Compare with", others, default=qp_multi("refs", default_refs, others), key="w_refs",
+                                help="Checkpoints that need no scaling, drawn dashed.")
+with right:
+    text = choose_text()
+sync_url(factor=factor, scalings=scalings, refs=references)
+
+# ------------------------------------------------------------------------------------------------
+# Wavelengths: what each scaling does to the rotation of every pair (no text needed)
+# ------------------------------------------------------------------------------------------------
+st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
+waves = pd.DataFrame(labs.rope_wavelengths(rope_folder, factor, scalings=scalings or SCALINGS))
+marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
+                      "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
+y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
+lines = alt.Chart(waves).mark_line(point=True).encode(
+    x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
+    color=alt.Color("scaling:N", scale=COLOURS, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", legend=None),
+    tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
+rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
+notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
+show_chart(alt.layer(lines, rules, notes).properties(height=340), waves, f"rope-wavelengths-s{factor:g}",
+           "Pairs whose wavelength is longer than the training length never completed a turn in training: the model only "
+           "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
+           "change and slow ones stretch about s×; YaRN and Llama 3 leave fast pairs alone and interpolate only the slow "
+           "ones (YaRN also sharpens attention by its attention factor).")
+af = waves.groupby("scaling", sort=False)["attention_factor"].first()
+if (af != 1).any():
+    st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "
+               + ", ".join(f"{k} {v:.3f}" for k, v in af.items()))
+
+if text is None:
+    st.stop()
+if not scalings:
+    st.info("Pick at least one scaling.")
+    st.stop()
+
+# ------------------------------------------------------------------------------------------------
+# bits per byte vs length: shipped (stored factors) and live (the chosen factor)
+# ------------------------------------------------------------------------------------------------
+st.subheader("Bits per byte vs evaluation length")
+shipped = pd.DataFrame(labs.shipped_scaling_curves(rope_folder), columns=["scaling", "length", "bpb", "factor"])
+shipped = shipped[shipped["scaling"].isin(scalings)].rename(columns={"scaling": "curve"})
+shipped["kind"] = "rope + scaling"
+ref_rows = [{"curve": n, "length": L, "bpb": v, "factor": None, "kind": "no scaling needed"}
+            for n in references for L, v in labs.shipped_bpb_curve(checkpoints[n]) if v is not None]
+shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], ignore_index=True)
+
+
+def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+    colour = alt.Color("curve:N", scale=COLOURS, title=None)
+    tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
+    rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, tooltip=tip)
+    refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True, strokeDash=[6, 3]).encode(
+        x, y, colour, tooltip=tip)
+    rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+    return alt.layer(rope, refs, rule).properties(height=340, title=title)
+
+
+c1, c2 = st.columns(2)
+with c1:
+    if shipped.empty:
+        st.info("No stored curves yet (run `python -m posviz.evaluate_all`).")
+    else:
+        show_chart(curve_chart(shipped, "Shipped: factor = length ÷ training length"), shipped, "context-extension-shipped",
+                   "Stored in metrics.json (131 kB of validation text). Static scalings were evaluated at the factor that "
+                   "exactly fits each length; dynamic NTK adapts by itself (factor 2).")
+with c2:
+    live_slot = st.empty()
+    live_slot.info("Live curves are being computed…")
+
+lengths = labs.extension_lengths(train_length, labs.length_cap(labs.get_model(rope_folder)), len(text))
+if not lengths:
+    with c2:
+        live_slot.empty()
+        error_box(PosvizError(f"The text has {len(text):,} bytes, fewer than the training length ({train_length:,})."),
+                  "Pick a validation document or paste a longer text.")
+    st.stop()
+text_bytes = text.as_bytes()
+live_rows = []
+for scaling in scalings:
+    stamp = labs.checkpoint_stamp(rope_folder)
+    live_rows += compute_once(
+        "rope_scaling", (str(rope_folder), stamp, text_bytes, scaling, factor, tuple(lengths)),
+        lambda progress, scaling=scaling: labs.rope_scaling_curves(rope_folder, factor, list(text_bytes), lengths,
+                                                                   [scaling], progress),
+        f"rope + {scaling} at s = {factor:g}: {len(lengths)} lengths…")
+live = pd.DataFrame(live_rows).rename(columns={"scaling": "curve"})
+live["kind"] = "rope + scaling"
+for name in references:
+    folder = checkpoints[name]
+
+    def reference(progress, folder=folder):
+        model, out = labs.get_model(folder), []
+        for i, n in enumerate(lengths):
+            try:
+                out.append({"curve": name, "length": n, "bpb": labs.score_at_length(model, list(text_bytes), n).bpb})
+            except PosvizError:
+                pass  # a method that cannot run at this length simply has no point there
+            progress((i + 1) / len(lengths))
+        return out
+
+    live = pd.concat([live, pd.DataFrame(compute_once(
+        "reference_curve", (str(folder), labs.checkpoint_stamp(folder), text_bytes, tuple(lengths)), reference,
+        f"{name}: {len(lengths)} lengths…")).assign(kind="no scaling needed", factor=None)], ignore_index=True)
+with c2:
+    live_slot.empty()
+    show_chart(curve_chart(live, f"Live on this text: every scaling at s = {factor:g}"), live,
+               f"context-extension-live-s{factor:g}",
+               f"Computed now on {device_label()}. A single factor for every length: below s × {train_length:,} the "
+               "scalings give up some short-range precision; past it they run out of stretch.")
+
+best = live[live["length"] == max(lengths)].sort_values("bpb")
+if not best.empty:
+    st.markdown(f"**At {max(lengths):,} bytes ({max(lengths) // train_length}× the training length), live:**")
+    cols = st.columns(min(len(best), 8))
+    for col, (_, r) in zip(cols, best.head(len(cols)).iterrows()):
+        col.metric(r["curve"], f"{r['bpb']:.3f}", help="bits per byte")

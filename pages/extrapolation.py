@@ -1,3 +1,320 @@
-from pages._shared import page_header
+"""Extrapolation lab: run the shipped checkpoints on a text at any length, live."""
+from __future__ import annotations
 
-page_header("extrapolation", "Coming soon.")
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from pages._shared import (
+    choose_text,
+    error_box,
+    page_header,
+    qp_choice,
+    qp_int,
+    qp_multi,
+    show_chart,
+    show_coloured_text,
+    show_matrix,
+    show_pooled_matrix,
+    sync_url,
+)
+from posviz import labs
+from posviz.checkpoint import read_config, shipped_checkpoints
+from posviz.errors import PosvizError, PositionLimitError
+from posviz.limits import CACHE_ENTRIES, device_label
+from posviz.positions import method_names
+
+page_header(
+    "Extrapolation lab",
+    "Every shipped checkpoint was trained on 256-byte windows. Drag the evaluation length past that and watch "
+    "which position methods keep predicting well, which degrade, and which cannot run at all. Everything below "
+    "the shipped curves is computed live on this machine.",
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cached live computations (keyed on the weights' file stamp so retrained checkpoints reload)
+# ------------------------------------------------------------------------------------------------
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def live_score(folder: str, stamp: int, text: bytes, length: int) -> dict:
+    score = labs.score_at_length(labs.get_model(folder), list(text), length)
+    return {"bpb": score.bpb, "position_bits": score.position_bits, "byte_bits": score.byte_bits,
+            "n_windows": score.n_windows, "n_bytes": score.n_bytes, "seconds": score.seconds}
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def live_attention(folder: str, stamp: int, text: bytes, length: int, layer: int, log_scale: bool) -> labs.AttentionView:
+    return labs.attention_view(labs.get_model(folder), list(text), length, layer, log_scale=log_scale)
+
+
+@st.cache_data(max_entries=4 * CACHE_ENTRIES, show_spinner=False)
+def live_stats(folder: str, stamp: int, text: bytes, length: int, layer: int) -> list[dict]:
+    return labs.attention_growth(labs.get_model(folder), list(text), [length], layer)
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def model_facts(folder: str, stamp: int) -> dict:
+    model = labs.get_model(folder)
+    return {"train_length": model.config.train_length, "n_layer": model.config.n_layer,
+            "n_head": model.config.n_head, "cap": labs.length_cap(model), "limit": model.position.max_positions}
+
+
+checkpoints = shipped_checkpoints()
+if not checkpoints:
+    st.warning("No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload.")
+    st.stop()
+
+facts, broken = {}, {}
+for name, folder in checkpoints.items():
+    try:
+        facts[name] = model_facts(str(folder), labs.checkpoint_stamp(folder))
+    except PosvizError as exc:
+        broken[name] = str(exc)
+for name, message in broken.items():
+    error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {message}"),
+              "Rebuild it with `make checkpoints`; the other checkpoints keep working.")
+names = list(facts)
+if not names:
+    st.stop()
+COLOURS = alt.Scale(domain=method_names() + sorted(set(names) - set(method_names())), scheme="tableau10")
+
+# ------------------------------------------------------------------------------------------------
+# Controls
+# ------------------------------------------------------------------------------------------------
+left, right = st.columns([1, 1])
+with left:
+    chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", names, names), key="w_models")
+    sync_url(models=chosen)
+with right:
+    text = choose_text()
+if not chosen:
+    st.info("Pick at least one checkpoint above.")
+    st.stop()
+if text is None:
+    st.stop()
+
+train_length = facts[chosen[0]]["train_length"]
+cap = min(facts[n]["cap"] for n in chosen)
+usable = min(cap, len(text))
+options = labs.length_options(train_length, usable)
+if len(options) < 2:
+    error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text (a few hundred bytes at least).")
+    st.stop()
+default_length = min(train_length, usable)
+length = st.select_slider(
+    "Evaluation length (bytes)", options, value=int(qp_choice("L", str(default_length), [str(o) for o in options])),
+    key="w_L",
+    format_func=lambda n: f"{n:,} ({n / train_length:g}× train)",
+    help="Each model scores non-overlapping windows of this many bytes over the first "
+         f"{cap:,} bytes of the text (fewer if the text is shorter).",
+)
+sync_url(L=length)
+st.caption(f"Cap on this device ({device_label()}): {cap:,} bytes = {cap // train_length} × the training length of "
+           f"{train_length:,}. " + (f"This text has {len(text):,} bytes, so the slider stops at {usable:,}." if
+                                    len(text) < cap else ""))
+text_bytes = text.as_bytes()
+
+# ------------------------------------------------------------------------------------------------
+# 1. Bits per byte at this length, on each model's shipped curve
+# ------------------------------------------------------------------------------------------------
+st.subheader(f"Bits per byte at {length:,} bytes")
+shipped_rows = []
+for name in chosen:
+    for n, bpb in labs.shipped_bpb_curve(checkpoints[name]):
+        if bpb is not None:
+            shipped_rows.append({"model": name, "length": n, "bits/byte": bpb, "source": "shipped (131 kB of validation text)"})
+shipped = pd.DataFrame(shipped_rows, columns=["model", "length", "bits/byte", "source"])
+
+
+def bpb_chart(live: pd.DataFrame) -> alt.LayerChart:
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+    y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
+    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint")
+    layers = [alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
+              .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])]
+    if not live.empty:
+        layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
+                      .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"),
+                                                     "source"]))
+    rules = pd.DataFrame({"length": [train_length], "what": ["training length = this length"]}) if length == train_length \
+        else pd.DataFrame({"length": [train_length, length], "what": ["training length", "this length"]})
+    layers.append(alt.Chart(rules).mark_rule(strokeDash=[2, 2], color="grey").encode(
+        x="length:Q", tooltip=["what", "length"]))
+    layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6, color="grey", baseline="top").encode(
+        x="length:Q", y=alt.value(0), text="what"))
+    return alt.layer(*layers).properties(height=360)
+
+
+curve_slot = st.empty()
+with curve_slot.container():
+    if shipped.empty:
+        st.info("The shipped checkpoints have no stored bpb-vs-length curve yet (run `python -m posviz.evaluate_all`). "
+                "Live numbers follow.")
+    else:
+        st.altair_chart(bpb_chart(pd.DataFrame()), width="stretch")
+        st.caption("Shipped curves shown; live numbers are being computed…")
+
+scores, errors = {}, {}
+bar = st.progress(0.0, text=f"Running {len(chosen)} checkpoints at {length:,} bytes…")
+for i, name in enumerate(chosen):
+    folder = checkpoints[name]
+    bar.progress(i / len(chosen), text=f"Running {name} at {length:,} bytes ({i + 1}/{len(chosen)})…")
+    try:
+        scores[name] = live_score(str(folder), labs.checkpoint_stamp(folder), text_bytes, length)
+    except PositionLimitError as exc:
+        errors[name] = str(exc)
+    except PosvizError as exc:
+        errors[name] = str(exc)
+bar.empty()
+
+live = pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
+                      "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"} for n, s in scores.items()],
+                    columns=["model", "length", "bits/byte", "source"])
+metric_cols = st.columns(len(chosen))
+for col, name in zip(metric_cols, chosen):
+    if name in scores:
+        ref = dict(labs.shipped_bpb_curve(checkpoints[name])).get(train_length)
+        col.metric(name, f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
+                   delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
+                   f"difference from the shipped bits per byte at the training length ({train_length:,}).")
+    else:
+        col.metric(name, "—", help="Cannot run at this length: see the message below.")
+with curve_slot.container():
+    if shipped.empty and live.empty:
+        st.info("Nothing to draw yet.")
+    else:
+        chart = bpb_chart(live)
+        show_chart(chart, pd.concat([shipped, live], ignore_index=True), f"bpb-vs-length-L{length}",
+                   "Dashed: the shipped curves (131 kB of validation text). Big dots: live, on this text at this length. "
+                   "A different text gives a different level, so compare a dot with its own curve's shape.")
+for name, message in errors.items():
+    st.error(f"**{name}** — {message}", icon="🚫")
+    if facts[name]["limit"] is not None:
+        st.caption(f"Why {name} stops: its positions are rows of a trained table, and the table has "
+                   f"{facts[name]['limit']:,} rows. A sinusoidal model can *compute* position {length - 1:,} (it has just "
+                   "never seen it); a learned table has nothing to look up. The other checkpoints keep going.")
+
+if not scores:
+    st.stop()
+
+# ------------------------------------------------------------------------------------------------
+# 2. Mean loss at each position in the window
+# ------------------------------------------------------------------------------------------------
+st.subheader("Loss at each position in the window")
+smooth = max(1, length // 64)
+pos_rows = []
+for name, s in scores.items():
+    smoothed = labs.moving_average(s["position_bits"], smooth)
+    pos_rows += [{"model": name, "position": p, "bits": float(v), "raw bits": float(r)}
+                 for p, (v, r) in enumerate(zip(smoothed, s["position_bits"])) if np.isfinite(v)]
+pos_df = pd.DataFrame(pos_rows)
+x = alt.X("position:Q", title="position in the window (bytes of context before the predicted byte)")
+lines = alt.Chart(pos_df).mark_line().encode(
+    x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
+    alt.Color("model:N", scale=COLOURS, title="checkpoint"),
+    tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
+layers = [lines]
+if train_length < length:
+    mark = pd.DataFrame({"position": [train_length], "what": ["training length"]})
+    layers += [alt.Chart(mark).mark_rule(strokeDash=[4, 3], color="grey").encode(x="position:Q"),
+               alt.Chart(mark).mark_text(align="left", dx=4, color="grey", baseline="top").encode(
+                   x="position:Q", y=alt.value(0), text="what")]
+n_windows = max(s["n_windows"] for s in scores.values())
+show_chart(alt.layer(*layers).properties(height=320), pos_df, f"loss-by-position-L{length}",
+           f"Mean over {n_windows} window(s)" + (f", smoothed over {smooth} positions" if smooth > 1 else "") +
+           ". Past the dashed line the model predicts from more context than it ever had in training: relative "
+           "methods stay flat or improve, absolute ones often rise.")
+
+# ------------------------------------------------------------------------------------------------
+# 3. The text coloured by loss, and attention for one model
+# ------------------------------------------------------------------------------------------------
+st.subheader("Inside one model")
+live_names = list(scores)
+c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+inspect = c1.selectbox("Checkpoint to inspect", live_names,
+                       index=live_names.index(qp_choice("inspect", live_names[0], live_names)), key="w_inspect")
+n_layer, n_head = facts[inspect]["n_layer"], facts[inspect]["n_head"]
+layer = c2.selectbox("Layer", range(n_layer), index=qp_int("layer", n_layer - 1, 0, n_layer - 1), key="w_layer")
+head_options = ["all"] + [str(h) for h in range(n_head)]
+head = c3.selectbox("Head", head_options, index=head_options.index(qp_choice("head", "all", head_options)),
+                    format_func=lambda h: "all (grid)" if h == "all" else f"head {h}", key="w_head")
+scales = ["log", "prob"]
+scale = c4.radio("Colour", scales, index=scales.index(qp_choice("scale", "log", scales)), key="w_scale",
+                 format_func={"log": "log₁₀ probability", "prob": "probability"}.get, horizontal=True)
+sync_url(inspect=inspect, layer=layer, head=head, scale=scale)
+
+with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}", expanded=True):
+    s = scores[inspect]
+    shown = min(s["n_bytes"], 4096)
+    show_coloured_text(labs.characters_with_bits(list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)
+    st.caption(f"The first {shown:,} scored bytes; hover a character for its loss. Window boundaries every "
+               f"{length:,} bytes are grey (nothing to predict from).")
+
+folder = checkpoints[inspect]
+stamp = labs.checkpoint_stamp(folder)
+with st.spinner(f"Extracting layer {layer} attention of {inspect} at {length:,} bytes…"):
+    view = live_attention(str(folder), stamp, text_bytes, length, layer, scale == "log")
+value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
+marks = [train_length] if train_length < length else []
+st.markdown(f"**Attention of {inspect}, layer {layer}, at {length:,} bytes** "
+            f"(computed in {view.seconds:.2f} s)")
+if head == "all":
+    cols = st.columns(min(n_head, 4))
+    for h in range(n_head):
+        with cols[h % len(cols)]:
+            show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
+                               "key byte", "query byte", value_title, marks=marks, mark_label="the training length",
+                               side=256, compact=True, title=f"head {h}")
+            st.caption(f"distance {view.distance[h]:,.1f} B · entropy {view.entropy[h]:.2f} bits")
+    lo, hi = min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)
+    st.caption(f"Rows: query byte 0–{length - 1:,} (top to bottom); columns: key byte 0–{length - 1:,} (left to right); "
+               f"colour (each map scaled to its own range): {value_title}, {lo:.3g} to {hi:.3g} overall; grey: future keys (masked)"
+               + (f"; each pixel averages {view.block}×{view.block} entries" if view.block > 1 else "")
+               + (f"; white lines: the training length ({train_length:,})" if marks else "")
+               + ". Distance: Σⱼ p·(i−j) averaged over queries; entropy: −Σⱼ p log₂ p.")
+else:
+    h = int(head)
+    col, _ = st.columns([3, 2])
+    with col:
+        if view.block == 1 and length <= 256:
+            show_matrix(view.maps[h], f"attention-{inspect}-l{layer}-h{h}-L{length}", "key byte", "query byte",
+                        value_title, marks=marks, mark_label="the training length")
+        else:
+            show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
+                               "key byte", "query byte", value_title, marks=marks, mark_label="the training length")
+    st.caption(f"Head {h}: mean attention distance {view.distance[h]:,.1f} bytes, entropy {view.entropy[h]:.2f} bits.")
+
+# ------------------------------------------------------------------------------------------------
+# 4. Attention distance and entropy per head as the length grows
+# ------------------------------------------------------------------------------------------------
+st.subheader("How far each head looks as the window grows")
+lengths = tuple(labs.growth_lengths(length, train_length, facts[inspect]["limit"]))
+rows = []
+bar = st.progress(0.0, text=f"Attention statistics at {len(lengths)} lengths…")
+for i, n in enumerate(lengths):
+    if n == length:  # already computed with the map above
+        rows += [{"length": n, "head": h, "distance": float(view.distance[h]), "entropy": float(view.entropy[h])}
+                 for h in range(n_head)]
+    else:
+        rows += live_stats(str(folder), stamp, text_bytes, n, layer)
+    bar.progress((i + 1) / len(lengths), text=f"Attention statistics at {n:,} bytes ({i + 1}/{len(lengths)})…")
+bar.empty()
+growth = pd.DataFrame(rows)
+growth["head"] = growth["head"].map(lambda h: f"head {h}")
+x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")
+rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(strokeDash=[4, 3], color="grey").encode(x="length:Q")
+g1, g2 = st.columns(2)
+with g1:
+    chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
+        x, alt.Y("distance:Q", title="mean attention distance (bytes)"), alt.Color("head:N", title=None),
+        tooltip=["head", "length", alt.Tooltip("distance:Q", format=".1f")]), rule).properties(height=280)
+    show_chart(chart, growth, f"attention-distance-{inspect}-l{layer}", "Σⱼ p(i→j)·(i−j), averaged over queries.")
+with g2:
+    chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
+        x, alt.Y("entropy:Q", title="mean attention entropy (bits)"), alt.Color("head:N", title=None),
+        tooltip=["head", "length", alt.Tooltip("entropy:Q", format=".2f")]), rule).properties(height=280)
+    show_chart(chart, growth, f"attention-entropy-{inspect}-l{layer}",
+               "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
+if facts[inspect]["limit"] is not None and facts[inspect]["limit"] < length:
+    st.caption(f"{inspect} stops at {facts[inspect]['limit']:,} bytes (its table has no later positions).")

@@ -1,3 +1,105 @@
-from pages._shared import page_header
+"""Home: what position methods are for, how the shipped ones compare, and where to explore each."""
+import altair as alt
+import pandas as pd
+import streamlit as st
 
-page_header("home", "Coming soon.")
+from pages._shared import page_header, shipped_checkpoint_json, show_chart
+from posviz import explain
+from posviz.positions import POSITION_METHODS, method_names
+
+page_header(
+    "posviz — how a transformer knows where each token is",
+    "Positional encodings, explained with numbers you can change and checkpoints you can run.",
+)
+
+st.markdown(
+    """
+**The problem.** Attention scores every key against the query with a dot product, then takes a weighted
+average. Nothing in that sum depends on *where* a key sits: shuffle the keys and each query gets exactly
+the same result. So without a position signal, *"the dog bit the man"* and *"the man bit the dog"* look
+alike to every attention head, and only the causal mask says anything about order.
+
+**The fixes.** A position method injects order at one of three places: it **adds** a vector per position
+to the input (sinusoidal, learned), **rotates** queries and keys by their positions (RoPE), or **biases**
+the attention logits by the distance between query and key (Shaw, T5, ALiBi). Where it acts decides
+whether the model can read text longer than it was trained on, and whether a far token can still be found.
+"""
+)
+
+entries = shipped_checkpoint_json()
+metrics = {name: m for name, (_, m, problem) in entries.items() if problem is None and m is not None}
+for name, (_, _, problem) in entries.items():
+    if problem is not None:
+        st.warning(f"Checkpoint **{name}** could not be read: {problem}", icon="⚠️")
+missing = [name for name in method_names() if name not in entries]
+if not entries:
+    st.warning("No checkpoints found, so the measured columns and the chart below are empty. "
+               "Run `make checkpoints` to train the shipped set (about an hour on a laptop CPU).", icon="⚠️")
+elif missing:
+    st.info(f"No checkpoint yet for: {', '.join(missing)}. Run `make checkpoints` to train the full set.", icon="ℹ️")
+
+st.header("The methods at a glance")
+rows = pd.DataFrame(explain.method_rows(metrics)).drop(columns=["summary"])
+long_col = f"bits/byte @ {explain.EXTRAPOLATION_MULTIPLE}×"
+st.dataframe(
+    rows,
+    hide_index=True,
+    column_config={
+        "paper": st.column_config.LinkColumn("paper", display_text="paper ↗"),
+        "KV-cacheable": st.column_config.TextColumn(help="Can keys and values be computed once and reused while "
+                                                    "generating? Added vectors: " + explain.KV_CACHE_REASON["input"]
+                                                    + "; rotations: " + explain.KV_CACHE_REASON["q/k"] + "; biases: "
+                                                    + explain.KV_CACHE_REASON["logits"] + "."),
+        "bits/byte @ 1×": st.column_config.NumberColumn(format="%.3f", help="Validation bits per byte at the training length."),
+        long_col: st.column_config.NumberColumn(
+            format="%.3f", help=f"Validation bits per byte at {explain.EXTRAPOLATION_MULTIPLE}× the training length."),
+        "extrapolates": st.column_config.TextColumn(
+            help=f"yes: at most {explain.EXTRAPOLATES_WITHIN_BPB} bits/byte worse at {explain.EXTRAPOLATION_MULTIPLE}× "
+                 f"the training length than at 1×; partly: at most {explain.DEGRADES_WITHIN_BPB} worse; no: worse still, "
+                 "or cannot run at all."),
+    },
+)
+st.caption("Columns from each method's definition in `posviz/positions`; the bits/byte columns and "
+           "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method).")
+
+st.header("Bits per byte vs evaluation length")
+curve = pd.DataFrame(explain.bpb_vs_length_rows(metrics))
+if curve.empty:
+    st.info("No evaluated checkpoints to plot yet. Run `make checkpoints`, then reload this page.", icon="ℹ️")
+else:
+    train_lengths = sorted({explain.train_length_of(m) for m in metrics.values()} - {None})
+    order = [n for n in method_names() if n in set(curve["checkpoint"])]
+    lengths = sorted(set(curve["length"].tolist()))
+    lines = alt.Chart(curve).mark_line(point=True).encode(
+        x=alt.X("length:Q", title="evaluation length (bytes, log₂ scale)",
+                scale=alt.Scale(type="log", base=2, domain=[min(lengths), max(lengths)]),
+                axis=alt.Axis(values=lengths, format=",d")),
+        y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
+        color=alt.Color("checkpoint:N", sort=order, title="checkpoint"),
+        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("length:Q", title="length (bytes)", format=","),
+                 alt.Tooltip("multiple:Q", title="× training length", format=".3g"),
+                 alt.Tooltip("bpb:Q", title="bits per byte", format=".3f")],
+    )
+    marks = pd.DataFrame({"length": train_lengths, "label": [f"training length {n:,}" for n in train_lengths]})
+    rule = alt.Chart(marks).mark_rule(strokeDash=[5, 4], color="gray").encode(
+        x=alt.X("length:Q"), tooltip=[alt.Tooltip("label:N", title="marks")])
+    label = alt.Chart(marks).mark_text(align="left", dx=4, dy=-6, color="gray", baseline="bottom").encode(
+        x=alt.X("length:Q"), y=alt.YValue(0), text=alt.Text("label:N"))
+    show_chart((lines + rule + label).properties(height=420), curve, "bpb_vs_length",
+               "Non-overlapping windows of the evaluation length over the same held-out bytes. A line that stops "
+               "means the method cannot run at longer lengths (the learned table has no rows past it).")
+
+st.header("Explore each method")
+EXPLAINER = {  # method -> the page that takes it apart; methods without one go to the live lab
+    "sinusoidal": ("pages/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
+    "learned": ("pages/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
+    "rope": ("pages/rope.py", "RoPE", "🔄"),
+    "shaw": ("pages/attention_biases.py", "Attention biases", "📐"),
+    "t5": ("pages/attention_biases.py", "Attention biases", "📐"),
+    "alibi": ("pages/attention_biases.py", "Attention biases", "📐"),
+}
+cols = st.columns(2)
+for i, name in enumerate(method_names()):
+    path, title, icon = EXPLAINER.get(name, ("pages/extrapolation.py", "Extrapolation lab", "📈"))
+    with cols[i % 2]:
+        st.page_link(path, label=f"{name} — {title}", icon=icon, help=POSITION_METHODS[name].summary)

@@ -1,3 +1,223 @@
-from pages._shared import page_header
+"""KV cache & sliding window: why you cannot just shift a cache, and which methods do not need to."""
+from __future__ import annotations
 
-page_header("kv_cache", "Coming soon.")
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from pages._shared import (
+    choose_text,
+    compute_once,
+    error_box,
+    page_header,
+    qp_choice,
+    qp_int,
+    qp_multi,
+    show_chart,
+    sync_url,
+)
+from posviz import labs
+from posviz.checkpoint import shipped_checkpoints
+from posviz.errors import PosvizError
+from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES, device_label
+from posviz.positions import method_names
+
+page_header(
+    "KV cache & sliding window",
+    "A text generator predicts one byte at a time and cannot afford to re-read its whole window for every byte, "
+    "so it keeps the keys and values it already computed (the KV cache). Once the window is full, the oldest byte "
+    "has to go. What happens to the positions then depends on the position method.",
+)
+
+checkpoints = shipped_checkpoints()
+if not checkpoints:
+    st.warning("No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload.")
+    st.stop()
+names = list(checkpoints)
+COLOURS = alt.Scale(domain=list(labs.STRATEGIES), range=["#4e79a7", "#e15759", "#59a14f"])
+TITLES = labs.STRATEGY_TITLES
+
+with st.expander("The three strategies", expanded=True):
+    for strategy in labs.STRATEGIES:
+        st.markdown(f"**{TITLES[strategy]}** (`{strategy}`) — {labs.STRATEGY_HOW[strategy]}")
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def model_facts(folder: str, stamp: int) -> dict:
+    model = labs.get_model(folder)
+    return {"train_length": model.config.train_length, "verdicts": {s: labs.strategy_verdict(model, s) for s in labs.STRATEGIES}}
+
+
+facts, broken = {}, {}
+for name, folder in checkpoints.items():
+    try:
+        facts[name] = model_facts(str(folder), labs.checkpoint_stamp(folder))
+    except PosvizError as exc:
+        broken[name] = str(exc)
+for name, message in broken.items():
+    error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {message}"), "Rebuild it with `make checkpoints`.")
+names = [n for n in names if n in facts]
+if not names:
+    st.stop()
+train_length = facts[names[0]]["train_length"]
+
+# ------------------------------------------------------------------------------------------------
+# Controls
+# ------------------------------------------------------------------------------------------------
+left, right = st.columns(2)
+with left:
+    chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", names, names), key="w_models")
+    windows = sorted({w for w in (16, 32, 64, 128, 256, 512, 1024, train_length) if w <= min(MAX_KV_CACHE_POSITIONS, 1024)})
+    window = st.select_slider("Window W (bytes of context, including the current byte)", windows,
+                              value=int(qp_choice("W", str(train_length), [str(w) for w in windows])), key="w_W",
+                              format_func=lambda w: f"{w:,}" + (" (train length)" if w == train_length else ""))
+with right:
+    text = choose_text()
+sync_url(models=chosen, W=window)
+if not chosen:
+    st.info("Pick at least one checkpoint.")
+    st.stop()
+if text is None:
+    st.stop()
+most = min(MAX_SLIDING_BYTES, len(text))
+if most < window + 2:
+    error_box(PosvizError(f"The text has {len(text):,} bytes; scoring with a window of {window:,} needs at least "
+                          f"{window + 2:,}."), "Choose a smaller window or a longer text.")
+    st.stop()
+low = min(window + 2, most)
+n_bytes = st.slider("Bytes to score, one at a time", low, most, value=qp_int("n", min(2 * window, most), low, most),
+                    step=1, key="w_n", help=f"Capped at {MAX_SLIDING_BYTES:,} bytes: every byte is one forward pass.")
+sync_url(n=n_bytes)
+text_bytes = text.as_bytes()
+
+# ------------------------------------------------------------------------------------------------
+# The two-pass diagram (no model needed: shown at once)
+# ------------------------------------------------------------------------------------------------
+st.subheader("Which position each byte gets, pass t and pass t + 1")
+diagram_window = st.slider("Window drawn in the diagram", 4, 16, value=qp_int("dw", 8, 4, 16), key="w_dw",
+                           help="A small window keeps the numbers readable; the pattern is the same for any W.")
+sync_url(dw=diagram_window)
+diagram = pd.DataFrame(labs.two_pass_diagram(diagram_window))
+diagram["row"] = diagram["strategy"].map(TITLES) + " · pass " + diagram["pass"]
+diagram["key"] = diagram.apply(lambda r: "recomputed now" if r["recomputed"] else
+                               ("cached, position unchanged" if r["consistent"] else "cached, computed at another position"),
+                               axis=1)
+diagram["computed at"] = diagram.apply(lambda r: "" if r["recomputed"] else f"@{r['baked']}", axis=1)
+order = [f"{TITLES[s]} · pass {p}" for s in labs.STRATEGIES for p in ("t", "t+1")]
+base = alt.Chart(diagram).encode(
+    x=alt.X("byte:O", title="byte of the document"), y=alt.Y("row:N", sort=order, title=None))
+cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
+    color=alt.Color("key:N", title=None, scale=alt.Scale(
+        domain=["recomputed now", "cached, position unchanged", "cached, computed at another position"],
+        range=["#59a14f", "#a0cbe8", "#e15759"])),
+    tooltip=["row", "byte", alt.Tooltip("position:Q", title="position used in this pass"),
+             alt.Tooltip("baked:Q", title="position its cached key was computed at"), "key"])
+labels = base.mark_text(fontSize=15, fontWeight="bold", dy=-5).encode(text="position:Q")
+baked = base.mark_text(fontSize=10, dy=10, color="#333").encode(text="computed at:N")
+t = 2 * diagram_window
+show_chart(alt.layer(cells, labels, baked).properties(height=330), diagram, f"two-pass-diagram-W{diagram_window}",
+           f"Window of {diagram_window} bytes, passes t = {t} and t + 1 = {t + 1}. Big number: the position attention "
+           "uses for that byte in that pass. Small @p: the position the byte's cached key and value were computed at. "
+           "Red cells are where the shifted cache lies: fine for methods that add position only at attention time "
+           "(ALiBi, T5, Shaw, NoPE), wrong for methods that bake it into the keys (learned, sinusoidal, RoPE).")
+
+# ------------------------------------------------------------------------------------------------
+# Score the document under each strategy
+# ------------------------------------------------------------------------------------------------
+st.subheader(f"Scoring {n_bytes:,} bytes with a {window:,}-byte window")
+expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: facts[n]["verdicts"][s] for s in labs.STRATEGIES}}
+                         for n in chosen])
+with st.expander("What to expect for each checkpoint", expanded=False):
+    st.dataframe(expected, hide_index=True)
+
+rows = []
+for name in chosen:
+    folder = checkpoints[name]
+    stamp = labs.checkpoint_stamp(folder)
+    for strategy in labs.STRATEGIES:
+        def compute(progress, folder=folder, strategy=strategy):
+            r = labs.sliding_score(labs.get_model(folder), list(text_bytes), window, strategy, n_bytes, progress)
+            return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error}
+
+        try:
+            r = compute_once("sliding", (str(folder), stamp, text_bytes, window, strategy, n_bytes), compute,
+                             f"{name}: {TITLES[strategy].lower()} over {n_bytes:,} bytes…")
+        except PosvizError as exc:
+            r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc)}
+        rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
+                     "bits/byte after the window fills": r["bpb_full"], "bits/byte, all bytes": r["bpb"],
+                     "ms/byte": r["ms"], "bytes scored": r["n"],
+                     "note": r["error"] or facts[name]["verdicts"][strategy]})
+results = pd.DataFrame(rows)
+for column in ("bits/byte after the window fills", "bits/byte, all bytes", "ms/byte"):
+    results[column] = pd.to_numeric(results[column])
+
+table = results.pivot(index="checkpoint", columns="how", values="bits/byte after the window fills").reindex(chosen)
+table = table[[TITLES[s] for s in labs.STRATEGIES]]
+st.markdown(f"**Bits per byte on bytes {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
+            "can differ; blank = cannot run)")
+st.dataframe(table.style.format("{:.3f}", na_rep="cannot run"), width="stretch")
+speed = results.pivot(index="checkpoint", columns="how", values="ms/byte").reindex(chosen)[[TITLES[s] for s in labs.STRATEGIES]]
+st.markdown(f"**Milliseconds per byte**, measured on this page ({device_label()})")
+st.dataframe(speed.style.format("{:.2f}", na_rep="—"), width="stretch")
+
+plot = results.dropna(subset=["bits/byte after the window fills"])
+c1, c2 = st.columns(2)
+with c1:
+    chart = alt.Chart(plot).mark_bar().encode(
+        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(labs.STRATEGIES)),
+        y=alt.Y("bits/byte after the window fills:Q", title="bits per byte (lower is better)"),
+        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
+                        labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
+                                  "'cached_window': 'Cached, true positions'}[datum.label]")),
+        tooltip=["checkpoint", "how", alt.Tooltip("bits/byte after the window fills:Q", format=".3f"), "note"],
+    ).properties(height=320)
+    show_chart(chart, results, f"sliding-bpb-W{window}-n{n_bytes}", "Missing bars: the strategy cannot run (see notes).")
+with c2:
+    chart = alt.Chart(results.dropna(subset=["ms/byte"])).mark_bar().encode(
+        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(labs.STRATEGIES)),
+        y=alt.Y("ms/byte:Q", title="milliseconds per byte (lower is faster)"),
+        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
+        tooltip=["checkpoint", "how", alt.Tooltip("ms/byte:Q", format=".2f")],
+    ).properties(height=320)
+    show_chart(chart, results, f"sliding-speed-W{window}-n{n_bytes}",
+               "Wall-clock time of the whole loop divided by the bytes scored (first run; later views reuse it).")
+
+for _, r in results.iterrows():
+    if pd.isna(r["bits/byte after the window fills"]):
+        st.warning(f"**{r['checkpoint']} · {r['how']}** — {r['note']}", icon="⚠️")
+
+# ------------------------------------------------------------------------------------------------
+# T5 with a KV cache
+# ------------------------------------------------------------------------------------------------
+st.subheader("A T5 relative bias works with a KV cache")
+st.markdown(
+    "Some tutorials say T5's relative position bias rules out a KV cache, because the bias depends on the query. "
+    "It depends on the query's *position* only: each cached key keeps the position it was written at, and the bias "
+    "for a new query is looked up from the distances. Below, the same bytes are run once as a full forward pass and "
+    "once byte by byte through a cache; the logits agree to float precision."
+)
+default_check = "t5" if "t5" in names else names[0]
+c1, c2 = st.columns(2)
+check_model = c1.selectbox("Checkpoint", names, index=names.index(qp_choice("check", default_check, names)), key="w_check")
+check_cap = min(MAX_KV_CACHE_POSITIONS, len(text), 1024)
+check_length = c2.slider("Bytes", 16, max(16, check_cap), value=qp_int("cl", min(256, check_cap), 16, max(16, check_cap)),
+                         key="w_cl", help="Cached decoding of this many bytes vs one forward pass over them.")
+sync_url(check=check_model, cl=check_length)
+folder = checkpoints[check_model]
+try:
+    check = compute_once(
+        "cache_check", (str(folder), labs.checkpoint_stamp(folder), text_bytes[:check_length], check_length),
+        lambda progress: labs.cache_check(labs.get_model(folder), list(text_bytes), check_length, progress=progress),
+        f"{check_model}: cached vs full forward over {check_length:,} bytes…")
+except PosvizError as exc:
+    error_box(exc, "Choose fewer bytes, or a model that can represent this many positions.")
+else:
+    m = st.columns(4)
+    m[0].metric("max |cached − full| logit", f"{check['max_abs_diff']:.1e}",
+                help=f"Largest logit is {check['logit_scale']:.1f}; float32 rounding is about 1e-6 of that.")
+    m[1].metric("full forward pass", f"{check['full_ms']:.1f} ms", help=f"all {check_length:,} bytes at once")
+    m[2].metric("cached, per byte", f"{check['cached_ms_per_byte']:.2f} ms")
+    m[3].metric("no cache (re-run the prefix), per byte", f"{check['reencode_ms_per_byte']:.2f} ms")
+    st.caption("Generation cannot use the full forward pass (it does not know the future bytes); the fair comparison is "
+               "the cached decoder against re-running the prefix for every new byte.")

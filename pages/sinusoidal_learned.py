@@ -1,3 +1,203 @@
-from pages._shared import page_header
+"""Absolute position embeddings: the fixed sinusoidal table and the learned (GPT-2 style) one."""
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
 
-page_header("sinusoidal_learned", "Coming soon.")
+from pages._shared import (folder_stamp, page_header, qp_choice, qp_int, qp_multi, show_chart, show_matrix,
+                           shipped_model, sync_url)
+from posviz import explain
+from posviz.checkpoint import shipped_checkpoints
+from posviz.errors import PositionLimitError
+from posviz.limits import CACHE_ENTRIES
+
+DIMS = [8, 16, 32, 64, 128, 256, 512]
+BASES = [100, 1_000, 10_000, 100_000, 1_000_000]
+SMALL_DIMS = [2, 4, 6, 8]
+
+page_header(
+    "Sinusoidal & learned absolute positions",
+    "Absolute methods add a vector per position to each token's embedding before the first layer. "
+    "Sinusoidal vectors come from a formula (Vaswani et al. 2017, §3.5); learned ones are a trained table (GPT-2).",
+)
+
+# -- controls, read from the URL ---------------------------------------------------------------
+st.header("The sinusoidal table")
+st.markdown(
+    "Pair *i* of dimensions (2*i*, 2*i*+1) holds sin and cos of *p*·θᵢ with θᵢ = base^(−2*i*/*d*): "
+    "a ladder of wavelengths from 2π positions (pair 0) to about 2π·base (the last pair)."
+)
+c1, c2, c3 = st.columns(3)
+length = c1.slider("positions shown (length)", 16, 2048, qp_int("len", 128, 16, 2048), step=16, key="len")
+dim = c2.select_slider("model width d (dimensions)", DIMS, value=int(qp_choice("dim", "64", [str(d) for d in DIMS])),
+                       key="dim")
+base = c3.select_slider("base", BASES, value=int(qp_choice("base", "10000", [str(b) for b in BASES])), key="base",
+                        format_func=lambda b: f"{b:,}", help="10,000 in the paper; larger = slower slowest wave.")
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def pe_table(length: int, dim: int, base: float) -> np.ndarray:
+    return explain.sinusoidal_pe(length, dim, base)
+
+
+show_matrix(pe_table(length, dim, base), f"sinusoidal_pe_L{length}_d{dim}", x_title="dimension",
+            y_title="position", value_title="PE value", scheme="redblue")
+st.caption("Left columns (fast pairs) flicker from row to row; right columns (slow pairs) barely change over "
+           "the whole table: they are almost constant, so they tell little about position at these lengths.")
+
+default_dims = [str(d) for d in (0, 2, dim // 4, dim // 2) if d < dim]
+default_dims = list(dict.fromkeys(default_dims))
+dims_shown = st.multiselect("dimensions to draw as waves", [str(d) for d in range(dim)],
+                            default=qp_multi("dims", default_dims, [str(d) for d in range(dim)]), key=f"dims-{dim}",
+                            help="Even dimensions are sines, odd ones cosines of the same pair.")
+if dims_shown:
+    waves = pd.DataFrame(explain.sinusoid_waves(length, dim, base, [int(d) for d in dims_shown]))
+    wave_chart = alt.Chart(waves).mark_line().encode(
+        x=alt.X("position:Q", title="position p"),
+        y=alt.Y("value:Q", title="PE[p, dimension]", scale=alt.Scale(domain=[-1.05, 1.05])),
+        color=alt.Color("dimension:N", title="dimension"),
+        tooltip=[alt.Tooltip("dimension:N"), alt.Tooltip("position:Q"), alt.Tooltip("value:Q", format=".4f")],
+    ).properties(height=260)
+    show_chart(wave_chart, waves, f"sinusoid_waves_d{dim}")
+else:
+    st.info("Pick at least one dimension to draw.", icon="ℹ️")
+
+# -- binary counting ---------------------------------------------------------------------------
+st.header("Like counting in binary")
+count_len = st.slider("positions shown", 16, 256, qp_int("bits_len", 64, 16, 256), step=16, key="bits_len")
+analogy = explain.binary_counting(count_len, dim, base)
+left, right = st.columns(2)
+with left:
+    st.markdown(f"**Bits of p** ({analogy['bits'].shape[1]} bits, least significant on the left)")
+    show_matrix(analogy["bits"], f"binary_bits_{count_len}", x_title="bit", y_title="position p", value_title="bit")
+with right:
+    st.markdown(f"**Sign bits of the {dim // 2} sine columns** (1 where sin(p·θᵢ) < 0)")
+    show_matrix(analogy["sign_bits"], f"sinusoid_sign_bits_{count_len}_d{dim}", x_title="pair i",
+                y_title="position p", value_title="sign bit")
+periods = pd.DataFrame({"digit": np.arange(max(len(analogy["bit_periods"]), 6))})
+periods["binary bit: period (positions)"] = pd.Series(analogy["bit_periods"])
+periods["sinusoid pair: wavelength (positions)"] = pd.Series(analogy["pair_wavelengths"])
+st.dataframe(periods.head(8), hide_index=True,
+             column_config={"sinusoid pair: wavelength (positions)": st.column_config.NumberColumn(format="%.1f")})
+st.caption("Both are “digits” that turn over at geometrically slower rates. Bits double their period per digit; "
+           f"with d = {dim} and base {base:,} each sinusoid pair's wavelength grows by {base ** (2 / dim):.2f}×. "
+           "The sinusoids are the smooth version, and smooth rotations are what make the next section work.")
+
+# -- PE(p + k) = M_k PE(p) ------------------------------------------------------------------------
+st.header("Shifting by k is one fixed matrix: PE(p + k) = M_k · PE(p)")
+c1, c2, c3 = st.columns(3)
+k = c1.slider("shift k (positions)", 0, 512, qp_int("k", 3, 0, 512), key="k")
+small = c2.select_slider("width shown for M_k", SMALL_DIMS, value=int(qp_choice("small", "4", [str(s) for s in SMALL_DIMS])),
+                         key="small")
+example_p = c3.slider("example position p", 0, length - 1, min(qp_int("p", 5, 0, 2047), length - 1), key=f"p-{length}")
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def shift(length: int, dim: int, k: int, base: float, p: int) -> explain.ShiftCheck:
+    return explain.shift_check(length, dim, k, base, p)
+
+
+full = shift(length, dim, k, base, example_p)
+shown = shift(length, small, k, base, example_p)
+m1, m2 = st.columns(2)
+m1.metric(f"max |PE(p+k) − M_k·PE(p)| over p = 0…{length - 1}, d = {dim}", f"{full.max_error:.1e}",
+          help="Largest absolute difference over every position and dimension (float64).")
+m2.metric("positions checked", f"{length:,}", help="M_k is built from k and the frequencies alone: one matrix for every p.")
+left, right = st.columns(2)
+with left:
+    st.markdown(f"**M_{k}** for d = {small} (block-diagonal 2×2 rotations by k·θᵢ)")
+    st.dataframe(pd.DataFrame(shown.matrix, columns=[f"col {j}" for j in range(small)]).round(6), hide_index=True)
+with right:
+    st.markdown(f"**At p = {example_p}** (first {min(dim, 8)} of {dim} dimensions)")
+    st.dataframe(pd.DataFrame({"dimension": np.arange(min(dim, 8)),
+                               f"PE({example_p}+{k})": full.example_shifted[:8],
+                               f"M_{k}·PE({example_p})": full.example_mapped[:8]}).round(12), hide_index=True)
+st.caption("So “k positions later” is a linear map a layer can learn once and apply anywhere — the original "
+           "argument for sinusoids. It only holds for the position vector alone, though: after it is added to a "
+           "token embedding and mixed by the layers, the model has to untangle it.")
+
+# -- dot product vs distance --------------------------------------------------------------------
+st.header("PE(p) · PE(p + Δ) depends on the distance only")
+max_distance = st.slider("largest distance Δ shown (positions)", 8, 512, qp_int("dist", 128, 8, 512), key="dist")
+references = [max_distance, 4 * max_distance + 100]
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def dots(dim: int, base: float, max_distance: int, references: tuple) -> pd.DataFrame:
+    return pd.DataFrame(explain.dot_product_vs_distance(dim, base, max_distance, references))
+
+
+dot_df = dots(dim, base, max_distance, tuple(references))
+dot_chart = alt.Chart(dot_df).mark_line().encode(
+    x=alt.X("distance:Q", title="distance Δ (positions; negative = key before)"),
+    y=alt.Y("dot:Q", title="PE(p) · PE(p + Δ)"),
+    color=alt.Color("reference:N", title="reference position p"),
+    strokeDash=alt.StrokeDash("reference:N", title="reference position p"),
+    tooltip=[alt.Tooltip("reference:N", title="p"), alt.Tooltip("distance:Q", title="Δ"),
+             alt.Tooltip("dot:Q", format=".4f")],
+).properties(height=280)
+show_chart(dot_chart, dot_df, f"pe_dot_vs_distance_d{dim}",
+           f"The two reference positions give the same curve (it is Σᵢ cos(Δ·θᵢ), peak {dim // 2} at Δ = 0), and "
+           "it is symmetric: the raw embeddings cannot tell a key before the query from one after it.")
+
+# -- the learned table ----------------------------------------------------------------------------
+st.header("The learned table (the `learned` checkpoint)")
+model, problem = shipped_model("learned")
+if model is None:
+    st.warning(problem, icon="⚠️")
+else:
+    folder = shipped_checkpoints()["learned"]
+
+    @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner="Analysing the learned table…")
+    def learned_analysis(folder: str, stamp: tuple, _model) -> tuple[np.ndarray, np.ndarray, dict]:
+        table = explain.learned_table(_model)
+        return table, explain.cosine_similarity(table), explain.pca_2d(table)
+
+    table, cosine, pca = learned_analysis(str(folder), folder_stamp(folder), model)
+    rows = table.shape[0]
+    st.markdown(f"{rows:,} positions × {table.shape[1]} dimensions, one trained vector per position.")
+    show_matrix(table, "learned_table", x_title="dimension", y_title="position", value_title="weight", scheme="redblue")
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Cosine similarity between positions**")
+        show_matrix(cosine, "learned_cosine_similarity", x_title="position", y_title="position",
+                    value_title="cosine similarity")
+    with right:
+        st.markdown(f"**The {rows:,} vectors projected on their two main directions (PCA)**")
+        points = pd.DataFrame({k: pca[k] for k in ("position", "pc1", "pc2")})
+        scatter = alt.Chart(points).mark_line(color="lightgray").encode(
+            x=alt.X("pc1:Q", title=f"PC 1 ({pca['explained'][0]:.0%} of variance)"),
+            y=alt.Y("pc2:Q", title=f"PC 2 ({pca['explained'][1]:.0%} of variance)"),
+            order=alt.Order("position:Q"),
+        ) + alt.Chart(points).mark_circle(size=30).encode(
+            x=alt.X("pc1:Q"), y=alt.Y("pc2:Q"), color=alt.Color("position:Q", scale=alt.Scale(scheme="viridis")),
+            tooltip=[alt.Tooltip("position:Q"), alt.Tooltip("pc1:Q", format=".3f"), alt.Tooltip("pc2:Q", format=".3f")],
+        )
+        show_chart(scatter.properties(height=380), points, "learned_pca")
+    st.caption("Nothing forces neighbouring rows to be alike, yet training usually makes them so: a bright band "
+               "along the diagonal of the similarity matrix and a smooth path in the projection mean the model "
+               "learned a notion of nearness. Untrained or rarely seen rows look like noise.")
+
+    limit = model.position.max_positions
+    st.subheader(f"Position {limit:,}, one past the table: asking the real model")
+    try:
+        model(torch.zeros(1, limit + 1, dtype=torch.long))
+    except PositionLimitError as exc:
+        st.markdown(f"Running the `learned` checkpoint on {limit + 1:,} bytes raises `{type(exc).__name__}`:")
+        st.code(str(exc), language=None, wrap_lines=True)
+        st.markdown(
+            f"There is no row {limit:,} in the table, so there is nothing to add to that byte's embedding: the "
+            "model is undefined there, not just inaccurate. Any fix is a guess made outside the model (reuse a row, "
+            "slide a window, interpolate the table), which is why learned tables cap the context at the training "
+            "length. Formula-based methods always have an answer; the **Extrapolation lab** measures whether it "
+            "is a good one."
+        )
+    else:
+        st.info(f"This checkpoint accepted {limit + 1:,} positions: its table is longer than reported.", icon="ℹ️")
+
+sync_url(len=length, dim=dim, base=base, bits_len=count_len, k=k, small=small, p=example_p, dist=max_distance)
+if dims_shown:
+    sync_url(dims=[int(d) for d in dims_shown])
+else:
+    st.query_params.pop("dims", None)  # an empty list in the URL would read back as junk

@@ -495,16 +495,16 @@ def no_bias_log_max_weight(n_keys: int, margin: float) -> np.ndarray:
 # Checkpoints: the method table, the headline chart, the per-checkpoint facts
 # =============================================================================================
 ACTS_ON_LABEL = {
-    "input": "added to the token embeddings",
-    "q/k": "rotates queries and keys",
-    "logits": "bias on the attention logits",
-    "nothing": "nowhere (causal mask only)",
+    "input": "input (added to embeddings)",
+    "q/k": "queries & keys (rotated)",
+    "logits": "attention logits (bias)",
+    "nothing": "nowhere (mask only)",
 }
-KV_CACHE_REASON = {
-    "input": "position is baked into each cached key/value",
-    "q/k": "keys are cached already rotated",
-    "logits": "bias recomputed from the cached keys' positions",
-    "nothing": "no position to keep",
+KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to the table
+    "input": "the position is baked into each cached key and value",
+    "q/k": "keys are cached already rotated to their own positions",
+    "logits": "the bias is recomputed from the cached keys' positions",
+    "nothing": "there is no position to keep",
 }
 EXTRAPOLATION_MULTIPLE = 16  # "extrapolates": bits/byte at 16x the training length against 1x
 EXTRAPOLATES_WITHIN_BPB = 0.05  # at most this much worse: "yes"
@@ -552,19 +552,31 @@ def extrapolation(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
             "reason": f"{worse:+.2f} bits/byte at {multiple:g}x"}
 
 
-def method_rows(metrics_by_name: Mapping[str, Mapping[str, Any] | None], train_length: int = 256) -> list[dict]:
+def extrapolation_label(ext: Mapping[str, Any]) -> str:
+    """The verdict, plus why when the numbers beside it do not say it (no run, or a shorter multiple)."""
+    if ext["bpb_long"] is None:
+        return f"{ext['verdict']} ({ext['reason']})"
+    if ext["long_multiple"] != EXTRAPOLATION_MULTIPLE:
+        return f"{ext['verdict']} ({ext['reason']})"
+    return ext["verdict"]
+
+
+def method_rows(metrics_by_name: Mapping[str, Mapping[str, Any] | None], train_length: int | None = None) -> list[dict]:
     """One row per registered method (display order) for the home page's comparison table.
 
     Built from each method's ClassVars; "extrapolates" from the shipped metrics (``extrapolation``).
+    Position limits use each checkpoint's training length, else ``train_length``, else the recipe's.
     """
+    from .train import TrainConfig
+
     rows = []
     for name in method_names():
         cls = POSITION_METHODS[name]
-        method = build_position_method(name, ModelShape(1, 1, 2, 2, train_length))
+        metrics = metrics_by_name.get(name)
+        length = (metrics and train_length_of(metrics)) or train_length or TrainConfig().train_length
+        method = build_position_method(name, ModelShape(1, 1, 2, 2, length))
         limit = method.max_positions
-        cache = "yes: " + KV_CACHE_REASON.get(cls.acts_on, "")
-        if limit is not None:
-            cache += f" (up to {limit:,} positions)"
+        cache = "yes" if limit is None else f"yes, up to {limit:,} positions"
         ext = extrapolation(metrics_by_name.get(name))
         rows.append({
             "method": name,
@@ -575,7 +587,7 @@ def method_rows(metrics_by_name: Mapping[str, Mapping[str, Any] | None], train_l
             "KV-cacheable": cache,
             "bits/byte @ 1×": ext["bpb_1x"],
             f"bits/byte @ {EXTRAPOLATION_MULTIPLE}×": ext["bpb_long"],
-            "extrapolates": ext["verdict"] + (f" ({ext['reason']})" if ext["reason"] else ""),
+            "extrapolates": extrapolation_label(ext),
             "paper": cls.paper,
         })
     return rows

@@ -85,6 +85,15 @@ def peak_rss_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
+def _die_with_parent() -> None:
+    """In the child: ask Linux to stop this server when the test run that started it is killed."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class StreamlitServer:
     """``streamlit run app.py`` on a free 127.0.0.1 port, stopped (with its log kept) on exit."""
 
@@ -93,7 +102,9 @@ class StreamlitServer:
         self.root = Path(root)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
+        # env replaces this process's environment when given (e.g. to drop PYTHONPATH)
+        base = dict(os.environ if env is None else env)
+        self.env = {"OMP_NUM_THREADS": "1", **base}
         if models is not None:
             self.env["POSVIZ_MODELS"] = str(models)
         self.log_path = log or Path(tempfile.mkstemp(prefix="posviz-server-", suffix=".log")[1])
@@ -105,7 +116,8 @@ class StreamlitServer:
         cmd = [sys.executable, "-m", "streamlit", "run", "app.py",
                "--server.headless", "true", "--server.port", str(self.port), "--server.address", "127.0.0.1",
                "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
-        self.process = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         try:
             self.wait_healthy(timeout=90)
         except BaseException:
@@ -160,16 +172,32 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
 
 
-def wait_rendered(page, timeout_ms: float = 60_000) -> None:
-    """Wait until Streamlit has drawn the page and its script is idle.
+def wait_rendered(page, timeout_ms: float = 60_000, quiet_ms: int = 500) -> None:
+    """Wait until Streamlit has run the page script and stayed idle for ``quiet_ms``.
 
-    The app element exists before the first run starts, so wait for the main block to be drawn, then
-    for a quiet moment in which the script state stays ``notRunning``.
+    The script state goes initial -> running -> notRunning, and a widget change or a page's own
+    rerun passes through notRunning briefly, so one sighting of notRunning is not enough.
     """
+    page.wait_for_selector(RENDERED, timeout=timeout_ms)
+    deadline, quiet, step = time.monotonic() + timeout_ms / 1000, 0, 100
+    while quiet < quiet_ms:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the page script did not settle within {timeout_ms / 1000:.0f} s")
+        page.wait_for_timeout(step)
+        state = page.get_attribute('[data-testid="stApp"]', "data-test-script-state")
+        quiet = quiet + step if state == "notRunning" else 0
     page.wait_for_selector(MAIN, timeout=timeout_ms)
-    page.wait_for_selector(RENDERED, timeout=timeout_ms)
-    page.wait_for_timeout(300)
-    page.wait_for_selector(RENDERED, timeout=timeout_ms)
+
+
+def wait_for_change(page, before: tuple[str, str], timeout_s: float = 60) -> tuple[str, str]:
+    """Wait until the URL or the main text differs from ``before`` = (url, main text), then for the rerun to settle."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (page.url, main_text(page)) != before:
+            wait_rendered(page, timeout_s * 1000)
+            return page.url, main_text(page)
+        page.wait_for_timeout(200)
+    raise AssertionError(f"nothing on the page changed within {timeout_s:.0f} s (URL {page.url})")
 
 
 def exception_texts(page) -> list[str]:
@@ -180,17 +208,23 @@ def main_text(page) -> str:
     return page.inner_text(MAIN)
 
 
-def move_a_widget(page) -> str:
+def move_a_widget(page, slider_label: str | None = None) -> str:
     """Change one input on the page the way a person would; return what was changed.
 
-    In the main area: a slider (arrow key on its thumb), else a select box (pick another option),
-    else a checkbox or toggle, else a radio. A page without any falls back to the sidebar's
+    ``slider_label``: move the slider whose label starts with this text. Otherwise, in the main
+    area: the first slider (arrow key on its thumb), else a select box (pick another option), else a
+    checkbox or toggle, else a radio; a page without any falls back to the sidebar's
     presentation-mode toggle. Every widget writes its value to the URL, so the query string changes.
     """
     main = page.locator(MAIN)
-    slider = main.locator('[data-testid="stSlider"] [role="slider"]').first
-    if slider.count():
-        label = _label_of(main.locator('[data-testid="stSlider"]').first)
+    sliders = main.locator('[data-testid="stSlider"]')
+    if slider_label is not None:
+        sliders = sliders.filter(has=page.locator('[data-testid="stWidgetLabel"]', has_text=slider_label))
+        if not sliders.count():
+            raise AssertionError(f"no slider labelled {slider_label!r} on {page.url}")
+    slider = sliders.first.locator('[role="slider"]')
+    if sliders.count():
+        label = _label_of(sliders.first)
         slider.focus()
         before = slider.get_attribute("aria-valuenow")
         slider.press("ArrowRight")
@@ -254,12 +288,14 @@ class LoadResult:
 
 
 def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: float,
-             answer_timeout_ms: float = 90_000) -> LoadResult:
+             slider_label: str | None = None, answer_timeout_s: float = 60, grace_s: float = 60) -> LoadResult:
     """``sessions`` tabs on ``page_path`` moving a widget in turn until ``seconds`` have passed.
 
     One Chromium with one context per session. The tabs are driven round-robin from this thread
-    (Playwright's sync API is single-threaded): each step moves a widget in one tab without waiting,
-    so the server always has several reruns queued from different sessions at once.
+    (Playwright's sync API is single-threaded): each round moves a widget in every tab without
+    waiting, so the server always has reruns from several sessions at once, then collects the
+    answers. Bounded: no new round starts after ``seconds``, and a session that has not answered
+    ``grace_s`` after that counts as stopped.
     """
     from playwright.sync_api import sync_playwright
 
@@ -270,26 +306,31 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
             tabs = []
             for _ in range(sessions):
                 tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                tab.goto(server.url + page_path, wait_until="domcontentloaded")
+                tab.set_default_timeout(answer_timeout_s * 1000)
+                tab.goto(server.url + page_path, wait_until="commit")
                 tabs.append(tab)
-            for tab in tabs:
-                wait_rendered(tab, answer_timeout_ms)
+            for tab in tabs:  # all ten first renders run on the server at the same time
+                wait_rendered(tab, (answer_timeout_s + grace_s) * 1000)
             alive = set(range(sessions))
             deadline = time.monotonic() + seconds
+            hard_deadline = deadline + grace_s
             while time.monotonic() < deadline and alive:
-                for i in sorted(alive):  # start a rerun in every tab, then collect them all
+                before = {}
+                for i in sorted(alive):
                     try:
-                        move_a_widget(tabs[i])
+                        before[i] = (tabs[i].url, main_text(tabs[i]))
+                        move_a_widget(tabs[i], slider_label)
                     except Exception as exc:  # a tab that cannot be driven counts as not answering
-                        errors.append(f"session {i}: {type(exc).__name__}: {str(exc)[:200]}")
+                        errors.append(f"session {i}: {type(exc).__name__}: {str(exc)[:300]}")
                         alive.discard(i)
                 for i in sorted(alive):
                     try:
-                        wait_rendered(tabs[i], answer_timeout_ms)
+                        wait = max(1.0, min(answer_timeout_s, hard_deadline - time.monotonic()))
+                        wait_for_change(tabs[i], before[i], wait)
                         answers[i] += 1
                         exceptions += [f"session {i}: {t}" for t in exception_texts(tabs[i])]
                     except Exception as exc:
-                        errors.append(f"session {i}: no answer: {type(exc).__name__}: {str(exc)[:200]}")
+                        errors.append(f"session {i}: no answer: {type(exc).__name__}: {str(exc)[:300]}")
                         alive.discard(i)
         finally:
             browser.close()
@@ -301,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--page", default="extrapolation", help="url_path of the page to load (see app.py)")
+    parser.add_argument("--slider", default="Evaluation length", help="label of the slider to move (start of it)")
     parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_MODELS or models/)")
     parser.add_argument("--max-rss-mb", type=float, default=4096, help="fail if the server's peak RSS exceeds this")
     args = parser.parse_args(argv)
@@ -309,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown page {args.page!r}; pages: {', '.join(paths)}")
     with StreamlitServer(models=args.models) as server:
         print(f"server {server.url} (pid {server.process.pid}); loading {paths[args.page]} ...", flush=True)
-        result = run_load(server, paths[args.page], args.sessions, args.seconds)
+        result = run_load(server, paths[args.page], args.sessions, args.seconds, args.slider or None)
     print(result.summary())
     ok = (not result.exceptions and not result.errors and result.healthy_after and all(result.answers)
           and (result.peak_rss_mb or 0) <= args.max_rss_mb)

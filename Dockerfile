@@ -1,0 +1,26 @@
+# Hugging Face Docker Space (see the YAML block at the top of README.md): the app on port 7860.
+# torch==2.13.0 from requirements.txt is PyPI's Linux build, which runs on the CPU and uses a CUDA GPU
+# when the Space has one (posviz.limits.default_device picks it); nothing is downloaded at run time.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HOME=/home/user
+
+# Spaces run the container as uid 1000.
+RUN useradd --create-home --uid 1000 user
+WORKDIR /home/user/app
+
+# Dependencies first, so a code change does not reinstall them.
+COPY requirements.txt ./
+RUN pip install -r requirements.txt
+
+COPY --chown=user app.py ./
+COPY --chown=user pages ./pages
+COPY --chown=user posviz ./posviz
+COPY --chown=user models ./models
+
+USER user
+EXPOSE 7860
+CMD ["streamlit", "run", "app.py", "--server.port", "7860", "--server.address", "0.0.0.0", "--server.headless", "true"]

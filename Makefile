@@ -1,0 +1,45 @@
+# posviz: `make app` to explore, `make test` to check. Both create (or reuse) the virtual environment
+# .venv with `python3 -m venv` and pip; nothing else needs to be installed by hand (the browser tests
+# also need Debian's /usr/bin/chromium: `apt-get install chromium`, which .ci/run does on CI).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The stamp files re-run pip only when a requirements file changed since the last install.
+APP_STAMP := $(VENV)/.installed-app
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: app test checkpoints bench load venv clean-venv
+
+app: $(APP_STAMP)
+	$(PY) -m streamlit run app.py
+
+test: $(TEST_STAMP)
+	$(PY) -m pytest
+
+# Train every method with the shared recipe, evaluate each, redraw the README chart (hours on a CPU).
+checkpoints: $(TEST_STAMP)
+	PYTHON=$(abspath $(PY)) scripts/make_checkpoints.sh
+
+# Speed table of the shipped checkpoints on this machine, written to BENCHMARKS.md.
+bench: $(TEST_STAMP)
+	$(PY) -m posviz.bench
+
+# Ten browser sessions on the extrapolation lab for a minute (needs /usr/bin/chromium).
+load: $(TEST_STAMP)
+	$(PY) -m posviz.loadtest --sessions 10 --seconds 60
+
+venv: $(TEST_STAMP)
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(APP_STAMP): requirements.txt | $(VENV)/bin/python
+	$(PY) -m pip install -r requirements.txt
+	touch $@
+
+$(TEST_STAMP): requirements.txt requirements-test.txt | $(VENV)/bin/python
+	$(PY) -m pip install -r requirements-test.txt
+	touch $@ $(APP_STAMP)
+
+clean-venv:
+	rm -rf $(VENV)

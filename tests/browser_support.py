@@ -1,0 +1,81 @@
+"""Fixtures and helpers shared by the browser tests (imported by them; not a test module).
+
+The browser tests never skip: without /usr/bin/chromium or Playwright they fail, with a message that
+says what to install (CI installs Debian's chromium in .ci/run).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from posviz.loadtest import (EXCEPTION, MAIN, StreamlitServer, app_pages, exception_texts, launch_chromium,
+                             main_text, wait_for_change, wait_rendered)
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / "test-output"
+SCREENSHOTS = OUTPUT / "screenshots"
+
+__all__ = ["EXCEPTION", "MAIN", "OUTPUT", "ROOT", "SCREENSHOTS", "StreamlitServer", "app_pages", "browser",
+           "exception_texts", "main_text", "new_tab", "wait_rendered", "wait_for_change", "copy_models",
+           "assert_serving", "alert_texts", "screenshot_main"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:  # a failure, not a skip: the browser tests are part of the suite
+        pytest.fail(f"Playwright is not installed ({exc}); run `make test`, which installs requirements-test.txt")
+    if not Path("/usr/bin/chromium").exists():
+        pytest.fail("/usr/bin/chromium is missing: install Debian's chromium (`apt-get install chromium`); "
+                    ".ci/run does this on CI")
+    with sync_playwright() as p:
+        chromium = launch_chromium(p)
+        yield chromium
+        chromium.close()
+
+
+def new_tab(browser, width: int = 1280, height: int = 900):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    tab = context.new_page()
+    tab.set_default_timeout(60_000)
+    return tab
+
+
+def alert_texts(tab) -> list[str]:
+    """Texts of every st.error / st.warning / st.info box in the main area."""
+    return [a.inner_text() for a in tab.query_selector_all(f'{MAIN} [data-testid="stAlert"]')]
+
+
+def screenshot_main(tab, name: str) -> Path:
+    """Screenshot of the page's main area, tall enough to hold all of it (capped at 8000 px)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    # stMain is the scrolling box: make the window as tall as its content so the shot holds all of it
+    height = tab.evaluate("""() => document.querySelector('[data-testid="stMain"]').scrollHeight""")
+    width = tab.viewport_size["width"]
+    tab.set_viewport_size({"width": width, "height": int(min(max(height + 40, 900), 8000))})
+    tab.wait_for_timeout(300)  # let charts re-lay out at the new size
+    path = SCREENSHOTS / f"{name}.png"
+    tab.locator(MAIN).screenshot(path=str(path))
+    tab.set_viewport_size({"width": width, "height": 900})
+    return path
+
+
+def copy_models(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def assert_serving(server: StreamlitServer, browser, path: str = "/about") -> None:
+    """The server still answers its health check and renders a page without an exception."""
+    assert server.healthy(), f"health check failed after bad input; server log:\n{server.log_tail()}"
+    tab = new_tab(browser)
+    try:
+        tab.goto(server.url + path)
+        wait_rendered(tab)
+        assert not exception_texts(tab), exception_texts(tab)
+        assert main_text(tab).strip(), f"{path} rendered nothing"
+    finally:
+        tab.context.close()

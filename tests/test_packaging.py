@@ -1,0 +1,157 @@
+"""The documented set-up is the real one: README commands, Makefile, Dockerfile, CI and pins agree.
+
+A user has exactly two commands (README "Quick start"); the Hugging Face Space image installs and
+runs the app with the commands the README documents; CI runs the README's test command; torch is
+pinned. The last test builds the image's file tree (only what the Dockerfile copies) and serves it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from browser_support import OUTPUT, ROOT, StreamlitServer, browser, exception_texts, main_text, new_tab, wait_rendered  # noqa: F401
+
+README = (ROOT / "README.md").read_text()
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+MAKEFILE = (ROOT / "Makefile").read_text()
+CI = (ROOT / ".ci" / "run").read_text()
+
+
+def section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.M | re.S)
+    assert match, f"README has no '## {title}' section"
+    return match.group(1)
+
+
+def code_lines(text: str) -> list[str]:
+    """Command lines of the fenced code blocks in ``text``, comments dropped, `&&` chains split."""
+    lines = []
+    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"):
+                lines += [part.strip() for part in line.split("&&")]
+    return lines
+
+
+def front_matter() -> dict[str, str]:
+    match = re.match(r"---\n(.*?)\n---\n", README, re.S)
+    assert match, "README.md must start with the Space's YAML block"
+    return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in match.group(1).splitlines())}
+
+
+def quick_start() -> list[str]:
+    return code_lines(section("Quick start").split("\n\n```", 2)[0] + "\n")[:2]
+
+
+def docker_instructions(name: str) -> list[str]:
+    return [m.strip() for m in re.findall(rf"^{name}\s+(.+)$", DOCKERFILE, re.M)]
+
+
+def make_recipe(target: str) -> list[str]:
+    match = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", MAKEFILE, re.M)
+    assert match, f"Makefile has no '{target}' target"
+    return [line.strip() for line in match.group(1).splitlines()]
+
+
+# ---------------------------------------------------------------------------------------------
+def test_readme_gives_exactly_two_commands_and_make_has_them():
+    app, test = quick_start()
+    assert (app, test) == ("make app", "make test"), (app, test)
+    for target in ("app", "test", "checkpoints", "bench"):
+        make_recipe(target)
+    assert any("scripts/make_checkpoints.sh" in line for line in make_recipe("checkpoints"))
+    results = section("Results")  # the chart and table drawn by posviz.report from the shipped metrics
+    assert "docs/bpb_vs_length.svg" in results and "| checkpoint |" in results
+    assert (ROOT / "docs" / "bpb_vs_length.svg").read_text().startswith("<svg")
+
+
+def test_make_app_installs_and_runs_what_the_readme_documents():
+    documented = code_lines(section("Quick start"))
+    install = next(c for c in documented if c.startswith("pip install"))
+    run = next(c for c in documented if c.startswith("streamlit run"))
+    assert install == "pip install -r requirements.txt" and run == "streamlit run app.py"
+    recipe = " ".join(make_recipe("app")) + MAKEFILE[MAKEFILE.index("$(APP_STAMP):"):]
+    assert "$(PY) -m " + install in recipe, "make app must install requirements.txt with pip"
+    assert "$(PY) -m " + run in " ".join(make_recipe("app")), "make app must run streamlit run app.py"
+
+
+def test_dockerfile_installs_and_runs_what_the_readme_documents():
+    documented = code_lines(section("Quick start"))
+    install = next(c for c in documented if c.startswith("pip install"))
+    run = next(c for c in documented if c.startswith("streamlit run"))
+    assert docker_instructions("FROM") == ["python:3.11-slim"]
+    runs = docker_instructions("RUN")
+    assert [r for r in runs if "pip install" in r] == [install], runs
+    cmd = json.loads(docker_instructions("CMD")[0])
+    assert shlex.join(cmd[:3]) == run, cmd
+    flags = dict(zip(cmd[3::2], cmd[4::2]))
+    meta = front_matter()
+    assert flags == {"--server.port": meta["app_port"], "--server.address": "0.0.0.0", "--server.headless": "true"}
+    assert docker_instructions("EXPOSE") == [meta["app_port"]]
+
+
+def test_readme_front_matter_is_a_docker_space():
+    meta = front_matter()
+    assert meta["sdk"] == "docker" and meta["app_port"] == "7860"
+    for key in ("title", "emoji", "colorFrom", "colorTo", "short_description"):
+        assert meta.get(key), f"Space metadata lacks {key}"
+    assert len(meta["short_description"]) <= 60  # the Hub's limit
+
+
+def test_image_contains_everything_the_app_imports():
+    copied = {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
+    assert {"requirements.txt", "app.py", "pages", "posviz", "models"} <= copied, copied
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert not ignored & {"app.py", "pages", "posviz", "models", "requirements.txt"}, ignored
+
+
+def test_torch_is_pinned_and_test_requirements_extend_the_runtime_ones():
+    runtime = (ROOT / "requirements.txt").read_text().splitlines()
+    assert "torch==2.13.0" in [line.split("#")[0].strip() for line in runtime]
+    test = [line.split("#")[0].strip() for line in (ROOT / "requirements-test.txt").read_text().splitlines()]
+    assert "-r requirements.txt" in test
+    assert any(line.startswith(("transformers", "playwright", "pytest")) for line in test)
+
+
+def test_ci_runs_the_readme_test_command_from_a_fresh_venv():
+    test_command = quick_start()[1]
+    commands = [line.strip() for line in CI.splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert commands[0].startswith("set -euo pipefail") or "set -euo pipefail" in commands
+    assert commands[-1] == test_command, "the last thing CI does is the README's test command"
+    assert any(re.match(r"python3 -m venv \.venv\b", c) for c in commands)
+    assert any("pip install -r requirements-test.txt" in c for c in commands)
+    assert any("apt-get install" in c and "chromium" in c for c in commands)
+    assert os.access(ROOT / ".ci" / "run", os.X_OK), ".ci/run must be executable"
+
+
+@pytest.mark.browser
+def test_the_image_file_tree_serves_the_app(browser, tiny_models_dir, tmp_path):
+    """Only what the Dockerfile copies, run with the image's command: nothing else is needed."""
+    image = tmp_path / "image"
+    image.mkdir()
+    for line in docker_instructions("COPY"):
+        source = line.split()[-2]
+        if source == "models":
+            shutil.copytree(tiny_models_dir, image / "models")  # the tiny set keeps this fast
+        elif (ROOT / source).is_dir():
+            shutil.copytree(ROOT / source, image / source, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / source, image / source)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POSVIZ_MODELS")}
+    with StreamlitServer(root=image, env=env, log=OUTPUT / "server-image.log") as server:
+        tab = new_tab(browser)
+        try:
+            tab.goto(server.url + "/extrapolation")
+            wait_rendered(tab)
+            assert not exception_texts(tab), exception_texts(tab)
+            assert "Bits per byte at" in main_text(tab), main_text(tab)[:500]
+        finally:
+            tab.context.close()

@@ -1,0 +1,422 @@
+"""AppTest tests of the explorer pages: Home, Sinusoidal & learned, RoPE, Attention biases, About.
+
+Each test opens the real multipage app (app.py), switches to the page, moves its widgets and checks the
+numbers shown against posviz.explain or the checkpoints themselves. Charts are checked through the data
+Streamlit sends to the browser (Arrow datasets inside the Vega-Lite element).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+from posviz import explain
+from posviz.checkpoint import load_checkpoint, read_metrics, shipped_checkpoints
+from posviz.errors import PositionLimitError
+from posviz.positions import POSITION_METHODS, method_names
+from posviz.positions.rope_scaling import ROPE_SCALINGS
+
+HOME, ABSOLUTE, ROPE, BIASES, ABOUT = ("pages/home.py", "pages/sinusoidal_learned.py", "pages/rope.py",
+                                       "pages/attention_biases.py", "pages/about.py")
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def open_page(page: str, **params) -> AppTest:
+    """The app, switched to ``page``, run once with ``params`` as the URL query string."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(page)
+    at.query_params = {k: str(v) for k, v in params.items()}
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def chart_frames(at: AppTest) -> list[tuple[dict, list[pd.DataFrame]]]:
+    """(Vega-Lite spec, [datasets as DataFrames]) of every Altair chart on the page."""
+    out = []
+    for element in at.get("vega_lite_chart"):
+        frames = [pa.ipc.open_stream(ds.data.data).read_pandas() for ds in element.proto.datasets]
+        out.append((json.loads(element.proto.spec), frames))
+    return out
+
+
+def frame_with(at: AppTest, *columns: str, where=None, spec_has: str | None = None) -> pd.DataFrame:
+    """The one chart dataset having all ``columns``, passing ``where`` and in a chart whose spec has ``spec_has``."""
+    found = [f for spec, frames in chart_frames(at) for f in frames
+             if set(columns) <= set(f.columns) and (where is None or where(f))
+             and (spec_has is None or spec_has in json.dumps(spec, ensure_ascii=False))]
+    assert len(found) == 1, f"expected one chart dataset with {columns}, found {len(found)}"
+    return found[0]
+
+
+def metric(at: AppTest, label_start: str) -> str:
+    found = [m.value for m in at.metric if m.label.startswith(label_start)]
+    assert len(found) == 1, (label_start, [m.label for m in at.metric])
+    return found[0]
+
+
+def table_with(at: AppTest, column: str) -> pd.DataFrame:
+    found = [d.value for d in at.main.dataframe if column in d.value.columns]
+    assert len(found) == 1, (column, [list(d.value.columns) for d in at.main.dataframe])
+    return found[0]
+
+
+def warnings(at: AppTest) -> str:
+    return "\n".join(w.value for w in at.warning)
+
+
+def models_copy(src: Path, dst: Path, drop=(), corrupt=()) -> Path:
+    """A models/ folder like ``src`` without the ``drop`` checkpoints and with unreadable metrics for ``corrupt``."""
+    shutil.copytree(src, dst)
+    for name in drop:
+        shutil.rmtree(dst / name)
+    for name in corrupt:
+        (dst / name / "metrics.json").write_text("{not json")
+        (dst / name / "model.safetensors").write_bytes(b"truncated")
+    return dst
+
+
+# -- home ------------------------------------------------------------------------------------------------
+def test_home_table_chart_and_links(tiny_models):
+    at = open_page(HOME)
+    table = table_with(at, "extrapolates")
+    assert list(table["method"]) == method_names()
+    for _, row in table.iterrows():
+        cls = POSITION_METHODS[row["method"]]
+        assert row["fixed / learned"] == ("learned" if cls.learned else "fixed")
+        metrics = read_metrics(tiny_models / row["method"])
+        bpb = metrics["eval"]["nonoverlapping_bpb"]
+        assert row["bits/byte @ 1×"] == pytest.approx(bpb["32"])
+        if bpb["512"] is None:
+            assert row["extrapolates"] == "no (cannot run past 32 positions)"
+        else:
+            assert row["bits/byte @ 16×"] == pytest.approx(bpb["512"])
+            worse = bpb["512"] - bpb["32"]
+            assert row["extrapolates"] == ("yes" if worse <= 0.05 else "partly" if worse <= 0.5 else "no")
+
+    curve = frame_with(at, "checkpoint", "length", "bpb")
+    expected = {(name, int(n)): v for name in method_names()
+                for n, v in read_metrics(tiny_models / name)["eval"]["nonoverlapping_bpb"].items() if v is not None}
+    got = {(r.checkpoint, int(r.length)): r.bpb for r in curve.itertuples()}
+    assert got == pytest.approx(expected)
+    assert ("learned", 64) not in got and ("alibi", 512) in got
+    specs = json.dumps([spec for spec, _ in chart_frames(at)])
+    assert '"type": "log"' in specs and '"base": 2' in specs
+    rule = frame_with(at, "length", "label")
+    assert list(rule["length"]) == [32] and "training length" in rule["label"][0]
+
+    links = at.get("page_link")
+    assert sorted(link.proto.label.split(" — ")[0] for link in links) == sorted(method_names())
+    targets = {link.proto.label.split(" — ")[0]: link.proto.page_script_hash for link in links}
+    assert targets["sinusoidal"] == targets["learned"] and targets["t5"] == targets["alibi"] == targets["shaw"]
+    assert len(set(targets.values())) == 4  # absolute, rope, biases, and the live lab for nope
+
+
+def test_home_survives_missing_and_corrupt_checkpoints(tiny_models_dir, tmp_path, monkeypatch):
+    folder = models_copy(tiny_models_dir, tmp_path / "models", drop=["shaw"], corrupt=["rope"])
+    monkeypatch.setenv("POSVIZ_MODELS", str(folder))
+    at = open_page(HOME)
+    assert "rope" in warnings(at) and "not valid JSON" in warnings(at)
+    assert any("shaw" in i.value and "make checkpoints" in i.value for i in at.info)
+    table = table_with(at, "extrapolates")
+    assert list(table["method"]) == method_names()  # the registry still lists every method
+    assert table.set_index("method").loc["rope", "extrapolates"].startswith("unknown")
+    curve = frame_with(at, "checkpoint", "length", "bpb")
+    assert {"rope", "shaw"}.isdisjoint(set(curve["checkpoint"])) and "alibi" in set(curve["checkpoint"])
+
+
+def test_home_without_any_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSVIZ_MODELS", str(tmp_path))
+    at = open_page(HOME)
+    assert "No checkpoints found" in warnings(at)
+    assert not at.get("vega_lite_chart")
+    assert list(table_with(at, "extrapolates")["method"]) == method_names()
+
+
+def test_home_junk_url_and_presentation_mode(tiny_models):
+    at = open_page(HOME, present="banana")
+    assert "Ignored URL parameter present=" in warnings(at) and "banana" in warnings(at)
+    assert at.sidebar.toggle[0].value is False
+    intro = [c.value for c in at.main.caption if "checkpoints you can run" in c.value]
+    assert intro
+    at.sidebar.toggle[0].set_value(True).run()
+    assert_clean(at)
+    assert not [c.value for c in at.main.caption if "checkpoints you can run" in c.value]
+    assert at.query_params["present"] == "1"
+
+
+def test_home_on_the_shipped_checkpoints(monkeypatch):
+    """The product ships checkpoints in models/: home must show every one of them (fails if there are none)."""
+    monkeypatch.delenv("POSVIZ_MODELS", raising=False)
+    found = shipped_checkpoints()
+    assert found, "models/ holds no checkpoints; run `make checkpoints`"
+    at = open_page(HOME)
+    table = table_with(at, "extrapolates").set_index("method")
+    plotted = set()
+    for name, folder in found.items():
+        metrics = read_metrics(folder)
+        bpb = (metrics.get("eval") or {}).get("nonoverlapping_bpb") or {}
+        train = explain.train_length_of(metrics)
+        if train is not None and bpb.get(str(train)) is not None:
+            assert table.loc[name, "bits/byte @ 1×"] == pytest.approx(bpb[str(train)])
+            plotted.add(name)
+        else:
+            assert table.loc[name, "extrapolates"].startswith("unknown")
+    if plotted:
+        curve = frame_with(at, "checkpoint", "length", "bpb")
+        assert set(curve["checkpoint"]) == plotted
+
+
+# -- sinusoidal & learned ------------------------------------------------------------------------------------
+def test_sinusoidal_controls_change_what_is_shown(tiny_models):
+    at = open_page(ABSOLUTE)
+    assert float(metric(at, "max |PE(p+k)")) < 1e-12
+    at.slider(key="len").set_value(64).run()
+    at.select_slider(key="dim").set_value(16).run()
+    assert_clean(at)
+    heat = frame_with(at, "row", "col", "value", spec_has='"title": "PE value"')
+    assert len(heat) == 64 * 16
+    pe = explain.sinusoidal_pe(64, 16, 10000.0)
+    np.testing.assert_allclose(heat.sort_values(["row", "col"])["value"].to_numpy(), pe.ravel(), atol=1e-12)
+    assert "p = 0…63, d = 16" in [m.label for m in at.metric][0]
+
+    at.slider(key="k").set_value(10).run()
+    at.select_slider(key="small").set_value(2).run()
+    m_k = table_with(at, "col 0").to_numpy()
+    np.testing.assert_allclose(m_k, explain.shift_check(64, 2, 10).matrix, atol=1e-6)
+    assert m_k.shape == (2, 2)
+    example = table_with(at, "M_10·PE(5)")
+    np.testing.assert_allclose(example["PE(5+10)"], explain.sinusoidal_pe(20, 16)[15, :8], atol=1e-9)
+
+    at.multiselect(key="dims-16").set_value(["3", "7"]).run()
+    waves = frame_with(at, "position", "dimension", "value")
+    assert sorted(set(waves["dimension"])) == [3, 7] and len(waves) == 2 * 64
+    assert at.query_params["dims"] == "3,7" and at.query_params["len"] == "64" and at.query_params["k"] == "10"
+
+    at.slider(key="bits_len").set_value(32).run()
+    bits = frame_with(at, "row", "col", "value", spec_has='"title": "bit"')
+    assert len(bits) == 32 * 5 and bits["value"].isin([0, 1]).all()
+    p = bits[bits.row == 22].sort_values("col")["value"].to_numpy()
+    assert list(p) == [0, 1, 1, 0, 1]  # 22 = 0b10110, least significant bit first
+    at.slider(key="dist").set_value(40).run()
+    dots = frame_with(at, "reference", "distance", "dot")
+    assert dots["distance"].min() == -40 and dots["distance"].max() == 40
+    assert dots[dots["distance"] == 0]["dot"].to_numpy() == pytest.approx([8.0, 8.0])
+    assert_clean(at)
+
+
+def test_learned_table_and_the_real_limit_error(tiny_models):
+    at = open_page(ABSOLUTE)
+    model = load_checkpoint(tiny_models / "learned")
+    with pytest.raises(PositionLimitError) as info:
+        model(torch.zeros(1, 33, dtype=torch.long))
+    assert [c.value for c in at.code] == [str(info.value)]
+    assert any("raises `PositionLimitError`" in m.value for m in at.markdown)
+    pca = frame_with(at, "position", "pc1", "pc2")
+    expected = explain.pca_2d(explain.learned_table(model))
+    np.testing.assert_allclose(pca["pc1"], expected["pc1"], atol=1e-6)
+    cosine = frame_with(at, "row", "col", "value", spec_has='"title": "cosine similarity"')
+    assert len(cosine) == 32 * 32
+    np.testing.assert_allclose(cosine[cosine.row == cosine.col]["value"], 1.0, atol=1e-9)
+
+
+def test_absolute_page_junk_url_and_missing_learned(tiny_models_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSVIZ_MODELS", str(tiny_models_dir))
+    at = open_page(ABSOLUTE, len="abc", dim="7", base="-1", k="99999", dims="zz")
+    text = warnings(at)
+    for key in ("len=", "dim=", "base=", "k=", "dims="):
+        assert f"Ignored URL parameter {key}" in text
+    assert at.slider(key="len").value == 128 and at.select_slider(key="dim").value == 64
+    assert at.select_slider(key="base").value == 10000
+
+    at = open_page(ABSOLUTE, len="256", k="7", base="1000")
+    assert at.slider(key="len").value == 256 and at.slider(key="k").value == 7
+    assert at.select_slider(key="base").value == 1000
+    assert not at.warning, warnings(at)
+
+    monkeypatch.setenv("POSVIZ_MODELS", str(models_copy(tiny_models_dir, tmp_path / "m", drop=["learned"])))
+    at = open_page(ABSOLUTE)
+    assert "No 'learned' checkpoint" in warnings(at) and "make checkpoints" in warnings(at)
+    assert not at.code and float(metric(at, "max |PE(p+k)")) < 1e-12
+
+
+# -- RoPE -------------------------------------------------------------------------------------------------------
+def test_rope_rotation_and_dog_example(tiny_models):
+    at = open_page(ROPE)
+    at.slider(key="m").set_value(8).run()
+    at.slider(key="theta").set_value(0.25).run()
+    assert_clean(at)
+    assert metric(at, "rotation angle") == f"{math.degrees(2.0):.1f}°"
+    assert metric(at, "length at position 0") == metric(at, "length at position 8")
+    trail = frame_with(at, "position", "x", "y", "angle_deg")
+    assert len(trail) == 9
+
+    dog = table_with(at, "angle from k to q (°)")
+    assert list(dog["offset m − n"]) == [1, 1, 4]
+    angles = dog["angle from k to q (°)"].to_numpy()
+    assert angles[0] == pytest.approx(angles[1], abs=1e-9) and abs(angles[2] - angles[0]) > 1
+    expected = explain.rope_pair_example((1.0, 0.25), (0.55, 0.85), 0.25, [(1, 0), (4, 3), (4, 0)])
+    np.testing.assert_allclose(angles, expected["angle_deg"])
+
+
+def test_rope_shift_frequencies_decay_and_scalings(tiny_models):
+    at = open_page(ROPE)
+    at.number_input(key="sm").set_value(123).run()
+    at.number_input(key="sn").set_value(45).run()
+    at.number_input(key="ss").set_value(99_999).run()
+    at.select_slider(key="hd").set_value(64).run()
+    assert_clean(at)
+    q, k = explain.random_qk(64, 0)
+    check = explain.rope_shift_invariance(q, k, 123, 45, 99_999, 10000.0)
+    assert metric(at, "q·k at (123, 45)") == f"{check.score:.12f}"
+    assert metric(at, "q·k at (100,122, 100,044)") == f"{check.shifted_score:.12f}"
+    assert float(metric(at, "absolute difference")) < 1e-9  # float64 angles near 1e5 rad: ~1e-11
+    assert len(table_with(at, "wavelength (positions)")) == 32
+
+    at.slider(key="dmax").set_value(256).run()
+    decay = frame_with(at, "distance", "bound")
+    np.testing.assert_allclose(decay["bound"], explain.rope_decay_bound(64, 10000.0, 256)["bound"])
+    assert decay["bound"].iloc[0] == pytest.approx(16.5)
+
+    at.select_slider(key="factor").set_value(8).run()
+    waves = frame_with(at, "scaling", "pair", "wavelength")
+    assert set(waves["scaling"]) == set(ROPE_SCALINGS)
+    by = {name: g.sort_values("pair")["wavelength"].to_numpy() for name, g in waves.groupby("scaling")}
+    np.testing.assert_allclose(by["linear"], 8 * by["none"])
+    marks = frame_with(at, "y", "label", where=lambda f: len(f) == 2)
+    assert list(marks["y"]) == [32, 8 * 32]  # tiny rope checkpoint: training length 32
+    assert float(metric(at, "largest relative change")) < 1e-13
+    assert at.query_params["factor"] == "8" and at.query_params["ss"] == "99999"
+
+
+def test_rope_junk_url(tiny_models):
+    at = open_page(ROPE, m="999", theta="nan", hd="7", factor="3", seed="x")
+    text = warnings(at)
+    for key in ("m=", "theta=", "hd=", "factor=", "seed="):
+        assert f"Ignored URL parameter {key}" in text
+    assert at.slider(key="m").value == 3 and at.slider(key="theta").value == 0.5
+    assert at.select_slider(key="factor").value == 4
+
+
+# -- attention biases -----------------------------------------------------------------------------------------------
+def test_alibi_slopes_matrix_and_bound(tiny_models):
+    at = open_page(BIASES)
+    at.number_input(key="heads").set_value(6).run()
+    assert_clean(at)
+    slopes = frame_with(at, "head", "slope", "half_weight_distance")
+    np.testing.assert_allclose(slopes["slope"], explain.alibi_slope_table(6)["slope"])
+    assert at.slider(key="ahead-6").max == 5
+    at.slider(key="ahead-6").set_value(4).run()
+    at.slider(key="alen").set_value(16).run()
+    matrix = frame_with(at, "row", "col", "value", spec_has='"title": "bias (logits)"')
+    assert len(matrix) == 16 * 17 // 2 and matrix["value"].max() == 0
+    cell = matrix[(matrix.row == 9) & (matrix.col == 2)]["value"].iloc[0]
+    assert cell == pytest.approx(-0.5 * 7)  # head 4 of 6 has slope 1/2
+
+    at.select_slider(key="ctx").set_value(1024).run()
+    at.slider(key="margin").set_value(8.0).run()
+    at.slider(key="far-1024").set_value(100).run()
+    assert_clean(at)
+    lw = explain.log_max_attention_weight(explain.alibi_bias_by_distance(6, 1024), 8.0)
+    assert metric(at, "ALiBi, most lenient of 6 heads") == f"{np.exp(lw.max(axis=0)[100]):.3g}"
+    assert metric(at, "no bias (NoPE)") == f"{1 / (1 + math.exp(-8.0) * 1023):.3g}"
+    curves = frame_with(at, "series", "distance", "log10_max_weight", where=lambda f: "head 5" in set(f["series"]))
+    assert set(curves["series"]) == {f"head {h}" for h in range(6)} | {"no bias"}
+    assert at.query_params["heads"] == "6" and at.query_params["far"] == "100"
+
+
+def test_t5_buckets_and_learned_bias(tiny_models):
+    at = open_page(BIASES)
+    at.select_slider(key="nb").set_value(16).run()
+    at.select_slider(key="md").set_value(64).run()
+    buckets = frame_with(at, "distance", "direction", "bucket")
+    expected = explain.t5_bucket_table(256, 16, 64)
+    causal_rows = buckets[buckets.direction == "causal"].sort_values("distance")
+    assert np.array_equal(causal_rows["bucket"], expected["causal"])
+    assert set(buckets["direction"]) == {"causal", "bidirectional_before", "bidirectional_after"}
+    at.slider(key="tlen").set_value(16).run()
+    causal = frame_with(at, "row", "col", "value", spec_has='"title": "bucket"')
+    assert len(causal) == 16 * 17 // 2
+    at.toggle(key="bidir").set_value(True).run()
+    assert_clean(at)
+    both = frame_with(at, "row", "col", "value", spec_has='"title": "bucket"')
+    assert len(both) == 16 * 16
+    assert (causal["col"] <= causal["row"]).all()
+    assert both[both.col > both.row]["value"].min() >= 8  # keys after the query: the second half of the buckets
+    assert both[both.col < both.row]["value"].max() < 8
+
+    # The tiny t5 checkpoint's biases start at zero: learned bias 0, and its bound equals the no-bias one.
+    learned = frame_with(at, "distance", "head", "bias")
+    weights = load_checkpoint(tiny_models / "t5").position.bucket_bias.weight
+    assert set(learned["head"]) == set(range(weights.shape[1])) and (learned["bias"] == 0).all()
+    assert metric(at, "T5, most lenient") == metric(at, "no bias (NoPE)")
+
+
+def test_shaw_clip_and_any_query_bound(tiny_models):
+    at = open_page(BIASES)
+    at.slider(key="sk").set_value(5).run()
+    at.slider(key="slen").set_value(16).run()
+    clip = frame_with(at, "row", "col", "value", spec_has='"title": "embedding index"')
+    assert len(clip) == 16 * 17 // 2 and clip["value"].max() == 5
+    assert clip[(clip.row == 12) & (clip.col == 1)]["value"].iloc[0] == 5
+    assert clip[(clip.row == 12) & (clip.col == 9)]["value"].iloc[0] == 3
+    at.toggle(key="anyq").set_value(True).run()
+    at.select_slider(key="ctx").set_value(512).run()
+    at.slider(key="far-512").set_value(300).run()
+    assert_clean(at)
+    k = load_checkpoint(tiny_models / "shaw").position.options.max_distance
+    assert metric(at, "Shaw, layer 0, any query") == f"{1 / (1 + math.exp(-5.0) * (512 - k - 1)):.3g}"
+    at.slider(key="far-512").set_value(3).run()
+    assert metric(at, "Shaw, layer 0, any query") == "1"
+
+
+def test_biases_junk_url_and_missing_checkpoints(tiny_models_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSVIZ_MODELS", str(models_copy(tiny_models_dir, tmp_path / "m", drop=["t5"], corrupt=["shaw"])))
+    at = open_page(BIASES, ctx="5", margin="abc", heads="0", bidir="maybe")
+    text = warnings(at)
+    for key in ("ctx=", "margin=", "heads=", "bidir="):
+        assert f"Ignored URL parameter {key}" in text
+    assert "No 't5' checkpoint" in text and "model.safetensors" in text
+    assert at.number_input(key="heads").value == 8 and at.select_slider(key="ctx").value == 4096
+    assert [m.label for m in at.metric] == ["no bias (NoPE)", "ALiBi, most lenient of 8 heads"]
+
+
+# -- about ------------------------------------------------------------------------------------------------------------
+def test_about_lists_methods_recipe_and_checkpoints(tiny_models):
+    at = open_page(ABOUT)
+    methods = table_with(at, "paper")
+    assert list(methods["method"]) == method_names()
+    assert list(methods["paper"]) == [POSITION_METHODS[n].paper for n in method_names()]
+    recipe = table_with(at, "setting").set_index("setting")["value"]
+    from posviz.train import TrainConfig
+
+    assert recipe["lr"] == str(TrainConfig().lr) and recipe["tokens"] == str(TrainConfig().tokens)
+    checkpoints = table_with(at, "val bits/byte @ train length").set_index("checkpoint")
+    assert list(checkpoints.index) == method_names()
+    for name in method_names():
+        metrics = read_metrics(tiny_models / name)
+        assert checkpoints.loc[name, "parameters"] == metrics["parameters"]
+        assert checkpoints.loc[name, "val bits/byte @ train length"] == pytest.approx(metrics["val_bpb_at_train_length"])
+    assert any("make checkpoints" in c.value for c in at.code)
+
+
+def test_about_with_a_corrupt_checkpoint_and_junk_url(tiny_models_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSVIZ_MODELS", str(models_copy(tiny_models_dir, tmp_path / "m", corrupt=["alibi"])))
+    at = open_page(ABOUT, present="2")
+    assert "alibi" in warnings(at) and "Ignored URL parameter present=" in warnings(at)
+    checkpoints = table_with(at, "val bits/byte @ train length")
+    assert "alibi" not in set(checkpoints["checkpoint"]) and "rope" in set(checkpoints["checkpoint"])

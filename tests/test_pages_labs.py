@@ -1,0 +1,225 @@
+"""AppTest of the live-lab pages: move the widgets, check the numbers shown against posviz.labs.
+
+Pages are run directly from their files (absolute paths) against the tiny checkpoints of the
+``tiny_models`` fixture; one test runs the real shipped checkpoints in models/.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from posviz import labs
+from posviz.checkpoint import shipped_checkpoints
+from posviz.data import load_corpus
+from posviz.limits import MAX_TEXT_BYTES, max_eval_length
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def page(name: str, **params) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=60)
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at
+
+
+def run(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+@pytest.fixture(scope="module")
+def doc_ids():
+    """The first held-out document, as the pages' text picker gives it by default."""
+    return labs.prepare_text(load_corpus().eval_documents[0]).ids
+
+
+# ------------------------------------------------------------------------------------------------
+# Extrapolation lab
+# ------------------------------------------------------------------------------------------------
+def test_extrapolation_numbers_match_labs_and_learned_stops_alone(tiny_models, doc_ids):
+    at = run(page("extrapolation", L="128"))
+    shown = metrics(at)
+    folders = shipped_checkpoints()
+    assert set(folders) <= set(shown)
+    for name, folder in folders.items():
+        if name == "learned":
+            assert shown[name] == "—"
+        else:
+            assert shown[name] == f"{labs.score_at_length(labs.get_model(folder), doc_ids, 128).bpb:.3f}", name
+    errors = texts(at.error)
+    assert "learned" in errors and "32 rows" in errors and "position 126" in errors
+    assert at.query_params["L"] == "128"
+    assert len(at.image) == 4  # all heads of the inspected model, as pooled images
+    assert at.get("html")  # the text coloured by loss
+
+    at.select_slider(key="w_L").set_value(32)
+    run(at)
+    shown = metrics(at)
+    assert shown["learned"] == f"{labs.score_at_length(labs.get_model(folders['learned']), doc_ids, 32).bpb:.3f}"
+    assert not at.error
+    assert at.query_params["L"] == "32"
+
+    at.selectbox(key="w_head").set_value("1")
+    at.selectbox(key="w_inspect").set_value("alibi")
+    run(at)
+    assert len(at.image) == 0  # one head at 32 bytes: an interactive heatmap instead of an image
+    assert "Head 1: mean attention distance" in texts(at.caption)
+    view = labs.attention_view(labs.get_model(folders["alibi"]), doc_ids, 32, layer=1)
+    assert f"{view.distance[1]:,.1f} bytes" in texts(at.caption)
+
+
+def test_extrapolation_junk_url_params_fall_back_with_a_notice(tiny_models):
+    at = run(page("extrapolation", L="abc", models="nope,bogus", layer="9", head="x", doc="999", scale="<b>"))
+    notices = texts(at.warning)
+    for key in ("L=", "models=", "layer=", "head=", "doc=", "scale="):
+        assert f"Ignored URL parameter {key}" in notices, key
+    assert metrics(at)["nope"] != "—" and "sinusoidal" not in metrics(at)  # the good part of models= is kept
+    assert at.select_slider(key="w_L").value == 32
+
+
+def test_extrapolation_pasted_text(tiny_models):
+    at = run(page("extrapolation", src="paste"))
+    assert "The text is empty" in texts(at.error)
+    assert not at.metric
+    snippet = "def add(a, b):\n    return a + b\n\n" * 8
+    at.text_area(key="w_paste").input(snippet)
+    run(at)
+    shown = metrics(at)
+    ids = labs.prepare_text(snippet).ids
+    assert shown["rope"] == f"{labs.score_at_length(labs.get_model(shipped_checkpoints()['rope']), ids, 32).bpb:.3f}"
+    at.text_area(key="w_paste").input("x" * (MAX_TEXT_BYTES + 5) + "\x01")
+    run(at)
+    assert f"only the first {MAX_TEXT_BYTES:,} are used" in texts(at.info)
+    assert metrics(at)["nope"] != "—"
+
+
+# ------------------------------------------------------------------------------------------------
+# KV cache & sliding window
+# ------------------------------------------------------------------------------------------------
+def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
+    at = run(page("kv_cache", models="learned,alibi,rope", W="16", n="60", dw="4", cl="40", check="t5"))
+    folders = shipped_checkpoints()
+    table = next(d.value for d in at.dataframe if "Shifted KV cache" in getattr(d.value, "columns", []) and
+                 d.value.index.name == "checkpoint" and np.issubdtype(d.value["Shifted KV cache"].dtype, np.floating))
+    for name in ("alibi", "rope"):
+        for strategy in labs.STRATEGIES:
+            expected = labs.sliding_score(labs.get_model(folders[name]), doc_ids, 16, strategy, 60).bpb_full
+            assert table.loc[name, labs.STRATEGY_TITLES[strategy]] == pytest.approx(expected, abs=1e-9), (name, strategy)
+    assert math.isnan(table.loc["learned", labs.STRATEGY_TITLES["cached_window"]])
+    assert "Stopped at byte 32" in texts(at.warning)
+    # ALiBi's bias is added at attention time: the shifted cache gives exactly the cached-window result
+    assert table.loc["alibi", "Shifted KV cache"] == pytest.approx(table.loc["alibi", "Cached window, true positions"])
+    shown = metrics(at)
+    assert float(shown["max |cached − full| logit"]) < 1e-4
+    assert shown["cached, per byte"].endswith(" ms")
+    check = labs.cache_check(labs.get_model(folders["t5"]), doc_ids, 40)
+    assert check["max_abs_diff"] < 1e-4
+
+    at2 = run(page("kv_cache", W="7", n="40", models="nope", cl="16"))
+    assert "Ignored URL parameter W=" in texts(at2.warning)
+    assert at2.select_slider(key="w_W").value == 32
+
+
+# ------------------------------------------------------------------------------------------------
+# Context extension
+# ------------------------------------------------------------------------------------------------
+def test_context_extension_live_numbers(tiny_models, doc_ids):
+    at = run(page("context_extension", factor="2.0", scalings="none,linear", refs="alibi"))
+    shown = metrics(at)
+    folders = shipped_checkpoints()
+    longest = labs.extension_lengths(32, max_eval_length(32), len(doc_ids))[-1]
+    rows = labs.rope_scaling_curves(folders["rope"], 2.0, doc_ids, [longest], ["none", "linear"])
+    for r in rows:
+        assert shown[r["scaling"]] == f"{r['bpb']:.3f}"
+    assert shown["alibi"] == f"{labs.score_at_length(labs.get_model(folders['alibi']), doc_ids, longest).bpb:.3f}"
+    assert set(shown) == {"none", "linear", "alibi"}
+
+    at.select_slider(key="w_factor").set_value(4.0)
+    run(at)
+    linear4 = labs.rope_scaling_curves(folders["rope"], 4.0, doc_ids, [longest], ["linear"])[0]["bpb"]
+    assert metrics(at)["linear"] == f"{linear4:.3f}"
+    assert at.query_params["factor"] == "4.0"
+
+    junk = run(page("context_extension", factor="abc", scalings="warp"))
+    assert "Ignored URL parameter factor=" in texts(junk.warning)
+    assert "Ignored URL parameter scalings=" in texts(junk.warning)
+
+
+# ------------------------------------------------------------------------------------------------
+# Far-context retrieval
+# ------------------------------------------------------------------------------------------------
+def test_retrieval_live_probe(tiny_models):
+    at = run(page("retrieval", models="alibi,learned", s="8", gap="64", trials="2"))
+    table = at.main.dataframe[-1].value
+    folders = shipped_checkpoints()
+    filler = b"\n\n".join(load_corpus().eval_documents)[:MAX_TEXT_BYTES]
+    expected = labs.copy_probe_live(labs.get_model(folders["alibi"]), list(filler), [0, 16, 32, 64], 8, 2)
+    for gap, value in expected.items():
+        assert table.loc["alibi", gap] == pytest.approx(value)
+    assert math.isnan(table.loc["learned", 64]) and not math.isnan(table.loc["learned", 0])
+    assert "learned" in texts(at.caption)
+    junk = run(page("retrieval", s="7", models="alibi", gap="16", trials="99"))
+    assert "Ignored URL parameter s=" in texts(junk.warning) and "Ignored URL parameter trials=" in texts(junk.warning)
+
+
+# ------------------------------------------------------------------------------------------------
+# Compare
+# ------------------------------------------------------------------------------------------------
+def test_compare_methods_and_lengths(tiny_models, doc_ids):
+    folders = shipped_checkpoints()
+    at = run(page("compare", a="learned", b="rope", L="64"))
+    assert "32 rows" in texts(at.error)  # learned cannot run at 64 ...
+    rope = labs.score_at_length(labs.get_model(folders["rope"]), doc_ids, 64).bpb
+    assert metrics(at)["rope: bits/byte"] == f"{rope:.3f}"  # ... while rope is still shown
+
+    at.selectbox(key="w_a").set_value("nope")
+    run(at)
+    nope = labs.score_at_length(labs.get_model(folders["nope"]), doc_ids, 64).bpb
+    assert metrics(at)["rope − nope"] == f"{rope - nope:+.3f}"
+    assert len(at.get("vega_lite_chart")) == 4  # the loss chart; maps of A, B and B − A as heatmaps at 64 bytes
+    at.select_slider(key="w_L").set_value(256)
+    run(at)
+    assert len(at.image) == 3  # above 128 bytes the three maps are pooled images
+
+    at.radio(key="w_mode").set_value("lengths")
+    run(at)
+    at.selectbox(key="w_model").set_value("alibi")
+    at.select_slider(key="w_L2").set_value(32)
+    run(at)
+    result = labs.compare_lengths(labs.get_model(folders["alibi"]), doc_ids, 32)
+    shown = metrics(at)
+    assert shown["bits/byte at L = 32"] == f"{result['bpb_short']:.3f}"
+    assert shown["bits/byte at 2L = 64"] == f"{result['bpb_long']:.3f}"
+    assert at.query_params["mode"] == "lengths"
+
+
+# ------------------------------------------------------------------------------------------------
+# The real shipped checkpoints
+# ------------------------------------------------------------------------------------------------
+def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
+    """Fails (never skips) when models/ is empty: the app is useless without its checkpoints."""
+    monkeypatch.delenv("POSVIZ_MODELS", raising=False)
+    found = shipped_checkpoints()
+    assert found, f"no checkpoints in {ROOT / 'models'}: run `make checkpoints`"
+    at = run(page("extrapolation"))
+    shown = metrics(at)
+    train_length = labs.get_model(next(iter(found.values()))).config.train_length
+    for name in found:
+        # trained byte-level models on Python source: well under the 8 bits/byte of a uniform guess
+        assert float(shown[name]) < 4.0, (name, shown[name])
+    assert at.select_slider(key="w_L").value == train_length
