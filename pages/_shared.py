@@ -417,7 +417,7 @@ LOSS_RAMP = [(255, 255, 255), (255, 237, 160), (254, 178, 76), (240, 59, 32), (1
 
 
 def _loss_colour(value: float, top: float) -> str:
-    if value != value:  # NaN: not scored (first byte of a window)
+    if value != value:  # NaN: not scored (the first byte of the text: nothing predicts it)
         return "#e6e6e6"
     x = min(max(value / top, 0.0), 1.0) * (len(LOSS_RAMP) - 1)
     i = min(int(x), len(LOSS_RAMP) - 2)
@@ -447,7 +447,7 @@ def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: floa
         f'white-space:pre-wrap;word-break:break-all;max-height:{height}px;overflow-y:auto;border:1px solid #ddd;'
         f'border-radius:6px;padding:.6em;color:#111;background:#fff">{"".join(spans)}</div>'
         f'<div style="font-size:.8rem;color:#555;margin-top:.3em">{unit} per character: {legend} or more; '
-        f'<span style="background:#e6e6e6;padding:0 .4em">grey</span> = not scored (first byte of a window)</div>'
+        f'<span style="background:#e6e6e6;padding:0 .4em">grey</span> = not scored (nothing before it to predict from)</div>'
     )
 
 

@@ -39,7 +39,7 @@ metrics = {name: m for name, (c, m, problem) in entries.items() if problem is No
 left, right = st.columns([2, 3])
 with left:
     st.dataframe(pd.DataFrame(explain.recipe_rows()), hide_index=True, height=420)
-    st.caption("posviz.train.TrainConfig defaults; the model: 4 layers, 4 heads, 128 wide, vocabulary of 256 bytes.")
+    st.caption("posviz.train.TrainConfig defaults: the shipped set's recipe. Vocabulary: the 256 byte values.")
 with right:
     corpus = next((c.get("corpus") for c in configs.values() if c.get("corpus")), None)
     if corpus:
@@ -67,7 +67,10 @@ else:
         st.dataframe(table, hide_index=True, column_config={
             "parameters": st.column_config.NumberColumn(format="localized"),
             "training tokens (bytes)": st.column_config.NumberColumn(format="localized"),
-            "val bits/byte @ train length": st.column_config.NumberColumn(format="%.3f"),
+            "val bits/byte @ train length": st.column_config.NumberColumn(
+                format="%.3f", help="Scored by the training run on held-out bytes when it finished. The charts "
+                                    "elsewhere use the larger evaluation set in metrics.json's eval block, so their "
+                                    "numbers at the training length differ slightly."),
         })
         st.caption(f"From config.json and metrics.json in {models_dir()}. Weights are float16 safetensors.")
 

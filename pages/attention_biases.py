@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import (folder_stamp, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
-                           shipped_model, sync_url)
+                           shipped_checkpoint_json, shipped_model, sync_url)
 from posviz import explain
 from posviz.checkpoint import shipped_checkpoints
 from posviz.limits import CACHE_ENTRIES
@@ -36,10 +36,11 @@ def weight_chart(columns: dict, title: str, series_title: str, n_keys: int, sort
     """Largest-weight curves (log10 on the y axis, symlog distance); the title is drawn above as text."""
     st.markdown(f"**{title}**")
     df = pd.DataFrame(columns)
+    lowest = min(-1, int(np.floor(df["log10_max_weight"].min()))) if len(df) else -1
     chart = alt.Chart(df).mark_line().encode(
         x=distance_axis("distance from the query to the relevant key (positions, symlog scale)", n_keys),
         y=alt.Y("log10_max_weight:Q", title="largest attention weight it can get (log scale)",
-                scale=alt.Scale(domain=[LOG10_FLOOR, 0], clamp=True),
+                scale=alt.Scale(domain=[max(LOG10_FLOOR, lowest), 0], clamp=True),
                 axis=alt.Axis(tickMinStep=1, labelExpr="datum.value == 0 ? '1' : '1e' + datum.value")),
         color=alt.Color("series:N", title=series_title, sort=sort, legend=alt.Legend(labelLimit=320)),
         tooltip=[alt.Tooltip("series:N", title=series_title), alt.Tooltip("distance:Q"),
@@ -71,7 +72,9 @@ summary: dict[str, np.ndarray] = {"no bias (NoPE)": no_bias}
 # -- ALiBi -----------------------------------------------------------------------------------------------
 st.header("ALiBi: a fixed slope per head")
 c1, c2, c3 = st.columns(3)
-heads = c1.number_input("heads", 1, 64, qp_int("heads", 8, 1, 64), key="heads",
+alibi_config = (shipped_checkpoint_json().get("alibi") or (None, None, None))[0] or {}
+shipped_heads = int(alibi_config.get("model", {}).get("n_head", 8))  # default: what the shipped model uses
+heads = c1.number_input("heads", 1, 64, qp_int("heads", shipped_heads, 1, 64), key="heads",
                         help="Any count works; for non-powers of two ALiBi interleaves the slopes of the next power of two.")
 alibi_head = c2.slider("head shown", 0, heads - 1, min(qp_int("ahead", 0, 0, 63), heads - 1), key=f"ahead-{heads}")
 alibi_len = c3.slider("positions in the bias matrix", 8, 128, qp_int("alen", 32, 8, 128), step=8, key="alen")
@@ -85,8 +88,8 @@ with left:
                  alt.Tooltip("half_weight_distance:Q", title="distance that halves the weight", format=",.1f")],
     ).properties(height=300)
     show_chart(slope_chart, slopes, f"alibi_slopes_{heads}")
-    st.dataframe(slopes.rename(columns={"slope": "slope m", "one_logit_distance": "distance costing 1 logit",
-                                        "half_weight_distance": "distance halving the weight (ln 2 / m)"}),
+    st.dataframe(slopes.rename(columns={"slope": "slope m", "one_logit_distance": "−1 logit at (positions)",
+                                        "half_weight_distance": "weight halves every (positions)"}),
                  hide_index=True, height=200)
 with right:
     st.markdown(f"**Bias of head {alibi_head}** (slope {slopes['slope'][alibi_head]:.4g}); blank = future keys, masked")

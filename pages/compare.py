@@ -223,7 +223,7 @@ else:
         rows += [{"curve": label, "position": p, "bits": float(v)}
                  for p, v in enumerate(labs.moving_average(result[key], smooth)) if np.isfinite(v)]
     df = pd.DataFrame(rows)
-    x = alt.X("position:Q", title=f"position of the byte in its 2L window (0–{2 * length - 1:,})")
+    x = alt.X("position:Q", title=f"position in the 2L window (0–{2 * length - 1:,}); the prediction there sees position + 1 bytes")
     marks_df = pd.DataFrame({"position": [length] + ([train_length] if train_length < 2 * length else []),
                              "what": ["L: second half starts"] + (["training length"] if train_length < 2 * length else [])})
     rules = alt.Chart(marks_df).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q", tooltip=["what"])

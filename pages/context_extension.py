@@ -129,7 +129,15 @@ with c2:
     live_slot = st.empty()
     live_slot.info("Live curves are being computed…")
 
-lengths = labs.extension_lengths(train_length, labs.length_cap(labs.get_model(rope_folder)), len(text))
+try:
+    rope_model = labs.get_model(rope_folder)
+except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
+    with c2:
+        live_slot.empty()
+        error_box(exc, "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
+                       "`python -m posviz.train --method rope`.")
+    st.stop()
+lengths = labs.extension_lengths(train_length, labs.length_cap(rope_model), len(text))
 if not lengths:
     with c2:
         live_slot.empty()

@@ -209,7 +209,7 @@ for name, s in scores.items():
     pos_rows += [{"model": name, "position": p, "bits": float(v), "raw bits": float(r)}
                  for p, (v, r) in enumerate(zip(smoothed, s["position_bits"])) if np.isfinite(v)]
 pos_df = pd.DataFrame(pos_rows)
-x = alt.X("position:Q", title="position in the window (bytes of context before the predicted byte)")
+x = alt.X("position:Q", title="position in the window (the prediction made there sees position + 1 bytes)")
 lines = alt.Chart(pos_df).mark_line().encode(
     x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
     alt.Color("model:N", scale=COLOURS, title="checkpoint"),
@@ -248,8 +248,8 @@ with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}",
     s = scores[inspect]
     shown = min(s["n_bytes"], 4096)
     show_coloured_text(labs.characters_with_bits(list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)
-    st.caption(f"The first {shown:,} scored bytes; hover a character for its loss. Window boundaries every "
-               f"{length:,} bytes are grey (nothing to predict from).")
+    st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
+               f"{length:,} bytes: the byte after a boundary is predicted from one byte of context.")
 
 folder = checkpoints[inspect]
 stamp = labs.checkpoint_stamp(folder)

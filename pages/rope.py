@@ -157,8 +157,8 @@ seed = c4.number_input("random q, k (seed)", 0, 9999, qp_int("seed", 0, 0, 9999)
 q_vec, k_vec = explain.random_qk(head_dim, seed)
 check = explain.rope_shift_invariance(q_vec, k_vec, qm, kn, s, base)
 c1, c2, c3 = st.columns(3)
-c1.metric(f"q·k at ({qm:,}, {kn:,})", f"{check.score:.12f}")
-c2.metric(f"q·k at ({qm + s:,}, {kn + s:,})", f"{check.shifted_score:.12f}")
+c1.metric(f"q·k at ({qm:,}, {kn:,})", f"{check.score:.10f}")
+c2.metric(f"q·k at ({qm + s:,}, {kn + s:,})", f"{check.shifted_score:.10f}")
 c3.metric("absolute difference", f"{check.difference:.1e}", help="float64 rounding of the angles m·θ, which grows with the position: about 1e-16 × position.")
 
 

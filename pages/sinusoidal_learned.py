@@ -158,12 +158,11 @@ else:
     rows = table.shape[0]
     st.markdown(f"{rows:,} positions × {table.shape[1]} dimensions, one trained vector per position.")
     show_matrix(table, "learned_table", x_title="dimension", y_title="position", value_title="weight", scheme="redblue")
-    left, right = st.columns(2)
+    st.markdown("**Cosine similarity between positions**")
+    show_matrix(cosine, "learned_cosine_similarity", x_title="position", y_title="position",
+                value_title="cosine similarity")
+    left, _ = st.columns([3, 1])
     with left:
-        st.markdown("**Cosine similarity between positions**")
-        show_matrix(cosine, "learned_cosine_similarity", x_title="position", y_title="position",
-                    value_title="cosine similarity")
-    with right:
         st.markdown(f"**The {rows:,} vectors projected on their two main directions (PCA)**")
         points = pd.DataFrame({k: pca[k] for k in ("position", "pc1", "pc2")})
         scatter = alt.Chart(points).mark_line(color="lightgray").encode(

@@ -495,10 +495,10 @@ def no_bias_log_max_weight(n_keys: int, margin: float) -> np.ndarray:
 # Checkpoints: the method table, the headline chart, the per-checkpoint facts
 # =============================================================================================
 ACTS_ON_LABEL = {
-    "input": "input (added to embeddings)",
+    "input": "input (added)",
     "q/k": "queries & keys (rotated)",
-    "logits": "attention logits (bias)",
-    "nothing": "nowhere (mask only)",
+    "logits": "logits (bias)",
+    "nothing": "nowhere",
 }
 KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to the table
     "input": "the position is baked into each cached key and value",
@@ -555,7 +555,7 @@ def extrapolation(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
 def extrapolation_label(ext: Mapping[str, Any]) -> str:
     """The verdict, plus why when the numbers beside it do not say it (no run, or a shorter multiple)."""
     if ext["bpb_long"] is None:
-        return f"{ext['verdict']} ({ext['reason']})"
+        return "no (cannot run)" if ext["verdict"] == "no" else f"{ext['verdict']} ({ext['reason']})"
     if ext["long_multiple"] != EXTRAPOLATION_MULTIPLE:
         return f"{ext['verdict']} ({ext['reason']})"
     return ext["verdict"]
@@ -576,7 +576,7 @@ def method_rows(metrics_by_name: Mapping[str, Mapping[str, Any] | None], train_l
         length = (metrics and train_length_of(metrics)) or train_length or TrainConfig().train_length
         method = build_position_method(name, ModelShape(1, 1, 2, 2, length))
         limit = method.max_positions
-        cache = "yes" if limit is None else f"yes, up to {limit:,} positions"
+        cache = "yes" if limit is None else f"yes (≤ {limit:,})"  # positions: the table has that many rows
         ext = extrapolation(metrics_by_name.get(name))
         rows.append({
             "method": name,

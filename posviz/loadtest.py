@@ -222,13 +222,15 @@ def move_a_widget(page, slider_label: str | None = None) -> str:
         sliders = sliders.filter(has=page.locator('[data-testid="stWidgetLabel"]', has_text=slider_label))
         if not sliders.count():
             raise AssertionError(f"no slider labelled {slider_label!r} on {page.url}")
-    slider = sliders.first.locator('[role="slider"]')
+    # Streamlit 1.67 draws a slider as a react-aria <input type="range">; older ones as role="slider"
+    slider = sliders.first.locator('input[type="range"], [role="slider"]').first
     if sliders.count():
         label = _label_of(sliders.first)
         slider.focus()
-        before = slider.get_attribute("aria-valuenow")
+        value = lambda: slider.evaluate("e => e.value !== undefined && e.value !== '' ? e.value : e.getAttribute('aria-valuenow')")
+        before = value()
         slider.press("ArrowRight")
-        if slider.get_attribute("aria-valuenow") == before:  # at its maximum already
+        if value() == before:  # at its maximum already
             slider.press("ArrowLeft")
         return f"slider {label!r}"
     select = main.locator('[data-testid="stSelectbox"]').first

@@ -62,7 +62,7 @@ def test_extrapolation_numbers_match_labs_and_learned_stops_alone(tiny_models, d
         else:
             assert shown[name] == f"{labs.score_at_length(labs.get_model(folder), doc_ids, 128).bpb:.3f}", name
     errors = texts(at.error)
-    assert "learned" in errors and "32 rows" in errors and "position 126" in errors
+    assert "learned" in errors and "32 rows" in errors and "position 127" in errors
     assert at.query_params["L"] == "128"
     assert len(at.image) == 4  # all heads of the inspected model, as pooled images
     assert at.get("html")  # the text coloured by loss
