@@ -105,9 +105,9 @@ diagram["key"] = diagram.apply(lambda r: "recomputed now" if r["recomputed"] els
 diagram["computed at"] = diagram.apply(lambda r: "" if r["recomputed"] else f"@{r['baked']}", axis=1)
 order = [f"{TITLES[s]} · pass {p}" for s in labs.STRATEGIES for p in ("t", "t+1")]
 base = alt.Chart(diagram).encode(
-    x=alt.X("byte:O", title="byte of the document"), y=alt.Y("row:N", sort=order, title=None))
+    x=alt.X("byte:O", title="byte of the document"), y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)))
 cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
-    color=alt.Color("key:N", title=None, scale=alt.Scale(
+    color=alt.Color("key:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400), scale=alt.Scale(
         domain=["recomputed now", "cached, position unchanged", "cached, computed at another position"],
         range=["#59a14f", "#a0cbe8", "#e15759"])),
     tooltip=["row", "byte", alt.Tooltip("position:Q", title="position used in this pass"),
@@ -156,10 +156,11 @@ table = results.pivot(index="checkpoint", columns="how", values="bits/byte after
 table = table[[TITLES[s] for s in labs.STRATEGIES]]
 st.markdown(f"**Bits per byte on bytes {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
             "can differ; blank = cannot run)")
-st.dataframe(table.style.format("{:.3f}", na_rep="cannot run"), width="stretch")
+# Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
+st.dataframe(table.map(lambda v: "cannot run" if pd.isna(v) else f"{v:.3f}"), width="stretch")
 speed = results.pivot(index="checkpoint", columns="how", values="ms/byte").reindex(chosen)[[TITLES[s] for s in labs.STRATEGIES]]
 st.markdown(f"**Milliseconds per byte**, measured on this page ({device_label()})")
-st.dataframe(speed.style.format("{:.2f}", na_rep="—"), width="stretch")
+st.dataframe(speed.map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"), width="stretch")
 
 plot = results.dropna(subset=["bits/byte after the window fills"])
 c1, c2 = st.columns(2)

@@ -19,7 +19,7 @@ SCREENSHOTS = OUTPUT / "screenshots"
 
 __all__ = ["EXCEPTION", "MAIN", "OUTPUT", "ROOT", "SCREENSHOTS", "StreamlitServer", "app_pages", "browser",
            "exception_texts", "main_text", "new_tab", "wait_rendered", "wait_for_change", "copy_models",
-           "assert_serving", "alert_texts", "screenshot_main"]
+           "assert_serving", "alert_texts", "screenshot_main", "assert_no_script_ran"]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,12 @@ def new_tab(browser, width: int = 1280, height: int = 900):
     tab = context.new_page()
     tab.set_default_timeout(60_000)
     return tab
+
+
+def assert_no_script_ran(tab) -> None:
+    """No payload from a paste or a link ran (window.__xss) or became an element."""
+    assert tab.evaluate("typeof window.__xss") == "undefined", "a pasted or linked payload ran as script"
+    assert tab.locator('img[src="x"], img[src$="/x.png"]').count() == 0, "a payload became an <img> element"
 
 
 def alert_texts(tab) -> list[str]:

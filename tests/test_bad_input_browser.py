@@ -3,11 +3,11 @@
 Each case must end in a clear message on the page, and the app must keep serving: the health
 endpoint answers and another page renders. Covered: empty text, 10 MB of text, control and binary
 bytes, emoji and right-to-left text, an XSS payload pasted as text, lengths 0 / negative / past the
-cap / past the learned table, junk in every URL query parameter of every page, a missing checkpoint
-folder, and damaged checkpoints (truncated safetensors, a config with an unknown key, a missing
+cap / past the learned table, a missing checkpoint folder, and damaged checkpoints (truncated safetensors, a config with an unknown key, a missing
 weights file, metrics that are not JSON). 10 MB of text runs through Streamlit's AppTest (a real
 textarea costs Chromium minutes of layout first), and invalid UTF-8, which no widget can deliver,
-through the text preparation every lab uses.
+through the text preparation every lab uses. Junk in every URL query parameter of every page is
+checked in test_browser.py, on the tab that has just rendered that page (it knows the page's parameters).
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from browser_support import (MAIN, OUTPUT, ROOT, StreamlitServer, alert_texts, app_pages, assert_serving,  # noqa: F401
-                             browser, exception_texts, main_text, new_tab, wait_for_change, wait_rendered)
+from browser_support import (MAIN, OUTPUT, ROOT, StreamlitServer, alert_texts, app_pages, assert_no_script_ran,  # noqa: F401
+                             assert_serving, browser, exception_texts, main_text, new_tab, wait_for_change,
+                             wait_rendered)
 from posviz.limits import MAX_TEXT_BYTES
 
 pytestmark = pytest.mark.browser
@@ -71,9 +72,6 @@ def assert_no_exception(tab, what: str) -> None:
     assert not exception_texts(tab), f"{what}: {exception_texts(tab)}"
 
 
-def assert_no_script_ran(tab) -> None:
-    assert tab.evaluate("typeof window.__xss") == "undefined", "a pasted or linked payload ran as script"
-    assert tab.locator('img[src="x"], img[src$="/x.png"]').count() == 0, "a payload became an <img> element"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,48 +179,29 @@ def test_learned_past_its_table_says_why_and_the_others_still_run(browser, serve
 
 
 # ---------------------------------------------------------------------------------------------
-# URL query parameters
-# ---------------------------------------------------------------------------------------------
-JUNK = ["<script>window.__xss=1</script>", "-1", "99999999999999999999", "NaN", "![x](/x.png)",
-        "<img src=x onerror=window.__xss=1>", "", "\x00", "[a](javascript:window.__xss=1)", "ä" * 300]
-
-
-@pytest.mark.parametrize("entry", PAGES, ids=[p.url_path for p in PAGES])
-def test_junk_in_every_query_parameter(browser, server, entry):
-    """Every parameter the page writes to its link, replaced by junk: defaults, notices, no markup."""
-    tab = open_page(browser, server, entry.url)
-    try:
-        params = urllib.parse.parse_qs(urllib.parse.urlparse(tab.url).query, keep_blank_values=True)
-        assert params, f"{entry.title} keeps no state in its link"
-        junk = {key: JUNK[i % len(JUNK)] for i, key in enumerate(sorted(params))}
-        tab.context.close()
-        tab = open_page(browser, server, entry.url, junk)
-        assert_no_exception(tab, f"{entry.title} with junk {junk}")
-        assert_no_script_ran(tab)
-        assert main_text(tab).strip()
-        notices = " ".join(alert_texts(tab))
-        unmentioned = [key for key in junk if f"{key}=" not in notices]
-        assert not unmentioned, f"{entry.title}: no notice for junk in {unmentioned}; notices: {notices[:500]}"
-    finally:
-        tab.context.close()
-    assert server.healthy()
-
-
-# ---------------------------------------------------------------------------------------------
 # Checkpoints
 # ---------------------------------------------------------------------------------------------
-def test_missing_checkpoint_folder(browser, tmp_path):
-    missing = tmp_path / "no-such-models"
-    with StreamlitServer(models=missing, log=OUTPUT / "server-missing-models.log") as server:
+def visit_every_page(browser, server, check) -> None:
+    """Render every page in one tab; no exception anywhere; ``check(entry, tab)`` for page-specific messages."""
+    tab = new_tab(browser)
+    try:
         for entry in PAGES:
-            tab = open_page(browser, server, entry.url)
-            try:
-                assert_no_exception(tab, f"{entry.title} without checkpoints")
-                assert main_text(tab).strip()
-                if entry.url == LAB:
-                    assert any("make checkpoints" in a for a in alert_texts(tab)), alert_texts(tab)
-            finally:
-                tab.context.close()
+            tab.goto(server.url + entry.url)
+            wait_rendered(tab)
+            assert_no_exception(tab, entry.title)
+            assert main_text(tab).strip(), f"{entry.title} rendered nothing"
+            check(entry, tab)
+    finally:
+        tab.context.close()
+
+
+def test_missing_checkpoint_folder(browser, tmp_path):
+    def check(entry, tab):
+        if entry.url == LAB:
+            assert any("make checkpoints" in a for a in alert_texts(tab)), alert_texts(tab)
+
+    with StreamlitServer(models=tmp_path / "no-such-models", log=OUTPUT / "server-missing-models.log") as server:
+        visit_every_page(browser, server, check)
         assert server.healthy()
 
 
@@ -245,19 +224,16 @@ def test_damaged_checkpoints_are_named_and_the_rest_keep_working(browser, tiny_m
     models = tmp_path / "models"
     shutil.copytree(tiny_models_dir, models)
     expected = damage(models)
+
+    def check(entry, tab):
+        if entry.url == LAB:
+            alerts = " ".join(alert_texts(tab))
+            for method, words in expected.items():
+                assert method in alerts and words in alerts, f"no clear message for {method}: {alerts[:800]}"
+            assert "Bits per byte at" in main_text(tab), "the undamaged checkpoints stopped working"
+
     with StreamlitServer(models=models, log=OUTPUT / "server-damaged-models.log") as server:
-        for entry in PAGES:
-            tab = open_page(browser, server, entry.url)
-            try:
-                assert_no_exception(tab, f"{entry.title} with damaged checkpoints")
-                assert main_text(tab).strip()
-                if entry.url == LAB:
-                    alerts = " ".join(alert_texts(tab))
-                    for method, words in expected.items():
-                        assert method in alerts and words in alerts, f"no clear message for {method}: {alerts[:800]}"
-                    assert "Bits per byte at" in main_text(tab), "the undamaged checkpoints stopped working"
-            finally:
-                tab.context.close()
+        visit_every_page(browser, server, check)
         assert_serving(server, browser)
 
 
