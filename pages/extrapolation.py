@@ -48,11 +48,6 @@ def live_attention(folder: str, stamp: int, text: bytes, length: int, layer: int
     return labs.attention_view(labs.get_model(folder), list(text), length, layer, log_scale=log_scale)
 
 
-@st.cache_data(max_entries=4 * CACHE_ENTRIES, show_spinner=False)
-def live_stats(folder: str, stamp: int, text: bytes, length: int, layer: int) -> list[dict]:
-    return labs.attention_growth(labs.get_model(folder), list(text), [length], layer)
-
-
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
     model = labs.get_model(folder)
@@ -289,17 +284,9 @@ else:
 # 4. Attention distance and entropy per head as the length grows
 # ------------------------------------------------------------------------------------------------
 st.subheader("How far each head looks as the window grows")
-lengths = tuple(labs.growth_lengths(length, train_length, facts[inspect]["limit"]))
-rows = []
-bar = st.progress(0.0, text=f"Attention statistics at {len(lengths)} lengths…")
-for i, n in enumerate(lengths):
-    if n == length:  # already computed with the map above
-        rows += [{"length": n, "head": h, "distance": float(view.distance[h]), "entropy": float(view.entropy[h])}
-                 for h in range(n_head)]
-    else:
-        rows += live_stats(str(folder), stamp, text_bytes, n, layer)
-    bar.progress((i + 1) / len(lengths), text=f"Attention statistics at {n:,} bytes ({i + 1}/{len(lengths)})…")
-bar.empty()
+lengths = labs.growth_lengths(length, train_length, facts[inspect]["limit"])
+# Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
+rows = labs.prefix_growth(view, lengths)
 growth = pd.DataFrame(rows)
 growth["head"] = growth["head"].map(lambda h: f"head {h}")
 x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")

@@ -307,30 +307,82 @@ def attention_probs(model: GPT, ids, length: int, layer: int) -> torch.Tensor:
     return out.attention[0].float().cpu()
 
 
+def attention_stats_per_query(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per head and query: attention distance sum_j p_ij (i - j) in bytes and entropy
+    -sum_j p_ij log2 p_ij in bits. probs (H, T, T) causal. Returns two (H, T) tensors.
+
+    One matrix-vector product and one elementwise pass: at 4,096 bytes the maps are 64 M entries
+    a head, so anything that builds a (T, T) helper per head costs more than the forward pass.
+    """
+    probs = probs.float()
+    H, T, Tk = probs.shape
+    idx = torch.arange(Tk, dtype=torch.float32)
+    # sum_j p_ij (i - j) = i * sum_j p_ij - sum_j p_ij j; rows of a causal softmax put no mass on j > i
+    distance = torch.arange(T, dtype=torch.float32) * probs.sum(-1) - probs @ idx  # (H, T)
+    # entr(p) = -p ln p (0 at p = 0), a block of rows at a time: a whole-map temporary would cost a
+    # page-faulted allocation as large as the map (256 MB at 4,096 bytes) and twice the time
+    flat, entropy = probs.reshape(H * T, Tk), torch.empty(H * T)
+    rows = max(1, (1 << 21) // Tk)
+    for r0 in range(0, H * T, rows):
+        entropy[r0:r0 + rows] = torch.special.entr(flat[r0:r0 + rows]).sum(-1)
+    return distance, entropy.view(H, T) / LN2
+
+
 def attention_stats(probs: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per head: mean attention distance sum_j p_ij (i - j) and mean entropy -sum_j p_ij log2 p_ij,
-    both averaged over the queries. probs (H, T, T) causal. Returns two (H,) arrays."""
-    H, T, _ = probs.shape
-    idx = torch.arange(T, dtype=torch.float32)
-    distance = (idx[:, None] - idx[None, :]).clamp(min=0)  # (T, T)
-    mean_distance = (probs * distance).sum(-1).mean(-1)  # (H,)
-    entropy = -(probs * torch.log2(probs.clamp(min=1e-30))).sum(-1).mean(-1)  # (H,)
-    return mean_distance.numpy().astype(float), entropy.numpy().astype(float)
+    """Per head: mean attention distance (bytes) and mean entropy (bits) over the queries: two (H,) arrays."""
+    distance, entropy = attention_stats_per_query(probs)
+    return distance.mean(-1).numpy().astype(float), entropy.mean(-1).numpy().astype(float)
 
 
-def pool_matrix(matrix: np.ndarray, max_side: int) -> tuple[np.ndarray, int]:
-    """Block-mean down to at most ``max_side`` a side, ignoring NaN; returns (matrix, block size)."""
-    matrix = np.asarray(matrix, dtype=float)
-    h, w = matrix.shape
+def _pool_shape(h: int, w: int, max_side: int) -> tuple[int, int, int]:
     block = max(1, math.ceil(max(h, w) / max_side))
+    return block, -(-h // block), -(-w // block)
+
+
+def pool_matrix(matrix: np.ndarray | torch.Tensor, max_side: int) -> tuple[np.ndarray, int]:
+    """Block-mean down to at most ``max_side`` a side, ignoring NaN; returns (matrix, block size).
+
+    A block with no finite entry (fully masked) is NaN."""
+    m = torch.as_tensor(np.asarray(matrix, dtype=np.float32) if not isinstance(matrix, torch.Tensor) else matrix,
+                        dtype=torch.float32)
+    h, w = m.shape
+    block, nh, nw = _pool_shape(h, w, max_side)
     if block == 1:
-        return matrix, 1
-    H, W = -(-h // block) * block, -(-w // block) * block
-    padded = np.full((H, W), np.nan)
-    padded[:h, :w] = matrix
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks (fully masked) stay NaN
-        return np.nanmean(padded.reshape(H // block, block, W // block, block), axis=(1, 3)), block
+        return m.double().numpy(), 1
+    valid = ~torch.isnan(m)
+    padded = F.pad(torch.where(valid, m, 0.0), (0, nw * block - w, 0, nh * block - h))
+    counts = F.pad(valid.float(), (0, nw * block - w, 0, nh * block - h))
+    sums = padded.view(nh, block, nw, block).sum((1, 3), dtype=torch.float64)
+    counts = counts.view(nh, block, nw, block).sum((1, 3), dtype=torch.float64)
+    return (sums / counts).numpy(), block  # 0 / 0 = NaN for fully masked blocks
+
+
+def _causal_counts(T: int, block: int, n: int) -> torch.Tensor:
+    """(n, n): how many (query i, key j <= i) pairs fall in each block x block cell of a (T, T) map."""
+    i = torch.arange(T)
+    starts = torch.arange(n) * block
+    ends = (starts + block).clamp(max=T)
+    per_row = ((i[:, None] + 1).clamp(max=ends[None, :]) - starts[None, :]).clamp(min=0)  # (T, n) keys seen in cell col
+    per_row = F.pad(per_row, (0, 0, 0, n * block - T))
+    return per_row.view(n, block, n).sum(1).double()
+
+
+def pool_attention(probs: torch.Tensor, max_side: int) -> tuple[np.ndarray, int]:
+    """Causal maps (H, T, T) block-averaged over their *visible* entries: (H, n, n) and the block size.
+
+    The same numbers as ``pool_matrix(display_attention(p))`` per head (future keys do not count;
+    fully masked cells are NaN) in one pass over all heads: masked entries are exactly 0, so the
+    block sums need no masking and the number of visible entries per cell is known in advance.
+    """
+    H, T, _ = probs.shape
+    block, n, _ = _pool_shape(T, T, max_side)
+    if block == 1:
+        return np.stack([display_attention(p, False) for p in probs]), 1
+    probs = probs.float()
+    if n * block != T:
+        probs = F.pad(probs, (0, n * block - T, 0, n * block - T))
+    sums = probs.view(H, n, block, n, block).sum((2, 4))  # (H, n, n); float32 is exact enough for <= block^2 terms
+    return (sums.double() / _causal_counts(T, block, n)).numpy(), block
 
 
 LOG_FLOOR = 1e-6  # probabilities below this are drawn as this: log10 range [-6, 0]
@@ -338,13 +390,12 @@ LOG_FLOOR = 1e-6  # probabilities below this are drawn as this: log10 range [-6,
 
 def display_attention(probs_2d: torch.Tensor | np.ndarray, log_scale: bool) -> np.ndarray:
     """(T, T) probabilities to the drawn values: masked (future) keys NaN; log10 when asked."""
-    p = np.asarray(probs_2d, dtype=float).copy()
-    T = p.shape[0]
-    p[np.triu_indices(T, k=1, m=p.shape[1])] = np.nan
+    p = torch.as_tensor(np.asarray(probs_2d) if not isinstance(probs_2d, torch.Tensor) else probs_2d).double()
+    future = torch.ones(p.shape, dtype=torch.bool).triu(1)
+    p = p.masked_fill(future, float("nan"))
     if log_scale:
-        with np.errstate(invalid="ignore"):
-            p = np.log10(np.clip(p, LOG_FLOOR, None))
-    return p
+        p = torch.log10(p.clamp(min=LOG_FLOOR))  # NaN stays NaN
+    return p.numpy()
 
 
 @dataclass
@@ -358,18 +409,40 @@ class AttentionView:
     distance: np.ndarray  # (H,) mean attention distance in bytes
     entropy: np.ndarray  # (H,) mean attention entropy in bits
     seconds: float
+    query_distance: np.ndarray | None = None  # (H, T) per query, for prefix_growth
+    query_entropy: np.ndarray | None = None
 
 
 def attention_view(model: GPT, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
     start = time.perf_counter()
     probs = attention_probs(model, ids, length, layer)  # (H, T, T)
-    distance, entropy = attention_stats(probs)
-    maps, block = [], 1
-    for h in range(probs.shape[0]):
-        # Pool probabilities first (an average of probabilities means something), then take the log.
-        pooled, block = pool_matrix(display_attention(probs[h], log_scale=False), max_side)
-        maps.append(np.log10(np.clip(pooled, LOG_FLOOR, None)) if log_scale else pooled)
-    return AttentionView(length, layer, maps, block, distance, entropy, time.perf_counter() - start)
+    distance, entropy = attention_stats_per_query(probs)  # (H, T) each
+    # Pool probabilities first (an average of probabilities means something), then take the log.
+    pooled, block = pool_attention(probs, max_side)
+    del probs
+    if log_scale:
+        with np.errstate(invalid="ignore"):
+            pooled = np.log10(np.clip(pooled, LOG_FLOOR, None))
+    return AttentionView(length, layer, list(pooled), block, distance.mean(-1).numpy().astype(float),
+                         entropy.mean(-1).numpy().astype(float), time.perf_counter() - start,
+                         distance.numpy(), entropy.numpy())
+
+
+def prefix_growth(view: AttentionView, lengths: Iterable[int]) -> list[dict]:
+    """``attention_growth`` rows for lengths up to ``view.length``, read off the one long forward pass.
+
+    In a causal model the first n queries of a forward over T >= n bytes attend exactly as a forward
+    over those n bytes alone would (same positions 0..n-1, no key past n-1 visible), so the mean
+    over the first n queries *is* the statistic at length n: one pass instead of one per length.
+    (Not for length-dependent RoPE scaling such as dynamic NTK, whose frequencies change with T.)
+    """
+    rows = []
+    for n in lengths:
+        if not 1 <= n <= view.length:
+            raise PosvizError(f"length {n} is outside 1..{view.length}, the lengths this view covers")
+        d, e = view.query_distance[:, :n].mean(-1), view.query_entropy[:, :n].mean(-1)
+        rows += [{"length": n, "head": h, "distance": float(d[h]), "entropy": float(e[h])} for h in range(len(d))]
+    return rows
 
 
 def growth_lengths(length: int, train_length: int, limit: int | None = None, minimum: int = 16) -> list[int]:

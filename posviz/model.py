@@ -66,6 +66,37 @@ class KVCache:
         return k, v, k_pos
 
 
+BLOCK_ELEMENTS = 1 << 21  # scores per query block (8 MB in fp32): small enough to stay in cache
+
+
+class QueryBlocks:
+    """How one forward pass walks through its queries when attention needs an explicit mask.
+
+    Every layer of a forward pass sees the same query and key positions, so the blocks, their
+    position tensors and their visibility masks are made once and shared. Because the tensors are
+    the same objects in every layer, a method that memoises its bias by position tensor (ALiBi, T5)
+    builds each block's bias once per forward pass, not once per layer.
+
+    Why blocks: the new queries are the last T keys, so the block of queries ending at row r never
+    sees keys past Tk - T + r. Going through the queries a block at a time skips the future half of
+    the work, as the fused causal kernel does, and keeps every temporary small. At 4,096 bytes a
+    whole (B, H, T, Tk) bias or score tensor is 256 MB, and allocating one costs as much as using it.
+    """
+
+    def __init__(self, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None, batch_heads: int, device):
+        T, Tk = q_pos.numel(), k_pos.numel()
+        rows = max(1, BLOCK_ELEMENTS // (batch_heads * Tk))
+        self.blocks = []  # (r0, r1, seen, q_pos, k_pos, visible (rows, seen))
+        for r0 in range(0, T, rows):
+            r1 = min(T, r0 + rows)
+            seen = Tk - T + r1
+            qp, kp = q_pos[r0:r1].clone(), k_pos[:seen].clone()
+            visible = qp[:, None] >= kp[None, :]  # keys at or before the query ...
+            if window is not None:  # ... and inside its window
+                visible &= qp[:, None] - kp[None, :] < window
+            self.blocks.append((r0, r1, seen, qp, kp, visible.to(device)))
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -74,7 +105,8 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
-    def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool):
+    def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
+                blocks: dict):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hs)
@@ -82,29 +114,31 @@ class CausalSelfAttention(nn.Module):
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(layer, k, v, pos)  # (B, H, Tk, hs), (Tk,)
-        bias = position.logit_bias(layer, q, pos, k_pos)  # None or broadcastable to (B, H, T, Tk)
+        dropout = self.dropout if self.training else 0.0
 
-        plain_causal = bias is None and cache is None  # the one case the fused kernels handle alone
-        if plain_causal and not want_probs:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-            probs = None
-        else:
-            visible = pos[:, None] >= k_pos[None, :]  # (T, Tk): keys at or before the query
-            if cache is not None and cache.max_size is not None:  # ... and inside the query's own window
-                visible = visible & (pos[:, None] - k_pos[None, :] < cache.max_size)
-            visible = visible.to(q.device)
-            if bias is None:
-                mask = visible
-            else:
-                mask = bias.masked_fill(~visible, float("-inf"))  # (B|1, H, T, Tk)
+        if not position.has_logit_bias and cache is None and not want_probs:
+            # the one case the fused kernels handle alone
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)), None
+
+        if "plan" not in blocks:  # once per forward pass: positions are the same in every layer
+            blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, q.device)
+        Tk = k.shape[-2]
+        y = torch.empty_like(q)  # (B, H, T, hs)
+        probs = q.new_zeros(B, self.n_head, T, Tk) if want_probs else None  # future keys stay exactly 0
+        for r0, r1, seen, qp, kp, visible in blocks["plan"].blocks:
+            qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]  # (B, H, rows|seen, hs)
+            bias = position.logit_bias(layer, qb, qp, kp)  # None or broadcastable to (B, H, rows, seen)
             if want_probs:
-                scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, Tk)
-                scores = scores.masked_fill(~visible, float("-inf")) if bias is None else scores + mask
-                probs = scores.float().softmax(dim=-1).to(q.dtype)
-                y = probs @ v
+                scores = torch.matmul(qb * (1.0 / math.sqrt(qb.shape[-1])), kb.transpose(-2, -1))  # (B, H, rows, seen)
+                if bias is not None:
+                    scores += bias
+                block = scores.float().masked_fill_(~visible, float("-inf")).softmax(dim=-1).to(q.dtype)
+                probs[:, :, r0:r1, :seen] = block
+                y[:, :, r0:r1] = block @ vb
             else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
-                probs = None
+                mask = visible if bias is None else bias.masked_fill(~visible, float("-inf"))
+                y[:, :, r0:r1] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y), probs
 
@@ -128,8 +162,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, pos, position, layer, cache, want_probs):
-        a, probs = self.attn(self.ln_1(x), pos, position, layer, cache, want_probs)
+    def forward(self, x, pos, position, layer, cache, want_probs, blocks):
+        a, probs = self.attn(self.ln_1(x), pos, position, layer, cache, want_probs, blocks)
         x = x + a
         x = x + self.mlp(self.ln_2(x))
         return x, probs
@@ -208,11 +242,16 @@ class GPT(nn.Module):
             raise PosvizError(f"attention_head must be in 0..{self.config.n_head - 1}, got {attention_head}")
 
         x = self.position.add_to_input(self.wte(idx), positions)  # (B, T, C)
-        attention = None
-        for layer, block in enumerate(self.blocks):
-            x, probs = block(x, positions, self.position, layer, cache, want_probs=layer == attention_layer)
-            if probs is not None:
-                attention = probs if attention_head is None else probs[:, attention_head]
+        attention, query_blocks = None, {}  # query_blocks: built by the first layer that needs them
+        try:
+            for layer, block in enumerate(self.blocks):
+                x, probs = block(x, positions, self.position, layer, cache, layer == attention_layer, query_blocks)
+                if probs is not None:
+                    attention = probs if attention_head is None else probs[:, attention_head]
+        finally:
+            # A bias shared across layers is as large as an attention map (256 MB at 4,096 bytes):
+            # let it go with the forward pass instead of keeping one per loaded model.
+            self.position.forget()
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         return ModelOutput(logits, attention)
 

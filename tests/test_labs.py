@@ -178,6 +178,47 @@ def test_attention_view_pools_long_maps(text_ids):
     assert np.allclose(view.distance, distance) and np.allclose(view.entropy, entropy)
 
 
+@pytest.mark.parametrize("method", method_names())
+def test_growth_read_off_one_long_pass_equals_one_pass_per_length(method, text_ids):
+    """Causality: the first n queries of a long window attend as a window of n bytes would."""
+    model = sharp(tiny_model(method))
+    limit = model.position.max_positions
+    length = 96 if limit is None else min(96, limit)
+    lengths = labs.growth_lengths(length, 32, limit)
+    view = labs.attention_view(model, text_ids, length, layer=1)
+    separate = labs.attention_growth(model, text_ids, lengths, layer=1)
+    read_off = labs.prefix_growth(view, lengths)
+    assert [(r["length"], r["head"]) for r in read_off] == [(r["length"], r["head"]) for r in separate]
+    for a, b in zip(read_off, separate):
+        assert a["distance"] == pytest.approx(b["distance"], rel=1e-4, abs=1e-4), (a, b)
+        assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-4, abs=1e-4), (a, b)
+    with pytest.raises(PosvizError, match="outside"):
+        labs.prefix_growth(view, [length + 1])
+
+
+@pytest.mark.parametrize("T,max_side", [(100, 16), (96, 16), (40, 64)])
+def test_pooled_attention_equals_the_nan_aware_block_mean(T, max_side):
+    """The one-pass pooling (visible-entry counts computed, not masked) matches pooling each head's
+    NaN-masked map, including a ragged last block (100 = 14 blocks of 7 + 2) and no pooling at all."""
+    torch.manual_seed(0)
+    scores = torch.randn(3, T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    probs = scores.softmax(-1)
+    pooled, block = labs.pool_attention(probs, max_side)
+    for h in range(3):
+        expected, expected_block = labs.pool_matrix(labs.display_attention(probs[h], False), max_side)
+        assert block == expected_block
+        np.testing.assert_allclose(pooled[h], expected, rtol=1e-5, atol=1e-7, equal_nan=True)
+    assert np.isnan(pooled[0, 0, -1])  # top-right cell: future keys only
+
+
+def test_a_shared_bias_does_not_outlive_the_forward_pass(text_ids):
+    """ALiBi's (1, H, T, T) bias is memoised across layers; keeping it would hold 256 MB per model at 4,096 bytes."""
+    model = tiny_model("alibi")
+    with torch.no_grad():
+        model(torch.as_tensor(text_ids[:64])[None])
+    assert model.position._memo is None
+
+
 def test_attention_growth_stops_at_the_method_limit(text_ids):
     assert labs.growth_lengths(512, 32, limit=32) == [16, 32]
     assert labs.growth_lengths(512, 32) == [16, 32, 64, 128, 256, 512]

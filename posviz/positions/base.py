@@ -53,7 +53,7 @@ class PositionMethod(nn.Module):
         super().__init__()
         self.shape = shape
         self.options = strict_from_dict(self.Options, options, f"{self.name} options")
-        self._memo: tuple | None = None
+        self._memo: dict | None = None
 
     # -- the three hooks -------------------------------------------------------------------------
     def add_to_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:  # (B, T, C)
@@ -78,23 +78,37 @@ class PositionMethod(nn.Module):
     def check_positions(self, pos: torch.Tensor) -> None:
         """Raise a PositionLimitError naming the position when ``pos`` is past what the method has."""
 
-    def _memoized(self, q_pos: torch.Tensor, k_pos: torch.Tensor, compute) -> torch.Tensor:
-        """Reuse a bias across the layers of one forward pass (T5 and ALiBi share it across layers).
+    @property
+    def has_logit_bias(self) -> bool:
+        """Whether ``logit_bias`` can return anything: without one, attention uses the fused causal kernel."""
+        return type(self).logit_bias is not PositionMethod.logit_bias
 
-        Keyed on the identity and version of the position tensors, which the memo keeps alive, so
-        a recycled id can never return a stale bias.
+    MEMO_ENTRIES: ClassVar[int] = 256  # one per query block of a forward pass; cleared after each pass
+
+    def _memoized(self, q_pos: torch.Tensor, k_pos: torch.Tensor, compute) -> torch.Tensor:
+        """Reuse a value across the layers of one forward pass (T5 and ALiBi share their bias across
+        layers, RoPE its angles). Attention asks per block of queries, with position tensors that are
+        the same objects in every layer.
+
+        Keyed on the identity and version of the position tensors, which the memo keeps alive, so a
+        recycled id can never return a stale value. The model calls ``forget`` after every pass.
         """
-        memo = self._memo
-        if (
-            memo is not None
-            and memo[0] is q_pos
-            and memo[1] is k_pos
-            and memo[2] == (q_pos._version, k_pos._version, self.training)
-        ):
-            return memo[3]
+        memo = self._memo if self._memo is not None else {}
+        key = (id(q_pos), id(k_pos))
+        hit = memo.get(key)
+        if hit is not None and hit[0] is q_pos and hit[1] is k_pos and \
+                hit[2] == (q_pos._version, k_pos._version, self.training):
+            return hit[3]
         value = compute()
-        self._memo = (q_pos, k_pos, (q_pos._version, k_pos._version, self.training), value)
+        if len(memo) >= self.MEMO_ENTRIES:
+            memo.pop(next(iter(memo)))
+        memo[key] = (q_pos, k_pos, (q_pos._version, k_pos._version, self.training), value)
+        self._memo = memo
         return value
+
+    def forget(self) -> None:
+        """Drop what ``_memoized`` holds; the model calls it at the end of every forward pass."""
+        self._memo = None
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(self.options).items())

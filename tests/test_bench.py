@@ -1,0 +1,28 @@
+"""`python -m posviz.bench` runs end to end and its table says met / MISSED per goal.
+
+Run on the tiny checkpoints (train_length 32, so 16x is 512 bytes) with no timing budget and no
+browser, so it costs seconds; the real numbers come from `make bench` on the shipped models.
+"""
+from __future__ import annotations
+
+import re
+
+from posviz import bench
+from posviz.positions import method_names
+
+
+def test_bench_writes_a_table_with_every_goal_and_method(tiny_models, tmp_path, capsys):
+    out = tmp_path / "BENCHMARKS.md"
+    assert bench.main(["--min-time", "0", "--matmul-n", "256", "--cache-steps", "4", "--no-pages",
+                       "--out", str(out)]) == 0
+    text = out.read_text()
+    goals = text.split("## Goals", 1)[1].split("\n## ", 1)[0]
+    for goal in ("GPT-2 peer", "matmul peak", "extraction", "cached decoding", "length change", "first render"):
+        rows = [line for line in goals.splitlines() if goal in line]
+        assert rows, f"no goal row for {goal!r}"
+        assert re.search(r"\| (met|\*\*MISSED\*\*|n/a) \|$", rows[0]), rows[0]
+    for name in method_names():
+        assert re.search(rf"^\| {name} \| .* \| \d+\.\d\d \|$", text.split("length slider", 1)[1], re.M), name
+    # learned stops at its table (32 bytes here); every other method reaches 16 x train_length
+    assert "| learned | 32 |" in text and "| rope | 512 |" in text
+    assert "not measured (--no-pages)" in text
