@@ -127,9 +127,9 @@ def show_url_notices() -> None:
 # Page frame
 # ---------------------------------------------------------------------------------------------
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def checkpoint_summary() -> pd.DataFrame:
+def _checkpoint_summary(folders: tuple[tuple[str, str], ...], stamps: tuple) -> pd.DataFrame:
     rows = []
-    for name, folder in shipped_checkpoints().items():
+    for name, folder in folders:
         try:
             m = read_metrics(folder)
             rows.append({"checkpoint": name, "val bits/byte @ train length": m.get("val_bpb_at_train_length"),
@@ -138,6 +138,13 @@ def checkpoint_summary() -> pd.DataFrame:
             rows.append({"checkpoint": name, "val bits/byte @ train length": None, "parameters": None,
                          "problem": str(exc)})
     return pd.DataFrame(rows)
+
+
+def checkpoint_summary() -> pd.DataFrame:
+    """Validation bpb and size of every shipped checkpoint; recomputed when the models folder
+    (``$POSVIZ_MODELS``) or any of its files change."""
+    folders = tuple((name, str(folder)) for name, folder in shipped_checkpoints().items())
+    return _checkpoint_summary(folders, tuple(folder_stamp(folder) for _, folder in folders))
 
 
 def page_header(title: str, intro: str) -> None:
@@ -165,7 +172,7 @@ def page_header(title: str, intro: str) -> None:
 # Charts: every chart gets its data as CSV; Altair's own menu (…) saves PNG and SVG.
 # ---------------------------------------------------------------------------------------------
 def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None) -> None:
-    st.altair_chart(chart, use_container_width=True)
+    st.altair_chart(chart, width="stretch")
     cols = st.columns([1, 4])
     cols[0].download_button("Data (CSV)", data.to_csv(index=False).encode(), file_name=f"{name}.csv",
                             mime="text/csv", key=f"csv-{name}")

@@ -5,12 +5,14 @@ the same functions. Everything is capped by ``posviz.limits`` so a visitor canno
 
 Conventions (shape legend as in ``model.py``: T bytes, H heads, L evaluation length, W window):
 
-* **Evaluation at a length L** scores *non-overlapping windows of L bytes* over the first
-  ``floor(budget / L) * L`` bytes of the text, where ``budget`` is the device's length cap
-  (``limits.max_eval_length``, 16 x train_length on a CPU). So every length costs about one forward
-  pass over ``budget`` bytes, every length scores (nearly) the same bytes, and the number is the
-  same quantity as the shipped bpb-vs-length curve (which uses the same windows over 131 kB).
-  The first byte of each window has no prediction (no context): its loss is NaN.
+* **Evaluation at a length L** runs *non-overlapping windows of L positions* over the text: window
+  w reads bytes wL .. wL+L-1 and makes L predictions, of bytes wL+1 .. wL+L (the last one is the
+  first byte of the next window, predicted with a full window of context). As many windows as fit
+  in ``budget`` bytes, the device's length cap (``limits.max_eval_length``, 16 x train_length on a
+  CPU), so every length costs about one forward pass over ``budget`` bytes and scores (nearly) the
+  same bytes. It is the same quantity as the shipped bpb-vs-length curve (the same windows over
+  131 kB). Only byte 0 has no prediction: its loss is NaN. The prediction at position i of a window
+  sees i + 1 bytes, so the byte after a window starts is predicted from one byte of context.
 * Losses are in bits (nats / ln 2); "bpb" is the mean bits per predicted byte.
 * **Sliding-window scoring** predicts byte t+1 from the W bytes ending at byte t, one byte at a time,
   as a text generator would. Three strategies, see ``STRATEGIES``.
@@ -545,9 +547,15 @@ def _sync(model: GPT) -> None:
 
 @torch.no_grad()  # not inference_mode: the position memo reads tensor versions
 def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | None = None,
-                  progress: Progress = _no_progress) -> SlidingResult:
+                  progress: Progress = _no_progress, one_pass_prefix: bool = True) -> SlidingResult:
     """Score bytes 1..n-1 of ``ids`` one at a time, each from (at most) the ``window`` bytes ending
-    just before it, under ``strategy`` (see STRATEGY_HOW). Timing covers the whole loop."""
+    just before it, under ``strategy`` (see STRATEGY_HOW).
+
+    Until the window is full nothing is evicted and every strategy sees the same bytes at the same
+    positions, so with ``one_pass_prefix`` those first ``window`` predictions come from one forward
+    pass (which also fills the cache); only the steps after it run byte by byte. ``ms_per_byte``
+    times those steady-state steps, where the strategies differ in cost.
+    """
     if strategy not in STRATEGIES:
         raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     ids = _ids_on(model, ids)
@@ -558,9 +566,21 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
     cache = KVCache(model.config.n_layer, max_size=window) if strategy != "reencode" else None
     error = None
     every = max(1, steps // 50)
+    first = 0  # the first step run byte by byte
     _sync(model)
     start = time.perf_counter()
-    for t in range(steps):  # step t predicts byte t + 1 from bytes up to t
+    if one_pass_prefix:
+        m = min(window, steps)  # steps 0..m-1 predict bytes 1..m from the whole prefix
+        try:
+            logits = model(ids[None, :m], cache=cache).logits[0].float()  # (m, V)
+            bits[:m] = (F.cross_entropy(logits, ids[1:m + 1], reduction="none") / LN2).cpu().numpy()
+            first = m
+        except PositionLimitError:  # the method cannot hold the window: step, to say where it stops
+            cache = KVCache(model.config.n_layer, max_size=window) if strategy != "reencode" else None
+        progress(first / steps)
+    _sync(model)
+    loop_start = time.perf_counter()
+    for t in range(first, steps):  # step t predicts byte t + 1 from bytes up to t
         try:
             if strategy == "reencode":
                 logits = model(ids[None, max(0, t - window + 1) : t + 1]).logits[0, -1]
@@ -580,13 +600,15 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
         if t % every == 0:
             progress((t + 1) / steps)
     _sync(model)
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
     progress(1.0)
     done = int(np.isfinite(bits).sum())
+    stepped = done - first
+    seconds, per = (end - loop_start, stepped) if stepped > 0 else (end - start, max(1, done))
     full = bits[window:]  # step t >= W: the window has evicted at least one byte
     return SlidingResult(strategy, window, None if error else float(np.nanmean(bits)),
                          None if error or full.size == 0 else float(full.mean()),
-                         1000 * seconds / max(1, done), done, bits, error)
+                         1000 * seconds / per, done, bits, error)
 
 
 def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:

@@ -25,22 +25,41 @@ class KVCache:
 
     ``max_size`` turns it into a sliding window: the oldest entries are dropped once it is full.
     Keys are cached *after* rotation, so a rotary key keeps the angle of the position it was seen at.
+
+    Storage is one buffer per layer with room to spare: a step writes its keys after the last ones
+    and the attention reads a view, so decoding does not copy the whole cache for every byte (a
+    ``torch.cat`` per layer per step was a quarter of a cached step). When a window's buffer is
+    full, the keys still needed move to its front, once every ``max_size`` or so steps.
     """
 
     n_layer: int
     max_size: int | None = None
-    keys: list = field(default_factory=list)  # per layer: (B, H, Tk, hs)
+    keys: list = field(default_factory=list)  # per layer: buffer (B, H, capacity, hs); see _filled
     values: list = field(default_factory=list)
-    positions: torch.Tensor | None = None  # (Tk,) shared by all layers
+    positions: torch.Tensor | None = None  # (Tk,) of the kept keys, shared by all layers
 
     def __post_init__(self):
         if self.max_size is not None and not (isinstance(self.max_size, int) and self.max_size >= 1):
             raise PosvizError(f"KV cache max_size must be a positive integer or None, got {self.max_size!r}")
         self.keys = [None] * self.n_layer
         self.values = [None] * self.n_layer
+        self._filled = [0] * self.n_layer  # entries of each buffer in use
 
     def __len__(self) -> int:
         return 0 if self.positions is None else int(self.positions.numel())
+
+    def _make_room(self, layer: int, k: torch.Tensor, v: torch.Tensor, keep: int) -> None:
+        """Ensure the buffers can take ``k.shape[2]`` more entries after the last ``keep`` ones."""
+        T, n, buf = k.shape[2], self._filled[layer], self.keys[layer]
+        if buf is not None and buf.shape[:2] == k.shape[:2] and n + T <= buf.shape[2]:
+            return
+        capacity = 2 * (keep + T) if self.max_size is None else 2 * (self.max_size + T)
+        new_k = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])
+        new_v = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
+        if buf is not None and keep:
+            new_k[:, :, :keep] = buf[:, :, n - keep:n]
+            new_v[:, :, :keep] = self.values[layer][:, :, n - keep:n]
+        self.keys[layer], self.values[layer], self._filled[layer] = new_k, new_v, keep
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
         """Add this step's keys/values; return the keys, values and key positions this step attends to.
@@ -49,18 +68,22 @@ class KVCache:
         older ones), so a chunk of T new queries needs the last ``max_size + T - 1`` keys although only
         the last ``max_size`` are kept: a chunk then gives exactly what feeding its bytes one by one gives.
         """
-        if self.keys[layer] is not None:
-            k = torch.cat((self.keys[layer], k), dim=2)
-            v = torch.cat((self.values[layer], v), dim=2)
+        T, n = k.shape[2], self._filled[layer]
         if layer == 0:  # positions are the same for every layer; update them once per step
             self._new_positions = pos if self.positions is None else torch.cat((self.positions, pos))
         k_pos = self._new_positions
-        if self.max_size is None:
-            self.keys[layer], self.values[layer] = k, v
-        else:
-            self.keys[layer], self.values[layer] = k[:, :, -self.max_size:], v[:, :, -self.max_size:]
-            needed = self.max_size + pos.numel() - 1
-            k, v, k_pos = k[:, :, -needed:], v[:, :, -needed:], k_pos[-needed:]
+        keep = n if self.max_size is None else min(n, self.max_size - 1)  # old keys this step still needs
+        if self.keys[layer] is not None and self.keys[layer].shape[:2] != k.shape[:2]:
+            raise PosvizError(f"this KV cache holds batch x heads {tuple(self.keys[layer].shape[:2])}, "
+                              f"got {tuple(k.shape[:2])}")
+        self._make_room(layer, k, v, keep)
+        n = self._filled[layer]
+        self.keys[layer][:, :, n:n + T] = k
+        self.values[layer][:, :, n:n + T] = v
+        self._filled[layer] = n = n + T
+        needed = n if self.max_size is None else min(n, self.max_size + T - 1)
+        k, v = self.keys[layer][:, :, n - needed:n], self.values[layer][:, :, n - needed:n]
+        k_pos = k_pos[-needed:]
         if layer == self.n_layer - 1:
             self.positions = self._new_positions if self.max_size is None else self._new_positions[-self.max_size:]
         return k, v, k_pos
@@ -86,7 +109,7 @@ class QueryBlocks:
     def __init__(self, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None, batch_heads: int, device):
         T, Tk = q_pos.numel(), k_pos.numel()
         rows = max(1, BLOCK_ELEMENTS // (batch_heads * Tk))
-        self.blocks = []  # (r0, r1, seen, q_pos, k_pos, visible (rows, seen))
+        self.blocks = []  # (r0, r1, seen, q_pos, k_pos, visible (rows, seen) or None when every key is)
         for r0 in range(0, T, rows):
             r1 = min(T, r0 + rows)
             seen = Tk - T + r1
@@ -94,7 +117,18 @@ class QueryBlocks:
             visible = qp[:, None] >= kp[None, :]  # keys at or before the query ...
             if window is not None:  # ... and inside its window
                 visible &= qp[:, None] - kp[None, :] < window
-            self.blocks.append((r0, r1, seen, qp, kp, visible.to(device)))
+            if T == 1 and bool(visible.all()):  # one decoding step: typically nothing to mask
+                visible = None
+            self.blocks.append((r0, r1, seen, qp, kp, None if visible is None else visible.to(device)))
+        self._masked: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # block -> (bias, bias with -inf)
+
+    def masked_bias(self, block: int, bias: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """``bias`` with -inf where a key is unseen, reused while a layer hands in the very same bias
+        (ALiBi and T5 share one across layers; Shaw's is new in every layer)."""
+        hit = self._masked.get(block)
+        if hit is None or hit[0] is not bias:
+            hit = self._masked[block] = (bias, bias.masked_fill(~visible, float("-inf")))
+        return hit[1]
 
 
 class CausalSelfAttention(nn.Module):
@@ -126,18 +160,25 @@ class CausalSelfAttention(nn.Module):
         Tk = k.shape[-2]
         y = torch.empty_like(q)  # (B, H, T, hs)
         probs = q.new_zeros(B, self.n_head, T, Tk) if want_probs else None  # future keys stay exactly 0
-        for r0, r1, seen, qp, kp, visible in blocks["plan"].blocks:
+        plan = blocks["plan"]
+        for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]  # (B, H, rows|seen, hs)
             bias = position.logit_bias(layer, qb, qp, kp)  # None or broadcastable to (B, H, rows, seen)
             if want_probs:
                 scores = torch.matmul(qb * (1.0 / math.sqrt(qb.shape[-1])), kb.transpose(-2, -1))  # (B, H, rows, seen)
                 if bias is not None:
                     scores += bias
-                block = scores.float().masked_fill_(~visible, float("-inf")).softmax(dim=-1).to(q.dtype)
+                scores = scores.float()
+                if visible is not None:
+                    scores.masked_fill_(~visible, float("-inf"))
+                block = scores.softmax(dim=-1).to(q.dtype)
                 probs[:, :, r0:r1, :seen] = block
                 y[:, :, r0:r1] = block @ vb
             else:
-                mask = visible if bias is None else bias.masked_fill(~visible, float("-inf"))
+                if visible is None:
+                    mask = bias
+                else:
+                    mask = visible if bias is None else plan.masked_bias(i, bias, visible)
                 y[:, :, r0:r1] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y), probs
@@ -223,7 +264,7 @@ class GPT(nn.Module):
         """
         if idx.dim() != 2 or idx.shape[1] == 0:
             raise PosvizError(f"expected a non-empty batch of byte ids of shape (B, T), got shape {tuple(idx.shape)}")
-        if idx.is_floating_point() or idx.dtype == torch.bool or int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size:
+        if idx.is_floating_point() or idx.dtype == torch.bool or not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
             raise PosvizError(f"byte ids must be integers in 0..{self.config.vocab_size - 1}; encode text with posviz.data.encode_text")
         B, T = idx.shape
         if cache is not None and cache.n_layer != len(self.blocks):

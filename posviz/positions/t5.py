@@ -73,7 +73,14 @@ class T5RelativeBias(PositionMethod):
 
     def logit_bias(self, layer, q, q_pos, k_pos):
         def compute():
-            bias = self.bucket_bias(self.buckets(q_pos, k_pos).to(self.bucket_bias.weight.device))  # (Tq, Tk, H)
-            return bias.permute(2, 0, 1).unsqueeze(0)  # (1, H, Tq, Tk)
+            # The bias depends on the distance alone: bucket the few distinct distances (a 1-D range),
+            # then look every (query, key) pair up in that table. Bucketing each pair instead costs a
+            # dozen passes (a log among them) over Tq x Tk entries.
+            distance = relative_distance(q_pos, k_pos).to(self.bucket_bias.weight.device)  # (Tq, Tk)
+            lo, hi = int(distance.min()), int(distance.max())
+            span = torch.arange(lo, hi + 1, device=distance.device)  # every distance that occurs
+            table = self.bucket_bias(t5_bucket(-span, False, self.options.num_buckets, self.options.max_distance))  # (D, H)
+            bias = table.t()[:, (distance - lo).flatten()].view(-1, *distance.shape)  # (H, Tq, Tk)
+            return bias.unsqueeze(0)  # (1, H, Tq, Tk)
 
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)
