@@ -194,6 +194,8 @@ def _colorize(matrix: np.ndarray, scheme: str = "viridis") -> np.ndarray:
     stops = np.array(ramps[scheme], dtype=float)
     finite = np.isfinite(matrix)
     lo, hi = (np.nanmin(matrix[finite]), np.nanmax(matrix[finite])) if finite.any() else (0.0, 1.0)
+    if scheme == "redblue":  # diverging: white is 0, so the sign of a difference or weight reads at a glance
+        lo, hi = -max(abs(lo), abs(hi)), max(abs(lo), abs(hi))
     t = np.zeros_like(matrix, dtype=float) if hi == lo else (np.nan_to_num(matrix, nan=lo) - lo) / (hi - lo)
     x = t * (len(stops) - 1)
     i = np.clip(x.astype(int), 0, len(stops) - 2)
@@ -227,15 +229,15 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
     """
     matrix = np.asarray(matrix, dtype=float)
     h, w = matrix.shape
-    df = pd.DataFrame({"row": np.repeat(np.arange(h), w), "col": np.tile(np.arange(w), h), "value": matrix.ravel()})
     if h * w <= ALTAIR_MAX_CELLS:
+        df = pd.DataFrame({"row": np.repeat(np.arange(h), w), "col": np.tile(np.arange(w), h), "value": matrix.ravel()})
         plot = df.dropna()
         chart = alt.Chart(plot).mark_rect().encode(
             x=alt.X("col:O", title=x_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, w, max(1, w // 16))))),
             y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, h, max(1, h // 16))))),
             color=alt.Color("value:Q", title=value_title,
-                            scale=alt.Scale(scheme="viridis" if scheme == "viridis" else "redblue",
-                                            reverse=scheme == "redblue")),
+                            scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0) if scheme == "redblue"
+                            else alt.Scale(scheme="viridis")),
             tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
                      alt.Tooltip("value:Q", title=value_title, format=".4g")],
         ).properties(height=min(520, max(220, 6 * h)))
@@ -254,8 +256,10 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
             draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
             draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     lo, hi = np.nanmin(matrix), np.nanmax(matrix)
+    colours = (f"from {lo:.3g} (dark) to {hi:.3g} (bright)" if scheme == "viridis" else
+               f"blue below 0, white at 0, red above (range {lo:.3g} to {hi:.3g})")
     st.image(image, caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
-                             f"right); colour = {value_title} from {lo:.3g} (dark) to {hi:.3g} (bright); "
+                             f"right); colour = {value_title} {colours}; "
                              f"each pixel averages {block}×{block} cells"
                              + (f"; white lines mark {mark_label}" if marks else "") + "."))
     buf = io.BytesIO()
@@ -404,7 +408,9 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
     finite = np.isfinite(pooled)
     lo, hi = (np.nanmin(pooled), np.nanmax(pooled)) if finite.any() else (float("nan"), float("nan"))
     caption = (f"{y_title} (rows, 0–{h - 1:,}, top to bottom) × {x_title} (columns, 0–{w - 1:,}, left to right); "
-               f"colour = {value_title} from {lo:.3g} (dark) to {hi:.3g} (bright); grey = masked"
+               f"colour = {value_title} " + (f"from {lo:.3g} (dark) to {hi:.3g} (bright)" if scheme == "viridis" else
+                                             f"blue below 0, white at 0, red above (range {lo:.3g} to {hi:.3g})")
+               + "; grey = masked"
                + (f"; each pixel averages {block}×{block} entries" if block > 1 else "")
                + (f"; white lines mark {mark_label}" if marks else "") + ".")
     if title:

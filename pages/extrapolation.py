@@ -198,14 +198,18 @@ if not scores:
 # ------------------------------------------------------------------------------------------------
 st.subheader("Loss at each position in the window")
 smooth = max(1, length // 64)
+# Draw at most ~512 points a line (the smoothing window is wider than the gap between them); the CSV
+# keeps every position. Thousands of points per line made the browser, not the model, the slow part.
+drawn_every = max(1, length // 512)
 pos_rows = []
 for name, s in scores.items():
     smoothed = labs.moving_average(s["position_bits"], smooth)
     pos_rows += [{"model": name, "position": p, "bits": float(v), "raw bits": float(r)}
                  for p, (v, r) in enumerate(zip(smoothed, s["position_bits"])) if np.isfinite(v)]
 pos_df = pd.DataFrame(pos_rows)
+drawn = pos_df[(pos_df["position"] % drawn_every == 0) | (pos_df["position"] == length - 1)]
 x = alt.X("position:Q", title="position in the window (the prediction made there sees position + 1 bytes)")
-lines = alt.Chart(pos_df).mark_line().encode(
+lines = alt.Chart(drawn).mark_line().encode(
     x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
     alt.Color("model:N", scale=COLOURS, title="checkpoint"),
     tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
