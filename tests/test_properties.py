@@ -257,3 +257,24 @@ def test_sliding_window_bpb_scores_every_byte_exactly_once():
         reference = torch.nn.functional.cross_entropy(logits, data[1:]).item() / torch.log(torch.tensor(2.0)).item()
     for window, stride in [(100, 1), (10, 10), (10, 3), (16, 7), (32, 32), (7, 1)]:
         assert sliding_window_bpb(model, data, window, stride) == pytest.approx(reference, rel=1e-5), (window, stride)
+
+
+@pytest.mark.parametrize("q0,k0,Tq,Tk,k", [(0, 0, 40, 40, 8), (24, 0, 16, 40, 8), (3, 0, 5, 8, 8),
+                                           (100, 90, 12, 22, 4), (0, 0, 5, 5, 64), (30, 0, 1, 31, 8)])
+def test_shaw_band_fill_equals_the_gather_on_every_visible_entry(q0, k0, Tq, Tk, k):
+    """Runs of positions (no cache, a block of queries, a sliding window) take the band fill; the
+    per-entry gather stays the reference. Future entries differ on purpose (masked by attention)."""
+    hs = 8
+    shape = ModelShape(n_layer=1, n_head=2, head_dim=hs, n_embd=2 * hs, train_length=64)
+    method = build_position_method("shaw", shape, {"max_distance": k})
+    with torch.no_grad():
+        method.rel_keys.normal_(generator=torch.Generator().manual_seed(0))
+        q = torch.randn(2, 2, Tq, hs, generator=torch.Generator().manual_seed(1))
+        q_pos, k_pos = torch.arange(q0, q0 + Tq), torch.arange(k0, k0 + Tk)
+        fast = method.logit_bias(0, q, q_pos, k_pos)
+        shuffled = torch.cat((k_pos[1:], k_pos[:1]))  # not a run: the gather path, column order shuffled
+        slow = method.logit_bias(0, q, q_pos, shuffled)
+        slow = torch.cat((slow[..., -1:], slow[..., :-1]), dim=-1)  # back to k_pos order
+    visible = q_pos[:, None] >= k_pos[None, :]
+    assert fast.shape == slow.shape == (2, 2, Tq, Tk)
+    torch.testing.assert_close(fast.masked_fill(~visible, 0), slow.masked_fill(~visible, 0), rtol=0, atol=0)
