@@ -270,6 +270,30 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
                             file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}")
 
 
+NO_CHECKPOINTS = "No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload."
+REBUILD = "Rebuild it with `make checkpoints`; the other checkpoints keep working."
+
+
+def usable_checkpoints(read) -> tuple[dict, dict]:
+    """({name: folder}, {name: read(folder)}) for every shipped checkpoint ``read`` can open.
+
+    Each one it cannot open gets an error box naming it and what to do; the page goes on with the
+    rest, and stops with a notice when there is none at all.
+    """
+    checkpoints, facts = shipped_checkpoints(), {}
+    if not checkpoints:
+        st.warning(NO_CHECKPOINTS)
+        st.stop()
+    for name, folder in checkpoints.items():
+        try:
+            facts[name] = read(folder)
+        except (PosvizError, KeyError) as exc:
+            error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {exc}"), REBUILD)
+    if not facts:
+        st.stop()
+    return checkpoints, facts
+
+
 def error_box(exc: Exception, what_next: str | None = None) -> None:
     """A bad-input message on the page; the app keeps running."""
     st.error(f"{exc}" + (f"\n\n{what_next}" if what_next else ""), icon="🚫")

@@ -16,9 +16,10 @@ from pages._shared import (
     show_matrix,
     show_pooled_matrix,
     sync_url,
+    usable_checkpoints,
 )
 from posviz import labs
-from posviz.checkpoint import shipped_checkpoints
+
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
 
@@ -58,17 +59,8 @@ def lengths_attention(folder: str, stamp: int, text: bytes, length: int, layer: 
     return labs.length_attention_difference(labs.get_model(folder), list(text), length, layer, head)
 
 
-checkpoints = shipped_checkpoints()
-facts = {}
-for name, folder in checkpoints.items():
-    try:
-        facts[name] = model_facts(str(folder), labs.checkpoint_stamp(folder))
-    except PosvizError as exc:
-        error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {exc}"), "Rebuild it with `make checkpoints`.")
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
 names = list(facts)
-if not names:
-    st.warning("No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload.")
-    st.stop()
 
 
 def stamp(name: str) -> int:

@@ -18,9 +18,9 @@ from pages._shared import (
     show_matrix,
     show_pooled_matrix,
     sync_url,
+    usable_checkpoints,
 )
 from posviz import labs
-from posviz.checkpoint import read_config, shipped_checkpoints
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import CACHE_ENTRIES, device_label
 from posviz.positions import method_names
@@ -55,23 +55,8 @@ def model_facts(folder: str, stamp: int) -> dict:
             "n_head": model.config.n_head, "cap": labs.length_cap(model), "limit": model.position.max_positions}
 
 
-checkpoints = shipped_checkpoints()
-if not checkpoints:
-    st.warning("No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload.")
-    st.stop()
-
-facts, broken = {}, {}
-for name, folder in checkpoints.items():
-    try:
-        facts[name] = model_facts(str(folder), labs.checkpoint_stamp(folder))
-    except PosvizError as exc:
-        broken[name] = str(exc)
-for name, message in broken.items():
-    error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {message}"),
-              "Rebuild it with `make checkpoints`; the other checkpoints keep working.")
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
 names = list(facts)
-if not names:
-    st.stop()
 COLOURS = alt.Scale(domain=method_names() + sorted(set(names) - set(method_names())), scheme="tableau10")
 
 # ------------------------------------------------------------------------------------------------

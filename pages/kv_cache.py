@@ -15,12 +15,12 @@ from pages._shared import (
     qp_multi,
     show_chart,
     sync_url,
+    usable_checkpoints,
 )
 from posviz import labs
-from posviz.checkpoint import shipped_checkpoints
+
 from posviz.errors import PosvizError
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES, device_label
-from posviz.positions import method_names
 
 page_header(
     "KV cache & sliding window",
@@ -29,11 +29,6 @@ page_header(
     "has to go. What happens to the positions then depends on the position method.",
 )
 
-checkpoints = shipped_checkpoints()
-if not checkpoints:
-    st.warning("No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload.")
-    st.stop()
-names = list(checkpoints)
 COLOURS = alt.Scale(domain=list(labs.STRATEGIES), range=["#4e79a7", "#e15759", "#59a14f"])
 TITLES = labs.STRATEGY_TITLES
 
@@ -48,17 +43,8 @@ def model_facts(folder: str, stamp: int) -> dict:
     return {"train_length": model.config.train_length, "verdicts": {s: labs.strategy_verdict(model, s) for s in labs.STRATEGIES}}
 
 
-facts, broken = {}, {}
-for name, folder in checkpoints.items():
-    try:
-        facts[name] = model_facts(str(folder), labs.checkpoint_stamp(folder))
-    except PosvizError as exc:
-        broken[name] = str(exc)
-for name, message in broken.items():
-    error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {message}"), "Rebuild it with `make checkpoints`.")
-names = [n for n in names if n in facts]
-if not names:
-    st.stop()
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
+names = list(facts)
 train_length = facts[names[0]]["train_length"]
 
 # ------------------------------------------------------------------------------------------------

@@ -14,10 +14,11 @@ from pages._shared import (
     qp_multi,
     show_chart,
     sync_url,
+    usable_checkpoints,
     validation_documents,
 )
 from posviz import labs
-from posviz.checkpoint import read_config, shipped_checkpoints
+from posviz.checkpoint import read_config
 from posviz.errors import PosvizError
 from posviz.limits import MAX_TEXT_BYTES, device_label, max_eval_length
 from posviz.positions import method_names
@@ -29,19 +30,8 @@ page_header(
     "second one almost for free.",
 )
 
-checkpoints = shipped_checkpoints()
-if not checkpoints:
-    st.warning("No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload.")
-    st.stop()
-configs = {}
-for name, folder in checkpoints.items():
-    try:
-        configs[name] = read_config(folder)["model"]
-    except (PosvizError, KeyError) as exc:
-        error_box(PosvizError(f"Checkpoint {name!r} cannot be read: {exc}"), "Rebuild it with `make checkpoints`.")
+checkpoints, configs = usable_checkpoints(lambda folder: read_config(folder)["model"])
 names = list(configs)
-if not names:
-    st.stop()
 train_length = configs[names[0]]["train_length"]
 COLOURS = alt.Scale(domain=method_names() + sorted(set(names) - set(method_names())), scheme="tableau10")
 GUESS = labs.RANDOM_STRING_BITS

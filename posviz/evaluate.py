@@ -9,7 +9,6 @@ import argparse
 import json
 import math
 import time
-from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .errors import PosvizError, PositionLimitError
-from .model import GPT, KVCache
+from .model import GPT
 
 LN2 = math.log(2.0)
 DEFAULT_EVAL_BYTES = 1 << 17  # 131,072 bytes: every length scores the same bytes of text

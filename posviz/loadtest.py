@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import dataclasses
 import os
 import re
@@ -25,7 +24,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

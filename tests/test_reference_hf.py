@@ -7,7 +7,6 @@ in ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``.
 """
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
 from torch import nn
 
 from ..config import require
