@@ -36,11 +36,21 @@ page_header(
 # ------------------------------------------------------------------------------------------------
 # Cached live computations (keyed on the weights' file stamp so retrained checkpoints reload)
 # ------------------------------------------------------------------------------------------------
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def live_score(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    score = labs.score_at_length(labs.get_model(folder), list(text), length)
+def score_dict(score: labs.LengthScore) -> dict:
     return {"bpb": score.bpb, "position_bits": score.position_bits, "byte_bits": score.byte_bits,
             "n_windows": score.n_windows, "n_bytes": score.n_bytes, "seconds": score.seconds}
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def live_score(folder: str, stamp: int, text: bytes, length: int) -> dict:
+    return score_dict(labs.score_at_length(labs.get_model(folder), list(text), length))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def live_inspect(folder: str, stamp: int, text: bytes, length: int, layer: int, log_scale: bool) -> tuple[dict, labs.AttentionView]:
+    """Score and attention map from one forward pass (only used when the text holds a single window)."""
+    score, view = labs.inspect_at_length(labs.get_model(folder), list(text), length, layer, log_scale=log_scale)
+    return score_dict(score), view
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -135,13 +145,35 @@ with curve_slot.container():
         st.altair_chart(bpb_chart(pd.DataFrame()), width="stretch")
         st.caption("Shipped curves shown; live numbers are being computed…")
 
+def single_window(name: str) -> bool:
+    """At the top lengths the text and the cap hold one window: the map's forward pass is the score's."""
+    return labs.windows_for(length, len(text_bytes) - 1, facts[name]["cap"]) == 1
+
+
+def planned(widget_key: str, link_key: str, options: list, default):
+    """The value a widget further down will hold on this run (its state, else its link), read silently."""
+    value = st.session_state.get(widget_key, st.query_params.get(link_key, default))
+    return value if value in options else default
+
+
+# The checkpoint, layer and colour scale the "Inside one model" section will show, so that model's
+# score and attention map come from one forward pass where they can.
+planned_inspect = planned("w_inspect", "inspect", chosen, chosen[0])
+planned_layers = list(range(facts[planned_inspect]["n_layer"]))
+planned_layer = int(planned("w_layer", "layer", planned_layers + [str(x) for x in planned_layers], planned_layers[-1]))
+planned_log = planned("w_scale", "scale", ["log", "prob"], "log") == "log"
+
 scores, errors = {}, {}
 bar = st.progress(0.0, text=f"Running {len(chosen)} checkpoints at {length:,} bytes…")
 for i, name in enumerate(chosen):
     folder = checkpoints[name]
     bar.progress(i / len(chosen), text=f"Running {name} at {length:,} bytes ({i + 1}/{len(chosen)})…")
     try:
-        scores[name] = live_score(str(folder), labs.checkpoint_stamp(folder), text_bytes, length)
+        if name == planned_inspect and single_window(name):
+            scores[name] = live_inspect(str(folder), labs.checkpoint_stamp(folder), text_bytes, length, planned_layer,
+                                        planned_log)[0]
+        else:
+            scores[name] = live_score(str(folder), labs.checkpoint_stamp(folder), text_bytes, length)
     except PositionLimitError as exc:
         errors[name] = str(exc)
     except PosvizError as exc:
@@ -238,7 +270,8 @@ with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}",
 folder = checkpoints[inspect]
 stamp = labs.checkpoint_stamp(folder)
 with st.spinner(f"Extracting layer {layer} attention of {inspect} at {length:,} bytes…"):
-    view = live_attention(str(folder), stamp, text_bytes, length, layer, scale == "log")
+    view = (live_inspect(str(folder), stamp, text_bytes, length, layer, scale == "log")[1] if single_window(inspect)
+            else live_attention(str(folder), stamp, text_bytes, length, layer, scale == "log"))
 value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
 marks = [train_length] if train_length < length else []
 st.markdown(f"**Attention of {inspect}, layer {layer}, at {length:,} bytes** "

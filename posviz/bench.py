@@ -10,8 +10,8 @@ measured on the same machine at the same moment:
 * the cost of also returning an attention map (``attention_layer`` set) against a plain forward;
 * cached decoding against re-encoding the whole window, per byte, at window W = train_length;
 * one move of the Extrapolation lab's length slider to 16 x train_length for one model: what the
-  page computes (``posviz.labs``: the score, the attention map of one layer with its statistics,
-  and the per-head growth curve), called as the page calls it, without the browser;
+  page computes (``posviz.labs.inspect_at_length``: the score and the attention map of one layer
+  with its statistics; then the per-head growth curve), called as the page calls it, no browser;
 * first render of every page of the app, in headless Chromium against a fresh server.
 
 Goals (issues #5 and #6): forward >= the GPT-2 peer and >= 50% of matmul peak at 16 x train_length;
@@ -222,9 +222,10 @@ def measure_cache(models, window: int, steps: int):
 
 def measure_length_change(models, train_length: int, repeats: int = 3):
     """Seconds the Extrapolation lab spends on one model when the length slider moves to its top stop
-    (16 x train_length on a CPU, or the method's own limit): ``labs.score_at_length`` +
-    ``labs.attention_view`` of the last layer + ``labs.prefix_growth``, on validation text, uncached.
-    Median of ``repeats`` after a warm-up; {method: (seconds, length)}."""
+    (16 x train_length on a CPU, or the method's own limit), called as the page calls it for the model
+    it inspects: ``labs.inspect_at_length`` (the score and the last layer's attention map; one
+    forward pass when the text holds one window) + ``labs.prefix_growth``, on validation text,
+    uncached. Median of ``repeats`` after a warm-up; {method: (seconds, length)}."""
     from . import labs
     from .data import load_corpus
 
@@ -237,8 +238,7 @@ def measure_length_change(models, train_length: int, repeats: int = 3):
         layer = model.config.n_layer - 1
 
         def change():
-            labs.score_at_length(model, ids, length)
-            view = labs.attention_view(model, ids, length, layer)
+            _, view = labs.inspect_at_length(model, ids, length, layer)
             labs.prefix_growth(view, labs.growth_lengths(length, train_length, limit))
 
         change()
@@ -454,7 +454,8 @@ def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction
 
     lines += ["", "## One move of the Extrapolation lab's length slider, per model (uncached, median of 3)", "",
               "Score the text at that length + attention map of the last layer (all heads, pooled, with distance "
-              "and entropy per query) + the growth curve read off the same pass. learned stops at its table.", "",
+              "and entropy per query) + the growth curve read off the same pass, as the lab does it for the model "
+              "it inspects (at the top length one forward pass gives score and map). learned stops at its table.", "",
               "| method | length | seconds |", "| --- | ---: | ---: |"]
     lines += [f"| {m} | {length} | {sec:.2f} |" for m, (sec, length) in changes.items()]
 

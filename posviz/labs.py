@@ -415,19 +415,44 @@ class AttentionView:
     query_entropy: np.ndarray | None = None
 
 
-def attention_view(model: GPT, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
-    start = time.perf_counter()
-    probs = attention_probs(model, ids, length, layer)  # (H, T, T)
+def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bool, max_side: int,
+                     start: float) -> AttentionView:
     distance, entropy = attention_stats_per_query(probs)  # (H, T) each
     # Pool probabilities first (an average of probabilities means something), then take the log.
     pooled, block = pool_attention(probs, max_side)
-    del probs
     if log_scale:
         with np.errstate(invalid="ignore"):
             pooled = np.log10(np.clip(pooled, LOG_FLOOR, None))
     return AttentionView(length, layer, list(pooled), block, distance.mean(-1).numpy().astype(float),
                          entropy.mean(-1).numpy().astype(float), time.perf_counter() - start,
                          distance.numpy(), entropy.numpy())
+
+
+def attention_view(model: GPT, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
+    start = time.perf_counter()
+    return _view_from_probs(attention_probs(model, ids, length, layer), length, layer, log_scale, max_side, start)
+
+
+@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool = True,
+                      max_side: int = 512) -> tuple[LengthScore, AttentionView]:
+    """``score_at_length`` and ``attention_view`` together, for the model a page inspects.
+
+    When the text and the length cap hold a single window of ``length`` (always so at the cap,
+    16 x train_length on a CPU), the map's forward pass over the first ``length`` bytes *is* the
+    score's forward pass: it runs once and gives both. Otherwise the two run separately.
+    """
+    ids = _ids_on(model, ids)
+    check_eval_length(model, length, ids.numel())
+    if windows_for(length, ids.numel() - 1, length_cap(model)) > 1:
+        return score_at_length(model, ids, length), attention_view(model, ids, length, layer, log_scale, max_side)
+    start = time.perf_counter()
+    out = model(ids[None, :length], attention_layer=layer)
+    bits = (F.cross_entropy(out.logits[0].float(), ids[1:length + 1], reduction="none") / LN2).cpu().numpy()  # (L,)
+    score = LengthScore(length, 1, length + 1, float(bits.mean()), bits, np.concatenate(([np.nan], bits)),
+                        time.perf_counter() - start)
+    view = _view_from_probs(out.attention[0].float().cpu(), length, layer, log_scale, max_side, start)
+    return score, view
 
 
 def prefix_growth(view: AttentionView, lengths: Iterable[int]) -> list[dict]:

@@ -219,6 +219,22 @@ def test_a_shared_bias_does_not_outlive_the_forward_pass(text_ids):
     assert model.position._memo is None
 
 
+@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if m != "learned"])
+def test_one_pass_inspection_equals_score_and_map_run_apart(method, text_ids):
+    """At the cap (one window) the map's forward pass gives the score too; below it the two run apart."""
+    model = sharp(tiny_model(method))
+    for length in (labs.length_cap(model), 64):
+        score, view = labs.inspect_at_length(model, text_ids, length, layer=1)
+        apart_score = labs.score_at_length(model, text_ids, length)
+        apart_view = labs.attention_view(model, text_ids, length, layer=1)
+        assert (score.n_windows, score.n_bytes) == (apart_score.n_windows, apart_score.n_bytes)
+        assert score.n_windows == (1 if length == labs.length_cap(model) else labs.length_cap(model) // 64)
+        assert score.bpb == pytest.approx(apart_score.bpb, rel=1e-5)
+        np.testing.assert_allclose(score.byte_bits, apart_score.byte_bits, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(view.entropy, apart_view.entropy, rtol=1e-5)
+        np.testing.assert_allclose(np.stack(view.maps), np.stack(apart_view.maps), rtol=1e-4, atol=1e-6)
+
+
 def test_attention_growth_stops_at_the_method_limit(text_ids):
     assert labs.growth_lengths(512, 32, limit=32) == [16, 32]
     assert labs.growth_lengths(512, 32) == [16, 32, 64, 128, 256, 512]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiny_model
 from streamlit.testing.v1 import AppTest
 
 from posviz import labs
@@ -80,6 +81,27 @@ def test_extrapolation_numbers_match_labs_and_learned_stops_alone(tiny_models, d
     assert "Head 1: mean attention distance" in texts(at.caption)
     view = labs.attention_view(labs.get_model(folders["alibi"]), doc_ids, 32, layer=1)
     assert f"{view.distance[1]:,.1f} bytes" in texts(at.caption)
+
+
+def test_extrapolation_at_the_cap_scores_the_inspected_model_from_its_map_pass(tiny_models, doc_ids):
+    """At 16 x train_length one window fills the cap: the inspected model's number comes from the
+    attention map's forward pass, and must be the number the scorer gives; the others are scored."""
+    cap = labs.length_cap(tiny_model("rope"))
+    calls = []
+    with pytest.MonkeyPatch.context() as spy:  # its own patch: the fixture's $POSVIZ_MODELS must stay
+        for fn in ("score_at_length", "inspect_at_length", "attention_view"):
+            real = getattr(labs, fn)
+            spy.setattr(labs, fn, lambda model, *a, _fn=fn, _real=real, **k: calls.append((_fn, model.config.position))
+                        or _real(model, *a, **k))
+        at = run(page("extrapolation", L=str(cap), inspect="rope", layer="0", models="rope,alibi"))
+    assert not at.exception and at.query_params["inspect"] == "rope"
+    assert calls == [("inspect_at_length", "rope"), ("score_at_length", "alibi")]  # one pass for rope, no second map
+    folders = shipped_checkpoints()
+    for name in ("rope", "alibi"):
+        expected = labs.score_at_length(labs.get_model(folders[name]), doc_ids, cap).bpb
+        assert metrics(at)[name] == f"{expected:.3f}", name
+    view = labs.attention_view(labs.get_model(folders["rope"]), doc_ids, cap, layer=0)
+    assert f"distance {view.distance[0]:,.1f} B" in texts(at.caption)
 
 
 def test_extrapolation_junk_url_params_fall_back_with_a_notice(tiny_models):
