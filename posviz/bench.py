@@ -306,7 +306,8 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
         browser = launch_chromium(p)
         try:
             for run in range(repeats):
-                with StreamlitServer(models=models_dir) as server:
+                # torch's default threads, as `streamlit run app.py` serves a visitor (the browser shares the cores)
+                with StreamlitServer(models=models_dir, torch_threads=None) as server:
                     tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
                     cold, _ = _time_page(tab, server.url + home.url, timeout_s)
                     tab.context.close()

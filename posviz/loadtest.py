@@ -96,13 +96,15 @@ class StreamlitServer:
     """``streamlit run app.py`` on a free 127.0.0.1 port, stopped (with its log kept) on exit."""
 
     def __init__(self, models: str | Path | None = None, env: dict | None = None, log: Path | None = None,
-                 root: str | Path = ROOT):
+                 root: str | Path = ROOT, torch_threads: int | None = 1):
         self.root = Path(root)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # env replaces this process's environment when given (e.g. to drop PYTHONPATH)
         base = dict(os.environ if env is None else env)
-        self.env = {"OMP_NUM_THREADS": "1", **base}
+        # One thread per torch op by default: the tests' browser and many sessions share two cores.
+        # None: torch's own default (every core), as `streamlit run app.py` runs for a visitor.
+        self.env = base if torch_threads is None else {"OMP_NUM_THREADS": str(torch_threads), **base}
         if models is not None:
             self.env["POSVIZ_MODELS"] = str(models)
         self.log_path = log or Path(tempfile.mkstemp(prefix="posviz-server-", suffix=".log")[1])
