@@ -185,6 +185,13 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | N
 ALTAIR_MAX_CELLS = 256 * 256
 
 
+def _colour_legend(scheme: str, lo: float, hi: float) -> str:
+    """How a PNG map's colours read, for its caption (``_colorize`` draws red-blue centred on 0)."""
+    if scheme == "viridis":
+        return f"from {lo:.3g} (dark) to {hi:.3g} (bright)"
+    return f"blue below 0, white at 0, red above (range {lo:.3g} to {hi:.3g})"
+
+
 def _colorize(matrix: np.ndarray, scheme: str = "viridis") -> np.ndarray:
     """(h, w) floats to (h, w, 3) uint8 with a perceptual colour ramp; NaN (masked) is light grey."""
     ramps = {
@@ -256,10 +263,8 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
             draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
             draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     lo, hi = np.nanmin(matrix), np.nanmax(matrix)
-    colours = (f"from {lo:.3g} (dark) to {hi:.3g} (bright)" if scheme == "viridis" else
-               f"blue below 0, white at 0, red above (range {lo:.3g} to {hi:.3g})")
     st.image(image, caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
-                             f"right); colour = {value_title} {colours}; "
+                             f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
                              f"each pixel averages {block}×{block} cells"
                              + (f"; white lines mark {mark_label}" if marks else "") + "."))
     buf = io.BytesIO()
@@ -432,9 +437,7 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
     finite = np.isfinite(pooled)
     lo, hi = (np.nanmin(pooled), np.nanmax(pooled)) if finite.any() else (float("nan"), float("nan"))
     caption = (f"{y_title} (rows, 0–{h - 1:,}, top to bottom) × {x_title} (columns, 0–{w - 1:,}, left to right); "
-               f"colour = {value_title} " + (f"from {lo:.3g} (dark) to {hi:.3g} (bright)" if scheme == "viridis" else
-                                             f"blue below 0, white at 0, red above (range {lo:.3g} to {hi:.3g})")
-               + "; grey = masked"
+               f"colour = {value_title} {_colour_legend(scheme, lo, hi)}; grey = masked"
                + (f"; each pixel averages {block}×{block} entries" if block > 1 else "")
                + (f"; white lines mark {mark_label}" if marks else "") + ".")
     if title:

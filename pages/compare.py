@@ -19,7 +19,6 @@ from pages._shared import (
     usable_checkpoints,
 )
 from posviz import labs
-
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
 

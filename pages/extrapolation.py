@@ -1,6 +1,8 @@
 """Extrapolation lab: run the shipped checkpoints on a text at any length, live."""
 from __future__ import annotations
 
+import dataclasses
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -36,21 +38,16 @@ page_header(
 # ------------------------------------------------------------------------------------------------
 # Cached live computations (keyed on the weights' file stamp so retrained checkpoints reload)
 # ------------------------------------------------------------------------------------------------
-def score_dict(score: labs.LengthScore) -> dict:
-    return {"bpb": score.bpb, "position_bits": score.position_bits, "byte_bits": score.byte_bits,
-            "n_windows": score.n_windows, "n_bytes": score.n_bytes, "seconds": score.seconds}
-
-
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def live_score(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    return score_dict(labs.score_at_length(labs.get_model(folder), list(text), length))
+    return dataclasses.asdict(labs.score_at_length(labs.get_model(folder), list(text), length))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def live_inspect(folder: str, stamp: int, text: bytes, length: int, layer: int, log_scale: bool) -> tuple[dict, labs.AttentionView]:
     """Score and attention map from one forward pass (only used when the text holds a single window)."""
     score, view = labs.inspect_at_length(labs.get_model(folder), list(text), length, layer, log_scale=log_scale)
-    return score_dict(score), view
+    return dataclasses.asdict(score), view
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -147,7 +144,7 @@ with curve_slot.container():
 
 def single_window(name: str) -> bool:
     """At the top lengths the text and the cap hold one window: the map's forward pass is the score's."""
-    return labs.windows_for(length, len(text_bytes) - 1, facts[name]["cap"]) == 1
+    return labs.single_window(length, len(text_bytes), facts[name]["cap"])
 
 
 def planned(widget_key: str, link_key: str, options: list, default):

@@ -35,12 +35,12 @@ import torch
 from .checkpoint import load_checkpoint, shipped_checkpoints
 from .config import ModelConfig
 from .errors import PosvizError
+from .loadtest import MAIN
 from .model import GPT, KVCache
 from .positions import method_names
 from .train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-MAIN_AREA = '[data-testid="stMain"]'
 MULTIPLES = (1, 4, 16)
 TOKENS_PER_CALL = 16  # x train_length: batch = this // multiple, so every length does the same work per call
 GOALS = {"peer": 1.0, "peak": 0.5, "extraction": 1.3, "cache": 10.0, "length_change_s": 1.0, "render_s": 3.0}
@@ -252,7 +252,7 @@ def measure_length_change(models, train_length: int, repeats: int = 3):
     return out
 
 
-CONTENT = ", ".join(f'{MAIN_AREA} [data-testid="{t}"]' for t in
+CONTENT = ", ".join(f'{MAIN} [data-testid="{t}"]' for t in
                     ("stVegaLiteChart", "stImage", "stDataFrame", "stMetric", "stTable"))
 
 
@@ -272,7 +272,7 @@ def _time_page(tab, url: str, timeout_s: float, quiet_s: float = 0.5) -> tuple[f
             first_content = now
         app = tab.locator('[data-testid="stApp"]')
         state = app.get_attribute("data-test-script-state") if app.count() else None
-        if state == "notRunning" and tab.locator(MAIN_AREA).count():
+        if state == "notRunning" and tab.locator(MAIN).count():
             idle_since = now if idle_since is None else idle_since
             if now - idle_since >= quiet_s and first_content is not None:
                 return max(idle_since, first_content), first_content

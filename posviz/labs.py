@@ -43,7 +43,7 @@ from .limits import (
     default_device,
     max_eval_length,
 )
-from .model import GPT, KVCache
+from .model import BLOCK_ELEMENTS, GPT, KVCache
 from .positions import ModelShape, build_position_method
 from .positions.alibi import alibi_slopes
 from .positions.rope_scaling import ROPE_SCALINGS
@@ -244,6 +244,19 @@ def windows_for(length: int, n_bytes: int, budget: int) -> int:
     return max(1, min(n_bytes, budget) // length)
 
 
+def single_window(length: int, text_bytes: int, budget: int) -> bool:
+    """Whether scoring a text of ``text_bytes`` at ``length`` is one window: then an attention map's
+    forward pass over the first ``length`` bytes is the score's forward pass too."""
+    return windows_for(length, text_bytes - 1, budget) == 1
+
+
+def _length_score(bits: np.ndarray, length: int, seconds: float) -> LengthScore:
+    """A LengthScore from the bits of every prediction, (n_windows, length)."""
+    byte_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # byte 0 has no context; byte j is predicted at j-1
+    return LengthScore(length, bits.shape[0], bits.shape[0] * length + 1, float(bits.mean()), bits.mean(axis=0),
+                       byte_bits, seconds)
+
+
 @torch.no_grad()  # not inference_mode: the position memo reads tensor versions
 def score_at_length(model: GPT, ids, length: int, budget: int | None = None) -> LengthScore:
     """Bits per byte of ``ids`` at evaluation length ``length`` (see the module docstring).
@@ -258,10 +271,7 @@ def score_at_length(model: GPT, ids, length: int, budget: int | None = None) -> 
     start = time.perf_counter()
     # the same code as the shipped curves: windows of `length` positions, each predicting the next byte
     bits = position_losses(model, ids[: n_windows * length + 1], length).numpy() / LN2  # (n, L)
-    seconds = time.perf_counter() - start
-    byte_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # byte 0 has no context; byte j is predicted at j-1
-    return LengthScore(length, n_windows, n_windows * length + 1, float(bits.mean()), bits.mean(axis=0),
-                       byte_bits, seconds)
+    return _length_score(bits, length, time.perf_counter() - start)
 
 
 def shipped_bpb_curve(folder: str | Path) -> list[tuple[int, float | None]]:
@@ -324,7 +334,7 @@ def attention_stats_per_query(probs: torch.Tensor) -> tuple[torch.Tensor, torch.
     # entr(p) = -p ln p (0 at p = 0), a block of rows at a time: a whole-map temporary would cost a
     # page-faulted allocation as large as the map (256 MB at 4,096 bytes) and twice the time
     flat, entropy = probs.reshape(H * T, Tk), torch.empty(H * T)
-    rows = max(1, (1 << 21) // Tk)
+    rows = max(1, BLOCK_ELEMENTS // Tk)
     for r0 in range(0, H * T, rows):
         entropy[r0:r0 + rows] = torch.special.entr(flat[r0:r0 + rows]).sum(-1)
     return distance, entropy.view(H, T) / LN2
@@ -411,8 +421,8 @@ class AttentionView:
     distance: np.ndarray  # (H,) mean attention distance in bytes
     entropy: np.ndarray  # (H,) mean attention entropy in bits
     seconds: float
-    query_distance: np.ndarray | None = None  # (H, T) per query, for prefix_growth
-    query_entropy: np.ndarray | None = None
+    query_distance: np.ndarray  # (H, T) per query, for prefix_growth
+    query_entropy: np.ndarray
 
 
 def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bool, max_side: int,
@@ -444,13 +454,12 @@ def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool 
     """
     ids = _ids_on(model, ids)
     check_eval_length(model, length, ids.numel())
-    if windows_for(length, ids.numel() - 1, length_cap(model)) > 1:
+    if not single_window(length, ids.numel(), length_cap(model)):
         return score_at_length(model, ids, length), attention_view(model, ids, length, layer, log_scale, max_side)
     start = time.perf_counter()
     out = model(ids[None, :length], attention_layer=layer)
     bits = (F.cross_entropy(out.logits[0].float(), ids[1:length + 1], reduction="none") / LN2).cpu().numpy()  # (L,)
-    score = LengthScore(length, 1, length + 1, float(bits.mean()), bits, np.concatenate(([np.nan], bits)),
-                        time.perf_counter() - start)
+    score = _length_score(bits[None], length, time.perf_counter() - start)
     view = _view_from_probs(out.attention[0].float().cpu(), length, layer, log_scale, max_side, start)
     return score, view
 
@@ -588,7 +597,8 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
     dev = model.device
     steps = n - 1
     bits = np.full(steps, np.nan)
-    cache = KVCache(model.config.n_layer, max_size=window) if strategy != "reencode" else None
+    fresh_cache = lambda: KVCache(model.config.n_layer, max_size=window) if strategy != "reencode" else None
+    cache = fresh_cache()
     error = None
     every = max(1, steps // 50)
     first = 0  # the first step run byte by byte
@@ -601,7 +611,7 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
             bits[:m] = (F.cross_entropy(logits, ids[1:m + 1], reduction="none") / LN2).cpu().numpy()
             first = m
         except PositionLimitError:  # the method cannot hold the window: step, to say where it stops
-            cache = KVCache(model.config.n_layer, max_size=window) if strategy != "reencode" else None
+            cache = fresh_cache()
         progress(first / steps)
     _sync(model)
     loop_start = time.perf_counter()

@@ -51,7 +51,7 @@ class KVCache:
     def _make_room(self, layer: int, k: torch.Tensor, v: torch.Tensor, keep: int) -> None:
         """Ensure the buffers can take ``k.shape[2]`` more entries after the last ``keep`` ones."""
         T, n, buf = k.shape[2], self._filled[layer], self.keys[layer]
-        if buf is not None and buf.shape[:2] == k.shape[:2] and n + T <= buf.shape[2]:
+        if buf is not None and n + T <= buf.shape[2]:
             return
         capacity = 2 * (keep + T) if self.max_size is None else 2 * (self.max_size + T)
         new_k = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])
