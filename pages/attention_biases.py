@@ -6,7 +6,7 @@ import streamlit as st
 
 from pages._shared import (folder_stamp, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
                            shipped_checkpoint_json, shipped_model, sync_url)
-from posviz import explain
+from posviz import attention_biases
 from posviz.checkpoint import shipped_checkpoints
 from posviz.limits import CACHE_ENTRIES
 from posviz.positions.t5 import T5Options
@@ -65,8 +65,8 @@ margin = c2.slider("content margin Δ (logits)", 0.0, 30.0, qp_float("margin", 5
                    help="How much more the relevant key matches the query than any other key does.")
 far = c3.slider("distance of the relevant key (positions)", 0, n_keys - 1,
                 min(qp_int("far", n_keys // 2, 0, max(CONTEXTS) - 1), n_keys - 1), key=f"far-{n_keys}")
-grid = explain.distance_grid(n_keys)
-no_bias = explain.no_bias_log_max_weight(n_keys, margin)
+grid = attention_biases.distance_grid(n_keys)
+no_bias = attention_biases.no_bias_log_max_weight(n_keys, margin)
 summary: dict[str, np.ndarray] = {"no bias (NoPE)": no_bias}
 
 # -- ALiBi -----------------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ heads = c1.number_input("heads", 1, 64, qp_int("heads", shipped_heads, 1, 64), k
                         help="Any count works; for non-powers of two ALiBi interleaves the slopes of the next power of two.")
 alibi_head = c2.slider("head shown", 0, heads - 1, min(qp_int("ahead", 0, 0, 63), heads - 1), key=f"ahead-{heads}")
 alibi_len = c3.slider("positions in the bias matrix", 8, 128, qp_int("alen", 32, 8, 128), step=8, key="alen")
-slopes = pd.DataFrame(explain.alibi_slope_table(heads))
+slopes = pd.DataFrame(attention_biases.alibi_slope_table(heads))
 left, right = st.columns(2)
 with left:
     slope_chart = alt.Chart(slopes).mark_line(point=alt.OverlayMarkDef(size=70)).encode(
@@ -93,20 +93,20 @@ with left:
                  hide_index=True, height=200)
 with right:
     st.markdown(f"**Bias of head {alibi_head}** (slope {slopes['slope'][alibi_head]:.4g}); blank = future keys, masked")
-    show_matrix(explain.alibi_bias_matrices(heads, alibi_len)[alibi_head], f"alibi_bias_head{alibi_head}",
+    show_matrix(attention_biases.alibi_bias_matrices(heads, alibi_len)[alibi_head], f"alibi_bias_head{alibi_head}",
                 x_title="key position", y_title="query position", value_title="bias (logits)")
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def alibi_bounds(heads: int, n_keys: int, margin: float) -> np.ndarray:
-    return explain.log_max_attention_weight(explain.alibi_bias_by_distance(heads, n_keys), margin)  # (H, n)
+    return attention_biases.log_max_attention_weight(attention_biases.alibi_bias_by_distance(heads, n_keys), margin)  # (H, n)
 
 
 alibi_lw = alibi_bounds(heads, n_keys, margin)
-summary[f"ALiBi, most lenient of {heads} heads"] = explain.strongest_head(alibi_lw)
+summary[f"ALiBi, most lenient of {heads} heads"] = attention_biases.strongest_head(alibi_lw)
 series = {f"head {h}": alibi_lw[h] for h in range(heads)}
 series["no bias"] = no_bias
-chart, df = weight_chart(explain.max_weight_columns(series, grid),
+chart, df = weight_chart(attention_biases.max_weight_columns(series, grid),
                          f"Largest weight per head: ALiBi, {heads} heads, n = {n_keys:,} keys, margin Δ = {margin:g}",
                          "head", n_keys, sort=list(series))
 show_chart(chart, df, f"alibi_max_weight_{heads}h_n{n_keys}",
@@ -122,7 +122,7 @@ if t5_model is not None:
 
     @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
     def t5_params(folder: str, stamp: tuple, _model) -> dict:
-        return explain.t5_learned(_model)
+        return attention_biases.t5_learned(_model)
 
     t5 = t5_params(str(folder), folder_stamp(folder), t5_model)
 defaults = T5Options() if t5 is None else T5Options(t5["num_buckets"], t5["max_distance"])
@@ -139,7 +139,7 @@ if max_distance <= num_buckets // 2:
     st.warning(f"max_distance must exceed half the buckets ({num_buckets // 2}); showing max_distance = "
                f"{num_buckets} instead.", icon="⚠️")
     max_distance = num_buckets
-buckets = pd.DataFrame(explain.t5_bucket_table(4 * max_distance, num_buckets, max_distance))
+buckets = pd.DataFrame(attention_biases.t5_bucket_table(4 * max_distance, num_buckets, max_distance))
 bucket_long = buckets.melt(id_vars="distance", var_name="direction", value_name="bucket")
 left, right = st.columns(2)
 with left:
@@ -155,7 +155,7 @@ with left:
                "the last bucket.")
 with right:
     st.markdown(f"**Bucket of each (query, key)**, {'bidirectional' if bidirectional else 'causal; blank = masked'}")
-    show_matrix(explain.t5_bucket_matrix(t5_len, bidirectional, num_buckets, max_distance),
+    show_matrix(attention_biases.t5_bucket_matrix(t5_len, bidirectional, num_buckets, max_distance),
                 f"t5_bucket_matrix_{'bi' if bidirectional else 'causal'}", x_title="key position",
                 y_title="query position", value_title="bucket")
 
@@ -167,7 +167,7 @@ else:
     st.markdown(f"{t5['num_buckets']} buckets × {H} heads, max_distance {t5['max_distance']} (the checkpoint's own "
                 "settings; the controls above do not change them). Causal model: all buckets are for keys before the query.")
     t5_head = st.slider("head shown", 0, H - 1, min(qp_int("thead", 0, 0, 63), H - 1), key="thead")
-    bias_by_distance = explain.t5_bias_by_distance(t5["weights"], n_keys, t5["max_distance"])  # (H, n)
+    bias_by_distance = attention_biases.t5_bias_by_distance(t5["weights"], n_keys, t5["max_distance"])  # (H, n)
     per_head = pd.DataFrame({"distance": np.tile(grid, H), "head": np.repeat(np.arange(H), grid.size),
                              "bias": bias_by_distance[:, grid].ravel()})
     left, right = st.columns(2)
@@ -180,18 +180,18 @@ else:
         show_chart(bias_chart, per_head, "t5_learned_bias")
     with right:
         st.markdown(f"**Learned bias of head {t5_head}**; blank = masked")
-        show_matrix(explain.t5_bias_matrix(t5["weights"], t5_head, t5_len, t5["max_distance"]), f"t5_bias_head{t5_head}",
+        show_matrix(attention_biases.t5_bias_matrix(t5["weights"], t5_head, t5_len, t5["max_distance"]), f"t5_bias_head{t5_head}",
                     x_title="key position", y_title="query position", value_title="T5 bias (logits)", scheme="redblue")
 
     @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
     def t5_bounds(folder: str, stamp: tuple, n_keys: int, margin: float, _weights) -> np.ndarray:
-        return explain.log_max_attention_weight(explain.t5_bias_by_distance(_weights, n_keys, t5["max_distance"]), margin)
+        return attention_biases.log_max_attention_weight(attention_biases.t5_bias_by_distance(_weights, n_keys, t5["max_distance"]), margin)
 
     t5_lw = t5_bounds(str(folder), folder_stamp(folder), n_keys, margin, t5["weights"])
-    summary[f"T5, most lenient of {H} heads"] = explain.strongest_head(t5_lw)
+    summary[f"T5, most lenient of {H} heads"] = attention_biases.strongest_head(t5_lw)
     series = {f"head {h}": t5_lw[h] for h in range(H)}
     series["no bias"] = no_bias
-    chart, df = weight_chart(explain.max_weight_columns(series, grid),
+    chart, df = weight_chart(attention_biases.max_weight_columns(series, grid),
                              f"Largest weight per head: T5 checkpoint, n = {n_keys:,} keys, margin Δ = {margin:g}",
                              "head", n_keys, sort=list(series))
     show_chart(chart, df, f"t5_max_weight_n{n_keys}",
@@ -207,7 +207,7 @@ if shaw_model is not None:
 
     @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
     def shaw_params(folder: str, stamp: tuple, _model) -> dict:
-        return explain.shaw_learned(_model)
+        return attention_biases.shaw_learned(_model)
 
     shaw = shaw_params(str(shaw_folder), folder_stamp(shaw_folder), shaw_model)
 default_k = ShawOptions().max_distance if shaw is None else shaw["max_distance"]
@@ -216,7 +216,7 @@ clip_k = c1.slider("clip distance k", 1, 128, qp_int("sk", min(default_k, 128), 
 shaw_len = c2.slider("positions in the matrix", 8, 128, qp_int("slen", 48, 8, 128), step=8, key="slen")
 causal = c3.toggle("causal (decoder)", qp_bool("scausal", True), key="scausal")
 st.markdown(f"**Which relative embedding each (query, key) uses** — {'0…k: distance, clipped at k; blank = masked' if causal else '0…2k: k + clip(key − query, −k, k)'}")
-show_matrix(explain.shaw_clip(shaw_len, clip_k, causal), f"shaw_clip_k{clip_k}", x_title="key position",
+show_matrix(attention_biases.shaw_clip(shaw_len, clip_k, causal), f"shaw_clip_k{clip_k}", x_title="key position",
             y_title="query position", value_title="embedding index")
 st.caption(f"Every distance ≥ {clip_k} uses the same embedding: the model cannot tell {clip_k} bytes back from "
            f"{10 * clip_k:,}.")
@@ -239,14 +239,14 @@ else:
 
     @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
     def shaw_bound(folder: str, stamp: tuple, layer: int, n_keys: int, margin: float, q_norm, _rel) -> np.ndarray:
-        return explain.shaw_log_max_attention_weight(_rel[layer], n_keys, margin, q_norm)
+        return attention_biases.shaw_log_max_attention_weight(_rel[layer], n_keys, margin, q_norm)
 
     stamp = folder_stamp(shaw_folder)
     bound_q = shaw_bound(str(shaw_folder), stamp, layer, n_keys, margin, None if any_query else q_norm, rel)
     label = "any query" if any_query else f"‖q‖ ≤ {q_norm:g}"
     summary[f"Shaw, layer {layer}, {label}"] = bound_q
     series = {label: bound_q, "no bias": no_bias}
-    chart, df = weight_chart(explain.max_weight_columns(series, grid),
+    chart, df = weight_chart(attention_biases.max_weight_columns(series, grid),
                              f"Largest weight: Shaw checkpoint, layer {layer} (k = {shaw['max_distance']}), "
                              f"n = {n_keys:,} keys, margin Δ = {margin:g}", "bound", n_keys)
     show_chart(chart, df, f"shaw_max_weight_layer{layer}_n{n_keys}")
@@ -256,7 +256,7 @@ st.header(f"Side by side: a relevant key at distance {far:,}")
 cols = st.columns(len(summary))
 for col, (name, lw) in zip(cols, summary.items()):
     col.metric(name, f"{np.exp(lw[far]):.3g}", help=f"Largest weight at distance {far:,} with n = {n_keys:,} and Δ = {margin:g}.")
-chart, df = weight_chart(explain.max_weight_columns(summary, grid),
+chart, df = weight_chart(attention_biases.max_weight_columns(summary, grid),
                          f"Most lenient head of each method, n = {n_keys:,} keys, margin Δ = {margin:g}",
                          "method", n_keys, sort=list(summary))
 rule = alt.Chart(pd.DataFrame({"distance": [far]})).mark_rule(strokeDash=[5, 4], color="gray").encode(x=alt.X("distance:Q"))

@@ -90,16 +90,13 @@ else:
                "means the method cannot run at longer lengths (the learned table has no rows past it).")
 
 st.header("Explore each method")
-EXPLAINER = {  # method -> the page that takes it apart; methods without one go to the live lab
-    "sinusoidal": ("pages/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
-    "learned": ("pages/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
-    "rope": ("pages/rope.py", "RoPE", "🔄"),
-    "shaw": ("pages/attention_biases.py", "Attention biases", "📐"),
-    "t5": ("pages/attention_biases.py", "Attention biases", "📐"),
-    "alibi": ("pages/attention_biases.py", "Attention biases", "📐"),
+EXPLAINER = {  # where a method acts -> the page that takes such methods apart; NoPE goes to the live lab
+    "input": ("pages/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
+    "q/k": ("pages/rope.py", "RoPE", "🔄"),
+    "logits": ("pages/attention_biases.py", "Attention biases", "📐"),
 }
 cols = st.columns(2)
 for i, name in enumerate(method_names()):
-    path, title, icon = EXPLAINER.get(name, ("pages/extrapolation.py", "Extrapolation lab", "📈"))
+    path, title, icon = EXPLAINER.get(POSITION_METHODS[name].acts_on, ("pages/extrapolation.py", "Extrapolation lab", "📈"))
     with cols[i % 2]:
         st.page_link(path, label=f"{name} — {title}", icon=icon, help=POSITION_METHODS[name].summary)

@@ -18,12 +18,9 @@ import torch
 
 from .config import require
 from .positions import POSITION_METHODS, ModelShape, build_position_method, method_names
-from .positions.alibi import alibi_bias, alibi_slopes
 from .positions.rope import RopeOptions, apply_rotary, rope_cos_sin
 from .positions.rope_scaling import ROPE_SCALINGS, base_inv_freq
-from .positions.shaw import shaw_clip_matrix
 from .positions.sinusoidal import sinusoidal_shift_matrix, sinusoidal_table
-from .positions.t5 import t5_bucket
 
 Columns = dict[str, np.ndarray]
 
@@ -323,175 +320,6 @@ def scaling_wavelengths(rot_dim: int, base: float, factor: float, original_lengt
 
 
 # =============================================================================================
-# Attention-logit biases: ALiBi, T5, Shaw
-# =============================================================================================
-def alibi_slope_table(n_heads: int) -> Columns:
-    """ALiBi slopes per head, with the distance at which each head's bias costs one logit and the
-    distance at which it halves the attention a key would otherwise get (ln 2 / slope).
-
-    Columns: head, slope, one_logit_distance, half_weight_distance.
-    """
-    slopes = alibi_slopes(n_heads).double().numpy()
-    return {"head": np.arange(n_heads), "slope": slopes, "one_logit_distance": 1.0 / slopes,
-            "half_weight_distance": math.log(2) / slopes}
-
-
-def alibi_bias_matrices(n_heads: int, length: int) -> np.ndarray:
-    """(H, T, T) ALiBi bias -slope * (i - j); NaN above the diagonal (future keys are masked)."""
-    pos = torch.arange(length)
-    bias = alibi_bias(alibi_slopes(n_heads).double(), pos, pos).numpy()
-    return np.where(np.tril(np.ones((length, length), bool))[None], bias, np.nan)
-
-
-def alibi_bias_by_distance(n_heads: int, n_keys: int) -> np.ndarray:
-    """(H, n) ALiBi bias for the keys at distance 0 .. n-1 from a query."""
-    q_pos = torch.tensor([n_keys - 1])
-    k_pos = n_keys - 1 - torch.arange(n_keys)  # key at distance d sits at position n-1-d
-    return alibi_bias(alibi_slopes(n_heads).double(), q_pos, k_pos)[:, 0, :].numpy()
-
-
-def t5_bucket_table(max_shown: int, num_buckets: int = 32, max_distance: int = 128) -> Columns:
-    """T5 bucket of every distance 0 .. max_shown: causal, and bidirectional for a key before / after.
-
-    Columns: distance, causal, bidirectional_before, bidirectional_after.
-    """
-    d = torch.arange(max_shown + 1)
-    return {
-        "distance": d.numpy(),
-        "causal": t5_bucket(-d, False, num_buckets, max_distance).numpy(),
-        "bidirectional_before": t5_bucket(-d, True, num_buckets, max_distance).numpy(),
-        "bidirectional_after": t5_bucket(d, True, num_buckets, max_distance).numpy(),
-    }
-
-
-def t5_bucket_matrix(length: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> np.ndarray:
-    """(T, T) bucket index of each (query row, key column); causal: NaN above the diagonal."""
-    pos = torch.arange(length)
-    buckets = t5_bucket(pos[None, :] - pos[:, None], bidirectional, num_buckets, max_distance).double().numpy()
-    return buckets if bidirectional else np.where(np.tril(np.ones((length, length), bool)), buckets, np.nan)
-
-
-def t5_bias_by_distance(bucket_weights: np.ndarray, n_keys: int, max_distance: int) -> np.ndarray:
-    """(H, n) learned T5 bias for keys at distance 0 .. n-1 (causal), from a (num_buckets, H) table."""
-    weights = np.asarray(bucket_weights, dtype=float)
-    buckets = t5_bucket(-torch.arange(n_keys), False, weights.shape[0], max_distance).numpy()
-    return weights[buckets].T
-
-
-def t5_bias_matrix(bucket_weights: np.ndarray, head: int, length: int, max_distance: int) -> np.ndarray:
-    """(T, T) learned T5 bias of one head (causal model); NaN above the diagonal."""
-    weights = np.asarray(bucket_weights, dtype=float)
-    buckets = t5_bucket_matrix(length, False, weights.shape[0], max_distance)
-    filled = np.nan_to_num(buckets, nan=0).astype(int)
-    return np.where(np.isnan(buckets), np.nan, weights[filled, head])
-
-
-def t5_learned(model) -> dict[str, Any]:
-    """The learned part of a ``t5`` model: weights (num_buckets, H) float64, num_buckets, max_distance."""
-    require(model.config.position == "t5", f"expected a 't5' model, got {model.config.position!r}")
-    opts = model.position.options
-    return {"weights": model.position.bucket_bias.weight.detach().cpu().double().numpy(),
-            "num_buckets": opts.num_buckets, "max_distance": opts.max_distance}
-
-
-def shaw_learned(model) -> dict[str, Any]:
-    """The learned part of a ``shaw`` model: rel_keys (n_layer, k+1, hs) float64 and max_distance k."""
-    require(model.config.position == "shaw", f"expected a 'shaw' model, got {model.config.position!r}")
-    return {"rel_keys": model.position.rel_keys.detach().cpu().double().numpy(),
-            "max_distance": model.position.options.max_distance}
-
-
-def shaw_clip(length: int, max_distance: int, causal: bool = True) -> np.ndarray:
-    """(T, T) index of the relative embedding each pair uses; causal: NaN above the diagonal."""
-    index = shaw_clip_matrix(length, max_distance, causal).double().numpy()
-    return np.where(index < 0, np.nan, index)
-
-
-# -- The largest attention weight a key at distance d can get ----------------------------------
-def _log_sum_others(logits: np.ndarray) -> np.ndarray:
-    """log sum_{j != i} exp(logits_j) for every i, over the last axis, without cancellation.
-
-    Prefix and suffix sums of positive terms (shifted by the max) never subtract, so a key that
-    dominates does not lose the others to rounding. Empty sums give -inf.
-    """
-    top = logits.max(axis=-1, keepdims=True)
-    e = np.exp(logits - top)
-    before = np.concatenate([np.zeros_like(e[..., :1]), np.cumsum(e, axis=-1)[..., :-1]], axis=-1)
-    after = np.concatenate([np.flip(np.cumsum(np.flip(e[..., 1:], -1), axis=-1), -1), np.zeros_like(e[..., :1])], axis=-1)
-    with np.errstate(divide="ignore"):
-        return np.log(before + after) + top
-
-
-def max_attention_weight(bias_by_distance: np.ndarray, margin: float) -> np.ndarray:
-    """Largest softmax weight each key can get, given the position bias and a content margin.
-
-    Setting: one query, n visible keys at distances d = 0 .. n-1, logits z_d = s_d + b_d with b_d
-    the position bias (``bias_by_distance``, (..., n), already in logit units) and s_d the content
-    score q.k_d / sqrt(hs). "Largest" means: the supremum of softmax(z)_d over every content score
-    vector in which the key at distance d beats each other key by at most ``margin`` logits
-    (s_d - s_j <= margin for all j). Since softmax(z)_d = 1 / (1 + sum_{j != d} exp(z_j - z_d))
-    decreases in each s_d - s_j, the supremum is reached when all other content scores equal
-    s_d - margin, giving
-
-        max weight(d) = 1 / (1 + exp(-margin) * sum_{j != d} exp(b_j - b_d)).
-
-    Returns (..., n). ``log_max_attention_weight`` gives the same in log space, which never
-    underflows.
-    """
-    return np.exp(log_max_attention_weight(bias_by_distance, margin))
-
-
-def log_max_attention_weight(bias_by_distance: np.ndarray, margin: float) -> np.ndarray:
-    """Natural log of ``max_attention_weight``: -log(1 + exp(log_sum_others - b_d - margin))."""
-    b = np.asarray(bias_by_distance, dtype=float)
-    x = _log_sum_others(b) - b - margin
-    return -np.logaddexp(0.0, x)
-
-
-def shaw_log_max_attention_weight(rel_keys: np.ndarray, n_keys: int, margin: float,
-                                  query_norm: float | None) -> np.ndarray:
-    """Log of an upper bound on the weight of the key at distance d = 0 .. n-1 under Shaw's clipping.
-
-    Shaw's position term is query-dependent: b_j = q . a_c(j) / sqrt(hs) with c(j) = min(j, k) and
-    a the layer's (k+1, hs) relative keys ``rel_keys``. For any query with |q| <= ``query_norm``
-    (Cauchy-Schwarz) b_j - b_d >= -|q| |a_c(j) - a_c(d)| / sqrt(hs), so with the content margin as in
-    ``max_attention_weight``
-
-        weight(d) <= 1 / (1 + exp(-margin) * sum_{j != d} exp(-query_norm |a_c(j) - a_c(d)| / sqrt(hs))).
-
-    ``query_norm=None`` allows any query: only keys sharing d's embedding (every key at distance
-    >= k when d >= k) are certain to compete, so the bound is 1 for d < k and
-    1 / (1 + exp(-margin) (n - k - 1)) beyond: past k, position cannot single a key out. (n,)
-    """
-    a = np.asarray(rel_keys, dtype=float)  # (k+1, hs)
-    k = a.shape[0] - 1
-    hs = a.shape[1]
-    d = np.arange(n_keys)
-    clip = np.minimum(d, k)  # (n,)
-    counts = np.bincount(clip, minlength=k + 1)  # keys using each embedding
-    gaps = np.linalg.norm(a[:, None, :] - a[None, :, :], axis=-1) / math.sqrt(hs)  # (k+1, k+1)
-    if query_norm is None or math.isinf(query_norm):
-        per_pair = (gaps == 0).astype(float)
-    else:
-        per_pair = np.exp(-float(query_norm) * gaps)
-    others = (per_pair * counts[None, :]).sum(axis=1) - 1.0  # sum over j != d, grouped by embedding
-    others = np.maximum(others[clip], 0.0)
-    with np.errstate(divide="ignore"):
-        x = np.log(others) - margin
-    return -np.logaddexp(0.0, x)
-
-
-def strongest_head(log_weights: np.ndarray) -> np.ndarray:
-    """(n,) the most lenient head's bound at each distance, from (H, n) per-head log bounds."""
-    return np.asarray(log_weights, dtype=float).max(axis=0)
-
-
-def no_bias_log_max_weight(n_keys: int, margin: float) -> np.ndarray:
-    """(n,) the bound with no position bias at all (NoPE): 1 / (1 + exp(-margin) (n - 1)) at every distance."""
-    return log_max_attention_weight(np.zeros(n_keys), margin)
-
-
-# =============================================================================================
 # Checkpoints: the method table, the headline chart, the per-checkpoint facts
 # =============================================================================================
 ACTS_ON_LABEL = {
@@ -626,38 +454,6 @@ def checkpoint_rows(configs: Mapping[str, Mapping[str, Any]], metrics: Mapping[s
             "val bits/byte @ train length": m.get("val_bpb_at_train_length"),
         })
     return rows
-
-
-# =============================================================================================
-# Helpers for long curves
-# =============================================================================================
-def distance_grid(n_keys: int, points: int = 320) -> np.ndarray:
-    """Distances 0 .. n_keys-1 to plot: every one up to 64, then about ``points`` log-spaced ones.
-
-    Charts of 8,192 distances x 64 heads would send half a million points to the browser.
-    """
-    require(n_keys >= 1, "n_keys must be >= 1")
-    dense = np.arange(min(n_keys, 65))
-    if n_keys <= 65:
-        return dense
-    sparse = np.geomspace(64, n_keys - 1, points).round().astype(int)
-    return np.unique(np.concatenate([dense, sparse, [n_keys - 1]]))
-
-
-def max_weight_columns(log_weights: Mapping[str, np.ndarray], distances: np.ndarray) -> Columns:
-    """Long-format rows of "largest weight vs distance" curves, one series per label.
-
-    ``log_weights``: {label: (n,) natural-log bound}; rows only at ``distances``. Columns: series,
-    distance, max_weight, log10_max_weight (finite even where the weight underflows to 0).
-    """
-    out: dict[str, list] = {"series": [], "distance": [], "max_weight": [], "log10_max_weight": []}
-    for label, lw in log_weights.items():
-        lw = np.asarray(lw, dtype=float)[distances]
-        out["series"] += [label] * distances.size
-        out["distance"] += list(distances)
-        out["max_weight"] += list(np.exp(lw))
-        out["log10_max_weight"] += list(lw / math.log(10))
-    return {k: np.asarray(v) for k, v in out.items()}
 
 
 def recipe_rows() -> list[dict]:

@@ -172,6 +172,14 @@ def test_every_method_rejects_unknown_option_keys(method):
     ("rope", {"scaling": "yarn", "beta_slow": 0}, r"yarn needs beta_fast > beta_slow > 0"),
     ("rope", {"scaling": "yarn", "attention_factor": -1.0}, r"rope attention_factor must be positive"),
     ("rope", {"scaling": "llama3", "low_freq_factor": 0}, r"llama3 needs high_freq_factor > low_freq_factor > 0"),
+    ("nezha", {"max_distance": 0}, r"nezha max_distance must be an integer >= 1"),
+    ("nezha", {"base": 0.5}, r"nezha base must be > 1"),
+    ("kerple", {"r1_init_max": 0}, r"kerple r1_init_max must be > 0.01"),
+    ("kerple", {"r2_init_max": "one"}, r"kerple r2_init_max must be > 0.01"),
+    ("fire", {"mlp_width": 0}, r"fire mlp_width must be an integer >= 1"),
+    ("fire", {"c_init": -0.1}, r"fire c_init must be > 0"),
+    ("fire", {"threshold_init": 0}, r"fire threshold_init must be >= 1"),
+    ("transformer_xl", {"base": 1}, r"transformer_xl base must be > 1"),
 ])
 def test_impossible_option_values(method, options, message):
     shape = ModelShape(n_layer=1, n_head=2, head_dim=16, n_embd=32, train_length=16)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from posviz import explain
+from posviz import attention_biases, explain
 from posviz.positions import POSITION_METHODS, method_names
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
@@ -225,14 +225,14 @@ def reference_alibi_slopes(n):
 
 @pytest.mark.parametrize("heads", [1, 2, 5, 6, 8, 12, 16])
 def test_alibi_slopes_and_matrices(heads):
-    table = explain.alibi_slope_table(heads)
+    table = attention_biases.alibi_slope_table(heads)
     np.testing.assert_allclose(table["slope"], reference_alibi_slopes(heads), rtol=1e-6)
     np.testing.assert_allclose(table["half_weight_distance"] * table["slope"], math.log(2))
-    bias = explain.alibi_bias_matrices(heads, 10)
+    bias = attention_biases.alibi_bias_matrices(heads, 10)
     i, j = 7, 3
     np.testing.assert_allclose(bias[:, i, j], -table["slope"] * (i - j), rtol=1e-6)
     assert np.isnan(bias[:, 3, 7]).all() and (bias[:, 4, 4] == 0).all()
-    by_distance = explain.alibi_bias_by_distance(heads, 10)
+    by_distance = attention_biases.alibi_bias_by_distance(heads, 10)
     np.testing.assert_allclose(by_distance[:, 4], -4 * table["slope"], rtol=1e-6)
 
 
@@ -245,17 +245,17 @@ def test_max_attention_weight_formula_by_brute_force():
     rng = np.random.default_rng(0)
     b = rng.normal(size=12) * 3
     margin = 1.7
-    bound = explain.max_attention_weight(b, margin)
+    bound = attention_biases.max_attention_weight(b, margin)
     for d in range(12):
         brute = 1 / (1 + math.exp(-margin) * sum(math.exp(b[j] - b[d]) for j in range(12) if j != d))
         assert bound[d] == pytest.approx(brute, rel=1e-12)
-    assert explain.max_attention_weight(np.array([0.3]), 2.0)[0] == 1.0  # a lone key gets everything
+    assert attention_biases.max_attention_weight(np.array([0.3]), 2.0)[0] == 1.0  # a lone key gets everything
 
 
 @pytest.mark.parametrize("heads,n,margin", [(8, 300, 4.0), (5, 64, 0.0), (12, 1000, 12.0)])
 def test_alibi_max_weight_bounds_sampled_logits_and_is_attained(heads, n, margin):
-    bias = explain.alibi_bias_by_distance(heads, n)
-    bound = explain.max_attention_weight(bias, margin)
+    bias = attention_biases.alibi_bias_by_distance(heads, n)
+    bound = attention_biases.max_attention_weight(bias, margin)
     rng = np.random.default_rng(heads)
     for _ in range(200):
         h, d = int(rng.integers(heads)), int(rng.integers(n))
@@ -270,29 +270,29 @@ def test_alibi_max_weight_bounds_sampled_logits_and_is_attained(heads, n, margin
 
 
 def test_log_bound_does_not_underflow():
-    bias = explain.alibi_bias_by_distance(8, 8192)
-    lw = explain.log_max_attention_weight(bias, 5.0)
+    bias = attention_biases.alibi_bias_by_distance(8, 8192)
+    lw = attention_biases.log_max_attention_weight(bias, 5.0)
     assert np.isfinite(lw).all()
     assert lw[0, -1] < -1000  # steepest head: e^(-0.5 * 8191) is far below float range
-    np.testing.assert_allclose(np.exp(lw[-1]), explain.max_attention_weight(bias[-1], 5.0))
-    far = explain.alibi_bias_by_distance(1, 8192)[0]
+    np.testing.assert_allclose(np.exp(lw[-1]), attention_biases.max_attention_weight(bias[-1], 5.0))
+    far = attention_biases.alibi_bias_by_distance(1, 8192)[0]
     slope = 2 ** -8
     expected = -math.log1p(math.exp(-5.0) * sum(math.exp(-slope * (j - 8191)) for j in range(8191)))
-    assert lw.shape == (8, 8192) and explain.log_max_attention_weight(far, 5.0)[-1] == pytest.approx(expected, rel=1e-9)
+    assert lw.shape == (8, 8192) and attention_biases.log_max_attention_weight(far, 5.0)[-1] == pytest.approx(expected, rel=1e-9)
 
 
 def test_no_bias_bound_is_pure_dilution():
-    lw = explain.no_bias_log_max_weight(101, 2.0)
+    lw = attention_biases.no_bias_log_max_weight(101, 2.0)
     np.testing.assert_allclose(np.exp(lw), 1 / (1 + math.exp(-2.0) * 100))
     stacked = np.stack([lw, lw - 1])
-    np.testing.assert_allclose(explain.strongest_head(stacked), lw)
+    np.testing.assert_allclose(attention_biases.strongest_head(stacked), lw)
 
 
 def test_t5_buckets_match_hf():
     from transformers.models.t5.modeling_t5 import T5Attention
 
     for nb, md in [(32, 128), (16, 64), (8, 20)]:
-        table = explain.t5_bucket_table(500, nb, md)
+        table = attention_biases.t5_bucket_table(500, nb, md)
         d = torch.arange(501)
         hf_causal = T5Attention._relative_position_bucket(-d, bidirectional=False, num_buckets=nb, max_distance=md)
         hf_before = T5Attention._relative_position_bucket(-d, bidirectional=True, num_buckets=nb, max_distance=md)
@@ -300,30 +300,30 @@ def test_t5_buckets_match_hf():
         assert np.array_equal(table["causal"], hf_causal.numpy())
         assert np.array_equal(table["bidirectional_before"], hf_before.numpy())
         assert np.array_equal(table["bidirectional_after"], hf_after.numpy())
-    m = explain.t5_bucket_matrix(20, False, 32, 128)
+    m = attention_biases.t5_bucket_matrix(20, False, 32, 128)
     assert np.isnan(m[2, 5]) and m[19, 0] == table_bucket(19)
-    mb = explain.t5_bucket_matrix(20, True, 32, 128)
+    mb = attention_biases.t5_bucket_matrix(20, True, 32, 128)
     assert not np.isnan(mb).any() and mb[2, 5] != mb[5, 2]
 
 
 def table_bucket(distance):
-    return explain.t5_bucket_table(distance, 32, 128)["causal"][distance]
+    return attention_biases.t5_bucket_table(distance, 32, 128)["causal"][distance]
 
 
 def test_t5_learned_bias_and_bound():
     model = tiny_model("t5")
     with torch.no_grad():
         model.position.bucket_bias.weight.normal_()
-    t5 = explain.t5_learned(model)
+    t5 = attention_biases.t5_learned(model)
     weights = t5["weights"]
     n = 400
-    bias = explain.t5_bias_by_distance(weights, n, t5["max_distance"])
+    bias = attention_biases.t5_bias_by_distance(weights, n, t5["max_distance"])
     for d in (0, 3, 17, 200, 399):
         assert np.allclose(bias[:, d], weights[table_bucket_nb(d, t5), :])
-    matrix = explain.t5_bias_matrix(weights, 2, 30, t5["max_distance"])
+    matrix = attention_biases.t5_bias_matrix(weights, 2, 30, t5["max_distance"])
     assert matrix[29, 29 - 17] == pytest.approx(bias[2, 17]) and np.isnan(matrix[0, 1])
     # The same sampled check as for ALiBi: the bound holds for every head.
-    bound = explain.max_attention_weight(bias, 3.0)
+    bound = attention_biases.max_attention_weight(bias, 3.0)
     rng = np.random.default_rng(1)
     for _ in range(200):
         h, d = int(rng.integers(bias.shape[0])), int(rng.integers(n))
@@ -335,18 +335,18 @@ def test_t5_learned_bias_and_bound():
 
 
 def table_bucket_nb(distance, t5):
-    return explain.t5_bucket_table(distance, t5["num_buckets"], t5["max_distance"])["causal"][distance]
+    return attention_biases.t5_bucket_table(distance, t5["num_buckets"], t5["max_distance"])["causal"][distance]
 
 
 def test_shaw_clip_matrix():
-    m = explain.shaw_clip(12, 4, causal=True)
+    m = attention_biases.shaw_clip(12, 4, causal=True)
     for i in range(12):
         for j in range(12):
             if j > i:
                 assert np.isnan(m[i, j])
             else:
                 assert m[i, j] == min(i - j, 4)
-    bi = explain.shaw_clip(12, 4, causal=False)
+    bi = attention_biases.shaw_clip(12, 4, causal=False)
     assert bi[0, 11] == 8 and bi[11, 0] == 0 and bi[5, 5] == 4
 
 
@@ -355,7 +355,7 @@ def test_shaw_bound_holds_for_sampled_queries(query_norm):
     rng = np.random.default_rng(7)
     k, hs, n, margin = 6, 8, 40, 1.5
     rel = rng.normal(size=(k + 1, hs)) * 0.8
-    bound = np.exp(explain.shaw_log_max_attention_weight(rel, n, margin, query_norm))
+    bound = np.exp(attention_biases.shaw_log_max_attention_weight(rel, n, margin, query_norm))
     clip = np.minimum(np.arange(n), k)
     for trial in range(400):
         d = int(rng.integers(n))
@@ -383,7 +383,7 @@ def test_shaw_bound_is_attained_with_two_embeddings():
     rng = np.random.default_rng(3)
     hs, n, margin, R = 8, 50, 2.0, 6.0
     rel = rng.normal(size=(2, hs))
-    bound = np.exp(explain.shaw_log_max_attention_weight(rel, n, margin, R))
+    bound = np.exp(attention_biases.shaw_log_max_attention_weight(rel, n, margin, R))
     q = R * (rel[0] - rel[1]) / np.linalg.norm(rel[0] - rel[1])
     position = rel[np.minimum(np.arange(n), 1)] @ q / math.sqrt(hs)
     s = np.full(n, -margin)
@@ -393,15 +393,15 @@ def test_shaw_bound_is_attained_with_two_embeddings():
 
 def test_shaw_learned_reads_the_model():
     model = tiny_model("shaw")
-    shaw = explain.shaw_learned(model)
+    shaw = attention_biases.shaw_learned(model)
     assert shaw["rel_keys"].shape == (2, 65, 8) and shaw["max_distance"] == 64
 
 
 def test_distance_grid_and_columns():
-    g = explain.distance_grid(8192)
+    g = attention_biases.distance_grid(8192)
     assert g[0] == 0 and g[-1] == 8191 and np.all(np.diff(g) > 0) and len(g) < 500
-    assert list(explain.distance_grid(10)) == list(range(10))
-    cols = explain.max_weight_columns({"a": np.log(np.full(8192, 0.5))}, g)
+    assert list(attention_biases.distance_grid(10)) == list(range(10))
+    cols = attention_biases.max_weight_columns({"a": np.log(np.full(8192, 0.5))}, g)
     assert set(cols["series"]) == {"a"} and np.allclose(cols["log10_max_weight"], math.log10(0.5))
 
 

@@ -19,7 +19,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
-from posviz import explain
+from posviz import attention_biases, explain
 from posviz.checkpoint import load_checkpoint, read_metrics, shipped_checkpoints
 from posviz.errors import PositionLimitError
 from posviz.positions import POSITION_METHODS, method_names
@@ -319,7 +319,7 @@ def test_alibi_slopes_matrix_and_bound(tiny_models):
     at.number_input(key="heads").set_value(6).run()
     assert_clean(at)
     slopes = frame_with(at, "head", "slope", "half_weight_distance")
-    np.testing.assert_allclose(slopes["slope"], explain.alibi_slope_table(6)["slope"])
+    np.testing.assert_allclose(slopes["slope"], attention_biases.alibi_slope_table(6)["slope"])
     assert at.slider(key="ahead-6").max == 5
     at.slider(key="ahead-6").set_value(4).run()
     at.slider(key="alen").set_value(16).run()
@@ -332,7 +332,7 @@ def test_alibi_slopes_matrix_and_bound(tiny_models):
     at.slider(key="margin").set_value(8.0).run()
     at.slider(key="far-1024").set_value(100).run()
     assert_clean(at)
-    lw = explain.log_max_attention_weight(explain.alibi_bias_by_distance(6, 1024), 8.0)
+    lw = attention_biases.log_max_attention_weight(attention_biases.alibi_bias_by_distance(6, 1024), 8.0)
     assert metric(at, "ALiBi, most lenient of 6 heads") == f"{np.exp(lw.max(axis=0)[100]):.3g}"
     assert metric(at, "no bias (NoPE)") == f"{1 / (1 + math.exp(-8.0) * 1023):.3g}"
     curves = frame_with(at, "series", "distance", "log10_max_weight", where=lambda f: "head 5" in set(f["series"]))
@@ -345,7 +345,7 @@ def test_t5_buckets_and_learned_bias(tiny_models):
     at.select_slider(key="nb").set_value(16).run()
     at.select_slider(key="md").set_value(64).run()
     buckets = frame_with(at, "distance", "direction", "bucket")
-    expected = explain.t5_bucket_table(256, 16, 64)
+    expected = attention_biases.t5_bucket_table(256, 16, 64)
     causal_rows = buckets[buckets.direction == "causal"].sort_values("distance")
     assert np.array_equal(causal_rows["bucket"], expected["causal"])
     assert set(buckets["direction"]) == {"causal", "bidirectional_before", "bidirectional_after"}

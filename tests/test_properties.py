@@ -28,6 +28,8 @@ VARIANTS = [(name, {}) for name in METHODS] + [
     ("rope", {"rotary_fraction": 0.5, "scaling": "yarn", "factor": 4.0}),
     ("shaw", {"max_distance": 3}),
     ("t5", {"num_buckets": 8, "max_distance": 12}),
+    ("nezha", {"max_distance": 3}),
+    ("fire", {"threshold_init": 4.0}),  # queries past L: the per-query normaliser, not the distance table
 ]
 VARIANT_IDS = [name + ("-" + "-".join(f"{k}={v}" for k, v in opts.items()) if opts else "") for name, opts in VARIANTS]
 ALL_CLASSES_COVERED = {name for name, _ in VARIANTS} == set(POSITION_METHODS)

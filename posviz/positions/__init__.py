@@ -38,8 +38,9 @@ def build_position_method(name: str, shape: ModelShape, options: Mapping[str, An
     return cls(shape, options)
 
 
-# The order the app lists methods in: from "no position" to the most elaborate.
-DISPLAY_ORDER = ["nope", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope"]
+# The order the app lists methods in: no position, absolute, relative keys, logit biases, rotary.
+DISPLAY_ORDER = ["nope", "sinusoidal", "learned", "shaw", "nezha", "transformer_xl", "t5", "alibi", "kerple", "fire",
+                 "rope"]
 
 
 def method_names() -> list[str]:

@@ -117,3 +117,13 @@ class PositionMethod(nn.Module):
 def relative_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """Distance from each query back to each key, ``q - k``: (Tq, Tk), >= 0 for visible keys."""
     return q_pos[:, None] - k_pos[None, :]
+
+
+def bias_from_distance_table(table: torch.Tensor, distance: torch.Tensor, lo: int) -> torch.Tensor:
+    """(H, Tq, Tk) bias from a per-distance table: ``table[:, d - lo]`` for each entry d of ``distance``.
+
+    For biases that depend on the distance alone (T5, KERPLE): compute the few distinct distances
+    once (a 1-D range starting at ``lo``), then look every (query, key) pair up, instead of running
+    the formula over all Tq x Tk pairs. table (H, D), distance (Tq, Tk).
+    """
+    return table[:, (distance - lo).flatten()].view(-1, *distance.shape)

@@ -44,12 +44,44 @@ class ShawOptions:
         require(isinstance(self.max_distance, int) and self.max_distance >= 1, "shaw max_distance must be an integer >= 1")
 
 
-class ShawRelative(PositionMethod):
+class RelativeKeys(PositionMethod):
+    """Shared machinery of every method whose bias is a query times a *relative key* per distance,
+    ``q_i . a_(i-j) / sqrt(hs)``: Shaw (learned keys, clipped), NEZHA (fixed sinusoidal keys, clipped)
+    and Transformer-XL (projected sinusoidal keys, unclipped). A subclass says what the keys are;
+    how they become a (B, H, Tq, Tk) bias is written once, here. Unregistered: it has no name.
+    """
+
+    acts_on = "logits"
+    kind = "relative"
+
+    def relative_keys(self, layer: int, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """(D+1, hs) or (H, D+1, hs): the key of distance 0..D; distances past D use the last one."""
+        raise NotImplementedError
+
+    def query_for_keys(self, q: torch.Tensor) -> torch.Tensor:
+        """The query that multiplies the relative keys (Transformer-XL swaps its global bias in)."""
+        return q
+
+    def logit_bias(self, layer, q, q_pos, k_pos):
+        table = self.relative_keys(layer, q_pos, k_pos).to(q.dtype)  # (D+1, hs) or (H, D+1, hs)
+        return relative_key_bias(self.query_for_keys(q), table, q_pos, k_pos)
+
+
+def relative_key_bias(q: torch.Tensor, table: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """(B, H, Tq, Tk) bias ``q_i . table[clip(i - j, 0, D)] / sqrt(hs)`` for a table of D+1 relative keys."""
+    scores = q @ table.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, D+1): q . a_d for every d
+    band = _band_bias(scores, q_pos, k_pos)
+    if band is not None:
+        return band
+    index = relative_distance(q_pos, k_pos).clamp(0, scores.shape[-1] - 1)  # (Tq, Tk)
+    index = index.to(q.device).expand(*scores.shape[:-1], index.shape[-1])  # (B, H, Tq, Tk), a view
+    return scores.gather(-1, index)  # (B, H, Tq, Tk)
+
+
+class ShawRelative(RelativeKeys):
     name = "shaw"
     summary = "Learned relative key vectors per clipped distance; a query-dependent logit bias."
     paper = "https://arxiv.org/abs/1803.02155"
-    acts_on = "logits"
-    kind = "relative"
     learned = True
     Options = ShawOptions
 
@@ -58,15 +90,8 @@ class ShawRelative(PositionMethod):
         k = self.options.max_distance
         self.rel_keys = nn.Parameter(torch.randn(shape.n_layer, k + 1, shape.head_dim) * 0.02)  # (L, k+1, hs)
 
-    def logit_bias(self, layer, q, q_pos, k_pos):
-        table = self.rel_keys[layer].to(q.dtype)  # (k+1, hs)
-        scores = q @ table.t() / math.sqrt(q.shape[-1])  # (B, H, Tq, k+1): q . a_d for every distance d
-        band = _band_bias(scores, q_pos, k_pos)
-        if band is not None:
-            return band
-        index = relative_distance(q_pos, k_pos).clamp(0, self.options.max_distance)  # (Tq, Tk)
-        index = index.to(q.device).expand(*scores.shape[:-1], index.shape[-1])  # (B, H, Tq, Tk), a view
-        return scores.gather(-1, index)  # (B, H, Tq, Tk)
+    def relative_keys(self, layer, q_pos, k_pos):
+        return self.rel_keys[layer]  # (k+1, hs)
 
 
 def _is_run(pos: torch.Tensor) -> bool:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..config import require
-from .base import PositionMethod, relative_distance
+from .base import PositionMethod, bias_from_distance_table, relative_distance
 
 
 def t5_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -80,7 +80,6 @@ class T5RelativeBias(PositionMethod):
             lo, hi = int(distance.min()), int(distance.max())
             span = torch.arange(lo, hi + 1, device=distance.device)  # every distance that occurs
             table = self.bucket_bias(t5_bucket(-span, False, self.options.num_buckets, self.options.max_distance))  # (D, H)
-            bias = table.t()[:, (distance - lo).flatten()].view(-1, *distance.shape)  # (H, Tq, Tk)
-            return bias.unsqueeze(0)  # (1, H, Tq, Tk)
+            return bias_from_distance_table(table.t(), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
 
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)

@@ -1,0 +1,93 @@
+"""FIRE: Functional Interpolation for Relative Positions (Li et al. 2023), https://arxiv.org/abs/2310.04418
+
+A learned function of the *normalised* distance, one output per head:
+
+    bias(i, j) = f_theta( psi(i - j) / psi(max(L, i)) ),    psi(x) = log(c x + 1)
+
+f_theta is a small MLP (1 -> width -> H, ReLU), c and the threshold L are learned. Dividing by
+psi(i) maps every distance a query can see into [0, 1], whatever the length: a query far past the
+training length sees its distances squeezed into the range it was trained on ("progressive
+interpolation"), which is why FIRE generalises. The threshold L stops short queries from
+stretching their few distances over the whole range: below L every query uses psi(L).
+Initialisation follows the paper's reference code: width 32, c = 0.1, L = 512 (learned as a
+multiplier of 512, so its step size does not depend on the scale of L).
+
+Shared across layers: the MLP, c and L. FIRE's point is one smooth function of where a key sits in
+the query's context; one copy keeps it a few hundred parameters (like T5's buckets) and lets the
+model compute the (H, Tq, Tk) bias once per forward pass instead of once per layer, which is most
+of FIRE's cost at long lengths.
+Shapes: normalised distance (Tq, Tk), MLP (Tq, Tk, 1) -> (Tq, Tk, H), bias (1, H, Tq, Tk).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..config import require
+from .base import PositionMethod, bias_from_distance_table, relative_distance
+
+EPS = 1e-6  # keeps psi(max(L, i)) > 0 if c or L were driven to 0
+
+
+@dataclasses.dataclass
+class FireOptions:
+    mlp_width: int = 32  # hidden units of f_theta
+    c_init: float = 0.1  # psi's scale: larger c makes psi closer to a plain log
+    threshold_init: float = 512.0  # L: queries before L are normalised as if they sat at L
+
+    def __post_init__(self):
+        require(isinstance(self.mlp_width, int) and self.mlp_width >= 1, "fire mlp_width must be an integer >= 1")
+        require(isinstance(self.c_init, (int, float)) and self.c_init > 0, f"fire c_init must be > 0, got {self.c_init!r}")
+        require(isinstance(self.threshold_init, (int, float)) and self.threshold_init >= 1,
+                f"fire threshold_init must be >= 1, got {self.threshold_init!r}")
+
+
+class Fire(PositionMethod):
+    name = "fire"
+    summary = "A learned MLP of the log-distance normalised by the query's position, per head."
+    paper = "https://arxiv.org/abs/2310.04418"
+    acts_on = "logits"
+    kind = "relative"
+    learned = True
+    Options = FireOptions
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        o = self.options
+        self.mlp = nn.Sequential(nn.Linear(1, o.mlp_width), nn.ReLU(), nn.Linear(o.mlp_width, shape.n_head))
+        self.c = nn.Parameter(torch.tensor(float(o.c_init)))
+        self.threshold_scale = nn.Parameter(torch.tensor(1.0))  # L = |threshold_scale| * threshold_init
+
+    @property
+    def threshold(self) -> torch.Tensor:
+        return (self.threshold_scale * self.options.threshold_init).abs()
+
+    def psi(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log((self.c * x).abs() + 1)
+
+    def normalised_distance(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """(Tq, Tk): psi(i - j) / psi(max(L, i)), in [0, 1] for keys at or before the query."""
+        distance = relative_distance(q_pos, k_pos).clamp(min=0).to(self.c)  # future keys: masked, count as 0
+        normaliser = self.psi(torch.maximum(q_pos.to(self.c), self.threshold)) + EPS  # (Tq,)
+        return self.psi(distance) / normaliser[:, None]
+
+    def bias_of(self, u: torch.Tensor) -> torch.Tensor:
+        """f_theta on normalised distances u (any shape): (H, *u.shape)."""
+        return self.mlp(u.unsqueeze(-1)).movedim(-1, 0)
+
+    def logit_bias(self, layer, q, q_pos, k_pos):
+        def compute():
+            q_dev, k_dev = q_pos.to(self.c.device), k_pos.to(self.c.device)
+            if bool((q_dev.float() <= self.threshold).all()):
+                # Every query is normalised by psi(L): the bias is a function of the distance alone,
+                # so run the MLP once per distinct distance, not once per (query, key) pair.
+                distance = relative_distance(q_dev, k_dev)  # (Tq, Tk)
+                lo, hi = int(distance.min()), int(distance.max())
+                span = torch.arange(lo, hi + 1, device=distance.device)
+                u = self.psi(span.clamp(min=0).to(self.c)) / (self.psi(self.threshold) + EPS)  # (D,)
+                return bias_from_distance_table(self.bias_of(u), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
+            return self.bias_of(self.normalised_distance(q_dev, k_dev)).unsqueeze(0)  # (1, H, Tq, Tk)
+
+        return self._memoized(q_pos, k_pos, compute).to(q.dtype)

@@ -1,0 +1,74 @@
+"""KERPLE, logarithmic variant (Chi et al. 2022), https://arxiv.org/abs/2205.09921 (§4, eq. "log")
+
+A bias from a conditionally positive definite kernel of the distance, learned per head and layer:
+
+    bias(i, j) = -r1 * log(1 + r2 * (i - j)),   r1, r2 > 0
+
+Like ALiBi it only ever lowers the logit of farther keys, but the penalty grows like a logarithm,
+not linearly, so far keys are pushed down far less; and both the strength r1 and the bend r2 are
+learned. Initialisation and the positivity rule follow the authors' released code: r1 ~ U(0, 2),
+r2 ~ U(0, 1), each clamped to at least 0.01 (a projection after every update, kept in the forward
+pass so a hand-set value below it also stays valid).
+Shapes: r1, r2 (n_layer, H); bias (1, H, Tq, Tk).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..config import require
+from .base import PositionMethod, bias_from_distance_table, relative_distance
+
+MIN_PARAMETER = 0.01  # r1, r2 > 0: the kernel is only conditionally positive definite for positive values
+
+
+@dataclasses.dataclass
+class KerpleOptions:
+    r1_init_max: float = 2.0  # r1 ~ U(0, r1_init_max): the authors' code
+    r2_init_max: float = 1.0  # r2 ~ U(0, r2_init_max)
+
+    def __post_init__(self):
+        for key in ("r1_init_max", "r2_init_max"):
+            value = getattr(self, key)
+            require(isinstance(value, (int, float)) and value > MIN_PARAMETER, f"kerple {key} must be > {MIN_PARAMETER}, got {value!r}")
+
+
+def kerple_log_bias(r1: torch.Tensor, r2: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+    """(H, *distance.shape): -r1 log(1 + r2 d) for distances d >= 0 (negative distances count as 0)."""
+    d = distance.clamp(min=0).to(r1.dtype)
+    return -r1.view(-1, *([1] * d.dim())) * torch.log1p(r2.view(-1, *([1] * d.dim())) * d)
+
+
+class Kerple(PositionMethod):
+    name = "kerple"
+    summary = "A learned logarithmic distance penalty per head and layer: -r1 log(1 + r2 d)."
+    paper = "https://arxiv.org/abs/2205.09921"
+    acts_on = "logits"
+    kind = "relative"
+    learned = True
+    Options = KerpleOptions
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        L, H = shape.n_layer, shape.n_head
+        self.r1 = nn.Parameter(torch.rand(L, H) * self.options.r1_init_max)  # (L, H) strength
+        self.r2 = nn.Parameter(torch.rand(L, H) * self.options.r2_init_max)  # (L, H) bend
+
+    def parameters_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(r1, r2) of one layer, each (H,), as the forward pass uses them."""
+        if self.training and layer == 0:  # projected gradient, as the authors do: keep the stored values valid.
+            # Once per forward pass, before any layer has used them: an in-place change later would
+            # invalidate what autograd saved for the layers before.
+            with torch.no_grad():
+                self.r1.clamp_(min=MIN_PARAMETER)
+                self.r2.clamp_(min=MIN_PARAMETER)
+        return self.r1[layer].clamp(min=MIN_PARAMETER), self.r2[layer].clamp(min=MIN_PARAMETER)
+
+    def logit_bias(self, layer, q, q_pos, k_pos):
+        r1, r2 = self.parameters_of(layer)
+        distance = relative_distance(q_pos, k_pos).to(r1.device)  # (Tq, Tk)
+        lo, hi = int(distance.min()), int(distance.max())
+        table = kerple_log_bias(r1, r2, torch.arange(lo, hi + 1, device=r1.device))  # (H, D): one value per distance
+        return bias_from_distance_table(table, distance, lo).unsqueeze(0).to(q.dtype)  # (1, H, Tq, Tk)

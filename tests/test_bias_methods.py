@@ -1,0 +1,208 @@
+"""The four methods added after the first seven — Transformer-XL, NEZHA, KERPLE, FIRE — against their
+papers' formulas on tiny cases with hand-computed numbers, and a short training run of each.
+
+What every method must satisfy (causality, cached decoding = full forward, bad options) is in the
+contract tests, which cover these methods through the registry without naming them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+from posviz import attention_biases
+from posviz.checkpoint import load_checkpoint
+from posviz.model import GPT
+from posviz.positions import ModelShape, build_position_method
+from posviz.train import TrainConfig, train
+
+SHAPE = ModelShape(n_layer=2, n_head=2, head_dim=4, n_embd=8, train_length=16)
+POS3 = torch.arange(3)
+
+
+def lower_triangle(matrix: torch.Tensor) -> torch.Tensor:
+    """Keys after the query are masked by attention, so only j <= i is the method's business."""
+    return torch.where(torch.tril(torch.ones(matrix.shape[-2:], dtype=torch.bool)), matrix, torch.zeros(()))
+
+
+def test_kerple_log_bias_by_hand():
+    method = build_position_method("kerple", SHAPE)
+    with torch.no_grad():
+        method.r1[1] = torch.tensor([1.0, 2.0])
+        method.r2[1] = torch.tensor([0.5, 1.0])
+    bias = method.logit_bias(1, torch.zeros(1, 2, 3, 4), POS3, POS3)[0]  # (H, 3, 3)
+    # -r1 log(1 + r2 d): head 0 (1, 0.5): d=1 -> -log 1.5, d=2 -> -log 2; head 1 (2, 1): -2 log 2, -2 log 3
+    expected = torch.tensor([
+        [[0.0, 0, 0], [-0.405465, 0.0, 0], [-0.693147, -0.405465, 0.0]],
+        [[0.0, 0, 0], [-1.386294, 0.0, 0], [-2.197225, -1.386294, 0.0]],
+    ])
+    torch.testing.assert_close(lower_triangle(bias), expected, atol=1e-5, rtol=0)
+
+
+def test_kerple_keeps_r1_and_r2_positive_in_training():
+    method = build_position_method("kerple", SHAPE).train()
+    with torch.no_grad():
+        method.r1.fill_(-3.0)
+    method.logit_bias(0, torch.zeros(1, 2, 3, 4), POS3, POS3)
+    assert float(method.r1.detach().min()) == pytest.approx(0.01)  # projected back, as the authors' code does
+
+
+def linear_fire(threshold: float, c: float, weights: list[float]):
+    """A FIRE whose MLP is f(u) = w_h * u (first layer passes u >= 0 through one ReLU unit)."""
+    method = build_position_method("fire", SHAPE, {"threshold_init": threshold, "c_init": c, "mlp_width": 3})
+    with torch.no_grad():
+        first, _, second = method.mlp
+        first.weight.zero_(), first.bias.zero_(), second.weight.zero_(), second.bias.zero_()
+        first.weight[0, 0] = 1.0
+        second.weight[:, 0] = torch.tensor(weights)
+    return method
+
+
+def test_fire_bias_by_hand_below_and_past_the_threshold():
+    # c = 1, L = 2: psi(x) = log(x + 1); queries 0..2 are normalised by psi(2) = log 3, query 3 by log 4.
+    method = linear_fire(threshold=2.0, c=1.0, weights=[1.0, -2.0])
+    pos = torch.arange(4)
+    bias = method.logit_bias(0, torch.zeros(1, 2, 4, 4), pos, pos)[0]  # (H, 4, 4)
+    log2, log3, log4 = math.log(2), math.log(3), math.log(4)
+    head0 = torch.tensor([
+        [0.0, 0, 0, 0],
+        [log2 / log3, 0, 0, 0],
+        [log3 / log3, log2 / log3, 0, 0],
+        [log4 / log4, log3 / log4, log2 / log4, 0],
+    ])
+    torch.testing.assert_close(lower_triangle(bias), torch.stack([head0, -2 * head0]), atol=1e-5, rtol=0)
+    # Only queries below the threshold: the per-distance table path gives the same rows.
+    short = method.logit_bias(0, torch.zeros(1, 2, 3, 3), POS3, POS3)[0]
+    method.forget()
+    torch.testing.assert_close(lower_triangle(short), torch.stack([head0, -2 * head0])[:, :3, :3], atol=1e-5, rtol=0)
+
+
+def test_fire_squeezes_every_context_into_the_trained_range():
+    columns = attention_biases.fire_normalised_distance([256, 4096], c=0.1, threshold=512)
+    for n in (256, 4096):
+        u = columns["normalised"][columns["context"] == n]
+        assert u.min() == 0 and u.max() <= 1.0 and np.all(np.diff(u) > 0)
+    far = columns["normalised"][(columns["context"] == 4096)][-1]
+    assert far == pytest.approx(1.0, abs=1e-5)  # the farthest key of a long context maps to 1, as in training
+
+
+def test_nezha_table_is_the_sinusoid_of_the_clipped_distance():
+    method = build_position_method("nezha", SHAPE, {"max_distance": 2})
+    table = method.relative_keys(0, POS3, POS3)  # (k+1, hs)
+    for d in range(3):
+        for i in range(2):
+            assert float(table[d, 2 * i]) == pytest.approx(math.sin(d / 10000 ** (2 * i / 4)), abs=1e-6)
+            assert float(table[d, 2 * i + 1]) == pytest.approx(math.cos(d / 10000 ** (2 * i / 4)), abs=1e-6)
+    assert not any(True for _ in method.parameters())  # fixed: nothing to learn
+    q = torch.randn(1, 2, 4, 4, generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(4)
+    bias = method.logit_bias(1, q, pos, pos)[0]
+    for i in range(4):
+        for j in range(i + 1):
+            expected = float(q[0, 1, i] @ table[min(i - j, 2)]) / 2.0  # / sqrt(hs)
+            assert float(bias[1, i, j]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_nezha_is_shaw_with_a_fixed_table():
+    shaw = build_position_method("shaw", SHAPE, {"max_distance": 3})
+    nezha = build_position_method("nezha", SHAPE, {"max_distance": 3})
+    with torch.no_grad():
+        shaw.rel_keys.copy_(nezha.rel_keys.expand_as(shaw.rel_keys))
+    q = torch.randn(2, 2, 6, 4, generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(6)
+    torch.testing.assert_close(nezha.logit_bias(0, q, pos, pos), shaw.logit_bias(0, q, pos, pos))
+
+
+def random_txl(seed: int = 0):
+    model = tiny_model("transformer_xl", seed=seed)
+    with torch.no_grad():
+        for p in model.position.parameters():
+            p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed + 1))
+    return model
+
+
+def test_transformer_xl_four_terms_by_hand():
+    method = build_position_method("transformer_xl", SHAPE)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in method.parameters():
+            p.normal_(generator=gen)
+    q, k = torch.randn(1, 2, 3, 4, generator=gen), torch.randn(1, 2, 3, 4, generator=gen)
+    terms = method.four_terms(1, q, k, POS3, POS3)
+    W = method.proj[1].weight  # (C, C): W_R of layer 1
+
+    def R(d: int) -> torch.Tensor:  # sinusoid of the distance, width C = 8, interleaved sin/cos
+        return torch.tensor([f(d / 10000 ** (2 * (c // 2) / 8)) for c in range(8) for f in [(math.sin, math.cos)[c % 2]]])
+
+    h, i, j = 1, 2, 0
+    WR = (W @ R(i - j)).view(2, 4)[h]  # this head's slice of W_R R_(i-j)
+    by_hand = {
+        "content-content": q[0, h, i] @ k[0, h, j],
+        "content-position": q[0, h, i] @ WR,
+        "global content bias": method.u[h] @ k[0, h, j],
+        "global position bias": method.v[h] @ WR,
+    }
+    for name, value in by_hand.items():
+        assert float(terms[name][0, h, i, j]) == pytest.approx(float(value) / 2.0, abs=1e-5), name
+
+
+def test_transformer_xl_terms_sum_to_the_models_own_attention():
+    model = random_txl()
+    ids = list(b"def f(x):\n    return x")
+    for layer in range(model.config.n_layer):
+        terms = attention_biases.transformer_xl_terms(model, ids, layer)
+        with torch.no_grad():
+            probs = model(torch.tensor([ids]), attention_layer=layer).attention[0].double().numpy()  # (H, T, T)
+        np.testing.assert_allclose(np.nan_to_num(terms["weight"]), probs, atol=1e-5)
+    # and each term matters: dropping the position terms changes where the queries look
+    moved = np.nanmax(np.abs(terms["content-position"] + terms["global position bias"]))
+    assert moved > 0.1
+
+
+def test_deciding_term_names_the_term_that_moves_the_top_key():
+    model = random_txl(3)
+    ids = list(b"abcabcabcabc")
+    terms = attention_biases.transformer_xl_terms(model, ids, 0)
+    shares = attention_biases.deciding_term(terms, head=0, query=11)
+    assert set(shares) == set(attention_biases.TXL_TERMS)
+    rows = attention_biases.transformer_xl_query_rows(terms, 0, 11, [chr(b) for b in ids])
+    assert len(rows["key"]) == 4 * 12 and set(rows["term"]) == set(attention_biases.TXL_TERMS)
+    totals = rows["total"][rows["term"] == "content-content"]
+    summed = sum(rows["value"][rows["term"] == t] for t in attention_biases.TXL_TERMS)
+    np.testing.assert_allclose(summed, totals, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["kerple", "fire"])
+def test_bias_by_distance_is_what_the_model_adds(method):
+    model = tiny_model(method, seed=4)
+    with torch.no_grad():
+        for p in model.position.parameters():
+            p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(5))
+    n = 40
+    curve = attention_biases.bias_by_distance(model.position, 1, n)  # (H, n)
+    pos = torch.arange(n)
+    full = model.position.logit_bias(1, torch.zeros(1, 4, n, 8), pos, pos)[0, :, -1].flip(-1)  # last row, by distance
+    model.position.forget()
+    np.testing.assert_allclose(curve, full.detach().double().numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["transformer_xl", "nezha", "kerple", "fire"])
+def test_a_short_training_run_lowers_the_loss_and_moves_the_position_parameters(method, tmp_path):
+    cfg = TrainConfig(method=method, n_layer=2, n_head=2, n_embd=32, train_length=32, batch_size=8,
+                      tokens=8 * 32 * 200, warmup_steps=10, eval_bytes=1024, log_every=20, autocast_bf16=False)
+    metrics = train(cfg, out=tmp_path / method, progress=False)
+    curve = [row["train_bpb"] for row in metrics["train_curve"]]
+    assert curve[-1] < curve[0] - 2.0, curve  # from ~8 bits/byte (uniform) to well under 6
+    assert metrics["val_bpb_at_train_length"] < 6.0
+    torch.manual_seed(cfg.seed)  # the initial weights train() started from
+    initial = dict(GPT(cfg.model_config()).position.named_parameters())
+    trained = dict(load_checkpoint(tmp_path / method).position.named_parameters())
+    assert set(initial) == set(trained)
+    for name, p in trained.items():  # gradients reach every position parameter (nezha has none) ...
+        if name == "mlp.2.bias":  # ... but FIRE's output bias: one constant per head on every logit of a row
+            assert torch.allclose(p.float(), initial[name].float(), atol=1e-2)  # cancels in the softmax
+            continue
+        assert not torch.allclose(p.float(), initial[name].float(), atol=1e-3), name
