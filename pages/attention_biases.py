@@ -1,4 +1,4 @@
-"""Attention biases: ALiBi, T5 buckets and Shaw's clipped relative keys — and how far each lets a token reach."""
+"""Attention biases: ALiBi, T5, KERPLE, FIRE, Shaw, NEZHA and Transformer-XL — and how far each lets a token reach."""
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -8,16 +8,19 @@ from pages._shared import (folder_stamp, page_header, qp_bool, qp_choice, qp_flo
                            shipped_checkpoint_json, shipped_model, sync_url)
 from posviz import attention_biases
 from posviz.checkpoint import shipped_checkpoints
+from posviz.positions import POSITION_METHODS
 from posviz.limits import CACHE_ENTRIES
 from posviz.positions.t5 import T5Options
+from posviz.positions.nezha import NezhaOptions
 from posviz.positions.shaw import ShawOptions
+from posviz.train import TrainConfig
 
 CONTEXTS = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 BUCKETS = [8, 16, 32, 64, 128]
 T5_MAX_DISTANCES = [16, 32, 64, 128, 256, 512, 1024]
 
 page_header(
-    "Attention biases: ALiBi, T5 and Shaw",
+    "Attention biases: ALiBi, T5, KERPLE, FIRE, Shaw, NEZHA, Transformer-XL",
     "These methods leave the token vectors alone and add a number to each attention logit that depends on how far "
     "the key is from the query. The size of that number decides what a head can still see far away.",
 )
@@ -251,6 +254,196 @@ else:
                              f"n = {n_keys:,} keys, margin Δ = {margin:g}", "bound", n_keys)
     show_chart(chart, df, f"shaw_max_weight_layer{layer}_n{n_keys}")
 
+# -- learned curves of distance: T5, KERPLE, FIRE next to ALiBi ----------------------------------------------
+st.header("Learned curves of distance: KERPLE and FIRE next to ALiBi and T5")
+st.markdown(
+    "**KERPLE** (log variant) learns −r1·log(1 + r2·d) per head and layer: a penalty that grows like a logarithm, "
+    "so far keys are pushed down much less than by ALiBi's straight line. **FIRE** learns any curve: a small MLP of "
+    "ψ(d)/ψ(max(L, i)) with ψ(x) = log(c·x + 1), so every distance a query can see is squeezed into [0, 1] "
+    "whatever the length. Below, each checkpoint's own bias for the last query of a context, up to 16× the "
+    "training length: distances the models never saw in training."
+)
+curve_methods = attention_biases.distance_only_bias_methods()
+train_length = int(((shipped_checkpoint_json().get("alibi") or (None,))[0] or {}).get("model", {}).get(
+    "train_length", TrainConfig().train_length))
+multiples = [1, 4, 16]
+c1, c2 = st.columns(2)
+multiple = c1.select_slider("context (× training length)", multiples, value=int(qp_choice("cmult", "16", [str(m) for m in multiples])),
+                            key="cmult", format_func=lambda m: f"{m}× = {m * train_length:,} bytes")
+shipped_layers = int(alibi_config.get("model", {}).get("n_layer", 4))
+curve_layer = c2.slider("layer", 0, shipped_layers - 1, min(qp_int("clayer", 0, 0, 63), shipped_layers - 1), key="clayer",
+                        help="KERPLE learns one curve per head and layer; ALiBi, T5 and FIRE use the same in every layer.")
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def learned_curves(name: str, folder: str, stamp: tuple, layer: int, n: int, _position) -> pd.DataFrame:
+    layer = min(layer, _position.shape.n_layer - 1)
+    return pd.DataFrame(attention_biases.bias_curves(_position, [layer], [n])).assign(method=name)
+
+
+frames, missing_curves = [], []
+for name in curve_methods:
+    model, problem = shipped_model(name)
+    if model is not None:
+        folder = str(shipped_checkpoints()[name])
+        frames.append(learned_curves(name, folder, folder_stamp(folder), curve_layer, multiple * train_length, model.position))
+    elif not POSITION_METHODS[name].learned:  # nothing to learn: the formula is the method
+        position = attention_biases.fixed_method(name, 4, shipped_heads, 32, train_length)
+        frames.append(learned_curves(name, "", (), curve_layer, multiple * train_length, position))
+    else:
+        missing_curves.append(name)
+if missing_curves:
+    st.info(f"No checkpoint yet for {', '.join(missing_curves)}: its learned curve is not drawn. "
+            "Train one with `python -m posviz.train --method NAME`, or run `make checkpoints`.", icon="ℹ️")
+if frames:
+    curves = pd.concat(frames, ignore_index=True)
+    curves["series"] = curves["method"] + " · head " + curves["head"].astype(str)
+    n_curve = multiple * train_length
+    curve_chart = alt.Chart(curves).mark_line().encode(
+        x=distance_axis("distance from the query (positions, symlog scale)", n_curve),
+        y=alt.Y("bias:Q", title="bias added to the logit"),
+        color=alt.Color("method:N", title="method", sort=curve_methods),
+        detail="head:N",
+        tooltip=["method", alt.Tooltip("head:N"), alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")],
+    ).properties(height=340)
+    train_rule = alt.Chart(pd.DataFrame({"distance": [train_length - 1]})).mark_rule(strokeDash=[4, 3], color="gray").encode(x="distance:Q")
+    show_chart(curve_chart + train_rule, curves, f"bias_curves_layer{curve_layer}_n{n_curve}",
+               f"One line per head. Dashed: the farthest distance seen in training ({train_length - 1:,}); to its right "
+               "the learned functions extrapolate. ALiBi keeps falling in a straight line (on a log axis: a steep "
+               "curve), T5 goes flat after its last bucket, KERPLE bends over like a logarithm, FIRE stays inside "
+               "what it learned because its input never leaves [0, 1].")
+    for name in ("kerple", "fire"):  # their bounds join the side-by-side comparison below
+        model, _ = shipped_model(name)
+        if model is not None:
+            layer = min(curve_layer, model.config.n_layer - 1)
+            lw = attention_biases.log_max_attention_weight(attention_biases.bias_by_distance(model.position, layer, n_keys), margin)
+            summary[f"{name.upper()}, most lenient head of layer {layer}"] = attention_biases.strongest_head(lw)
+
+st.subheader("KERPLE's formula, by hand")
+c1, c2 = st.columns(2)
+r1 = c1.slider("r1 (strength)", 0.01, 4.0, qp_float("r1", 1.0, 0.01, 4.0), step=0.01, key="r1")
+r2 = c2.slider("r2 (bend)", 0.01, 4.0, qp_float("r2", 0.5, 0.01, 4.0), step=0.01, key="r2")
+kgrid = attention_biases.distance_grid(n_keys)
+kerple_df = pd.DataFrame({"distance": np.tile(kgrid, 2),
+                          "bias": np.concatenate([attention_biases.kerple_formula(r1, r2, kgrid),
+                                                  -slopes["slope"][alibi_head] * kgrid]),
+                          "curve": [f"KERPLE −{r1:g}·log(1 + {r2:g}·d)"] * kgrid.size + [f"ALiBi head {alibi_head}: −{slopes['slope'][alibi_head]:.3g}·d"] * kgrid.size})
+kerple_chart = alt.Chart(kerple_df).mark_line().encode(
+    x=distance_axis("distance (positions, symlog scale)", n_keys), y=alt.Y("bias:Q", title="bias (logits)"),
+    color=alt.Color("curve:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400)),
+    tooltip=["curve", alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")]).properties(height=260)
+show_chart(kerple_chart, kerple_df, f"kerple_formula_r1_{r1:g}_r2_{r2:g}",
+           f"At distance {n_keys - 1:,} KERPLE costs {-attention_biases.kerple_formula(r1, r2, [n_keys - 1])[0]:.2f} logits, "
+           f"ALiBi head {alibi_head} {slopes['slope'][alibi_head] * (n_keys - 1):,.1f}: a logarithm lets far keys compete.")
+kerple_model, kerple_problem = shipped_model("kerple")
+if kerple_model is not None:
+    learned = attention_biases.kerple_learned(kerple_model)
+    table = pd.DataFrame([{"layer": l, "head": h, "r1": learned["r1"][l, h], "r2": learned["r2"][l, h]}
+                          for l in range(learned["r1"].shape[0]) for h in range(learned["r1"].shape[1])])
+    st.markdown("**What the `kerple` checkpoint learned** (per layer and head)")
+    st.dataframe(table, hide_index=True, height=200)
+
+st.subheader("FIRE's input: every context squeezed into [0, 1]")
+fire_model, _ = shipped_model("fire")
+fire_facts = attention_biases.fire_learned(fire_model) if fire_model is not None else None
+from posviz.positions.fire import FireOptions  # noqa: E402  (the paper's initial values, when there is no checkpoint)
+c_value = fire_facts["c"] if fire_facts else FireOptions().c_init
+threshold = fire_facts["threshold"] if fire_facts else FireOptions().threshold_init
+norm_df = pd.DataFrame(attention_biases.fire_normalised_distance([m * train_length for m in multiples], c_value, threshold))
+norm_df["context"] = norm_df["context"].map(lambda n: f"{n:,} bytes ({n // train_length}×)")
+norm_chart = alt.Chart(norm_df).mark_line().encode(
+    x=alt.X("distance:Q", title="distance from the last query (positions)", scale=alt.Scale(type="symlog")),
+    y=alt.Y("normalised:Q", title="ψ(d) / ψ(max(L, i))", scale=alt.Scale(domain=[0, 1])),
+    color=alt.Color("context:N", title="context", sort=None),
+    tooltip=["context", alt.Tooltip("distance:Q", format=","), alt.Tooltip("normalised:Q", format=".3f")]).properties(height=260)
+show_chart(norm_chart, norm_df, "fire_normalised_distance",
+           f"c = {c_value:.3g}, L = {threshold:,.0f} ({'the `fire` checkpoint' if fire_facts else 'the paper’s initial values: no `fire` checkpoint yet'}). "
+           "Queries before L all use ψ(L); past it the farthest key always maps to 1, so a long context never asks the MLP "
+           "about an input it has not seen: it reads far keys as 'about as far as anything I saw'.")
+
+# -- NEZHA vs Shaw ------------------------------------------------------------------------------------------------
+st.header("NEZHA: Shaw's relative keys, as fixed sinusoids")
+nezha_k = shaw["max_distance"] if shaw is not None else NezhaOptions().max_distance
+head_dim = shaw["rel_keys"].shape[-1] if shaw is not None else 32
+st.markdown(
+    f"NEZHA keeps Shaw's form, a relative key a_d per clipped distance d ≤ k added to the query's dot product, but "
+    f"a_d is a sinusoid of d (as the absolute sinusoidal table is of a position), the same in every head and layer. "
+    f"Left: NEZHA's table for k = {nezha_k} and head size {head_dim}; right: what Shaw learned in its place."
+)
+left, right = st.columns(2)
+with left:
+    st.markdown("**NEZHA: fixed relative keys** (row = distance d, column = feature)")
+    show_matrix(attention_biases.nezha_table(nezha_k, head_dim), f"nezha_table_k{nezha_k}", x_title="feature",
+                y_title="distance d", value_title="a_d", scheme="redblue")
+with right:
+    if shaw is None:
+        st.warning(shaw_problem, icon="⚠️")
+    else:
+        shaw_layer = st.slider("Shaw layer", 0, shaw["rel_keys"].shape[0] - 1,
+                               min(qp_int("nlayer", 0, 0, 63), shaw["rel_keys"].shape[0] - 1), key="nlayer")
+        st.markdown(f"**Shaw: learned relative keys**, layer {shaw_layer}")
+        show_matrix(shaw["rel_keys"][shaw_layer], f"shaw_table_layer{shaw_layer}", x_title="feature",
+                    y_title="distance d", value_title="a_d", scheme="redblue")
+st.caption("Smooth stripes: neighbouring distances get similar keys by construction (NEZHA). Shaw has to learn any "
+           "such structure from data, one distance at a time, and rarely-seen distances stay near their random start.")
+
+# -- Transformer-XL ----------------------------------------------------------------------------------------------
+st.header("Transformer-XL: four terms decide where a query looks")
+st.markdown(
+    "Transformer-XL splits each logit into **content–content** q_i·k_j, **content–position** q_i·W_R R_(i−j), a "
+    "**global content bias** u·k_j and a **global position bias** v·W_R R_(i−j) (R: sinusoids of the distance, "
+    "W_R learned per layer, u and v learned per head). Below: one query of a real sentence, every key it can see, "
+    "and how much each term adds to that key's logit."
+)
+txl_model, txl_problem = shipped_model("transformer_xl")
+if txl_model is None:
+    st.warning(txl_problem, icon="⚠️")
+else:
+    SENTENCE = "def area(radius):\n    return 3.14159 * radius * radius\n"
+    c1, c2, c3 = st.columns(3)
+    txl_layer = c1.slider("layer", 0, txl_model.config.n_layer - 1,
+                          min(qp_int("xlayer", 0, 0, 63), txl_model.config.n_layer - 1), key="xlayer")
+    txl_head = c2.slider("head", 0, txl_model.config.n_head - 1,
+                         min(qp_int("xhead", 0, 0, 63), txl_model.config.n_head - 1), key="xhead")
+    txl_query = c3.slider("query position", 1, len(SENTENCE) - 1,
+                          min(qp_int("xquery", len(SENTENCE) - 8, 1, len(SENTENCE) - 1), len(SENTENCE) - 1), key="xquery")
+    txl_folder = str(shipped_checkpoints()["transformer_xl"])
+
+    @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+    def txl_terms(folder: str, stamp: tuple, layer: int, _model) -> dict:
+        return attention_biases.transformer_xl_terms(_model, list(SENTENCE.encode()), layer)
+
+    terms = txl_terms(txl_folder, folder_stamp(txl_folder), txl_layer, txl_model)
+    chars = [repr(c)[1:-1] for c in SENTENCE]
+    rows = pd.DataFrame(attention_biases.transformer_xl_query_rows(terms, txl_head, txl_query, chars))
+    rows["label"] = rows["key"].astype(str) + " " + rows["byte"]
+    shares = attention_biases.deciding_term(terms, txl_head, txl_query)
+    decider = max(shares, key=lambda t: abs(shares[t]))
+    top_key = int(np.nanargmax(terms["weight"][txl_head, txl_query, : txl_query + 1]))
+    st.markdown(f"Query **{txl_query}** (`{chars[txl_query]}`), layer {txl_layer}, head {txl_head}: it looks most at key "
+                f"**{top_key}** (`{chars[top_key]}`, weight {terms['weight'][txl_head, txl_query, top_key]:.2f}). "
+                f"The term that lifts that key most above the average key: **{decider}** ({shares[decider]:+.2f} logits).")
+    order = list(attention_biases.TXL_TERMS)
+    stacked = alt.Chart(rows).mark_bar().encode(
+        x=alt.X("label:N", title="key (position and byte)", sort=None),
+        y=alt.Y("value:Q", title="contribution to the logit", stack="zero"),
+        color=alt.Color("term:N", title="term", sort=order, legend=alt.Legend(orient="bottom")),
+        order=alt.Order("term_order:Q"),
+        tooltip=["label", "term", alt.Tooltip("value:Q", format=".3f"), alt.Tooltip("total:Q", title="logit", format=".3f"),
+                 alt.Tooltip("weight:Q", title="attention weight", format=".3f")],
+    ).transform_calculate(term_order=f"indexof({order}, datum.term)").properties(height=300)
+    total = alt.Chart(rows[rows["term"] == order[0]]).mark_tick(color="black", thickness=2, size=14).encode(
+        x=alt.X("label:N", sort=None), y="total:Q", tooltip=[alt.Tooltip("total:Q", title="logit", format=".3f")])
+    show_chart(stacked + total, rows, f"transformer_xl_terms_l{txl_layer}_h{txl_head}_q{txl_query}",
+               "Bars: the four terms stacked (positive up, negative down); black tick: their sum, the logit the softmax "
+               "sees. Keys whose bars reach highest get the attention.")
+    weights = rows[rows["term"] == order[0]][["label", "weight"]]
+    txl_weight_chart = alt.Chart(weights).mark_bar(color="#555").encode(
+        x=alt.X("label:N", title="key (position and byte)", sort=None), y=alt.Y("weight:Q", title="attention weight"),
+        tooltip=["label", alt.Tooltip("weight:Q", format=".3f")]).properties(height=140)
+    show_chart(txl_weight_chart, weights, f"transformer_xl_weights_l{txl_layer}_h{txl_head}_q{txl_query}")
+    sync_url(xlayer=txl_layer, xhead=txl_head, xquery=txl_query)
+
 # -- side by side -----------------------------------------------------------------------------------------------
 st.header(f"Side by side: a relevant key at distance {far:,}")
 cols = st.columns(len(summary))
@@ -265,7 +458,10 @@ show_chart(chart + rule, df, f"max_weight_comparison_n{n_keys}",
            "content stands out. Missing lines: that checkpoint is not available.")
 
 sync_url(ctx=n_keys, margin=margin, far=far, heads=heads, ahead=alibi_head, alen=alibi_len, nb=num_buckets,
-         md=max_distance, bidir=bidirectional, tlen=t5_len, sk=clip_k, slen=shaw_len, scausal=causal)
+         md=max_distance, bidir=bidirectional, tlen=t5_len, sk=clip_k, slen=shaw_len, scausal=causal, cmult=multiple,
+         clayer=curve_layer, r1=r1, r2=r2)
+if shaw is not None:
+    sync_url(nlayer=shaw_layer)
 if t5 is not None:
     sync_url(thead=t5_head)
 if shaw is not None:

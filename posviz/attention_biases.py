@@ -372,3 +372,17 @@ def deciding_term(terms: Mapping[str, np.ndarray], head: int, query: int) -> dic
     top = int(np.nanargmax(terms["weight"][head, query, : query + 1]))
     return {name: float(terms[name][head, query, top] - np.nanmean(terms[name][head, query, : query + 1]))
             for name in TXL_TERMS}
+
+
+def distance_only_bias_methods() -> list[str]:
+    """Registered methods whose logit bias is a function of positions alone (ALiBi, T5, KERPLE, FIRE):
+    the ones ``bias_by_distance`` can draw as curves. Read off the registry, so a new one shows up."""
+    from .positions import POSITION_METHODS, method_names
+    return [n for n in method_names() if POSITION_METHODS[n].acts_on == "logits"
+            and not POSITION_METHODS[n].bias_depends_on_query]
+
+
+def fixed_method(name: str, n_layer: int, n_head: int, head_dim: int, train_length: int):
+    """A method without parameters (ALiBi), built for a model shape: its curve needs no checkpoint."""
+    from .positions import ModelShape, build_position_method
+    return build_position_method(name, ModelShape(n_layer, n_head, head_dim, n_head * head_dim, train_length))

@@ -361,7 +361,7 @@ def test_t5_buckets_and_learned_bias(tiny_models):
     assert both[both.col < both.row]["value"].max() < 8
 
     # The tiny t5 checkpoint's biases start at zero: learned bias 0, and its bound equals the no-bias one.
-    learned = frame_with(at, "distance", "head", "bias")
+    learned = frame_with(at, "distance", "head", "bias", where=lambda f: "method" not in f.columns)
     weights = load_checkpoint(tiny_models / "t5").position.bucket_bias.weight
     assert set(learned["head"]) == set(range(weights.shape[1])) and (learned["bias"] == 0).all()
     assert metric(at, "T5, most lenient") == metric(at, "no bias (NoPE)")
@@ -394,7 +394,69 @@ def test_biases_junk_url_and_missing_checkpoints(tiny_models_dir, tmp_path, monk
     assert "No 't5' checkpoint" in text and "model.safetensors" in text
     heads = load_checkpoint(tiny_models_dir / "alibi").config.n_head  # the default follows the shipped model
     assert at.number_input(key="heads").value == heads and at.select_slider(key="ctx").value == 4096
-    assert [m.label for m in at.metric] == ["no bias (NoPE)", f"ALiBi, most lenient of {heads} heads"]
+    assert [m.label for m in at.metric] == ["no bias (NoPE)", f"ALiBi, most lenient of {heads} heads",
+                                            "KERPLE, most lenient head of layer 0", "FIRE, most lenient head of layer 0"]
+
+
+def test_learned_distance_curves_kerple_formula_and_fire_input(tiny_models):
+    at = open_page(BIASES)
+    train_length = load_checkpoint(tiny_models / "alibi").config.train_length
+    curves = frame_with(at, "method", "head", "distance", "bias", "context")
+    assert set(curves["method"]) == set(attention_biases.distance_only_bias_methods()) == {"t5", "alibi", "kerple", "fire"}
+    assert set(curves["context"]) == {16 * train_length}
+    kerple = load_checkpoint(tiny_models / "kerple")
+    at.slider(key="clayer").set_value(1).run()
+    at.select_slider(key="cmult").set_value(4).run()
+    assert_clean(at)
+    curves = frame_with(at, "method", "head", "distance", "bias", "context")
+    expected = attention_biases.bias_by_distance(kerple.position, 1, 4 * train_length)  # (H, n): layer 1's r1, r2
+    mine = curves[(curves.method == "kerple") & (curves.head == 2)]
+    np.testing.assert_allclose(mine["bias"], expected[2, mine["distance"]], rtol=1e-6)
+    assert at.query_params["clayer"] == "1" and at.query_params["cmult"] == "4"
+
+    at.slider(key="r1").set_value(2.0).run()
+    at.slider(key="r2").set_value(1.0).run()
+    formula = frame_with(at, "distance", "bias", "curve")
+    kerple_rows = formula[formula["curve"].str.startswith("KERPLE")]
+    assert kerple_rows[kerple_rows.distance == 1]["bias"].iloc[0] == pytest.approx(-2 * math.log(2))
+    assert kerple_rows[kerple_rows.distance == 3]["bias"].iloc[0] == pytest.approx(-2 * math.log(4))
+
+    fire_input = frame_with(at, "context", "distance", "normalised")
+    assert fire_input["normalised"].between(0, 1).all()
+    for _, part in fire_input.groupby("context"):
+        assert part["normalised"].is_monotonic_increasing and part["normalised"].iloc[0] == 0
+
+
+def test_nezha_table_next_to_shaws_learned_one(tiny_models):
+    at = open_page(BIASES)
+    shaw = load_checkpoint(tiny_models / "shaw")
+    tables = [f for spec, frames in chart_frames(at) for f in frames
+              if {"row", "col", "value"} <= set(f.columns) and '"title": "a_d"' in json.dumps(spec)]
+    assert len(tables) == 2
+    k, hs = shaw.position.options.max_distance, shaw.config.head_dim
+    fixed = attention_biases.nezha_table(k, hs)
+    nezha = [t for t in tables if np.allclose(t["value"], fixed[t["row"], t["col"]], atol=1e-6)]
+    assert len(nezha) == 1 and len(nezha[0]) == (k + 1) * hs
+    at.slider(key="nlayer").set_value(1).run()
+    assert_clean(at)
+    assert at.query_params["nlayer"] == "1"
+
+
+def test_transformer_xl_terms_for_one_query(tiny_models):
+    at = open_page(BIASES, xquery=20)
+    rows = frame_with(at, "key", "term", "value", "total", "weight", where=lambda f: f["term"].nunique() == 4)
+    assert set(rows["term"]) == set(attention_biases.TXL_TERMS) and rows["key"].max() == 20
+    summed = rows.groupby("key")["value"].sum()
+    np.testing.assert_allclose(summed.values, rows.groupby("key")["total"].first().values, atol=1e-9)
+    weights = rows.groupby("key")["weight"].first()
+    assert weights.sum() == pytest.approx(1.0)
+    text = "\n".join(m.value for m in at.markdown)
+    assert "Query **20**" in text and f"key **{int(weights.idxmax())}**" in text
+    at.slider(key="xhead").set_value(3).run()
+    assert_clean(at)
+    again = frame_with(at, "key", "term", "value", "total", "weight", where=lambda f: f["term"].nunique() == 4)
+    assert not np.allclose(again["value"], rows["value"])  # another head, other terms
+    assert at.query_params["xhead"] == "3"
 
 
 # -- about ------------------------------------------------------------------------------------------------------------

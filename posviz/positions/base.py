@@ -47,6 +47,8 @@ class PositionMethod(nn.Module):
     acts_on: ClassVar[str] = "nothing"  # "input", "q/k", "logits" or "nothing"
     kind: ClassVar[str] = "none"  # "absolute", "relative" or "none"
     learned: ClassVar[bool] = False  # has trainable parameters
+    # The bias uses the query's content (Shaw-style relative keys), so it is no curve of distance alone.
+    bias_depends_on_query: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:

@@ -6,9 +6,8 @@ A bias from a conditionally positive definite kernel of the distance, learned pe
 
 Like ALiBi it only ever lowers the logit of farther keys, but the penalty grows like a logarithm,
 not linearly, so far keys are pushed down far less; and both the strength r1 and the bend r2 are
-learned. Initialisation and the positivity rule follow the authors' released code: r1 ~ U(0, 2),
-r2 ~ U(0, 1), each clamped to at least 0.01 (a projection after every update, kept in the forward
-pass so a hand-set value below it also stays valid).
+learned. Initialisation follows the authors' released code: r1 ~ U(0, 2), r2 ~ U(0, 1); like it,
+the values used are at least 0.01 (see ``_at_least``).
 Shapes: r1, r2 (n_layer, H); bias (1, H, Tq, Tk).
 """
 from __future__ import annotations
@@ -57,14 +56,8 @@ class Kerple(PositionMethod):
         self.r2 = nn.Parameter(torch.rand(L, H) * self.options.r2_init_max)  # (L, H) bend
 
     def parameters_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(r1, r2) of one layer, each (H,), as the forward pass uses them."""
-        if self.training and layer == 0:  # projected gradient, as the authors do: keep the stored values valid.
-            # Once per forward pass, before any layer has used them: an in-place change later would
-            # invalidate what autograd saved for the layers before.
-            with torch.no_grad():
-                self.r1.clamp_(min=MIN_PARAMETER)
-                self.r2.clamp_(min=MIN_PARAMETER)
-        return self.r1[layer].clamp(min=MIN_PARAMETER), self.r2[layer].clamp(min=MIN_PARAMETER)
+        """(r1, r2) of one layer, each (H,), as the forward pass uses them: at least MIN_PARAMETER."""
+        return _at_least(self.r1[layer], MIN_PARAMETER), _at_least(self.r2[layer], MIN_PARAMETER)
 
     def logit_bias(self, layer, q, q_pos, k_pos):
         r1, r2 = self.parameters_of(layer)
@@ -72,3 +65,13 @@ class Kerple(PositionMethod):
         lo, hi = int(distance.min()), int(distance.max())
         table = kerple_log_bias(r1, r2, torch.arange(lo, hi + 1, device=r1.device))  # (H, D): one value per distance
         return bias_from_distance_table(table, distance, lo).unsqueeze(0).to(q.dtype)  # (1, H, Tq, Tk)
+
+
+def _at_least(x: torch.Tensor, low: float) -> torch.Tensor:
+    """``x`` clamped to ``low`` in value, with the gradient of ``x`` itself (straight through).
+
+    The authors clamp the stored parameter in place after each update; that cannot be done inside a
+    forward pass that uses it more than once. A plain clamp would stop the gradient below ``low`` for
+    good; passing it straight through lets a parameter that went too low come back.
+    """
+    return x + (x.clamp(min=low) - x).detach()

@@ -53,6 +53,7 @@ class RelativeKeys(PositionMethod):
 
     acts_on = "logits"
     kind = "relative"
+    bias_depends_on_query = True
 
     def relative_keys(self, layer: int, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """(D+1, hs) or (H, D+1, hs): the key of distance 0..D; distances past D use the last one."""
