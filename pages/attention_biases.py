@@ -301,7 +301,7 @@ if frames:
     n_curve = multiple * train_length
     curve_chart = alt.Chart(curves).mark_line().encode(
         x=distance_axis("distance from the query (positions, symlog scale)", n_curve),
-        y=alt.Y("bias:Q", title="bias added to the logit"),
+        y=alt.Y("bias:Q", title="bias added to the logit (symlog scale)", scale=alt.Scale(type="symlog")),
         color=alt.Color("method:N", title="method", sort=curve_methods),
         detail="head:N",
         tooltip=["method", alt.Tooltip("head:N"), alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")],
@@ -352,7 +352,7 @@ threshold = fire_facts["threshold"] if fire_facts else FireOptions().threshold_i
 norm_df = pd.DataFrame(attention_biases.fire_normalised_distance([m * train_length for m in multiples], c_value, threshold))
 norm_df["context"] = norm_df["context"].map(lambda n: f"{n:,} bytes ({n // train_length}×)")
 norm_chart = alt.Chart(norm_df).mark_line().encode(
-    x=alt.X("distance:Q", title="distance from the last query (positions)", scale=alt.Scale(type="symlog")),
+    x=distance_axis("distance from the last query (positions, symlog scale)", multiples[-1] * train_length),
     y=alt.Y("normalised:Q", title="ψ(d) / ψ(max(L, i))", scale=alt.Scale(domain=[0, 1])),
     color=alt.Color("context:N", title="context", sort=None),
     tooltip=["context", alt.Tooltip("distance:Q", format=","), alt.Tooltip("normalised:Q", format=".3f")]).properties(height=260)
