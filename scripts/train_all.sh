@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 JOBS=${JOBS:-2}
 export OMP_NUM_THREADS=${CPU_THREADS:-1}
-METHODS=${METHODS:-"nope sinusoidal learned shaw t5 alibi rope"}
+# Every registered method by default, so a new file in posviz/positions/ is trained without editing this.
+METHODS=${METHODS:-$("$PY" -c 'from posviz.positions import method_names; print(" ".join(method_names()))')}
 mkdir -p runs
 printf '%s\n' $METHODS | xargs -P "$JOBS" -I{} sh -c "$PY -m posviz.train --method {} --out models/{} > runs/train-{}.log 2>&1 && echo 'trained {}'"
