@@ -21,12 +21,17 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from safetensors.torch import load_file, save_file
+
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ModelConfig, require, strict_from_dict
 from .data import batch_offsets, get_batch, load_corpus
 from .errors import PosvizError
 from .evaluate import bits_per_byte
 from .model import GPT
+
+
+PRECISIONS = ("auto", "bf16", "fp32")
 
 
 @dataclasses.dataclass
@@ -51,10 +56,14 @@ class TrainConfig:
     log_every: int = 50
     corpus: str | None = None  # None: the standard library of this interpreter
     device: str = "auto"  # "auto" = CUDA when present
-    autocast_bf16: bool = True  # bfloat16 matmuls: 1.3-1.9x faster here (CUDA, or CPUs with AVX512-BF16)
+    # "auto": bfloat16 autocast only where it is faster (measured at start: CUDA and CPUs with AVX512-BF16
+    # or AMX gain 1.3-1.9x; a CPU with only AVX2 emulates it, 7.5x *slower*); "bf16" or "fp32" to force.
+    precision: str = "auto"
+    checkpoint_every: int = 200  # steps between saved training states (resume with --resume)
 
     def __post_init__(self):
-        for name in ("tokens", "batch_size", "train_length", "eval_bytes", "log_every"):
+        require(self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        for name in ("tokens", "batch_size", "train_length", "eval_bytes", "log_every", "checkpoint_every"):
             value = getattr(self, name)
             require(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
         require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
@@ -97,7 +106,100 @@ def _distributed() -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True) -> dict:
+def _matmul_seconds(device: torch.device, bf16: bool, reps: int = 5) -> float:
+    """Best time of a training-sized matmul (4096x128 by 128x512), with or without bf16 autocast."""
+    a, b = torch.randn(4096, 128, device=device), torch.randn(128, 512, device=device)
+    best = float("inf")
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        for _ in range(reps + 1):  # the first call warms up
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            (a @ b).sum().item()
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def pick_precision(cfg: TrainConfig, device: torch.device) -> dict:
+    """The precision to train in, and why: bf16 autocast only where this machine runs it faster.
+
+    The recipe's numbers are the same either way (the loss is computed in fp32); only speed differs, so
+    "auto" measures instead of guessing from the device type.
+    """
+    fp32 = _matmul_seconds(device, bf16=False)
+    bf16 = _matmul_seconds(device, bf16=True)
+    if cfg.precision == "auto":
+        chosen = "bf16" if bf16 < fp32 / 1.1 else "fp32"
+    else:
+        chosen = cfg.precision
+    return {"precision": chosen, "asked": cfg.precision, "matmul_ms_fp32": round(fp32 * 1e3, 3),
+            "matmul_ms_bf16": round(bf16 * 1e3, 3)}
+
+
+STATE_WEIGHTS, STATE_JSON = "state.safetensors", "state.json"
+
+
+def state_dir_for(out: str | Path) -> Path:
+    """Where a run keeps its resumable state: runs/<name>.state next to nothing that ships."""
+    return Path("runs") / f"{Path(out).name}.state"
+
+
+def save_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen: torch.Generator, step: int,
+               tokens_seen: int, curve: list, seconds: float, cfg: TrainConfig) -> None:
+    """Everything needed to continue exactly where training stopped, as safetensors + JSON (no pickle).
+
+    Written to a temporary name and renamed, so a run killed while saving keeps its previous state.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in optim.param_groups:
+        for p in group["params"]:
+            for key, value in optim.state.get(p, {}).items():
+                if torch.is_tensor(value):
+                    tensors[f"optim.{names[id(p)]}.{key}"] = value.detach().cpu().contiguous()
+    tensors["data_generator"] = data_gen.get_state()
+    tmp = folder / (STATE_WEIGHTS + ".tmp")
+    save_file(tensors, str(tmp))
+    info = {"step": step, "tokens_seen": tokens_seen, "curve": curve, "seconds": seconds,
+            "recipe": dataclasses.asdict(cfg)}
+    (folder / (STATE_JSON + ".tmp")).write_text(json.dumps(info) + "\n")
+    os.replace(tmp, folder / STATE_WEIGHTS)
+    os.replace(folder / (STATE_JSON + ".tmp"), folder / STATE_JSON)
+
+
+def load_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen: torch.Generator,
+               cfg: TrainConfig) -> dict:
+    """Restore a saved state into the fresh ``model``, ``optim`` and ``data_gen``; returns state.json."""
+    info = json.loads((folder / STATE_JSON).read_text())
+    saved = {k: v for k, v in info["recipe"].items() if k not in RESUMABLE_CHANGES}
+    wanted = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RESUMABLE_CHANGES}
+    if saved != wanted:
+        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+        raise PosvizError(f"the saved state in {folder} was made with another recipe (differs in: {', '.join(changed)}); "
+                          "delete that folder to start over, or resume with the same settings")
+    tensors = load_file(str(folder / STATE_WEIGHTS))
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
+    for name, p in model.named_parameters():  # the optimizer makes its state lazily: fill it by parameter name
+        entry = {key.rsplit(".", 1)[1]: v if key.endswith(".step") else v.to(p.device) for key, v in tensors.items()
+                 if key.startswith(f"optim.{name}.") and key.count(".") == name.count(".") + 2}
+        if entry:
+            optim.state[p] = entry
+    data_gen.set_state(tensors["data_generator"])
+    return info
+
+
+# Recipe fields a resumed run may change: they do not alter the trained weights.
+RESUMABLE_CHANGES = {"log_every", "checkpoint_every", "device"}
+
+
+def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resume: bool = False,
+          state_dir: str | Path | None = None, stop_after: int | None = None) -> dict:
+    """Train with the recipe ``cfg``; save the checkpoint to ``out`` (None: only return the metrics).
+
+    resume: continue from the state saved in ``state_dir`` (default ``runs/<out name>.state``) if there is one.
+    stop_after: stop after this many steps of the run, saving the state (what an interrupted run leaves).
+    """
     rank, world, local_rank = _distributed()
     device = pick_device(cfg.device)
     if device.type == "cuda" and world > 1:
@@ -117,10 +219,19 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True) -> di
     val = corpus.eval_stream(cfg.eval_bytes)  # too few validation bytes: fail now, not after training
     data_gen = torch.Generator().manual_seed(cfg.seed)  # separate from init: same order for every method
     local = slice(rank * cfg.batch_size // world, (rank + 1) * cfg.batch_size // world)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast_bf16)
+    precision = pick_precision(cfg, device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision["precision"] == "bf16")
 
-    curve, start, tokens_seen = [], time.perf_counter(), 0
-    bar = tqdm(range(cfg.steps), disable=not progress or rank != 0, desc=f"train {cfg.method}", unit="step")
+    curve, tokens_seen, first_step, earlier_seconds = [], 0, 0, 0.0
+    state = Path(state_dir) if state_dir is not None else (state_dir_for(out) if out is not None else None)
+    if resume and state is not None and (state / STATE_JSON).is_file():
+        info = load_state(state, model, optim, data_gen, cfg)
+        first_step, tokens_seen, curve, earlier_seconds = info["step"], info["tokens_seen"], info["curve"], info["seconds"]
+        if progress and rank == 0:
+            print(f"resuming {cfg.method} at step {first_step:,} of {cfg.steps:,} from {state}", flush=True)
+    start = time.perf_counter() - earlier_seconds
+    bar = tqdm(range(first_step, cfg.steps), initial=first_step, total=cfg.steps,
+               disable=not progress or rank != 0, desc=f"train {cfg.method}", unit="step")
     for step in bar:
         offsets = batch_offsets(len(corpus.train), cfg.batch_size, cfg.train_length, data_gen)
         x, y = get_batch(corpus.train, offsets[local], cfg.train_length)
@@ -144,6 +255,12 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True) -> di
             bpb = logged.item() / math.log(2)
             curve.append({"step": step, "tokens": tokens_seen, "train_bpb": round(bpb, 4), "seconds": round(elapsed, 1)})
             bar.set_postfix(bpb=f"{bpb:.3f}", tok_s=f"{tokens_seen / elapsed:,.0f}")
+        done = step + 1
+        interrupted = stop_after is not None and done - first_step >= stop_after and done < cfg.steps
+        if state is not None and rank == 0 and (done % cfg.checkpoint_every == 0 or interrupted):
+            save_state(state, model, optim, data_gen, done, tokens_seen, curve, time.perf_counter() - start, cfg)
+        if interrupted:
+            return {"stopped_at_step": done, "state": str(state)}
     seconds = time.perf_counter() - start
 
     result = {}
@@ -154,7 +271,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True) -> di
             "corpus": corpus.description,
             "trained_on": {"device": str(device), "processes": world, "platform": platform.platform(),
                            "processor": platform.processor() or platform.machine(),
-                           "cpu_threads": torch.get_num_threads(), "seconds": round(seconds, 1),
+                           "cpu_threads": torch.get_num_threads(), "seconds": round(seconds, 1), **precision,
                            "tokens_per_second": round(tokens_seen / seconds)},
             "versions": {"python": sys.version.split()[0], "torch": torch.__version__},
         }
@@ -196,13 +313,15 @@ def main(argv=None) -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="override a recipe field, e.g. tokens=100000 n_embd=64 (unknown keys are an error)")
     ap.add_argument("--option", nargs="*", default=[], metavar="KEY=VALUE", help="position method option")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from the state a stopped run left in runs/<out name>.state (saved every checkpoint_every steps)")
     args = ap.parse_args(argv)
     values = {"method": args.method, **_parse_pairs(args.set)}
     values["position_options"] = _parse_pairs(args.option)
     try:
         cfg = strict_from_dict(TrainConfig, values, "training recipe")
         GPT(cfg.model_config())  # unknown method, bad shape or option: say so before loading any data
-        train(cfg, args.out or f"models/{cfg.method}")
+        train(cfg, args.out or f"models/{cfg.method}", resume=args.resume)
     except PosvizError as exc:  # a message for the person at the terminal, not a traceback
         raise SystemExit(f"error: {exc}") from None
 

@@ -73,7 +73,7 @@ def test_torchrun_on_two_processes_matches_one_process(tmp_path):
     Hence: equal to 1 fp16 step (2^-10 relative), and almost every weight bit-identical. bf16 autocast
     is off: its per-shape rounding of matmuls would differ between batches of 2 and 4 by itself."""
     recipe = ["tokens=768", "n_embd=32", "n_layer=2", "train_length=32", "batch_size=4", "eval_bytes=4096",
-              "log_every=1", "autocast_bf16=false"]
+              "log_every=1", "precision=fp32"]
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     run([str(PYTHON), "-m", "posviz.train", "--method", "shaw", "--out", str(single), "--set", *recipe])
     run([str(TORCHRUN), "--standalone", "--nproc_per_node", "2", "-m", "posviz.train", "--method", "shaw",
@@ -105,3 +105,45 @@ def test_torchrun_on_two_processes_matches_one_process(tmp_path):
     for p, q in zip(curve_single, curve_ddp):
         assert (p["step"], p["tokens"]) == (q["step"], q["tokens"])
         assert q["train_bpb"] == pytest.approx(p["train_bpb"], abs=2e-4)
+
+
+def small_recipe(**overrides) -> TrainConfig:
+    return TrainConfig(**{"method": "kerple", "n_layer": 1, "n_embd": 32, "train_length": 32, "batch_size": 4,
+                          "tokens": 4 * 32 * 12, "warmup_steps": 2, "eval_bytes": 1024, "log_every": 1,
+                          "checkpoint_every": 5, "precision": "fp32", **overrides})
+
+
+def test_a_stopped_run_resumes_to_exactly_the_weights_of_an_uninterrupted_one(tmp_path):
+    from posviz.train import train
+
+    cfg = small_recipe()
+    whole = train(cfg, tmp_path / "whole", progress=False, state_dir=tmp_path / "whole.state")
+    stopped = train(cfg, tmp_path / "parts", progress=False, state_dir=tmp_path / "parts.state", stop_after=7)
+    assert stopped["stopped_at_step"] == 7 and not (tmp_path / "parts").exists()  # nothing shipped yet
+    assert json.loads((tmp_path / "parts.state" / "state.json").read_text())["step"] == 7
+    resumed = train(cfg, tmp_path / "parts", progress=False, resume=True, state_dir=tmp_path / "parts.state")
+    assert [r["train_bpb"] for r in resumed["train_curve"]] == [r["train_bpb"] for r in whole["train_curve"]]
+    a, b = load_file(str(tmp_path / "whole" / "model.safetensors")), load_file(str(tmp_path / "parts" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_a_state_made_with_another_recipe(tmp_path):
+    from posviz.errors import PosvizError
+    from posviz.train import train
+
+    train(small_recipe(), tmp_path / "m", progress=False, state_dir=tmp_path / "s", stop_after=3)
+    with pytest.raises(PosvizError, match=r"another recipe \(differs in: lr\)"):
+        train(small_recipe(lr=1e-4), tmp_path / "m", progress=False, resume=True, state_dir=tmp_path / "s")
+
+
+def test_precision_is_measured_and_recorded(tmp_path):
+    from posviz.train import pick_precision, train
+
+    info = pick_precision(small_recipe(precision="auto"), torch.device("cpu"))
+    assert info["precision"] in ("bf16", "fp32") and info["matmul_ms_fp32"] > 0 and info["matmul_ms_bf16"] > 0
+    faster = "bf16" if info["matmul_ms_bf16"] < info["matmul_ms_fp32"] / 1.1 else "fp32"
+    assert info["precision"] == faster  # auto picks the faster one on this machine
+    assert pick_precision(small_recipe(precision="fp32"), torch.device("cpu"))["precision"] == "fp32"
+    train(small_recipe(tokens=4 * 32 * 2), tmp_path / "m", progress=False)
+    trained_on = json.loads((tmp_path / "m" / "config.json").read_text())["trained_on"]
+    assert trained_on["precision"] == "fp32" and trained_on["asked"] == "fp32"
