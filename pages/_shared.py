@@ -161,7 +161,11 @@ def page_header(title: str, intro: str) -> None:
         st.sidebar.warning("No checkpoints found in models/. Run `make checkpoints` to train them.")
     else:
         st.sidebar.markdown("**Shipped checkpoints**")
-        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True)
+        # Short header: the sidebar's default width cut the full one to "val bits/byte @ train lengt".
+        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch",
+                             column_config={"val bits/byte @ train length": st.column_config.NumberColumn(
+                                 "val bits/byte", format="%.3f",
+                                 help="Validation bits per byte at the training length (lower is better).")})
     st.title(title)
     if not presentation:
         st.caption(intro)
@@ -180,6 +184,20 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | N
         cols[1].caption(caption + "  ·  Save the chart as PNG or SVG from its ⋯ menu.")
     else:
         cols[1].caption("Save the chart as PNG or SVG from its ⋯ menu.")
+
+
+def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:
+    """(colour, dash) scales for series named after methods, from ``posviz.palette`` (one colour per
+    method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}."""
+    from posviz import palette
+
+    aliases = aliases or {}
+    shown = list(dict.fromkeys(names))
+    by_palette = {aliases.get(n, n): n for n in shown}
+    order = [by_palette[n] for n in palette.ordered(by_palette)]
+    colours = [palette.colour(aliases.get(n, n)) for n in order]
+    dashes = [palette.dash(aliases.get(n, n)) for n in order]
+    return alt.Scale(domain=order, range=colours), alt.Scale(domain=order, range=dashes)
 
 
 ALTAIR_MAX_CELLS = 256 * 256
