@@ -164,8 +164,9 @@ for name in chosen:
     if name not in results:
         continue
     r = results[name]
-    slots[name]["stats"].caption(f"{len(r.ids):,} bytes · {r.bytes_per_second:,.0f} bytes/s · "
-                                 f"{r.mean_bits:.2f} bits/byte on its own text"
+    own = f"{r.mean_bits:.2f} bits/byte on its own text" if r.ids else "nothing written"
+    rate = f"{r.bytes_per_second:,.0f} bytes/s" if r.ids else "— bytes/s"
+    slots[name]["stats"].caption(f"{len(r.ids):,} bytes · {rate} · {own}"
                                  + ("" if facts[name]["absolute"] else " · true positions (not an absolute method)"))
     if r.error:
         slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
@@ -204,6 +205,8 @@ if from_document and real:
                      "note": forced.error or ""})
     if rows:
         table = pd.DataFrame(rows).set_index("checkpoint")
+        numbers = ["bits/byte, its own text", "bits/byte, the real continuation"]
+        table[numbers] = table[numbers].astype(float)  # a model that wrote nothing has NaN, shown as "—"
         st.dataframe(table.style.format({"bits/byte, its own text": "{:.3f}", "bits/byte, the real continuation": "{:.3f}"},
                                         na_rep="—"), width="stretch")
         st.caption("The real continuation is read through the same cache and window strategy, one byte at a time "
