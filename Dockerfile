@@ -1,6 +1,7 @@
 # Hugging Face Docker Space (see the YAML block at the top of README.md): the app on port 7860.
 # torch==2.13.0 from requirements.txt is PyPI's Linux build, which runs on the CPU and uses a CUDA GPU
 # when the Space has one (posviz.limits.default_device picks it); nothing is downloaded at run time.
+# Streamlit reads its settings (no file watcher, headless, no usage stats) from .streamlit/config.toml.
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -17,10 +18,11 @@ COPY requirements.txt ./
 RUN pip install -r requirements.txt
 
 COPY --chown=user app.py ./
+COPY --chown=user .streamlit ./.streamlit
 COPY --chown=user pages ./pages
 COPY --chown=user posviz ./posviz
 COPY --chown=user models ./models
 
 USER user
 EXPOSE 7860
-CMD ["streamlit", "run", "app.py", "--server.port", "7860", "--server.address", "0.0.0.0", "--server.headless", "true"]
+CMD ["streamlit", "run", "app.py", "--server.port", "7860", "--server.address", "0.0.0.0"]

@@ -15,6 +15,7 @@ PAGES = {
         st.Page("pages/kv_cache.py", title="KV cache & sliding window", icon="🗄️", url_path="kv-cache"),
         st.Page("pages/context_extension.py", title="Context extension", icon="🧵", url_path="context-extension"),
         st.Page("pages/retrieval.py", title="Far-context retrieval", icon="🔎", url_path="retrieval"),
+        st.Page("pages/generation.py", title="Generation lab", icon="✍️", url_path="generation"),
         st.Page("pages/compare.py", title="Compare", icon="⚖️", url_path="compare"),
     ],
     "About": [

@@ -161,7 +161,11 @@ def page_header(title: str, intro: str) -> None:
         st.sidebar.warning("No checkpoints found in models/. Run `make checkpoints` to train them.")
     else:
         st.sidebar.markdown("**Shipped checkpoints**")
-        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True)
+        # Short header: the sidebar's default width cut the full one to "val bits/byte @ train lengt".
+        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch",
+                             column_config={"val bits/byte @ train length": st.column_config.NumberColumn(
+                                 "val bits/byte", format="%.3f",
+                                 help="Validation bits per byte at the training length (lower is better).")})
     st.title(title)
     if not presentation:
         st.caption(intro)
@@ -180,6 +184,20 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | N
         cols[1].caption(caption + "  ·  Save the chart as PNG or SVG from its ⋯ menu.")
     else:
         cols[1].caption("Save the chart as PNG or SVG from its ⋯ menu.")
+
+
+def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:
+    """(colour, dash) scales for series named after methods, from ``posviz.palette`` (one colour per
+    method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}."""
+    from posviz import palette
+
+    aliases = aliases or {}
+    shown = list(dict.fromkeys(names))
+    by_palette = {aliases.get(n, n): n for n in shown}
+    order = [by_palette[n] for n in palette.ordered(by_palette)]
+    colours = [palette.colour(aliases.get(n, n)) for n in order]
+    dashes = [palette.dash(aliases.get(n, n)) for n in order]
+    return alt.Scale(domain=order, range=colours), alt.Scale(domain=order, range=dashes)
 
 
 ALTAIR_MAX_CELLS = 256 * 256
@@ -467,8 +485,11 @@ def _loss_colour(value: float, top: float) -> str:
 
 
 def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: float, unit: str = "bits",
-                       height: int = 320) -> None:
+                       height: int = 320, mark_at: int | None = None, mark_label: str = "") -> None:
     """Text with each character's background coloured by its value (e.g. loss in bits).
+
+    ``mark_at``: a bar before that character (e.g. where the context passes the training length),
+    explained by ``mark_label`` under the text.
 
     Every character goes through ``html.escape`` before it reaches ``st.html``, so user text can
     never become markup; the only markup is our own spans with a colour and a numeric tooltip.
@@ -479,6 +500,8 @@ def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: floa
     for char, value in chars_with_values:
         tip = "not scored" if value != value else f"{value:.2f} {unit}"
         shown = _html.escape(char if char != "\r" else "", quote=True)
+        if mark_at is not None and len(spans) == mark_at:
+            spans.append('<span style="border-left:3px solid #d00;margin:0 1px"></span>')
         spans.append(f'<span style="background:{_loss_colour(value, top)}" title="{tip}">{shown}</span>')
     legend = "".join(f'<span style="background:{_loss_colour(top * k / 4, top)};padding:0 .6em">'
                      f'{top * k / 4:.0f}</span>' for k in range(5))
@@ -487,8 +510,20 @@ def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: floa
         f'white-space:pre-wrap;word-break:break-all;max-height:{height}px;overflow-y:auto;border:1px solid #ddd;'
         f'border-radius:6px;padding:.6em;color:#111;background:#fff">{"".join(spans)}</div>'
         f'<div style="font-size:.8rem;color:#555;margin-top:.3em">{unit} per character: {legend} or more; '
-        f'<span style="background:#e6e6e6;padding:0 .4em">grey</span> = not scored (nothing before it to predict from)</div>'
+        f'<span style="background:#e6e6e6;padding:0 .4em">grey</span> = not scored (nothing before it to predict from)'
+        + (f'; <span style="border-left:3px solid #d00;padding-left:.3em">red bar</span>: {_html.escape(mark_label)}'
+           if mark_at is not None and mark_label else "") + '</div>'
     )
+
+
+def stored_result(name: str, key: tuple):
+    """(found, value) from the bounded store ``compute_once`` uses, for results a page computes itself
+    (e.g. streamed to the page as they are produced) and keeps with ``store_result``."""
+    return _store(name).get(key)
+
+
+def store_result(name: str, key: tuple, value) -> None:
+    _store(name).put(key, value)
 
 
 class _BoundedStore:

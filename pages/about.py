@@ -3,7 +3,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import page_header, repo_root, shipped_checkpoint_json, show_chart
+from pages._shared import method_scales, page_header, repo_root, shipped_checkpoint_json, show_chart
 from posviz import explain
 from posviz.checkpoint import models_dir
 from posviz.positions import POSITION_METHODS, method_names
@@ -50,7 +50,8 @@ with right:
         curve_chart = alt.Chart(curves).mark_line().encode(
             x=alt.X("tokens:Q", title="training tokens (bytes)"),
             y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
-            color=alt.Color("checkpoint:N", sort=[n for n in method_names() if n in metrics]),
+            color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint"),
+            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], legend=None),
             tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
         ).properties(height=300)
         show_chart(curve_chart, curves, "training_curves")

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import (
+    method_scales,
     choose_text,
     error_box,
     page_header,
@@ -137,7 +138,7 @@ if mode == "methods":
     df = pd.DataFrame(rows)
     x = alt.X("position:Q", title="position in the window")
     layers = [alt.Chart(df[df["model"].isin(curves)]).mark_line().encode(
-        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None),
+        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None, scale=method_scales(list(curves))[0]),
         tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
     if marks:
         layers.append(alt.Chart(pd.DataFrame({"position": marks})).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))

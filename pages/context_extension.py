@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import (
+    method_scales,
     choose_text,
     compute_once,
     error_box,
@@ -19,6 +20,7 @@ from posviz import labs
 from posviz.checkpoint import read_config, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label
+from posviz.palette import rope_series
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 page_header(
@@ -44,7 +46,8 @@ rope_folder = checkpoints[rope_name]
 train_length = configs[rope_name]["train_length"]
 others = [n for n in configs if n != rope_name]
 SCALINGS = list(ROPE_SCALINGS)
-COLOURS = alt.Scale(domain=SCALINGS + others, scheme="tableau10")
+# The curves are named by scaling ("linear") or checkpoint ("alibi"); colours are the app's, per method.
+COLOURS, DASHES = method_scales(SCALINGS + others, {s: rope_series(s) for s in SCALINGS})
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -58,7 +61,7 @@ with left:
     scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", SCALINGS, SCALINGS), key="w_scalings")
     default_refs = [n for n in ("alibi", "t5") if n in others] or others[:2]
     references = st.multiselect("Compare with", others, default=qp_multi("refs", default_refs, others), key="w_refs",
-                                help="Checkpoints that need no scaling, drawn dashed.")
+                                help="Checkpoints that need no scaling, drawn solid in their own colours.")
 with right:
     text = choose_text()
 sync_url(factor=factor, scalings=scalings, refs=references)
@@ -73,7 +76,7 @@ marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
 y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
 lines = alt.Chart(waves).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
-    color=alt.Color("scaling:N", scale=COLOURS, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", legend=None),
+    color=alt.Color("scaling:N", scale=COLOURS, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", scale=DASHES, legend=None),
     tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
 rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
 notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
@@ -110,9 +113,9 @@ def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
     colour = alt.Color("curve:N", scale=COLOURS, title=None)
     tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
-    rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, tooltip=tip)
-    refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True, strokeDash=[6, 3]).encode(
-        x, y, colour, tooltip=tip)
+    dashes = alt.StrokeDash("curve:N", scale=DASHES, legend=None)  # rope's scalings dashed, other methods solid
+    rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+    refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
     rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
     return alt.layer(rope, refs, rule).properties(height=340, title=title)
 

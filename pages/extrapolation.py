@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import (
+    method_scales,
     choose_text,
     error_box,
     page_header,
@@ -25,7 +26,6 @@ from pages._shared import (
 from posviz import labs
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import CACHE_ENTRIES, device_label
-from posviz.positions import method_names
 
 page_header(
     "Extrapolation lab",
@@ -64,7 +64,7 @@ def model_facts(folder: str, stamp: int) -> dict:
 
 checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
 names = list(facts)
-COLOURS = alt.Scale(domain=method_names() + sorted(set(names) - set(method_names())), scheme="tableau10")
+COLOURS, DASHES = method_scales(names)
 
 # ------------------------------------------------------------------------------------------------
 # Controls

@@ -3,7 +3,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import page_header, shipped_checkpoint_json, show_chart
+from pages._shared import method_scales, page_header, shipped_checkpoint_json, show_chart
 from posviz import explain
 from posviz.positions import POSITION_METHODS, method_names
 
@@ -41,8 +41,13 @@ elif missing:
 st.header("The methods at a glance")
 rows = pd.DataFrame(explain.method_rows(metrics)).drop(columns=["summary"])
 long_col = f"bits/byte @ {explain.EXTRAPOLATION_MULTIPLE}×"
+# Numbers stay numbers (sorting, CSV); a method that has a 1x value but none at 16x cannot run there
+# (the learned table ends), which reads "cannot run" rather than the grid's "None".
+cannot = rows.index[rows[long_col].isna() & rows["bits/byte @ 1×"].notna()]
+shown = rows.style.format("{:.3f}", subset=["bits/byte @ 1×", long_col], na_rep="—").format(
+    "{:.3f}", subset=pd.IndexSlice[cannot, [long_col]], na_rep="cannot run")
 st.dataframe(
-    rows,
+    shown,
     hide_index=True,
     column_config={
         "paper": st.column_config.LinkColumn("paper", display_text="paper ↗"),
@@ -50,9 +55,10 @@ st.dataframe(
                                                     "generating? Added vectors: " + explain.KV_CACHE_REASON["input"]
                                                     + "; rotations: " + explain.KV_CACHE_REASON["q/k"] + "; biases: "
                                                     + explain.KV_CACHE_REASON["logits"] + "."),
-        "bits/byte @ 1×": st.column_config.NumberColumn(format="%.3f", help="Validation bits per byte at the training length."),
-        long_col: st.column_config.NumberColumn(
-            format="%.3f", help=f"Validation bits per byte at {explain.EXTRAPOLATION_MULTIPLE}× the training length."),
+        "bits/byte @ 1×": st.column_config.Column(help="Validation bits per byte at the training length."),
+        long_col: st.column_config.Column(
+            help=f"Validation bits per byte at {explain.EXTRAPOLATION_MULTIPLE}× the training length; “cannot run”: "
+                 "the method has no representation for positions that far."),
         "extrapolates": st.column_config.TextColumn(
             help=f"yes: at most {explain.EXTRAPOLATES_WITHIN_BPB} bits/byte worse at {explain.EXTRAPOLATION_MULTIPLE}× "
                  f"the training length than at 1×; partly: at most {explain.DEGRADES_WITHIN_BPB} worse; no: worse still, "
@@ -75,7 +81,8 @@ else:
                 scale=alt.Scale(type="log", base=2, domain=[min(lengths), max(lengths)]),
                 axis=alt.Axis(values=lengths, format=",d")),
         y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
-        color=alt.Color("checkpoint:N", sort=order, title="checkpoint"),
+        color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint"),
+        strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], legend=None),
         tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("length:Q", title="length (bytes)", format=","),
                  alt.Tooltip("multiple:Q", title="× training length", format=".3g"),
                  alt.Tooltip("bpb:Q", title="bits per byte", format=".3f")],

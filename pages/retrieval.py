@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import (
+    method_scales,
     compute_once,
     error_box,
     page_header,
@@ -21,7 +22,6 @@ from posviz import labs
 from posviz.checkpoint import read_config
 from posviz.errors import PosvizError
 from posviz.limits import MAX_TEXT_BYTES, device_label, max_eval_length
-from posviz.positions import method_names
 
 page_header(
     "Far-context retrieval",
@@ -33,7 +33,7 @@ page_header(
 checkpoints, configs = usable_checkpoints(lambda folder: read_config(folder)["model"])
 names = list(configs)
 train_length = configs[names[0]]["train_length"]
-COLOURS = alt.Scale(domain=method_names() + sorted(set(names) - set(method_names())), scheme="tableau10")
+COLOURS, DASHES = method_scales(names)
 GUESS = labs.RANDOM_STRING_BITS
 
 st.markdown(
@@ -57,7 +57,7 @@ def probe_chart(df: pd.DataFrame, height: int = 340) -> alt.LayerChart:
     x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap between the copies (bytes, log scale; 0 drawn at 1)")
     lines = alt.Chart(plot).mark_line(point=alt.OverlayMarkDef(size=50)).encode(
         x, alt.Y("bits/byte:Q", title="loss on the second copy (bits/byte)", scale=alt.Scale(domainMin=0)),
-        alt.Color("model:N", scale=COLOURS, title="checkpoint"),
+        alt.Color("model:N", scale=COLOURS, title="checkpoint"), alt.StrokeDash("model:N", scale=DASHES, legend=None),
         tooltip=["model", "gap", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])
     guess = pd.DataFrame({"bits/byte": [GUESS], "what": [f"blind guess, log₂ 36 = {GUESS:.2f}"]})
     rule = alt.Chart(guess).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="bits/byte:Q")
@@ -135,7 +135,8 @@ st.subheader("Why ALiBi's perplexity stays flat while it forgets")
 n_head = configs[names[0]]["n_head"]
 distances = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, cap})
 att = pd.DataFrame(labs.alibi_attenuation(n_head, distances))
-att["head"] = att.apply(lambda r: f"head {r['head']} (slope {r['slope']:.4g})", axis=1)
+# int(): a row of mixed columns comes back as floats, which would read "head 0.0"
+att["head"] = att.apply(lambda r: f"head {int(r['head'])} (slope {r['slope']:.4g})", axis=1)
 lines = alt.Chart(att).mark_line(point=True).encode(
     x=alt.X("distance:Q", scale=alt.Scale(type="log", base=2), title="distance back to the key (bytes, log scale)"),
     y=alt.Y("penalty:Q", scale=alt.Scale(type="log"), title="logit penalty, slope × distance (log scale)"),

@@ -4,11 +4,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
+from pages._shared import (method_scales, page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
                            sync_url)
 from posviz import explain
 from posviz.limits import CACHE_ENTRIES
+from posviz.palette import rope_series
 from posviz.positions.rope_scaling import ROPE_SCALINGS
+
+# The app's colour per method: each scaling is drawn as the rope variant it makes (rope+yarn, ...).
+SCALING_COLOURS, SCALING_DASHES = method_scales(list(ROPE_SCALINGS), {s: rope_series(s) for s in ROPE_SCALINGS})
 
 HEAD_DIMS = [8, 16, 32, 64, 128, 256]
 BASES = [100, 1_000, 10_000, 100_000, 500_000, 1_000_000]
@@ -219,8 +223,8 @@ marks = pd.DataFrame({"y": [train_length, target],
 scaling_chart = alt.Chart(waves).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="pair i", axis=alt.Axis(tickMinStep=1, format="d")),
     y=alt.Y("wavelength:Q", title="wavelength (positions, log scale)", scale=alt.Scale(type="log")),
-    color=alt.Color("scaling:N", sort=list(ROPE_SCALINGS), title="scaling"),
-    strokeDash=alt.StrokeDash("scaling:N", sort=list(ROPE_SCALINGS), title="scaling"),
+    color=alt.Color("scaling:N", scale=SCALING_COLOURS, title="scaling"),
+    strokeDash=alt.StrokeDash("scaling:N", scale=SCALING_DASHES, title="scaling"),
     tooltip=[alt.Tooltip("scaling:N"), alt.Tooltip("pair:Q"), alt.Tooltip("wavelength:Q", format=",.1f"),
              alt.Tooltip("attention_factor:Q", title="attention factor", format=".3f")],
 ) + length_marks(marks)

@@ -8,6 +8,9 @@ MAX_LENGTH_MULTIPLE_CPU = 16  # live evaluation length cap, as a multiple of tra
 MAX_LENGTH_MULTIPLE_GPU = 32  # on a GPU the quadratic attention maps still fit comfortably
 MAX_SLIDING_BYTES = 2_048  # bytes scored one at a time by the sliding-window lab
 MAX_KV_CACHE_POSITIONS = 8_192  # longest KV cache a lab will keep
+MAX_GENERATE_MULTIPLE_CPU = 4  # bytes one model may write, as a multiple of train_length: far enough past it
+MAX_GENERATE_MULTIPLE_GPU = 16  # to see what breaks; one forward pass per byte per model
+MAX_PROMPT_BYTES = 1_024  # a generation prompt: the opening of a text, not a whole file
 CACHE_ENTRIES = 32  # bound of every memoised result (models, evaluations) in the app
 
 

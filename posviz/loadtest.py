@@ -92,6 +92,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# The README's command. Every other setting is in .streamlit/config.toml, so the tests, the load test
+# and the bench measure what a visitor of `streamlit run app.py` (or the Docker Space) gets.
+APP_COMMAND = ("streamlit", "run", "app.py")
+
+
+def server_command(port: int, address: str) -> list[str]:
+    """The README's command with only what a run must vary: where it listens."""
+    return [sys.executable, "-m", *APP_COMMAND, "--server.port", str(port), "--server.address", address]
+
+
 class StreamlitServer:
     """``streamlit run app.py`` on a free 127.0.0.1 port, stopped (with its log kept) on exit."""
 
@@ -109,14 +119,12 @@ class StreamlitServer:
             self.env["POSVIZ_MODELS"] = str(models)
         self.log_path = log or Path(tempfile.mkstemp(prefix="posviz-server-", suffix=".log")[1])
         self.process: subprocess.Popen | None = None
+        self.command: list[str] = server_command(self.port, "127.0.0.1")
 
     def __enter__(self) -> "StreamlitServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
-        cmd = [sys.executable, "-m", "streamlit", "run", "app.py",
-               "--server.headless", "true", "--server.port", str(self.port), "--server.address", "127.0.0.1",
-               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
-        self.process = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+        self.process = subprocess.Popen(self.command, cwd=self.root, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         try:
             self.wait_healthy(timeout=90)

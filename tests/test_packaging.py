@@ -92,8 +92,38 @@ def test_dockerfile_installs_and_runs_what_the_readme_documents():
     assert shlex.join(cmd[:3]) == run, cmd
     flags = dict(zip(cmd[3::2], cmd[4::2]))
     meta = front_matter()
-    assert flags == {"--server.port": meta["app_port"], "--server.address": "0.0.0.0", "--server.headless": "true"}
+    assert flags == {"--server.port": meta["app_port"], "--server.address": "0.0.0.0"}  # the rest: config.toml
     assert docker_instructions("EXPOSE") == [meta["app_port"]]
+
+
+def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
+    """`streamlit run app.py` gets the settings a demo needs from the repository, and the test, load and
+    bench servers run that same command, so they measure what a visitor gets (issue #12: the file
+    watcher walking .venv made a first visit take a minute, and no test saw it)."""
+    import tomllib
+
+    from posviz.loadtest import APP_COMMAND, StreamlitServer, server_command
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["fileWatcherType"] == "none"
+    assert config["server"]["headless"] is True
+    assert config["browser"]["gatherUsageStats"] is False
+    # one command definition: the README's, Make's, the image's and the test servers'
+    run = next(c for c in code_lines(section("Quick start")) if c.startswith("streamlit run"))
+    assert shlex.join(APP_COMMAND) == run
+    assert "$(PY) -m " + run in make_recipe("app")
+    cmd = json.loads(docker_instructions("CMD")[0])
+    assert tuple(cmd[:3]) == APP_COMMAND
+    served = StreamlitServer(models=ROOT / "models").command
+    assert served == server_command(int(served[served.index("--server.port") + 1]), "127.0.0.1")
+    assert served[1:2 + len(APP_COMMAND)] == ["-m", *APP_COMMAND]
+    flags = served[2 + len(APP_COMMAND):]
+    assert flags[::2] == ["--server.port", "--server.address"], flags  # nothing only the tests would get
+    assert not any("fileWatcher" in part or "headless" in part for part in served + cmd)
+    # the image has the settings
+    assert any(line.split()[-2] == ".streamlit" for line in docker_instructions("COPY"))
+    bench = (ROOT / "posviz" / "bench.py").read_text()
+    assert "StreamlitServer(" in bench and "--server." not in bench
 
 
 def test_readme_front_matter_is_a_docker_space():
@@ -106,10 +136,10 @@ def test_readme_front_matter_is_a_docker_space():
 
 def test_image_contains_everything_the_app_imports():
     copied = {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
-    assert {"requirements.txt", "app.py", "pages", "posviz", "models"} <= copied, copied
+    assert {"requirements.txt", "app.py", ".streamlit", "pages", "posviz", "models"} <= copied, copied
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
-    assert not ignored & {"app.py", "pages", "posviz", "models", "requirements.txt"}, ignored
+    assert not ignored & {"app.py", ".streamlit", "pages", "posviz", "models", "requirements.txt"}, ignored
 
 
 def test_torch_is_pinned_and_test_requirements_extend_the_runtime_ones():

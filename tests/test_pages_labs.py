@@ -247,3 +247,73 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
         # trained byte-level models on Python source: well under the 8 bits/byte of a uniform guess
         assert float(shown[name]) < 4.0, (name, shown[name])
     assert at.select_slider(key="w_L").value == train_length
+
+
+# ------------------------------------------------------------------------------------------------
+# Generation lab
+# ------------------------------------------------------------------------------------------------
+def shown_texts(at: AppTest) -> list[str]:
+    """The plain text of each model's continuation, in the order of the columns (st.code drops trailing
+    whitespace, so compare with ``plain``)."""
+    return [c.value.rstrip() for c in at.code][1:]  # the first code block is the prompt
+
+
+def plain(result) -> str:
+    return result.text.rstrip()
+
+
+def test_generation_same_seed_same_text_and_learned_stops_with_its_explanation(tiny_models, doc_ids):
+    from posviz import generation
+
+    params = dict(models="learned,alibi", n="96", decode="sample", temp="1.0", topk="20", seed="5", p="16", window="stop")
+    at = run(page("generation", **params))
+    folders = shipped_checkpoints()
+    prompt = doc_ids[:16].tolist()
+    settings = generation.DecodeSettings(96, temperature=1.0, top_k=20, seed=5)
+    expected = {name: generation.generate(labs.get_model(folders[name]), prompt, settings) for name in ("learned", "alibi")}
+    learned, alibi = shown_texts(at)
+    assert learned == plain(expected["learned"]) and alibi == plain(expected["alibi"])
+    assert len(expected["alibi"].ids) == 96 and alibi  # the others keep writing ...
+    assert len(expected["learned"].ids) == 32 + 1 - 16  # ... while learned stops at its table's end, and says why
+    warnings = texts(at.warning)
+    assert "learned** stopped" in warnings and "The learned absolute table has 32 rows" in warnings
+    assert "alibi** stopped" not in warnings
+    assert "bytes/s" in texts(at.caption)
+    # every setting is in the URL, so a link reproduces the text
+    for key, value in params.items():
+        assert at.query_params[key] == value, key
+    again = run(page("generation", **params))
+    assert shown_texts(again) == [learned, alibi]
+    other = run(page("generation", **{**params, "seed": "6"}))
+    assert shown_texts(other)[1] != alibi
+
+    # re-encoding the window lets learned write past its table; the real continuation is scored next to it
+    at.radio(key="w_window").set_value("reencode")
+    run(at)
+    reencoded = generation.generate(labs.get_model(folders["learned"]), prompt,
+                                    generation.DecodeSettings(96, temperature=1.0, top_k=20, seed=5, strategy="reencode"))
+    assert shown_texts(at)[0] == plain(reencoded) and len(reencoded.ids) == 96
+    assert "learned** stopped" not in texts(at.warning)
+    table = at.main.dataframe[-1].value
+    real = doc_ids[16:16 + 96].tolist()
+    forced = generation.teacher_forced(labs.get_model(folders["alibi"]), prompt, real, "reencode")
+    assert table.loc["alibi", "bits/byte, the real continuation"] == pytest.approx(forced.mean_bits)
+    assert table.loc["learned", "bits/byte, its own text"] == pytest.approx(reencoded.mean_bits)
+
+
+def test_generation_greedy_default_and_junk_params(tiny_models, doc_ids):
+    from posviz import generation
+
+    at = run(page("generation", n="40", p="8"))
+    assert at.query_params["decode"] == "greedy" and at.query_params["models"] == "learned,alibi"
+    greedy = generation.generate(labs.get_model(shipped_checkpoints()["alibi"]), doc_ids[:8].tolist(),
+                                 generation.DecodeSettings(40))
+    assert shown_texts(at)[1] == plain(greedy)
+    assert len(at.get("vega_lite_chart")) == 1  # mean entropy per position window
+    junk = run(page("generation", n="99999", temp="abc", topk="-3", window="warp", models="bogus", seed="x", colour="red"))
+    notices = texts(junk.warning)
+    for key in ("n=", "temp=", "topk=", "window=", "models=", "seed=", "colour="):
+        assert f"Ignored URL parameter {key}" in notices, key
+    assert len(shown_texts(junk)) == 2  # the defaults still write
+    pasted = run(page("generation", src="paste"))
+    assert "The text is empty" in texts(pasted.error) and not shown_texts(pasted)

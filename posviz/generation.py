@@ -1,0 +1,291 @@
+"""Let a checkpoint *write*: byte-by-byte decoding with a KV cache, past the training length.
+
+No Streamlit here. A ``Decoder`` produces one byte per ``step()`` so a page can run several models
+side by side and show their bytes as they come; ``generate`` runs one to the end.
+
+Conventions (as in ``labs``): bits are nats / ln 2; position t is the t-th byte of prompt +
+generated text (0-based); W is the model's training length. The byte at position t is predicted from
+the t bytes before it, so the context first holds more than W bytes when predicting position W + 1
+(``first_past_train_length``): that step feeds position W, which a learned table of W rows lacks.
+
+Window strategies (applied to absolute methods; relative ones always keep every byte at its true
+position, which is what they were built for):
+
+* ``stop``: keep the cache and give each byte its true position. A method with no representation
+  for a position (learned past its table) raises its own ``PositionLimitError``; the decoder stops
+  there and keeps the message. Sinusoidal keeps writing at positions it never saw.
+* ``reencode``: once the context is longer than W, every step runs the last W bytes again at
+  positions 0..W-1, without a cache. Always in-distribution; a full W-byte forward pass per byte.
+* ``shift``: keep a W-entry cache, drop the oldest entry and call the window 0..W-1 again, so the
+  new byte gets position W-1. Cached keys keep the positions they were computed at: the broken
+  shortcut the blog post warns about (labs' "shifted_cache").
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .errors import PosvizError, PositionLimitError
+from .limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
+from .model import GPT, KVCache
+
+LN2 = math.log(2.0)
+STRATEGIES = ("stop", "reencode", "shift")
+STRATEGY_TITLES = {
+    "stop": "True positions; stop at the method's limit",
+    "reencode": "Re-encode the last W bytes",
+    "shift": "Keep the cache, shift positions (broken)",
+}
+STRATEGY_HOW = {
+    "stop": "Every byte keeps its true position and the cache keeps every byte. A learned table has no row past "
+            "its length, so that model stops with its own error; sinusoidal goes on at positions it never saw.",
+    "reencode": "Once the context is longer than the training length W, each new byte re-runs the last W bytes "
+                "at positions 0..W-1 without a cache: always in distribution, a whole forward pass per byte.",
+    "shift": "Keep the last W keys and values, drop the oldest, and relabel the window 0..W-1 so the new byte "
+             "gets position W-1. Cached keys still carry the positions they were computed at: fast and wrong "
+             "for absolute methods, which bake the position into the input.",
+}
+MAX_TOP_K = 256
+MAX_TEMPERATURE = 2.0
+
+
+def max_new_bytes(train_length: int, device: torch.device) -> int:
+    """How many bytes one model may write on this device: at least 4 x the training length on a CPU."""
+    multiple = MAX_GENERATE_MULTIPLE_GPU if device.type == "cuda" else MAX_GENERATE_MULTIPLE_CPU
+    return multiple * train_length
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How to pick each byte. ``temperature`` 0 is greedy (the most likely byte, ``top_k`` ignored)."""
+
+    new_bytes: int
+    temperature: float = 0.0
+    top_k: int = 0  # 0: every byte value may be drawn
+    seed: int = 0
+    strategy: str = "stop"
+
+    def __post_init__(self):
+        if not isinstance(self.new_bytes, int) or self.new_bytes < 1:
+            raise PosvizError(f"The number of bytes to write must be a positive whole number, got {self.new_bytes!r}.")
+        if not (0.0 <= self.temperature <= MAX_TEMPERATURE) or self.temperature != self.temperature:
+            raise PosvizError(f"The temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}, got {self.temperature!r}.")
+        if not isinstance(self.top_k, int) or not 0 <= self.top_k <= MAX_TOP_K:
+            raise PosvizError(f"top-k must be a whole number from 0 (off) to {MAX_TOP_K}, got {self.top_k!r}.")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
+            raise PosvizError(f"The seed must be a whole number from 0 to {2**31 - 1:,}, got {self.seed!r}.")
+        if self.strategy not in STRATEGIES:
+            raise PosvizError(f"Unknown window strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def next_byte_distribution(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """Probabilities (V,) to draw the next byte from: logits / temperature, outside the top k set to 0."""
+    scaled = logits.float() / temperature
+    if 0 < top_k < scaled.numel():
+        kth = torch.topk(scaled, top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    return scaled.softmax(-1)
+
+
+@dataclass
+class Step:
+    byte: int
+    surprisal: float  # bits of this byte under the model's own distribution (temperature 1)
+    entropy: float  # bits: the entropy of that distribution
+
+
+def check_prompt(prompt: Sequence[int] | torch.Tensor) -> list[int]:
+    ids = [int(b) for b in (prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt)]
+    if not ids:
+        raise PosvizError("The prompt is empty. Paste some text or pick a held-out document.")
+    if len(ids) > MAX_PROMPT_BYTES:
+        raise PosvizError(f"The prompt has {len(ids):,} bytes; at most {MAX_PROMPT_BYTES:,} are allowed.")
+    if not all(0 <= b < 256 for b in ids):
+        raise PosvizError("The prompt must be bytes (values 0..255).")
+    return ids
+
+
+class Decoder:
+    """One model writing after ``prompt``, one byte per ``step()`` (None once done or stopped).
+
+    ``forced``: teacher forcing. The next byte is taken from it instead of drawn, so the same loop
+    (same cache, same window strategy) scores a real continuation; at most ``len(forced)`` steps.
+    """
+
+    def __init__(self, model: GPT, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None):
+        cap = max_new_bytes(model.config.train_length, model.device)
+        if settings.new_bytes > cap:
+            raise PosvizError(f"At most {cap:,} new bytes per model on this device ({cap // model.config.train_length} "
+                              f"× the training length); {settings.new_bytes:,} were asked for.")
+        self.model, self.settings = model, settings
+        self.prompt = check_prompt(prompt)
+        self.forced = None if forced is None else [int(b) for b in forced]
+        self.window = model.config.train_length
+        # Relative methods always keep every byte at its true position; the choice is for absolute ones.
+        self.strategy = settings.strategy if model.position.is_absolute else "stop"
+        self.seq: list[int] = list(self.prompt)
+        self.steps: list[Step] = []
+        self.error: str | None = None
+        self.seconds = 0.0
+        self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)
+        # re-encode keeps a cache only until the window is full (nothing to re-encode before that)
+        self.cache: KVCache | None = KVCache(model.config.n_layer, max_size=self.window if self.strategy == "shift" else None)
+        self._logits: torch.Tensor | None = None  # prediction for the byte after self.seq
+        self._limit = settings.new_bytes if self.forced is None else min(settings.new_bytes, len(self.forced))
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or len(self.steps) >= self._limit
+
+    @property
+    def generated(self) -> list[int]:
+        return [s.byte for s in self.steps]
+
+    @property
+    def first_past_train_length(self) -> int:
+        """Index in the generated bytes of the first one predicted from more than W bytes of context."""
+        return max(0, self.window + 1 - len(self.prompt))
+
+    def _ids(self, values: Sequence[int]) -> torch.Tensor:
+        return torch.tensor([values], dtype=torch.long, device=self.model.device)
+
+    def _prefill(self) -> torch.Tensor:
+        if self.strategy == "stop" or len(self.seq) <= self.window:
+            return self.model(self._ids(self.seq), cache=self.cache).logits[0, -1]
+        if self.strategy == "reencode":
+            self.cache = None
+        # re-encode and shift start from the last W bytes of a long prompt, at positions 0..W-1
+        return self.model(self._ids(self.seq[-self.window:]), cache=self.cache).logits[0, -1]
+
+    def _advance(self, byte: int) -> torch.Tensor:
+        """Logits for the byte after ``self.seq`` + [byte] (the byte is appended to seq by the caller)."""
+        t = len(self.seq) - 1  # position of the byte just appended, in the whole text
+        dev = self.model.device
+        if self.strategy == "stop":
+            return self.model(self._ids([byte]), cache=self.cache).logits[0, -1]
+        if self.strategy == "reencode":
+            if t < self.window and self.cache is not None:  # the window is not full yet: the cache is exact
+                return self.model(self._ids([byte]), cache=self.cache).logits[0, -1]
+            self.cache = None
+            return self.model(self._ids(self.seq[-self.window:])).logits[0, -1]
+        p = min(t, self.window - 1)
+        held = len(self.cache)
+        if held:  # relabel the window so it ends just before p; cached keys keep what they baked in
+            self.cache.positions = torch.arange(p - held, p, device=dev)
+        return self.model(self._ids([byte]), positions=torch.tensor([p], device=dev), cache=self.cache).logits[0, -1]
+
+    @torch.no_grad()
+    def step(self) -> Step | None:
+        if self.done:
+            return None
+        start = time.perf_counter()
+        step = None
+        try:
+            if self._logits is None:
+                self._logits = self._prefill()
+            logits = self._logits.float()
+            logp = logits.log_softmax(-1)
+            if self.forced is not None:
+                byte = self.forced[len(self.steps)]
+            elif self.settings.greedy:
+                byte = int(logits.argmax())
+            else:
+                probs = next_byte_distribution(logits, self.settings.temperature, self.settings.top_k).cpu()
+                byte = int(torch.multinomial(probs, 1, generator=self.generator))
+            step = Step(byte, float(-logp[byte]) / LN2, float(-(logp.exp() * logp).nansum()) / LN2)
+            self.steps.append(step)
+            self.seq.append(byte)
+            if not self.done:
+                self._logits = self._advance(byte)
+        except PositionLimitError as exc:
+            # the byte drawn in this call (if any) stands: it came from a position the method has
+            self.error = f"Stopped after {len(self.steps):,} bytes: {exc}"
+        finally:
+            self.seconds += time.perf_counter() - start
+        return step
+
+    def result(self) -> "Generation":
+        return Generation(self.model.config.position, len(self.prompt), self.window, self.strategy,
+                          self.generated, np.array([s.surprisal for s in self.steps]),
+                          np.array([s.entropy for s in self.steps]), self.error, self.seconds)
+
+
+@dataclass
+class Generation:
+    method: str
+    prompt_length: int
+    train_length: int
+    strategy: str  # the strategy actually used (relative methods: always "stop")
+    ids: list[int]
+    surprisal: np.ndarray = field(repr=False)  # (n,) bits
+    entropy: np.ndarray = field(repr=False)  # (n,) bits
+    error: str | None
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        return bytes(self.ids).decode("utf-8", errors="replace")
+
+    @property
+    def bytes_per_second(self) -> float:
+        return len(self.ids) / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def first_past_train_length(self) -> int:
+        return max(0, self.train_length + 1 - self.prompt_length)
+
+    @property
+    def mean_bits(self) -> float:
+        return float(np.mean(self.surprisal)) if len(self.surprisal) else float("nan")
+
+
+def generate(model: GPT, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None,
+             progress: Callable[[float], None] = lambda f: None) -> Generation:
+    decoder = Decoder(model, prompt, settings, forced)
+    every = max(1, settings.new_bytes // 50)
+    while decoder.step() is not None:
+        if len(decoder.steps) % every == 0:
+            progress(len(decoder.steps) / settings.new_bytes)
+    progress(1.0)
+    return decoder.result()
+
+
+def teacher_forced(model: GPT, prompt, continuation: Sequence[int], strategy: str) -> Generation:
+    """The model's loss on a real continuation, read through the same cache and window strategy."""
+    n = min(len(continuation), max_new_bytes(model.config.train_length, model.device))
+    if n < 1:
+        raise PosvizError("There is no real continuation to score after this prompt.")
+    return generate(model, prompt, DecodeSettings(n, strategy=strategy), forced=list(continuation[:n]))
+
+
+def window_means(values: np.ndarray, start_position: int, width: int) -> list[dict]:
+    """Mean of ``values`` (one per byte, the first at ``start_position``) over position windows of ``width``."""
+    if width < 1:
+        raise PosvizError(f"The window width must be positive, got {width}.")
+    rows = []
+    positions = start_position + np.arange(len(values))
+    for lo in range((start_position // width) * width, int(positions[-1]) + 1 if len(values) else 0, width):
+        inside = (positions >= lo) & (positions < lo + width)
+        if inside.any():
+            rows.append({"window start": lo, "window end": lo + width - 1, "mean": float(np.mean(values[inside])),
+                         "bytes": int(inside.sum())})
+    return rows
+
+
+def per_byte_rows(name: str, result: Generation) -> list[dict]:
+    """One row per generated byte, for the CSV export."""
+    past = result.first_past_train_length
+    return [{"checkpoint": name, "index": i, "position": result.prompt_length + i, "byte": b,
+             "char": chr(b) if 32 <= b < 127 else f"\\x{b:02x}", "surprisal_bits": float(s), "entropy_bits": float(e),
+             "context_past_train_length": i >= past}
+            for i, (b, s, e) in enumerate(zip(result.ids, result.surprisal, result.entropy))]

@@ -1,0 +1,114 @@
+"""One look across the app (issue #12, part 3): one colour per method on every chart, and the small
+labels a screenshot for a talk would show wrong ("None", "head 0.0", a cut-off sidebar header)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+from streamlit.testing.v1 import AppTest
+
+from posviz import palette
+from posviz.positions import method_names
+
+ROOT = Path(__file__).resolve().parent.parent
+HEX = re.compile(r"^#[0-9A-Fa-f]{6}$")
+
+
+def run(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def open_app_page(page: str) -> AppTest:
+    at = run(AppTest.from_file(str(ROOT / "app.py"), default_timeout=60))
+    at.switch_page(page)
+    return run(at)
+
+
+def colour_scales(at: AppTest) -> list[dict[str, str]]:
+    """{series: colour} of every explicit colour scale in the page's Vega-Lite charts."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            colour = node.get("color")
+            if isinstance(colour, dict) and isinstance(colour.get("scale"), dict):
+                scale = colour["scale"]
+                if isinstance(scale.get("domain"), list) and isinstance(scale.get("range"), list):
+                    found.append(dict(zip(scale["domain"], scale["range"])))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for chart in at.get("vega_lite_chart"):
+        walk(json.loads(chart.proto.spec))
+    return found
+
+
+def test_every_method_and_rope_variant_has_its_own_colour():
+    names = method_names() + list(palette.ROPE_VARIANTS)
+    colours = [palette.colour(n) for n in names]
+    assert all(HEX.match(c) for c in colours), colours
+    assert len({c.lower() for c in colours}) == len(names), dict(zip(names, colours))
+    # the four methods being added next have their colours already, apart from the seven shipped ones
+    for name in ("transformer_xl", "nezha", "kerple", "fire"):
+        assert palette.colour(name) not in {palette.colour(n) for n in ("nope", "sinusoidal", "learned", "shaw", "t5",
+                                                                        "alibi", "rope")}
+    # methods are solid; every RoPE variant is dashed, each with its own pattern
+    assert all(palette.dash(n) == [] for n in method_names())
+    dashes = [tuple(palette.dash(n)) for n in palette.ROPE_VARIANTS]
+    assert all(dashes) and len(set(dashes)) == len(dashes)
+    assert palette.rope_series("none") == "rope" and palette.colour(palette.rope_series("yarn")) == palette.colour("rope+yarn")
+    # a checkpoint that is no method still gets a colour, the same on every call
+    assert palette.colour("my-model") == palette.colour("my-model") and HEX.match(palette.colour("my-model"))
+
+
+def test_two_pages_colour_each_method_the_same(tiny_models):
+    """Home's chart and the retrieval lab's chart (issue #12: sinusoidal was light blue on one, orange on the other)."""
+    home = colour_scales(open_app_page("pages/home.py"))
+    lab = colour_scales(run(AppTest.from_file(str(ROOT / "pages" / "retrieval.py"), default_timeout=60)))
+    assert home and lab
+    seen = {}
+    for scale in home + lab:
+        for series, colour in scale.items():
+            if series in method_names():
+                assert colour == palette.colour(series), (series, colour)
+                seen.setdefault(series, set()).add(colour)
+    assert {"sinusoidal", "alibi", "rope"} <= set(seen)
+    assert all(len(c) == 1 for c in seen.values())
+    # the rope scalings drawn on the RoPE page are in rope's family, as on the context-extension page
+    rope = colour_scales(open_app_page("pages/rope.py"))
+    assert any(scale.get("yarn") == palette.colour("rope+yarn") for scale in rope), rope
+
+
+def test_home_says_cannot_run_and_the_sidebar_header_fits(tiny_models):
+    at = open_app_page("pages/home.py")
+    table = next(d for d in at.main.dataframe if "extrapolates" in d.value.columns)
+    shown = pa.ipc.open_stream(table.proto.arrow_data.styler.display_values).read_all().to_pandas()
+    learned = shown[shown["method"] == "learned"].iloc[0]
+    assert learned["bits/byte @ 16×"] == "cannot run"
+    assert re.match(r"^\d+\.\d{3}$", learned["bits/byte @ 1×"])
+    alibi = shown[shown["method"] == "alibi"].iloc[0]
+    assert re.match(r"^\d+\.\d{3}$", alibi["bits/byte @ 16×"])
+    assert table.value.set_index("method").loc["alibi", "bits/byte @ 16×"] > 0  # still a number underneath
+    sidebar = json.loads(at.sidebar.dataframe[0].proto.columns)
+    label = sidebar["val bits/byte @ train length"]["label"]
+    assert len(label) <= len("val bits/byte"), label
+
+
+def test_retrieval_slope_legend_names_heads_by_integer(tiny_models):
+    at = run(AppTest.from_file(str(ROOT / "pages" / "retrieval.py"), default_timeout=60))
+    heads = set()
+    for chart in at.get("vega_lite_chart"):  # Streamlit sends each chart's data apart from its spec
+        for dataset in chart.proto.datasets:
+            frame = pa.ipc.open_stream(dataset.data.data).read_all().to_pandas()
+            if {"penalty", "head"} <= set(frame.columns):
+                heads |= set(frame["head"])
+    assert heads, "no ALiBi penalty chart"
+    assert all(re.match(r"^head \d+ \(slope ", h) for h in heads), heads
+    assert any(h.startswith("head 0 (") for h in heads)
