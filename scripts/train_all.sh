@@ -9,4 +9,4 @@ export OMP_NUM_THREADS=${CPU_THREADS:-1}
 # Every registered method by default, so a new file in posviz/positions/ is trained without editing this.
 METHODS=${METHODS:-$("$PY" -c 'from posviz.positions import method_names; print(" ".join(method_names()))')}
 mkdir -p runs
-printf '%s\n' $METHODS | xargs -P "$JOBS" -I{} sh -c "$PY -m posviz.train --method {} --out models/{} > runs/train-{}.log 2>&1 && echo 'trained {}'"
+printf '%s\n' $METHODS | xargs -P "$JOBS" -I{} sh -c "$PY -m posviz.train --method {} --out models/{} --resume > runs/train-{}.log 2>&1 && echo 'trained {}'"
