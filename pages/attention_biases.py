@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (folder_stamp, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
+from pages._shared import (folder_stamp, method_scales, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
                            shipped_checkpoint_json, shipped_model, sync_url)
 from posviz import attention_biases
 from posviz.checkpoint import shipped_checkpoints
@@ -302,7 +302,7 @@ if frames:
     curve_chart = alt.Chart(curves).mark_line().encode(
         x=distance_axis("distance from the query (positions, symlog scale)", n_curve),
         y=alt.Y("bias:Q", title="bias added to the logit (symlog scale)", scale=alt.Scale(type="symlog")),
-        color=alt.Color("method:N", title="method", sort=curve_methods),
+        color=alt.Color("method:N", title="method", scale=method_scales(curve_methods)[0]),
         detail="head:N",
         tooltip=["method", alt.Tooltip("head:N"), alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")],
     ).properties(height=340)
