@@ -171,6 +171,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     if validation is not None:
         block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
     block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
+    block["retrieval"] = retrieval_block(model, data if validation is None else validation)
     if model.config.position == "rope":
         scalings = {}
         for name in ROPE_SCALINGS:
@@ -187,6 +188,14 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
             scalings[name] = {"nonoverlapping_bpb": row, "factor": factors}
         block["rope_scalings"] = scalings
     return block
+
+
+def retrieval_block(model: GPT, text) -> dict:
+    """The far-context probes (``posviz.retrieval``) for metrics.json, with the seconds they took."""
+    from .retrieval import evaluate_probes
+
+    block, seconds = timed(evaluate_probes, model, text, model.config.train_length)
+    return {**block, "held_out_bytes": int(np.asarray(text).size), "seconds": round(seconds, 1)}
 
 
 def timed(fn, *args, **kw):

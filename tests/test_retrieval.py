@@ -1,0 +1,103 @@
+"""The far-context probes on a model that copies perfectly, on one that cannot copy at all, and the
+induction-head scores against the full attention map they are read from."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+from posviz import retrieval
+from posviz.errors import PosvizError
+from posviz.model import GPT, ModelOutput
+
+
+class SuffixCopier(GPT):
+    """A "model" that copies: it predicts the byte that followed the last earlier occurrence of the
+    current 6-byte context (almost surely right on a repeated chunk), else a uniform guess."""
+
+    CONTEXT = 6
+
+    def forward(self, idx, positions=None, cache=None, attention_layer=None, attention_head=None):
+        B, T = idx.shape
+        logits = torch.zeros(B, T, 256)
+        for b in range(B):
+            seen: dict[tuple, int] = {}
+            row = idx[b].tolist()
+            for t in range(T):
+                key = tuple(row[max(0, t - self.CONTEXT + 1):t + 1])
+                if len(key) == self.CONTEXT and key in seen and seen[key] + 1 < T:
+                    logits[b, t, row[seen[key] + 1]] = 20.0  # ~all the probability on the copied byte
+                if len(key) == self.CONTEXT:
+                    seen[key] = t
+        return ModelOutput(logits)
+
+
+@pytest.fixture(scope="module")
+def text(corpus):
+    return corpus.validation[: 1 << 18]
+
+
+def copier():
+    model = tiny_model("nope")
+    model.__class__ = SuffixCopier
+    return model
+
+
+def test_a_model_that_copies_scores_near_zero_on_the_second_copy_at_every_gap(text):
+    results = retrieval.repeat_probe(copier(), text, [0, 100, 1000], chunk=64, chunks=8)
+    for r in results:
+        assert r.first_bits > 6.0  # the first copy cannot be predicted by copying: uniform, 8 bits/byte
+        assert r.ratio < 0.4 and r.gain < 0.4 and r.second_bits < 3.0  # its first 6 bytes cannot be copied
+        assert r.ratio_low <= r.ratio <= r.ratio_high and r.chunks == 8
+
+
+def test_a_model_that_cannot_copy_gains_nothing_from_the_first_copy(text):
+    model = tiny_model("alibi", seed=3)  # untrained: its predictions do not depend on a far copy
+    results = retrieval.repeat_probe(model, text, [64, 512], chunk=32, chunks=8)
+    for r in results:
+        assert r.gain == pytest.approx(1.0, abs=0.05)  # second copy costs what the same bytes cost without it
+
+
+def test_key_value_probe_recalls_the_number_only_for_a_copier(text):
+    recalled = retrieval.key_value_probe(copier(), text, [0, 300], trials=8)
+    assert all(r.first_bits > 6.0 and r.second_bits < 1.0 for r in recalled)
+    blind = retrieval.key_value_probe(tiny_model("rope", seed=2), text, [300], trials=8)[0]
+    assert blind.ratio == pytest.approx(1.0, abs=0.1)
+    rows, a, b = retrieval.key_value_batch(torch.tensor(list(b"x = 1\n" * 300)), 40, 3, seed=0)
+    for row in rows:  # the digits at both offsets are the same 5-digit number
+        assert bytes(row[a:a + 5].tolist()) == bytes(row[b:b + 5].tolist()) and bytes(row[a:a + 5].tolist()).isdigit()
+
+
+def test_probes_say_none_where_the_method_cannot_run(text):
+    model = tiny_model("learned")  # 32 positions
+    results = retrieval.repeat_probe(model, text, [0, 100], chunk=8, chunks=2)
+    assert results[0] is not None and results[1] is None
+    rows = retrieval.as_rows(results, [0, 100])
+    assert rows[1]["ratio"] is None and rows[1]["gap"] == 100
+    assert retrieval.induction_scores(model, text, [100], chunk=8, chunks=2)[100] is None
+
+
+def test_induction_scores_are_read_off_the_full_attention_map(text):
+    model = tiny_model("shaw", seed=1)
+    with torch.no_grad():
+        for p in model.position.parameters():
+            p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(4))
+    chunk, gap = 16, 40
+    scores = retrieval.induction_scores(model, text, [gap], chunk=chunk, chunks=3, seed=7)[gap]  # (L, H)
+    batch = retrieval.repeat_batch(retrieval._held_out(text), gap, chunk, 3, seed=7 + gap)
+    for layer in range(model.config.n_layer):
+        with torch.no_grad():
+            full = model(batch, attention_layer=layer).attention  # (B, H, T, T)
+        t = torch.arange(chunk - 1)
+        expected = full[:, :, chunk + gap + t, t + 1].mean(dim=(0, 2)).numpy()
+        np.testing.assert_allclose(scores[layer], expected, atol=1e-5)
+
+
+def test_default_gaps_and_bad_settings(text):
+    assert retrieval.default_gaps(256) == [0, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert [r["reach"] for r in retrieval.alibi_reach([0.5, 0.25], 5.0)] == [10.0, 20.0]
+    with pytest.raises(PosvizError, match="chunk must have 8 to 1,024 bytes"):
+        retrieval.repeat_probe(tiny_model("nope"), text, [0], chunk=4)
+    with pytest.raises(PosvizError, match="too short for a gap"):
+        retrieval.repeat_probe(tiny_model("nope"), text[:2000], [5000], chunk=16)
