@@ -264,3 +264,52 @@ def evaluate_probes(model: GPT, text, train_length: int, chunks: int = 16, seed:
 
 __all__ = ["DIGIT_BITS", "GapResult", "alibi_reach", "as_rows", "default_gaps", "evaluate_probes",
            "induction_scores", "key_value_probe", "repeat_probe"]
+
+
+# -- tables for the lab -----------------------------------------------------------------------------------
+PROBES = {"repeat": "repeat probe", "key_value": "key-value probe"}
+
+
+def shipped_rows(metrics_by_name: dict[str, dict | None]) -> list[dict]:
+    """Long-format rows {model, probe, gap, first_bits, second_bits, ratio, ...} from each checkpoint's
+    stored eval.retrieval block; checkpoints without one are skipped (the page says so)."""
+    rows = []
+    for name, metrics in metrics_by_name.items():
+        block = ((metrics or {}).get("eval") or {}).get("retrieval")
+        if not block:
+            continue
+        for probe in PROBES:
+            for row in block.get(probe, []):
+                rows.append({"model": name, "probe": probe, **row})
+    return rows
+
+
+def results_rows(name: str, probe: str, results: Sequence[GapResult | None], gaps: Sequence[int]) -> list[dict]:
+    """The same rows for a live run."""
+    return [{"model": name, "probe": probe, **row} for row in as_rows(results, gaps)]
+
+
+def induction_table(metrics_by_name: dict[str, dict | None]) -> dict[str, dict[int, np.ndarray | None]]:
+    """{model: {gap: (n_layer, H) induction scores or None}} from the stored blocks."""
+    out = {}
+    for name, metrics in metrics_by_name.items():
+        block = ((metrics or {}).get("eval") or {}).get("retrieval")
+        if block and block.get("induction"):
+            out[name] = {int(g): (None if v is None else np.asarray(v, dtype=float)) for g, v in block["induction"].items()}
+    return out
+
+
+def induction_rows(table: dict[str, dict[int, np.ndarray | None]]) -> list[dict]:
+    """Rows {model, gap, layer, head, score} of every stored score, plus {best}: the strongest head's
+    score at each gap (the head chosen at gap 0, so the curve follows one head as the gap grows)."""
+    rows = []
+    for name, by_gap in table.items():
+        at0 = by_gap.get(0)
+        best = None if at0 is None else np.unravel_index(int(np.argmax(at0)), at0.shape)
+        for gap, scores in sorted(by_gap.items()):
+            if scores is None:
+                continue
+            for (layer, head), score in np.ndenumerate(scores):
+                rows.append({"model": name, "gap": gap, "layer": int(layer), "head": int(head), "score": float(score),
+                             "best": best is not None and (layer, head) == tuple(best)})
+    return rows

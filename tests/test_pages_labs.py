@@ -9,12 +9,14 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 from conftest import tiny_model
 from streamlit.testing.v1 import AppTest
 
-from posviz import labs
-from posviz.checkpoint import shipped_checkpoints
+from posviz import labs, retrieval
+from posviz.checkpoint import read_metrics, shipped_checkpoints
 from posviz.data import load_corpus
 from posviz.limits import MAX_TEXT_BYTES, max_eval_length
 
@@ -32,6 +34,12 @@ def run(at: AppTest) -> AppTest:
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def chart_frames(at: AppTest) -> list[pd.DataFrame]:
+    """Every dataset of every chart on the page, as DataFrames."""
+    return [pa.ipc.open_stream(ds.data.data).read_pandas() for chart in at.get("vega_lite_chart")
+            for ds in chart.proto.datasets]
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -187,18 +195,29 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
 # ------------------------------------------------------------------------------------------------
 # Far-context retrieval
 # ------------------------------------------------------------------------------------------------
-def test_retrieval_live_probe(tiny_models):
-    at = run(page("retrieval", models="alibi,learned", s="8", gap="64", trials="2"))
-    table = at.main.dataframe[-1].value
+def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
+    at = run(page("retrieval", models="alibi,learned", gap="64", chunks="2"))
     folders = shipped_checkpoints()
-    filler = b"\n\n".join(load_corpus().eval_documents)[:MAX_TEXT_BYTES]
-    expected = labs.copy_probe_live(labs.get_model(folders["alibi"]), list(filler), [0, 16, 32, 64], 8, 2)
-    for gap, value in expected.items():
-        assert table.loc["alibi", gap] == pytest.approx(value)
-    assert math.isnan(table.loc["learned", 64]) and not math.isnan(table.loc["learned", 0])
-    assert "learned" in texts(at.caption)
-    junk = run(page("retrieval", s="7", models="alibi", gap="16", trials="99"))
-    assert "Ignored URL parameter s=" in texts(junk.warning) and "Ignored URL parameter trials=" in texts(junk.warning)
+    stored = read_metrics(folders["alibi"])["eval"]["retrieval"]
+    shipped = [f for f in chart_frames(at) if {"probe", "ratio", "first_bits"} <= set(f.columns)
+               and set(f["probe"]) == {"repeat"} and "live" not in f.columns]
+    alibi = shipped[0][shipped[0]["model"] == "alibi"].sort_values("gap")
+    assert list(alibi["ratio"]) == pytest.approx([r["ratio"] for r in stored["repeat"]])
+    heat = [f for f in chart_frames(at) if {"layer", "head", "score"} <= set(f.columns)]
+    assert heat and set(heat[0]["gap"]) == {0}  # the heatmap at the default gap
+
+    live = at.main.dataframe[-2].value  # the live table (the last one is the retired probe's)
+    text = bytes(load_corpus().eval_documents[0])
+    gaps = [g for g in retrieval.default_gaps(32) if g <= 64]
+    expected = retrieval.repeat_probe(labs.get_model(folders["alibi"]), text, gaps, chunks=2)
+    assert [live.loc["alibi", g] for g in gaps] == pytest.approx([r.ratio for r in expected])
+    assert all(math.isnan(live.loc["learned", g]) for g in gaps)  # 32 positions: no room for two 64-byte chunks
+    at.select_slider(key="w_hgap").set_value(64)
+    run(at)
+    heat = [f for f in chart_frames(at) if {"layer", "head", "score"} <= set(f.columns)]
+    assert set(heat[0]["gap"]) == {64} and at.query_params["hgap"] == "64"
+    junk = run(page("retrieval", measure="loud", chunks="99", models="alibi"))
+    assert "Ignored URL parameter measure=" in texts(junk.warning) and "Ignored URL parameter chunks=" in texts(junk.warning)
 
 
 # ------------------------------------------------------------------------------------------------
