@@ -60,6 +60,9 @@ class TrainConfig:
     # or AMX gain 1.3-1.9x; a CPU with only AVX2 emulates it, 7.5x *slower*); "bf16" or "fp32" to force.
     precision: str = "auto"
     checkpoint_every: int = 200  # steps between saved training states (resume with --resume)
+    # Context extension by fine-tuning (Chen et al. 2023; Peng et al. 2023): start from this checkpoint's
+    # weights instead of the seed's, at this recipe's train_length and position options. None: pre-train.
+    finetune_from: str | None = None
 
     def __post_init__(self):
         require(self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
@@ -208,7 +211,13 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     require(cfg.batch_size % world == 0, f"batch_size {cfg.batch_size} must be divisible by the {world} processes")
 
     torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model_config()).to(device)
+    model = GPT(cfg.model_config())
+    if cfg.finetune_from is not None:
+        start = load_checkpoint(cfg.finetune_from)  # checked: a damaged folder says so here
+        require(start.config.position == cfg.method, f"fine-tuning a {start.config.position!r} checkpoint "
+                f"({cfg.finetune_from}) as {cfg.method!r}: the methods must match")
+        model.load_state_dict(start.state_dict())
+    model = model.to(device)
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "position" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "position" in n]
@@ -268,6 +277,9 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         model.eval()
         extra = {
             "train": dataclasses.asdict(cfg),
+            **({"finetuned_from": {"checkpoint": str(cfg.finetune_from), "tokens": cfg.tokens,
+                                   "train_length": cfg.train_length, "position_options": dict(cfg.position_options)}}
+               if cfg.finetune_from is not None else {}),
             "corpus": corpus.description,
             "trained_on": {"device": str(device), "processes": world, "platform": platform.platform(),
                            "processor": platform.processor() or platform.machine(),

@@ -147,3 +147,33 @@ def test_precision_is_measured_and_recorded(tmp_path):
     train(small_recipe(tokens=4 * 32 * 2), tmp_path / "m", progress=False)
     trained_on = json.loads((tmp_path / "m" / "config.json").read_text())["trained_on"]
     assert trained_on["precision"] == "fp32" and trained_on["asked"] == "fp32"
+
+
+def test_finetuning_at_a_longer_length_starts_from_the_checkpoint_and_records_it(tmp_path):
+    from posviz.evaluate import bits_per_byte
+    from posviz.data import load_corpus
+
+    base = tmp_path / "rope"
+    recipe = ["n_embd=32", "n_layer=1", "train_length=32", "batch_size=8", "eval_bytes=4096", "precision=fp32"]
+    run([str(PYTHON), "-m", "posviz.train", "--method", "rope", "--out", str(base), "--set", "tokens=40960", *recipe])
+    tuned = tmp_path / "rope-linear-ft2x"
+    run([str(PYTHON), "-m", "posviz.train", "--method", "rope", "--out", str(tuned), "--option", "scaling=linear",
+         "factor=2.0", "original_length=32", "--set", "tokens=16384", "train_length=64", "lr=0.001", "warmup_steps=2",
+         f"finetune_from={base}", *recipe[:2], "batch_size=8", "eval_bytes=4096", "precision=fp32"])
+    config = json.loads((tuned / "config.json").read_text())
+    assert config["finetuned_from"] == {"checkpoint": str(base), "tokens": 16384, "train_length": 64,
+                                        "position_options": {"scaling": "linear", "factor": 2.0, "original_length": 32}}
+    assert config["model"]["train_length"] == 64 and config["model"]["position_options"]["scaling"] == "linear"
+    data = load_corpus().eval_stream(1 << 14)
+    before = bits_per_byte(load_checkpoint(base, {"scaling": "linear", "factor": 2.0, "original_length": 32}), data, 64)
+    after = bits_per_byte(load_checkpoint(tuned), data, 64)
+    assert after < before - 0.05  # fine-tuning at the new length pays off there
+
+
+def test_finetuning_refuses_another_method(tmp_path):
+    base = tmp_path / "alibi"
+    recipe = ["n_embd=32", "n_layer=1", "train_length=32", "batch_size=4", "eval_bytes=4096", "precision=fp32", "tokens=256"]
+    run([str(PYTHON), "-m", "posviz.train", "--method", "alibi", "--out", str(base), "--set", *recipe])
+    result = subprocess.run([str(PYTHON), "-m", "posviz.train", "--method", "rope", "--out", str(tmp_path / "x"),
+                             "--set", *recipe, f"finetune_from={base}"], cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert result.returncode == 1 and "fine-tuning a 'alibi' checkpoint" in result.stderr
