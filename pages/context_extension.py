@@ -16,7 +16,7 @@ from pages._shared import (
     show_chart,
     sync_url,
 )
-from posviz import labs
+from posviz import context_extension, labs
 from posviz.checkpoint import read_config, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label
@@ -37,17 +37,18 @@ for name, folder in checkpoints.items():
         configs[name] = read_config(folder)["model"]
     except (PosvizError, KeyError) as exc:
         error_box(PosvizError(f"Checkpoint {name!r} cannot be read: {exc}"), "Rebuild it with `make checkpoints`.")
-rope_names = [n for n, c in configs.items() if c.get("position") == "rope"]
+tuned = context_extension.finetuned_checkpoints(checkpoints)  # rope fine-tuned at a longer length: a section of their own
+rope_names = [n for n, c in configs.items() if c.get("position") == "rope" and n not in tuned]
 if not rope_names:
     st.warning("No RoPE checkpoint found in models/. Run `make checkpoints` (or `python -m posviz.train --method rope`).")
     st.stop()
 rope_name = rope_names[0]
 rope_folder = checkpoints[rope_name]
 train_length = configs[rope_name]["train_length"]
-others = [n for n in configs if n != rope_name]
+others = [n for n in configs if n != rope_name and n not in tuned]
 SCALINGS = list(ROPE_SCALINGS)
 # The curves are named by scaling ("linear") or checkpoint ("alibi"); colours are the app's, per method.
-COLOURS, DASHES = method_scales(SCALINGS + others, {s: rope_series(s) for s in SCALINGS})
+COLOURS, DASHES = method_scales(SCALINGS + others + list(tuned), {s: rope_series(s) for s in SCALINGS})
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -89,6 +90,57 @@ af = waves.groupby("scaling", sort=False)["attention_factor"].first()
 if (af != 1).any():
     st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "
                + ", ".join(f"{k} {v:.3f}" for k, v in af.items()))
+
+# ------------------------------------------------------------------------------------------------
+# Fine-tuned at a longer length: the same scaling before and after (shipped, drawn at once)
+# ------------------------------------------------------------------------------------------------
+st.subheader("With fine-tuning: position interpolation and YaRN as their papers use them")
+st.markdown(
+    "Position interpolation (Chen et al. 2023) and YaRN (Peng et al. 2023) are meant to be followed by a short "
+    "fine-tuning at the new length. The shipped `rope` checkpoint was fine-tuned at 4× its training length three "
+    "ways, with the same small budget each: no scaling, linear interpolation, YaRN. Dashed: the same scaling "
+    "before fine-tuning; solid: after. The methods that need no stretching are drawn for reference."
+)
+ft_rows = pd.DataFrame(context_extension.finetuning_rows(checkpoints), columns=["curve", "length", "bpb", "stage", "of"])
+if ft_rows.empty:
+    st.info("No fine-tuned RoPE checkpoints in models/ yet. `scripts/finetune_rope.sh` makes them "
+            "(part of `make checkpoints`); then `python -m posviz.evaluate_all` stores their curves.", icon="ℹ️")
+else:
+    ft_refs = [n for n in ("alibi", "t5", "kerple", "fire") if n in others]
+    refs = pd.DataFrame([{"curve": n, "length": L, "bpb": v, "stage": "no fine-tuning needed", "of": n}
+                         for n in ft_refs for L, v in labs.shipped_bpb_curve(checkpoints[n]) if v is not None],
+                        columns=ft_rows.columns)
+    ft_all = pd.concat([ft_rows, refs], ignore_index=True)
+    ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+    colour = alt.Color("curve:N", scale=ft_colours, title=None)
+    tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
+    stage_dash = alt.StrokeDash("stage:N", title="stage", scale=alt.Scale(
+        domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
+    ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
+    target = 4 * train_length
+    ft_rules = alt.Chart(pd.DataFrame({"length": [train_length, target]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+    left, right = st.columns([3, 2])
+    with left:
+        show_chart(alt.layer(ft_chart, ft_rules).properties(height=340), ft_all, "context-extension-finetuned",
+                   f"Dotted: the training length ({train_length:,}) and the fine-tuning length ({target:,}).")
+    with right:
+        facts = pd.DataFrame(context_extension.finetuning_facts(checkpoints))
+        st.dataframe(facts, hide_index=True)
+        at_target = ft_all[ft_all["length"] == target].pivot_table(index="of", columns="stage", values="bpb")
+        if not at_target.empty:
+            st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
+            st.dataframe(at_target.style.format("{:.3f}", na_rep="—"), width="stretch")
+        curves = pd.DataFrame(context_extension.finetuning_curves(checkpoints))
+        if not curves.empty:
+            ft_train = alt.Chart(curves).mark_line().encode(
+                x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
+                                                                        scale=alt.Scale(zero=False)),
+                color=alt.Color("checkpoint:N", scale=ft_colours, title=None),
+                tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
+            show_chart(ft_train, curves, "finetuning-curves",
+                       "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
 
 if text is None:
     st.stop()

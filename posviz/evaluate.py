@@ -172,7 +172,14 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
         block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
     block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
     block["retrieval"] = retrieval_block(model, data if validation is None else validation)
-    if model.config.position == "rope":
+    from .checkpoint import read_config
+
+    finetuned = read_config(folder).get("finetuned_from")
+    if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
+        base = load_checkpoint(finetuned["checkpoint"], model.config.position_options)
+        block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
+                                      "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
+    if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one
         scalings = {}
         for name in ROPE_SCALINGS:
             if name == "none":

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Regenerate the whole shipped set: train every method with the one recipe, evaluate each (bpb vs length,
-# copy probe, RoPE scalings) into its metrics.json, then redraw the README chart.
+# far-context probes, RoPE scalings) into its metrics.json, then redraw the README chart. Fine-tunes the
+# rope checkpoint at 4x its length three ways for the context-extension lab. Rerun to resume a stopped set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 "$(dirname "$0")/train_all.sh"
+"$(dirname "$0")/finetune_rope.sh"  # rope-ft4x, rope-linear-ft4x, rope-yarn-ft4x from models/rope
 "$PY" -m posviz.evaluate_all
 "$PY" -m posviz.report --out docs/bpb_vs_length.svg
