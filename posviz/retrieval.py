@@ -251,8 +251,9 @@ def as_rows(results: Sequence[GapResult | None], gaps: Sequence[int]) -> list[di
 
 
 def evaluate_probes(model: GPT, text, train_length: int, chunks: int = 16, seed: int = 0) -> dict:
-    """The "retrieval" block of a checkpoint's metrics.json: all three probes at ``default_gaps``."""
-    gaps = default_gaps(train_length)
+    """The "retrieval" block of a checkpoint's metrics.json: all three probes at the ``default_gaps`` the
+    held-out text is long enough for."""
+    gaps = [g for g in default_gaps(train_length) if 2 * (64 + g) + 2 <= np.asarray(text).size]
     induction = induction_scores(model, text, gaps, chunks=max(4, chunks // 2), seed=seed)
     return {
         "gaps": gaps,

@@ -192,6 +192,38 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
     assert "Ignored URL parameter scalings=" in texts(junk.warning)
 
 
+def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_dir, tmp_path, monkeypatch, corpus):
+    import shutil
+
+    from posviz.checkpoint import load_checkpoint, save_checkpoint, write_metrics
+    from posviz.evaluate import evaluate_checkpoint
+
+    models = tmp_path / "models"
+    shutil.copytree(tiny_models_dir, models)
+    options = {"scaling": "linear", "factor": 4.0, "original_length": 32}
+    tuned = load_checkpoint(models / "rope", options)  # stands in for a fine-tuned model: the code path is the same
+    tuned.config.train_length = 128
+    extra = {"finetuned_from": {"checkpoint": str(models / "rope"), "tokens": 4096, "train_length": 128,
+                                "position_options": options}}
+    curve = [{"step": 0, "tokens": 512, "train_bpb": 7.5}, {"step": 1, "tokens": 1024, "train_bpb": 6.0}]
+    save_checkpoint(tuned, models / "rope-linear-ft4x", extra, {"train_curve": curve})
+    block = evaluate_checkpoint(models / "rope-linear-ft4x", corpus.eval_stream(1 << 12), multiples=(1, 2), progress=False)
+    write_metrics(models / "rope-linear-ft4x", {"train_curve": curve, "eval": block})
+    monkeypatch.setenv("POSVIZ_MODELS", str(models))
+
+    at = run(page("context_extension", refs="alibi"))
+    rows = [f for f in chart_frames(at) if {"curve", "stage", "bpb"} <= set(f.columns)][0]
+    after = rows[rows["stage"] == "after fine-tuning"].set_index("length")["bpb"]
+    before = rows[(rows["stage"] == "before fine-tuning")].set_index("length")["bpb"]
+    assert dict(after) == pytest.approx({int(k): v for k, v in block["nonoverlapping_bpb"].items()})
+    assert set(rows[rows["stage"] == "before fine-tuning"]["curve"]) == {"rope+linear"}
+    # identical weights here, so "before" (base + the same options) must equal "after" at every length
+    assert dict(before) == pytest.approx(dict(after))
+    facts = [d.value for d in at.main.dataframe if "scaling" in d.value.columns][0]
+    assert facts.iloc[0]["checkpoint"] == "rope-linear-ft4x" and facts.iloc[0]["bytes"] == 4096
+    assert "rope-linear-ft4x" not in at.multiselect(key="w_refs").options  # not a reference: a section of its own
+
+
 # ------------------------------------------------------------------------------------------------
 # Far-context retrieval
 # ------------------------------------------------------------------------------------------------
