@@ -261,11 +261,30 @@ def generate(model: GPT, prompt, settings: DecodeSettings, forced: Sequence[int]
 
 
 def teacher_forced(model: GPT, prompt, continuation: Sequence[int], strategy: str) -> Generation:
-    """The model's loss on a real continuation, read through the same cache and window strategy."""
+    """The model's loss on a real continuation, read through the same cache and window strategy.
+
+    With true positions throughout ("stop", and every relative method) the bytes are known in advance,
+    so one forward pass over prompt + continuation gives exactly what the byte-by-byte cached loop gives
+    (by causality), in a fraction of the time. Window strategies, and a method that runs out of
+    positions, go through the loop.
+    """
     n = min(len(continuation), max_new_bytes(model.config.train_length, model.device))
     if n < 1:
         raise PosvizError("There is no real continuation to score after this prompt.")
-    return generate(model, prompt, DecodeSettings(n, strategy=strategy), forced=list(continuation[:n]))
+    settings = DecodeSettings(n, strategy=strategy)
+    prompt_ids, forced = check_prompt(prompt), [int(b) for b in continuation[:n]]
+    limit = model.position.max_positions
+    if (strategy == "stop" or not model.position.is_absolute) and (limit is None or len(prompt_ids) + n - 1 <= limit):
+        start = time.perf_counter()
+        with torch.no_grad():
+            ids = torch.tensor([prompt_ids + forced[:-1]], dtype=torch.long, device=model.device)
+            logp = model(ids).logits[0, len(prompt_ids) - 1:].float().log_softmax(-1)  # (n, V): byte k of the continuation
+        target = torch.tensor(forced, device=logp.device)
+        surprisal = (-logp.gather(1, target[:, None])[:, 0] / LN2).cpu().numpy()
+        entropy = (-(logp.exp() * logp).nansum(-1) / LN2).cpu().numpy()
+        return Generation(model.config.position, len(prompt_ids), model.config.train_length, "stop", forced,
+                          surprisal, entropy, None, time.perf_counter() - start)
+    return generate(model, prompt_ids, settings, forced=forced)
 
 
 def window_means(values: np.ndarray, start_position: int, width: int) -> list[dict]:

@@ -11,6 +11,7 @@ from conftest import tiny_model
 from posviz import generation as g
 from posviz import labs
 from posviz.errors import PosvizError
+from posviz.positions import method_names
 
 W = 32
 PROMPT = list(b"def add(a, b):\n    return a + b\n"[:20])
@@ -136,3 +137,15 @@ def test_window_means_and_csv_rows():
     assert [r["position"] for r in csv] == list(range(len(PROMPT), len(PROMPT) + 20))
     assert [r["byte"] for r in csv] == result.ids
     assert [r["context_past_train_length"] for r in csv].index(True) == W + 1 - len(PROMPT)
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_one_pass_teacher_forcing_equals_the_byte_by_byte_cached_loop(method):
+    model = tiny_model(method, seed=5)
+    real = list(b"    for item in items:\n        total += item\n")[: W - len(PROMPT) + 8]
+    one_pass = g.teacher_forced(model, PROMPT, real, "stop")
+    loop = g.generate(model, PROMPT, g.DecodeSettings(len(real), strategy="stop"), forced=real)
+    n = len(loop.ids)  # learned stops at its table's end; the one-pass path then takes the loop too
+    assert one_pass.ids[:n] == loop.ids and one_pass.error == loop.error
+    assert np.allclose(one_pass.surprisal[:n], loop.surprisal, atol=1e-4)
+    assert np.allclose(one_pass.entropy[:n], loop.entropy, atol=1e-4)
