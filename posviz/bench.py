@@ -330,6 +330,75 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
     return times, cold, None
 
 
+# A setting each page has not computed yet, as the query string a visitor's widget change leaves.
+NEW_SETTING = {"home": "present=true", "absolute": "len=200", "rope": "dmax=2000", "biases": "ctx=2048",
+               "extrapolation": "L=2048", "kv-cache": "n=300", "context-extension": "factor=8.0",
+               "retrieval": "chunks=6", "generation": "seed=7", "compare": "layer=1", "about": "present=true"}
+COLD_GOALS = {"explore_complete": 3.0, "lab_first": 3.0, "lab_complete": 5.0, "new_setting": 2.0}
+
+
+def measure_cold_visits(models_dir: str | None, timeout_s: float = 180.0):
+    """What the very first visitor of each page gets from a new server, and then a new setting.
+
+    Per page: a new server started as the README does (``streamlit run app.py``, torch's default
+    threads), and that page is its first visit (imports, checkpoint loading and every computation
+    included: nothing is warm). Then, on the same server, a new browser session opens the page with
+    a setting it has not computed (``NEW_SETTING``), which is what moving a widget costs. Returns
+    ({url_path: {"section", "cold": (complete, first), "new": (complete, first) or None}}, problem).
+    """
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        return {}, f"not measured: Playwright is not installed ({exc})"
+    from .loadtest import StreamlitServer, app_pages, exception_texts, launch_chromium
+
+    if not Path("/usr/bin/chromium").exists():
+        return {}, "not measured: /usr/bin/chromium is missing (apt-get install chromium)"
+    out = {}
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            for entry in app_pages():
+                with StreamlitServer(models=models_dir, torch_threads=None) as server:
+                    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                    cold = _time_page(tab, server.url + entry.url, timeout_s)
+                    broken = exception_texts(tab)
+                    tab.context.close()
+                    new = None
+                    if entry.url_path in NEW_SETTING:
+                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                        new = _time_page(tab, f"{server.url}/{entry.url_path}?{NEW_SETTING[entry.url_path]}", timeout_s)
+                        broken += exception_texts(tab)
+                        tab.context.close()
+                out[entry.url_path] = {"section": entry.section, "cold": cold, "new": new, "exception": broken[:1]}
+                print(f"  cold {entry.url_path:>18}: complete {cold[0]:.2f} s, first chart {cold[1]:.2f} s; new setting "
+                      + ("n/a" if new is None else f"{new[0]:.2f} s (first chart {new[1]:.2f} s)")
+                      + (f"  EXCEPTION: {broken[0][:200]}" if broken else ""), flush=True)
+        finally:
+            browser.close()
+    return out, None
+
+
+def cold_verdicts(visits: dict) -> list[str]:
+    """Goal rows for the cold visits: explore pages complete, labs' first chart and complete, new settings."""
+    explore = {k: v["cold"][0] for k, v in visits.items() if v["section"] != "Live labs"}
+    labs_first = {k: v["cold"][1] for k, v in visits.items() if v["section"] == "Live labs"}
+    labs_done = {k: v["cold"][0] for k, v in visits.items() if v["section"] == "Live labs"}
+    new = {k: v["new"][0] for k, v in visits.items() if v["new"] is not None}
+    rows = []
+    for label, values, goal in (
+            (f"every explore page complete < {COLD_GOALS['explore_complete']:.0f} s, cold", explore, COLD_GOALS["explore_complete"]),
+            (f"every lab's first chart < {COLD_GOALS['lab_first']:.0f} s, cold", labs_first, COLD_GOALS["lab_first"]),
+            (f"every lab complete < {COLD_GOALS['lab_complete']:.0f} s, cold", labs_done, COLD_GOALS["lab_complete"]),
+            (f"a new setting < {COLD_GOALS['new_setting']:.0f} s (complete)", new, COLD_GOALS["new_setting"])):
+        if values:
+            worst = max(values, key=values.get)
+            late = sorted(k for k, v in values.items() if not v < goal)
+            rows.append(f"| {label} | slowest: {worst} {values[worst]:.2f} s"
+                        + (f"; over: {', '.join(late)}" if late else "") + f" | {verdict(not late)} |")
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
@@ -355,7 +424,7 @@ def fmt(x: float | None, spec: str) -> str:
 
 
 def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
-           render_problem) -> str:
+           render_problem, visits=None, visits_problem=None) -> str:
     train_length = models["nope"][0].config.train_length
     cfg = models["nope"][0].config
     top = max(MULTIPLES)
@@ -416,6 +485,8 @@ def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction
                      f"{firsts[slow_first]:.2f} s | {verdict(firsts[slow_first] < GOALS['render_s'])} |")
     else:
         lines.append(f"| every page's first render < {GOALS['render_s']:.0f} s | {render_problem} | n/a |")
+    if visits:
+        lines += cold_verdicts(visits)
 
     lines += ["", f"## Forward pass (tokens/s; batch x length = {TOKENS_PER_CALL} x {train_length} bytes per call)", "",
               "n/a: the method has no positions that far (learned absolute ends at train_length). *vs peer*: the "
@@ -473,6 +544,25 @@ def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction
                   for p, (f, c) in renders.items()]
     else:
         lines.append(render_problem or "not measured")
+
+    lines += ["", "## Cold first visits and new settings (a new server per page, as `streamlit run app.py` starts it)", ""]
+    if visits:
+        lines += ["Each page is the very first visit of a newly started server: imports, checkpoint loading and "
+                  "every computation included, nothing warm. *New setting*: then, on that server, a new browser "
+                  "session opens the page with a value it has not computed (`" + "`, `".join(
+                      f"{k}?{v}" for k, v in NEW_SETTING.items()) + "`), as moving a widget does. "
+                  f"Goals: explore pages complete < {COLD_GOALS['explore_complete']:g} s; labs' first chart < "
+                  f"{COLD_GOALS['lab_first']:g} s and complete < {COLD_GOALS['lab_complete']:g} s; a new setting < "
+                  f"{COLD_GOALS['new_setting']:g} s.", "",
+                  "| page | section | cold: first chart (s) | cold: complete (s) | new setting: first chart (s) | new setting: complete (s) |",
+                  "| --- | --- | ---: | ---: | ---: | ---: |"]
+        for page, v in visits.items():
+            new = v["new"] or (float("nan"), float("nan"))
+            flag = " (exception on the page)" if v["exception"] else ""
+            lines.append(f"| {page}{flag} | {v['section']} | {v['cold'][1]:.2f} | {v['cold'][0]:.2f} | "
+                         f"{fmt(new[1], '.2f')} | {fmt(new[0], '.2f')} |")
+    else:
+        lines.append(visits_problem or "not measured")
     return "\n".join(lines) + "\n"
 
 
@@ -499,10 +589,12 @@ def main(argv: list[str] | None = None) -> int:
     changes = measure_length_change(models, train_length)
     if args.no_pages:
         renders, cold, render_problem = {}, None, "not measured (--no-pages)"
+        visits, visits_problem = {}, "not measured (--no-pages)"
     else:
+        visits, visits_problem = measure_cold_visits(args.models)
         renders, cold, render_problem = measure_first_render(args.models)
     text = report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
-                  render_problem)
+                  render_problem, visits, visits_problem)
     Path(args.out).write_text(text)
     print("\n" + text)
     print(f"wrote {args.out}")

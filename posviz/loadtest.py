@@ -44,6 +44,7 @@ class PageEntry:
     title: str
     url_path: str
     default: bool
+    section: str = ""  # the navigation menu's heading above it ("Explore", "Live labs", ...)
 
     @property
     def url(self) -> str:
@@ -53,15 +54,23 @@ class PageEntry:
 
 def app_pages(app: Path = ROOT / "app.py") -> list[PageEntry]:
     """Every ``st.Page(...)`` in app.py, in the order of the navigation menu."""
-    calls = sorted((node for node in ast.walk(ast.parse(app.read_text(), str(app))) if isinstance(node, ast.Call)),
+    tree = ast.parse(app.read_text(), str(app))
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call)),
                    key=lambda node: (node.lineno, node.col_offset))
+    section_of = {}  # id of each st.Page call -> the menu heading whose list holds it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and isinstance(value, ast.List):
+                    section_of.update({id(item): key.value for item in value.elts})
     pages = []
     for node in calls:
         if getattr(node.func, "attr", getattr(node.func, "id", None)) == "Page":
             kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg in ("title", "url_path", "default")}
             script = ast.literal_eval(node.args[0])
             pages.append(PageEntry(script, kw.get("title", Path(script).stem),
-                                   kw.get("url_path", Path(script).stem), bool(kw.get("default", False))))
+                                   kw.get("url_path", Path(script).stem), bool(kw.get("default", False)),
+                                   section_of.get(id(node), "")))
     return pages
 
 

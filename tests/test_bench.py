@@ -26,3 +26,18 @@ def test_bench_writes_a_table_with_every_goal_and_method(tiny_models, tmp_path, 
     # learned stops at its table (32 bytes here); every other method reaches 16 x train_length
     assert "| learned | 32 |" in text and "| rope | 512 |" in text
     assert "not measured (--no-pages)" in text
+
+
+def test_cold_visit_verdicts_use_each_pages_menu_section():
+    from posviz.loadtest import app_pages
+
+    sections = {p.url_path: p.section for p in app_pages()}
+    assert sections["home"] == "Explore" and sections["extrapolation"] == "Live labs" and sections["about"] == "About"
+    assert set(bench.NEW_SETTING) == set(sections), "every page needs a new setting to time"
+    visits = {"home": {"section": "Explore", "cold": (2.5, 1.0), "new": (0.5, 0.4), "exception": []},
+              "extrapolation": {"section": "Live labs", "cold": (6.0, 2.0), "new": (2.5, 1.0), "exception": []}}
+    rows = bench.cold_verdicts(visits)
+    assert rows[0].startswith("| every explore page complete < 3 s") and rows[0].endswith("| met |")
+    assert rows[1].endswith("| met |")  # the lab's first chart came at 2.0 s
+    assert "over: extrapolation" in rows[2] and rows[2].endswith("| **MISSED** |")  # complete at 6.0 s
+    assert "over: extrapolation" in rows[3]  # its new setting took 2.5 s
