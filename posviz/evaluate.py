@@ -154,7 +154,7 @@ def scaling_factors(name: str, length: int, train_length: int) -> float | None:
 
 
 def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=(0, 16, 64, 128, 192, 512, 1024, 2048),
-                        progress: bool = True, validation=None) -> dict:
+                        progress: bool = True, validation=None, probe_chunks: int = 16) -> dict:
     """The full "eval" block of a checkpoint's metrics.json: bpb vs length, the copy probe and, for
     rope, every inference scaling. Lengths too long for the data are skipped. ``validation``: the
     whole validation split, scored at train_length as well (the headline quality number)."""
@@ -171,7 +171,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     if validation is not None:
         block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
     block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
-    block["retrieval"] = retrieval_block(model, data if validation is None else validation)
+    block["retrieval"] = retrieval_block(model, data if validation is None else validation, probe_chunks)
     from .checkpoint import read_config
 
     finetuned = read_config(folder).get("finetuned_from")
@@ -197,11 +197,11 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     return block
 
 
-def retrieval_block(model: GPT, text) -> dict:
+def retrieval_block(model: GPT, text, chunks: int = 16) -> dict:
     """The far-context probes (``posviz.retrieval``) for metrics.json, with the seconds they took."""
     from .retrieval import evaluate_probes
 
-    block, seconds = timed(evaluate_probes, model, text, model.config.train_length)
+    block, seconds = timed(evaluate_probes, model, text, model.config.train_length, chunks=chunks)
     return {**block, "held_out_bytes": int(np.asarray(text).size), "seconds": round(seconds, 1)}
 
 

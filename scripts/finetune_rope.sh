@@ -8,7 +8,7 @@ PY=${PYTHON:-python}
 export OMP_NUM_THREADS=${CPU_THREADS:-1}
 BASE=${BASE:-models/rope}
 L=$("$PY" -c "import json; print(json.load(open('$BASE/config.json'))['model']['train_length'])")
-RECIPE="tokens=409600 train_length=$((4 * L)) batch_size=4 lr=0.001 warmup_steps=10 checkpoint_every=50 finetune_from=$BASE"
+RECIPE="tokens=409600 train_length=$((4 * L)) batch_size=4 lr=0.001 warmup_steps=10 log_every=5 checkpoint_every=50 finetune_from=$BASE"
 mkdir -p runs
 run() {  # name, then position options
     local name=$1; shift

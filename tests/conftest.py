@@ -49,7 +49,7 @@ def tiny_models_dir(tmp_path_factory, corpus) -> Path:
                         {"val_bpb_at_train_length": None, "parameters": model.num_parameters(), "train_curve": []})
         metrics = read_metrics(folder)
         metrics["eval"] = evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16), copy_gaps=(0, 16, 64),
-                                              progress=False)
+                                              progress=False, probe_chunks=4)
         metrics["val_bpb_at_train_length"] = metrics["eval"]["nonoverlapping_bpb"][str(TINY["train_length"])]
         write_metrics(folder, metrics)
     return root
