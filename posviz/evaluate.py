@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import time
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -176,7 +177,10 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
 
     finetuned = read_config(folder).get("finetuned_from")
     if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
-        base = load_checkpoint(finetuned["checkpoint"], model.config.position_options)
+        base_folder = Path(finetuned["checkpoint"])
+        if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
+            base_folder = Path(folder).parent / base_folder.name
+        base = load_checkpoint(base_folder, model.config.position_options)
         block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
                                       "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
     if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one

@@ -14,12 +14,18 @@ from posviz.evaluate import bits_per_byte
 from posviz.positions import method_names
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
-SHIPPED = shipped_checkpoints(MODELS)
+ALL = shipped_checkpoints(MODELS)
+FINETUNED = {n: f for n, f in ALL.items() if read_config(f).get("finetuned_from")}
+SHIPPED = {n: f for n, f in ALL.items() if n not in FINETUNED}  # pre-trained: one per method
 RECIPE_FIELDS_THAT_MAY_DIFFER = {"method", "position_options"}
+# Registered methods whose checkpoint comes with the next full set (one recipe for all eleven):
+# the README says so, and this list must shrink to nothing when that set lands.
+AWAITING_CHECKPOINTS = {"transformer_xl", "nezha", "kerple", "fire"}
 
 
 def test_every_registered_method_ships_a_checkpoint():
-    assert list(SHIPPED) == method_names()
+    assert list(SHIPPED) == [n for n in method_names() if n not in AWAITING_CHECKPOINTS]
+    assert AWAITING_CHECKPOINTS <= set(method_names()), "a method on the waiting list is not registered"
 
 
 def test_models_folder_stays_small():
@@ -57,16 +63,54 @@ def test_config_and_metrics_are_complete(name):
     else:
         assert table[str(2 * L)] is None  # learned absolute cannot run past its table
     assert metrics["eval"]["copy_probe"]
+    probes = metrics["eval"]["retrieval"]
+    assert probes["gaps"][0] == 0 and max(probes["gaps"]) == 16 * L
+    for probe in ("repeat", "key_value"):
+        rows = {row["gap"]: row for row in probes[probe]}
+        assert set(rows) == set(probes["gaps"]) and rows[0]["ratio"] is not None and rows[0]["chunks"] == 16
+    assert set(probes["induction"]) == {str(g) for g in probes["gaps"]}
     if name == "rope":
         assert set(metrics["eval"]["rope_scalings"]) == {"linear", "ntk", "dynamic", "yarn", "llama3"}
 
 
 @pytest.mark.parametrize("name", list(SHIPPED))
 def test_short_evaluation_reproduces_the_stored_number(name):
-    folder = SHIPPED[name]
+    _reproduce(SHIPPED[name])
+
+
+def _reproduce(folder: Path) -> None:
     config, metrics = read_config(folder), read_metrics(folder)
     model = load_checkpoint(folder)  # also checks every tensor's name and shape against config.json
     data = load_corpus().eval_stream(config["train"]["eval_bytes"])
     measured = bits_per_byte(model, data, config["model"]["train_length"])
     stored = metrics["val_bpb_at_train_length"]
     assert abs(measured - stored) / stored < 0.01, (measured, stored)
+
+
+def test_the_finetuned_rope_checkpoints_share_one_small_budget():
+    assert set(FINETUNED) == {"rope-ft4x", "rope-linear-ft4x", "rope-yarn-ft4x"}
+    base = read_config(SHIPPED["rope"])
+    recipes = []
+    for name, folder in FINETUNED.items():
+        config = read_config(folder)
+        tuned = config["finetuned_from"]
+        assert Path(tuned["checkpoint"]).name == "rope" and tuned["train_length"] == 4 * base["model"]["train_length"]
+        assert tuned["tokens"] <= 0.05 * base["train"]["tokens"]  # "a few per cent of the pre-training bytes"
+        assert config["model"]["position_options"].get("scaling", "none") == {"rope-ft4x": "none",
+                                                                              "rope-linear-ft4x": "linear",
+                                                                              "rope-yarn-ft4x": "yarn"}[name]
+        recipes.append({k: v for k, v in config["train"].items() if k != "position_options"})
+    assert all(r == recipes[0] for r in recipes), "the three fine-tunings must differ only by their scaling"
+
+
+@pytest.mark.parametrize("name", list(FINETUNED))
+def test_finetuned_metrics_hold_before_and_after(name):
+    metrics = read_metrics(FINETUNED[name])
+    after, before = metrics["eval"]["nonoverlapping_bpb"], metrics["eval"]["before_finetuning"]["nonoverlapping_bpb"]
+    assert set(after) == set(before) and all(v is not None for v in after.values())
+    assert metrics["eval"]["retrieval"]["repeat"]
+
+
+@pytest.mark.parametrize("name", list(FINETUNED))
+def test_finetuned_evaluation_reproduces_the_stored_number(name):
+    _reproduce(FINETUNED[name])
