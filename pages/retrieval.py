@@ -53,9 +53,9 @@ st.markdown(
 # ------------------------------------------------------------------------------------------------
 # Shipped results (at once, from metrics.json)
 # ------------------------------------------------------------------------------------------------
-MEASURES = {
-    "ratio": ("second copy / first copy", "loss ratio (1 = no help from the first copy)"),
+MEASURES = {  # the control first: past the training length the plain ratio mixes "lost" with "forgot"
     "gain": ("second copy / no-copy control", "loss ratio against the no-copy control (1 = no retrieval)"),
+    "ratio": ("second copy / first copy", "loss ratio (1 = no help from the first copy)"),
     "bits": ("bits per byte: second (solid) and first (dashed)", "loss (bits per byte)"),
 }
 
@@ -63,7 +63,7 @@ MEASURES = {
 def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -> alt.LayerChart:
     data = df[df["probe"] == probe].dropna(subset=["ratio"]).assign(gap1=lambda d: d["gap"].clip(lower=1))
     x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap between the copies (bytes, log scale; 0 drawn at 1)")
-    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint")
+    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=alt.Legend(orient="bottom", columns=4))
     tips = ["model", "gap", alt.Tooltip("first_bits:Q", format=".3f", title="first (bits)"),
             alt.Tooltip("second_bits:Q", format=".3f", title="second (bits)"),
             alt.Tooltip("control_bits:Q", format=".3f", title="no-copy control (bits)"),
@@ -93,7 +93,7 @@ missing = [n for n in names if shipped.empty or n not in set(shipped["model"])]
 if missing:
     st.info(f"No stored probe results for {', '.join(missing)}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
 measure = st.radio("Show", list(MEASURES), format_func=lambda m: MEASURES[m][0], horizontal=True,
-                   index=list(MEASURES).index(qp_choice("measure", "ratio", list(MEASURES))), key="w_measure")
+                   index=list(MEASURES).index(qp_choice("measure", "gain", list(MEASURES))), key="w_measure")
 if not shipped.empty:
     left, right = st.columns(2)
     with left:
@@ -159,10 +159,10 @@ margin = st.slider("how much better the copied key matches, in logits (Δ)", 1.0
                    qp_float("delta", 8.0, 1.0, 30.0), step=0.5, key="w_delta",
                    help="A match worth Δ logits loses to a non-matching neighbour once slope × distance exceeds Δ.")
 reach = pd.DataFrame(retrieval.alibi_reach(alibi_slopes(n_head).tolist(), margin))
-reach["head"] = reach["head"].map(lambda h: f"head {h}")
 left, right = st.columns([2, 3])
-left.dataframe(reach.rename(columns={"slope": "slope m", "reach": "reach Δ/m (bytes)"}).style.format(
-    {"slope m": "{:.4g}", "reach Δ/m (bytes)": "{:,.0f}"}), hide_index=True)
+left.dataframe(reach.assign(head=reach["head"].map(lambda h: f"head {h}")).rename(
+    columns={"slope": "slope m", "reach": "reach Δ/m (bytes)"}).style.format({"slope m": "{:.4g}", "reach Δ/m (bytes)": "{:,.0f}"}),
+    hide_index=True)
 if "alibi" in table:
     alibi_heads = heads[(heads["model"] == "alibi")].assign(gap1=lambda d: d["gap"].clip(lower=1))
     alibi_heads = alibi_heads.assign(series=lambda d: "L" + d["layer"].astype(str) + " H" + d["head"].astype(str))
@@ -171,8 +171,7 @@ if "alibi" in table:
             x=alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap (bytes, log scale)"),
             y=alt.Y("score:Q", title="induction score"), color=alt.Color("head:N", title="head"), detail="layer:N",
             tooltip=["series", "gap", alt.Tooltip("score:Q", format=".3f")]).properties(height=240)
-        reach_rules = alt.Chart(reach.assign(h=range(len(reach)))).mark_rule(strokeDash=[4, 3]).encode(
-            x="reach:Q", color=alt.Color("h:N", legend=None))
+        reach_rules = alt.Chart(reach).mark_rule(strokeDash=[4, 3]).encode(x="reach:Q", color="head:N")
         show_chart(chart + reach_rules, alibi_heads, "alibi-induction-vs-reach",
                    "Lines: the `alibi` checkpoint's induction score per layer and head, by gap. Dashed: each head's reach "
                    "Δ/m. A head's score collapses around its reach: past it the penalty beats any match.")
@@ -224,9 +223,9 @@ default_models = [n for n in ("shaw", "alibi", "rope") if n in names] or names[:
 chosen = c1.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models")
 gap_options = [g for g in retrieval.default_gaps(train_length) if 2 * 64 + g <= cap]
 longest = c2.select_slider("Longest gap", gap_options[1:], key="w_gap", format_func=lambda g: f"{g:,}",
-                           value=int(qp_choice("gap", str(max(g for g in gap_options if g <= 4 * train_length)),
+                           value=int(qp_choice("gap", str(max(g for g in gap_options if g <= 2 * train_length)),
                                                [str(g) for g in gap_options[1:]])))
-chunks = c3.slider("Chunks per gap", 2, 16, value=qp_int("chunks", 8, 2, 16), key="w_chunks")
+chunks = c3.slider("Chunks per gap", 2, 16, value=qp_int("chunks", 4, 2, 16), key="w_chunks")
 text = choose_text()
 sync_url(models=chosen, gap=longest, chunks=chunks)
 st.caption(f"Lengths fit the device cap of {cap:,} bytes ({device_label()}).")

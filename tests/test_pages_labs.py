@@ -242,7 +242,7 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
     text = bytes(load_corpus().eval_documents[0])
     gaps = [g for g in retrieval.default_gaps(32) if g <= 64]
     expected = retrieval.repeat_probe(labs.get_model(folders["alibi"]), text, gaps, chunks=2)
-    assert [live.loc["alibi", g] for g in gaps] == pytest.approx([r.ratio for r in expected])
+    assert [live.loc["alibi", g] for g in gaps] == pytest.approx([r.gain for r in expected])  # the default measure
     assert all(math.isnan(live.loc["learned", g]) for g in gaps)  # 32 positions: no room for two 64-byte chunks
     at.select_slider(key="w_hgap").set_value(64)
     run(at)
