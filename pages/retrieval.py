@@ -63,7 +63,7 @@ MEASURES = {  # the control first: past the training length the plain ratio mixe
 def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -> alt.LayerChart:
     data = df[df["probe"] == probe].dropna(subset=["ratio"]).assign(gap1=lambda d: d["gap"].clip(lower=1))
     x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap between the copies (bytes, log scale; 0 drawn at 1)")
-    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=alt.Legend(orient="bottom", columns=4))
+    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint")
     tips = ["model", "gap", alt.Tooltip("first_bits:Q", format=".3f", title="first (bits)"),
             alt.Tooltip("second_bits:Q", format=".3f", title="second (bits)"),
             alt.Tooltip("control_bits:Q", format=".3f", title="no-copy control (bits)"),
@@ -95,16 +95,13 @@ if missing:
 measure = st.radio("Show", list(MEASURES), format_func=lambda m: MEASURES[m][0], horizontal=True,
                    index=list(MEASURES).index(qp_choice("measure", "gain", list(MEASURES))), key="w_measure")
 if not shipped.empty:
-    left, right = st.columns(2)
-    with left:
-        st.markdown("**Repeat probe** (16 chunks per gap; band: 10th–90th percentile of the ratio)")
-        show_chart(probe_chart(shipped, measure, "repeat"), shipped[shipped["probe"] == "repeat"], f"repeat-probe-shipped-{measure}",
-                   f"Dotted vertical line: the training length ({train_length:,} bytes). A missing point: the method "
-                   "cannot represent that many positions.")
-    with right:
-        st.markdown("**Key–value probe** (16 names per gap, 5-digit values)")
-        show_chart(probe_chart(shipped, measure, "key_value"), shipped[shipped["probe"] == "key_value"],
-                   f"key-value-probe-shipped-{measure}", "Loss on the value's digits when the name comes back.")
+    st.markdown("**Repeat probe** (16 chunks per gap; band: 10th–90th percentile of the ratio)")
+    show_chart(probe_chart(shipped, measure, "repeat"), shipped[shipped["probe"] == "repeat"], f"repeat-probe-shipped-{measure}",
+               f"Dotted vertical line: the training length ({train_length:,} bytes). A missing point: the method "
+               "cannot represent that many positions.")
+    st.markdown("**Key–value probe** (16 names per gap, 5-digit values)")
+    show_chart(probe_chart(shipped, measure, "key_value"), shipped[shipped["probe"] == "key_value"],
+               f"key-value-probe-shipped-{measure}", "Loss on the value's digits when the name comes back.")
     at_zero = shipped[(shipped["probe"] == "repeat") & (shipped["gap"] == 0)].set_index("model")
     if not at_zero.empty:
         best = at_zero["ratio"].idxmin()
