@@ -7,6 +7,14 @@ A method can act at three places, and attention calls all three without asking w
 * ``logit_bias(layer, q, q_pos, k_pos)`` a bias added to the attention logits after the 1/sqrt(d) scale
   (ALiBi, T5, Shaw); ``None`` when the method adds nothing there.
 
+A method whose bias depends on the distance alone may also offer an optional shortcut that attention
+uses without knowing the method:
+
+* ``distance_bias(layer, q_pos, lo, hi)``  the same bias as a per-distance vector (H, hi - lo + 1) for
+  distances lo..hi >= 0, or ``None`` when, for these queries, it is not a function of the distance
+  alone (FIRE past its threshold). Attention then reads each block's bias as a strided view of that
+  vector instead of an (H, Tq, Tk) tensor; ``logit_bias`` stays the reference.
+
 Shape legend: B batch, T / Tq / Tk sequence lengths, C model width, H heads, hs head size.
 Positions are absolute integer positions (LongTensor of shape (T,)); with a KV cache the keys keep
 the positions they were written at, so relative methods see true distances.
@@ -67,6 +75,17 @@ class PositionMethod(nn.Module):
     def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None  # else broadcastable to (B, H, Tq, Tk)
 
+    def distance_bias(self, layer: int, q_pos: torch.Tensor, lo: int, hi: int) -> torch.Tensor | None:
+        """Optional: (H, hi - lo + 1) bias at the distances lo..hi (0 <= lo <= hi) for the queries at
+        ``q_pos``, equal to what ``logit_bias`` puts at those distances; None when it is no function
+        of the distance alone (the default: attention then asks ``logit_bias``)."""
+        return None
+
+    @property
+    def has_distance_bias(self) -> bool:
+        """Whether the method offers ``distance_bias`` at all."""
+        return type(self).distance_bias is not PositionMethod.distance_bias
+
     # -- facts the app and the evaluators use -----------------------------------------------------
     @property
     def max_positions(self) -> int | None:
@@ -87,7 +106,7 @@ class PositionMethod(nn.Module):
 
     MEMO_ENTRIES: ClassVar[int] = 256  # one per query block of a forward pass; cleared after each pass
 
-    def _memoized(self, q_pos: torch.Tensor, k_pos: torch.Tensor, compute) -> torch.Tensor:
+    def _memoized(self, q_pos: torch.Tensor, k_pos: torch.Tensor, compute, tag: tuple = ()) -> torch.Tensor:
         """Reuse a value across the layers of one forward pass (T5 and ALiBi share their bias across
         layers, RoPE its angles). Attention asks per block of queries, with position tensors that are
         the same objects in every layer.
@@ -96,7 +115,7 @@ class PositionMethod(nn.Module):
         recycled id can never return a stale value. The model calls ``forget`` after every pass.
         """
         memo = self._memo if self._memo is not None else {}
-        key = (id(q_pos), id(k_pos))
+        key = (id(q_pos), id(k_pos), *tag)  # tag: what else the value depends on (a distance range)
         hit = memo.get(key)
         if hit is not None and hit[0] is q_pos and hit[1] is k_pos and \
                 hit[2] == (q_pos._version, k_pos._version, self.training):
