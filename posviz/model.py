@@ -45,6 +45,21 @@ class KVCache:
         self.keys = [None] * self.n_layer
         self.values = [None] * self.n_layer
         self._filled = [0] * self.n_layer  # entries of each buffer in use
+        self._last = None  # last position written (int), so a step needs no read of ``positions``
+        self.keys_are_run = True  # the kept positions are p0, p0+1, ... (attention's shortcuts need it)
+        self._known = None  # the ``positions`` tensor _last and keys_are_run describe
+
+    def _sync(self) -> None:
+        """Re-read _last and keys_are_run when ``positions`` was set from outside (a lab relabels it)."""
+        if self.positions is not self._known:
+            self._known = self.positions
+            self._last = None if self.positions is None else int(self.positions[-1])
+            self.keys_are_run = self.positions is None or _run_start(self.positions) is not None
+
+    def next_position(self) -> int:
+        """The position right after the last cached key (0 for an empty cache)."""
+        self._sync()
+        return 0 if self._last is None else self._last + 1
 
     def __len__(self) -> int:
         return 0 if self.positions is None else int(self.positions.numel())
@@ -71,7 +86,11 @@ class KVCache:
         """
         T, n = k.shape[2], self._filled[layer]
         if layer == 0:  # positions are the same for every layer; update them once per step
+            self._sync()
             self._new_positions = pos if self.positions is None else torch.cat((self.positions, pos))
+            start = _run_start(pos)
+            self._new_is_run = start is not None and (self._last is None or (self.keys_are_run and start == self._last + 1))
+            self._new_last = int(pos[-1]) if start is None else start + T - 1
         k_pos = self._new_positions
         keep = n if self.max_size is None else min(n, self.max_size - 1)  # old keys this step still needs
         if self.keys[layer] is not None and self.keys[layer].shape[:2] != k.shape[:2]:
@@ -79,14 +98,16 @@ class KVCache:
                               f"got {tuple(k.shape[:2])}")
         self._make_room(layer, k, v, keep)
         n = self._filled[layer]
-        self.keys[layer][:, :, n:n + T] = k
-        self.values[layer][:, :, n:n + T] = v
+        keys, values = self.keys[layer], self.values[layer]
+        keys.narrow(2, n, T).copy_(k)  # narrow + copy_: a slice assignment costs several times more per step
+        values.narrow(2, n, T).copy_(v)
         self._filled[layer] = n = n + T
         needed = n if self.max_size is None else min(n, self.max_size + T - 1)
-        k, v = self.keys[layer][:, :, n - needed:n], self.values[layer][:, :, n - needed:n]
+        k, v = keys.narrow(2, n - needed, needed), values.narrow(2, n - needed, needed)
         k_pos = k_pos[-needed:]
         if layer == self.n_layer - 1:
             self.positions = self._new_positions if self.max_size is None else self._new_positions[-self.max_size:]
+            self.keys_are_run, self._last, self._known = self._new_is_run, self._new_last, self.positions
         return k, v, k_pos
 
 
@@ -182,16 +203,31 @@ class DistanceBlocks:
             self.blocks.append((r0, r1, first, Tk - T + r1))
 
     @classmethod
-    def plan(cls, q_pos, k_pos, window, batch_heads) -> "DistanceBlocks | None":
-        q0, k0 = _run_start(q_pos), _run_start(k_pos)
+    def plan(cls, q_pos, k_pos, window, batch_heads, q0: int | None = None, keys_are_run: bool | None = None
+             ) -> "DistanceBlocks | None":
+        """None unless both position lists are runs ending at the same position. ``q0``: the first query
+        position when known to be a run's start; ``keys_are_run``: what the cache knows of its keys."""
+        q0 = _run_start(q_pos) if q0 is None else q0
+        if keys_are_run is None:
+            k0 = _run_start(k_pos)
+        else:
+            k0 = q0 + q_pos.numel() - k_pos.numel() if keys_are_run and q0 is not None else None
         if q0 is None or k0 is None or q0 + q_pos.numel() - 1 != k0 + k_pos.numel() - 1:
             return None  # positions are no runs, or the last query is not the last key: use the reference path
         return cls(q_pos.numel(), k_pos.numel(), q0 - k0, window, batch_heads)
 
     def reversed_table(self, table: torch.Tensor, dtype) -> torch.Tensor:
-        """F (H, N) from the bias at distances 0..max_visible (H, max_visible + 1)."""
-        F_ = table.new_full((table.shape[0], self.N), float("-inf"), dtype=dtype)
-        F_[:, self.d_max - self.max_visible:self.d_max + 1] = table.flip(-1)
+        """F (H, N) from the bias at distances 0..max_visible (H, max_visible + 1); made once per forward
+        pass when the layers share their table (ALiBi, T5, FIRE hand in the very same tensor)."""
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] is table and last[1].dtype == dtype:
+            return last[1]
+        if self.max_visible == self.d_max == self.N - 1:  # every key visible to some query: no -inf part
+            F_ = table.flip(-1).to(dtype).contiguous()  # (a decoding step with a full window); block_bias needs (N, 1) strides
+        else:
+            F_ = table.new_full((table.shape[0], self.N), float("-inf"), dtype=dtype)
+            F_[:, self.d_max - self.max_visible:self.d_max + 1] = table.flip(-1)
+        self._last = (table, F_)
         return F_
 
     def block_bias(self, F_: torch.Tensor, r0: int, r1: int, first: int, seen: int) -> torch.Tensor:
@@ -211,8 +247,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
                 blocks: dict):
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hs)
+        # Functional calls (not module calls) for the linear maps: a cached step runs 17 of them on one
+        # byte, and the module machinery around each cost about as much as the product itself.
+        qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias).view(B, T, 3, self.n_head, C // self.n_head)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
         k_pos = pos
         if cache is not None:
@@ -222,17 +260,18 @@ class CausalSelfAttention(nn.Module):
         if not position.has_logit_bias and cache is None and not want_probs:
             # the one case the fused kernels handle alone
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)), None
+            return self._project(y), None
 
         if FAST_PATHS and position.has_distance_bias and not (torch.is_grad_enabled() and q.requires_grad):
             if "distance" not in blocks:  # once per forward pass, as the plan below
-                blocks["distance"] = DistanceBlocks.plan(pos, k_pos, None if cache is None else cache.max_size,
-                                                         B * self.n_head)
+                blocks["distance"] = DistanceBlocks.plan(
+                    pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, blocks.get("q_run"),
+                    None if cache is None else cache.keys_are_run)
             plan = blocks["distance"]
             table = None if plan is None else position.distance_bias(layer, pos, 0, plan.max_visible)
             if table is not None:
                 y, probs = self._attend_by_distance(q, k, v, plan, table, want_probs, dropout)
-                return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)), probs
+                return self._project(y), probs
 
         if "plan" not in blocks:  # once per forward pass: positions are the same in every layer
             blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, q.device)
@@ -259,8 +298,12 @@ class CausalSelfAttention(nn.Module):
                 else:
                     mask = visible if bias is None else plan.masked_bias(i, bias, visible)
                 y[:, :, r0:r1] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        return self.c_proj(y), probs
+        return self._project(y), probs
+
+    def _project(self, y: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, hs) heads -> (B, T, C) through c_proj."""
+        B, H, T, hs = y.shape
+        return F.linear(y.transpose(1, 2).reshape(B, T, H * hs), self.c_proj.weight, self.c_proj.bias)
 
 
     @staticmethod
@@ -269,6 +312,10 @@ class CausalSelfAttention(nn.Module):
         bias is a view of the reversed per-distance vector (see ``DistanceBlocks``)."""
         B, H, T, hs = q.shape
         F_ = plan.reversed_table(table.to(q.device), q.dtype)  # (H, N), -inf where a key is unseen
+        if T == 1 and not want_probs:  # a decoding step: one query, nothing to reverse
+            _, _, first, seen = plan.blocks[0]
+            return F.scaled_dot_product_attention(q, k[:, :, first:seen], v[:, :, first:seen], dropout_p=dropout,
+                                                  attn_mask=plan.block_bias(F_, 0, 1, first, seen)), None
         y = torch.empty_like(q)  # (B, H, T, hs)
         probs = q.new_zeros(B, H, T, k.shape[-2]) if want_probs else None
         for r0, r1, first, seen in plan.blocks:
@@ -296,7 +343,8 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
 
     def forward(self, x):
-        return self.c_proj(self.gelu(self.c_fc(x)))
+        h = F.gelu(F.linear(x, self.c_fc.weight, self.c_fc.bias), approximate=self.gelu.approximate)
+        return F.linear(h, self.c_proj.weight, self.c_proj.bias)
 
 
 class Block(nn.Module):
@@ -310,7 +358,8 @@ class Block(nn.Module):
     def forward(self, x, pos, position, layer, cache, want_probs, blocks):
         a, probs = self.attn(self.ln_1(x), pos, position, layer, cache, want_probs, blocks)
         x = x + a
-        x = x + self.mlp(self.ln_2(x))
+        ln = self.ln_2
+        x = x + self.mlp(F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps))
         return x, probs
 
 
@@ -371,11 +420,13 @@ class GPT(nn.Module):
         if idx.is_floating_point() or idx.dtype == torch.bool or not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
             raise PosvizError(f"byte ids must be integers in 0..{self.config.vocab_size - 1}; encode text with posviz.data.encode_text")
         B, T = idx.shape
+        query_blocks = {}
         if cache is not None and cache.n_layer != len(self.blocks):
             raise PosvizError(f"the KV cache was made for {cache.n_layer} layers but the model has {len(self.blocks)}")
         if positions is None:
-            start = 0 if cache is None or cache.positions is None else int(cache.positions[-1]) + 1
+            start = 0 if cache is None else cache.next_position()
             positions = torch.arange(start, start + T, device=idx.device)
+            query_blocks = {"q_run": start}  # these positions are a run: attention need not check
         elif (positions.dim() != 1 or positions.numel() != T or positions.is_floating_point()
               or positions.dtype == torch.bool or int(positions.min()) < 0):
             raise PosvizError(f"positions must be {T} non-negative integers (one per byte), got shape "
@@ -387,7 +438,7 @@ class GPT(nn.Module):
             raise PosvizError(f"attention_head must be in 0..{self.config.n_head - 1}, got {attention_head}")
 
         x = self.position.add_to_input(self.wte(idx), positions)  # (B, T, C)
-        attention, query_blocks = None, {}  # query_blocks: built by the first layer that needs them
+        attention = None  # query_blocks: what the layers share, built by the first layer that needs it
         try:
             for layer, block in enumerate(self.blocks):
                 x, probs = block(x, positions, self.position, layer, cache, layer == attention_layer, query_blocks)
@@ -397,7 +448,8 @@ class GPT(nn.Module):
             # A bias shared across layers is as large as an attention map (256 MB at 4,096 bytes):
             # let it go with the forward pass instead of keeping one per loaded model.
             self.position.forget()
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        ln = self.ln_f
+        logits = F.linear(F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps), self.lm_head.weight)  # (B, T, V)
         return ModelOutput(logits, attention)
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

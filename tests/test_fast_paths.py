@@ -122,3 +122,24 @@ def test_alibi_at_16x_a_long_text_equals_the_reference_path():
     idx = random_bytes(1, 4096)
     fast, ref = _both(lambda: model(idx).logits)
     torch.testing.assert_close(fast, ref, **TOL)
+
+
+@pytest.mark.parametrize("method", ["alibi", "t5", "shaw", "rope"])
+@pytest.mark.parametrize("relabel", ["run", "gaps"])
+def test_a_cache_whose_positions_are_relabelled_from_outside_equals_the_reference_path(method, relabel):
+    """The KV-cache lab relabels ``cache.positions``; the cache must notice before attention trusts it."""
+    model = model_for(method)
+    idx = random_bytes(1, 24, seed=9)
+
+    def run():
+        cache, out = KVCache(model.config.n_layer, max_size=8), []
+        model(idx[:, :12], cache=cache)
+        for t in range(12, 20):
+            held = len(cache)
+            cache.positions = torch.arange(held) + 2 if relabel == "run" else torch.arange(held) * 2
+            p = int(cache.positions[-1]) + (1 if relabel == "run" else 2)
+            out.append(model(idx[:, t:t + 1], positions=torch.tensor([p]), cache=cache).logits)
+        return torch.cat(out, dim=1)
+
+    fast, ref = _both(run)
+    torch.testing.assert_close(fast, ref, **TOL)
