@@ -56,6 +56,11 @@ class KVCache:
             self._last = None if self.positions is None else int(self.positions[-1])
             self.keys_are_run = self.positions is None or _run_start(self.positions) is not None
 
+    @property
+    def attended_keys_are_run(self) -> bool:
+        """Whether the keys of the step being appended (old and new) are a run: for attention, after append."""
+        return self._new_is_run
+
     def next_position(self) -> int:
         """The position right after the last cached key (0 for an empty cache)."""
         self._sync()
@@ -266,12 +271,18 @@ class CausalSelfAttention(nn.Module):
             if "distance" not in blocks:  # once per forward pass, as the plan below
                 blocks["distance"] = DistanceBlocks.plan(
                     pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, blocks.get("q_run"),
-                    None if cache is None else cache.keys_are_run)
+                    None if cache is None else cache.attended_keys_are_run)
             plan = blocks["distance"]
             table = None if plan is None else position.distance_bias(layer, pos, 0, plan.max_visible)
             if table is not None:
                 y, probs = self._attend_by_distance(q, k, v, plan, table, want_probs, dropout)
                 return self._project(y), probs
+
+        if (FAST_PATHS and T == 1 and not position.has_logit_bias and not want_probs and cache is not None
+                and cache.attended_keys_are_run):
+            # a decoding step without a bias: the cache returned exactly the keys the query sees
+            # (positions up to its own, inside its window), so nothing needs masking
+            return self._project(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)), None
 
         if "plan" not in blocks:  # once per forward pass: positions are the same in every layer
             blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, q.device)

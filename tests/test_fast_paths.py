@@ -143,3 +143,31 @@ def test_a_cache_whose_positions_are_relabelled_from_outside_equals_the_referenc
 
     fast, ref = _both(run)
     torch.testing.assert_close(fast, ref, **TOL)
+
+
+@pytest.mark.parametrize("method", ["alibi", "kerple", "nope", "rope"])
+def test_a_step_whose_position_jumps_equals_the_reference_path(method):
+    """Keys that were a run stop being one when a step skips positions: attention must see that at once."""
+    model = model_for(method)
+    idx = random_bytes(1, 20, seed=4)
+
+    def run():
+        cache, out = KVCache(model.config.n_layer), []
+        model(idx[:, :10], cache=cache)
+        for t, p in zip(range(10, 14), (10, 15, 16, 30)):
+            out.append(model(idx[:, t:t + 1], positions=torch.tensor([p]), cache=cache).logits)
+        return torch.cat(out, dim=1)
+
+    fast, ref = _both(run)
+    torch.testing.assert_close(fast, ref, **TOL)
+
+
+@pytest.mark.parametrize("rot", [32, 16])
+def test_rope_four_op_rotation_is_apply_rotary_exactly(rot):
+    from posviz.positions.rope import RopeOptions, _rotate, apply_rotary, rope_cos_sin
+    from posviz.positions.rope_scaling import ROPE_SCALINGS
+
+    x = torch.randn(2, 4, 50, 32, generator=torch.Generator().manual_seed(0))
+    cos, sin = rope_cos_sin(torch.arange(1000, 1050), ROPE_SCALINGS["none"](rot, RopeOptions(), 50)[0])
+    signed = torch.cat((-sin[..., :rot // 2], sin[..., rot // 2:]), dim=-1)
+    assert torch.equal(_rotate(x, cos, signed), apply_rotary(x, cos, sin))
