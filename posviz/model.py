@@ -197,7 +197,7 @@ class DistanceBlocks:
     """
 
     def __init__(self, T: int, Tk: int, off: int, window: int | None, batch_heads: int):
-        self.T, self.N = T, T + Tk - 1  # queries, entries of F (every distance a (query, key) pair has)
+        self.T, self.N, self.window = T, T + Tk - 1, window  # N: entries of F (every distance a pair has)
         self.d_max = off + T - 1  # distance of the last query to the first key
         self.max_visible = self.d_max if window is None else min(self.d_max, window - 1)
         rows = max(1, BLOCK_ELEMENTS // (batch_heads * Tk))
@@ -267,7 +267,8 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
             return self._project(y), None
 
-        if FAST_PATHS and position.has_distance_bias and not (torch.is_grad_enabled() and q.requires_grad):
+        shortcut = position.has_distance_bias or position.has_banded_bias
+        if FAST_PATHS and shortcut and not (torch.is_grad_enabled() and q.requires_grad):
             if "distance" not in blocks:  # once per forward pass, as the plan below
                 blocks["distance"] = DistanceBlocks.plan(
                     pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, blocks.get("q_run"),
@@ -276,6 +277,10 @@ class CausalSelfAttention(nn.Module):
             table = None if plan is None else position.distance_bias(layer, pos, 0, plan.max_visible)
             if table is not None:
                 y, probs = self._attend_by_distance(q, k, v, plan, table, want_probs, dropout)
+                return self._project(y), probs
+            band = None if plan is None else position.banded_bias(layer, q, pos)
+            if band is not None:
+                y, probs = self._attend_banded(q, k, v, plan, band, blocks, want_probs, dropout)
                 return self._project(y), probs
 
         if (FAST_PATHS and T == 1 and not position.has_logit_bias and not want_probs and cache is not None
@@ -343,6 +348,52 @@ class CausalSelfAttention(nn.Module):
             else:
                 out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias, dropout_p=dropout)
             y[:, :, r0:r1] = out.flip(2) if flip else out
+        return y, probs
+
+
+    @staticmethod
+    def _attend_banded(q, k, v, plan: DistanceBlocks, band, blocks: dict, want_probs: bool, dropout: float):
+        """Attention with a query-dependent bias of a clipped distance (``banded_bias``, (B, H, T, K+1)).
+
+        Past K the bias is one value per query, which the softmax cancels: subtract it, and the mask of
+        a block is 0 for far keys, -inf for unseen ones and the K near-diagonal values in between. Seen
+        from its bottom-right corner (the block's last query and its own key) that pattern is the same
+        for every block and layer of a forward pass, so it is written once into a buffer, and each
+        block writes only its band (rows x K values) through a strided view before reading the mask
+        as a view of that buffer. The reference path builds and masks a (B, H, rows, keys) bias per
+        block instead.
+        """
+        B, H, T, hs = q.shape
+        K = band.shape[-1] - 1
+        Kb = K if plan.window is None else min(K, plan.window)  # band distances that can be visible
+        R = max(r1 - r0 for r0, r1, _, _ in plan.blocks)  # rows of the largest block
+        width = max(max(seen - first for _, _, first, seen in plan.blocks), R + Kb - 1)
+        key = ("band", B, H, R, width, K, q.dtype)
+        buf = blocks.get(key)
+        if buf is None:  # the 0 / -inf pattern, once per forward pass
+            d = torch.arange(R, device=q.device)[:, None] - torch.arange(width, device=q.device)[None, :] + (width - R)
+            unseen = d < 0 if plan.window is None else (d < 0) | (d >= plan.window)  # d: distance from bottom-right
+            buf = blocks[key] = torch.zeros(R, width, dtype=q.dtype, device=q.device).masked_fill_(
+                unseen, float("-inf")).expand(B, H, R, width).contiguous()
+        y = torch.empty_like(q)
+        probs = q.new_zeros(B, H, T, k.shape[-2]) if want_probs else None
+        for r0, r1, first, seen in plan.blocks:
+            rows = r1 - r0
+            if Kb:  # row r of the buffer, distance d < Kb sits at column width - R + r - d
+                near = buf.as_strided((B, H, rows, Kb), (H * R * width, R * width, width + 1, 1),
+                                      buf.storage_offset() + (R - rows) * (width + 1) + width - R - Kb + 1)
+                near.copy_((band[:, :, r0:r1, :Kb] - band[:, :, r0:r1, K:]).flip(-1))
+            mask = buf[:, :, R - rows:, width - (seen - first):]  # (B, H, rows, keys) view
+            kb, vb = k[:, :, first:seen], v[:, :, first:seen]
+            if want_probs:
+                scores = torch.matmul(q[:, :, r0:r1] * (1.0 / math.sqrt(hs)), kb.transpose(-2, -1))
+                scores += mask
+                block = scores.float().softmax(dim=-1).to(q.dtype)
+                probs[:, :, r0:r1, first:seen] = block
+                y[:, :, r0:r1] = block @ vb
+            else:
+                y[:, :, r0:r1] = F.scaled_dot_product_attention(q[:, :, r0:r1], kb, vb, attn_mask=mask,
+                                                                dropout_p=dropout)
         return y, probs
 
 

@@ -103,17 +103,34 @@ def test_distance_bias_is_what_logit_bias_puts_at_each_distance(method):
     torch.testing.assert_close(table, rows, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", SHORTCUTS)
-def test_the_shortcut_runs_where_it_applies(method, monkeypatch):
+@pytest.mark.parametrize("method,shortcut", [*((m, "_attend_by_distance") for m in SHORTCUTS),
+                                              ("shaw", "_attend_banded"), ("nezha", "_attend_banded")])
+def test_the_shortcut_runs_where_it_applies(method, shortcut, monkeypatch):
     """So the equality tests above do not pass by falling back to the reference path."""
     calls = []
-    real = model_module.CausalSelfAttention._attend_by_distance
-    monkeypatch.setattr(model_module.CausalSelfAttention, "_attend_by_distance",
+    real = getattr(model_module.CausalSelfAttention, shortcut)
+    monkeypatch.setattr(model_module.CausalSelfAttention, shortcut,
                         staticmethod(lambda *a, **k: calls.append(1) or real(*a, **k)))
     model = model_for(method)
     with torch.no_grad():
         model(random_bytes(1, 20))
-    assert len(calls) == model.config.n_layer
+        assert len(calls) == model.config.n_layer
+        cache = KVCache(model.config.n_layer, max_size=8)
+        model(random_bytes(1, 12), cache=cache)
+        model(random_bytes(1, 1), cache=cache)
+        assert len(calls) == 3 * model.config.n_layer
+
+
+def test_transformer_xl_keys_are_not_clipped_so_it_offers_no_band():
+    model = model_for("transformer_xl")
+    assert model.position.banded_bias(0, torch.zeros(1, 4, 3, 8), torch.arange(3)) is None
+
+
+def test_shaw_at_16x_a_long_text_equals_the_reference_path():
+    model = model_for("shaw", train_length=256)
+    idx = random_bytes(1, 4096)
+    fast, ref = _both(lambda: model(idx).logits)
+    torch.testing.assert_close(fast, ref, **TOL)
 
 
 def test_alibi_at_16x_a_long_text_equals_the_reference_path():

@@ -14,6 +14,9 @@ uses without knowing the method:
   distances lo..hi >= 0, or ``None`` when, for these queries, it is not a function of the distance
   alone (FIRE past its threshold). Attention then reads each block's bias as a strided view of that
   vector instead of an (H, Tq, Tk) tensor; ``logit_bias`` stays the reference.
+* ``banded_bias(layer, q, q_pos)``  for a query-dependent bias of a clipped distance (Shaw, NEZHA): the
+  bias at distances 0..K-1 and at every distance >= K, per query. Beyond K it is one constant per
+  query, which cancels in the softmax, so attention only writes a band of K keys per query.
 
 Shape legend: B batch, T / Tq / Tk sequence lengths, C model width, H heads, hs head size.
 Positions are absolute integer positions (LongTensor of shape (T,)); with a KV cache the keys keep
@@ -80,6 +83,16 @@ class PositionMethod(nn.Module):
         ``q_pos``, equal to what ``logit_bias`` puts at those distances; None when it is no function
         of the distance alone (the default: attention then asks ``logit_bias``)."""
         return None
+
+    def banded_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor | None:
+        """Optional: (B, H, Tq, K+1) for a bias that depends on the query and a *clipped* distance: column
+        d < K is the bias at distance d, column K the bias at every distance >= K (Shaw, NEZHA). Equal
+        to what ``logit_bias`` puts there; None when the method has no such clip (the default)."""
+        return None
+
+    @property
+    def has_banded_bias(self) -> bool:
+        return type(self).banded_bias is not PositionMethod.banded_bias
 
     @property
     def has_distance_bias(self) -> bool:
