@@ -267,7 +267,7 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
             return self._project(y), None
 
-        shortcut = position.has_distance_bias or position.has_banded_bias
+        shortcut = position.has_distance_bias or position.has_banded_bias or position.has_relative_key_range
         if FAST_PATHS and shortcut and not (torch.is_grad_enabled() and q.requires_grad):
             if "distance" not in blocks:  # once per forward pass, as the plan below
                 blocks["distance"] = DistanceBlocks.plan(
@@ -282,6 +282,10 @@ class CausalSelfAttention(nn.Module):
             if band is not None:
                 y, probs = self._attend_banded(q, k, v, plan, band, blocks, want_probs, dropout)
                 return self._project(y), probs
+            keys = None if plan is None or want_probs else position.relative_key_range(
+                layer, q, plan.d_max - plan.N + 1, plan.d_max)
+            if keys is not None:
+                return self._project(self._attend_relative_shift(q, k, v, plan, *keys, dropout)), None
 
         if (FAST_PATHS and T == 1 and not position.has_logit_bias and not want_probs and cache is not None
                 and cache.attended_keys_are_run):
@@ -395,6 +399,38 @@ class CausalSelfAttention(nn.Module):
                 y[:, :, r0:r1] = F.scaled_dot_product_attention(q[:, :, r0:r1], kb, vb, attn_mask=mask,
                                                                 dropout_p=dropout)
         return y, probs
+
+
+    @staticmethod
+    def _attend_relative_shift(q, k, v, plan: DistanceBlocks, query, rel_keys, dropout: float):
+        """Attention with a bias ``query_i . rel_keys[i - j] / sqrt(hs)`` for every distance (``relative_key_range``).
+
+        For a block of queries, S = query . rel_keys[d0 .. d0 + rows + keys - 2] holds the bias of query
+        i at distance d0 + c in column c. With the block's keys in reverse order (key column j' is the
+        key at distance d0 + i + j'), the bias of (i, j') is S[i, i + j']: a view of S with strides
+        (width + 1, 1), Transformer-XL's "relative shift" without a copy. The softmax does not care
+        in which order the keys come, so the keys and values are read reversed (one flip per layer).
+        """
+        B, H, T, hs = q.shape
+        Tk, d_min = k.shape[-2], plan.d_max - plan.N + 1
+        k_rev, v_rev = k.flip(2), v.flip(2)
+        y = torch.empty_like(q)
+        scale = math.sqrt(hs)
+        for r0, r1, first, seen in plan.blocks:
+            rows, nk = r1 - r0, seen - first
+            width = rows + nk - 1
+            d0 = plan.d_max - (T - 1) + r0 - seen + 1  # distance of query r0 to key seen - 1
+            table = rel_keys[..., d0 - d_min:d0 - d_min + width, :]  # (H, width, hs)
+            S = query[:, :, r0:r1] @ table.transpose(-1, -2) / scale  # (B, H, rows, width)
+            if d0 < 0:
+                S[..., :-d0] = float("-inf")  # future keys
+            if plan.window is not None and plan.window - d0 < width:
+                S[..., max(0, plan.window - d0):] = float("-inf")  # keys past the window
+            bias = S.as_strided((B, H, rows, nk), (H * rows * width, rows * width, width + 1, 1), S.storage_offset())
+            y[:, :, r0:r1] = F.scaled_dot_product_attention(
+                q[:, :, r0:r1], k_rev[:, :, Tk - seen:Tk - first], v_rev[:, :, Tk - seen:Tk - first],
+                attn_mask=bias, dropout_p=dropout)
+        return y
 
 
 class MLP(nn.Module):

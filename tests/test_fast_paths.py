@@ -104,7 +104,8 @@ def test_distance_bias_is_what_logit_bias_puts_at_each_distance(method):
 
 
 @pytest.mark.parametrize("method,shortcut", [*((m, "_attend_by_distance") for m in SHORTCUTS),
-                                              ("shaw", "_attend_banded"), ("nezha", "_attend_banded")])
+                                              ("shaw", "_attend_banded"), ("nezha", "_attend_banded"),
+                                              ("transformer_xl", "_attend_relative_shift")])
 def test_the_shortcut_runs_where_it_applies(method, shortcut, monkeypatch):
     """So the equality tests above do not pass by falling back to the reference path."""
     calls = []
@@ -126,8 +127,9 @@ def test_transformer_xl_keys_are_not_clipped_so_it_offers_no_band():
     assert model.position.banded_bias(0, torch.zeros(1, 4, 3, 8), torch.arange(3)) is None
 
 
-def test_shaw_at_16x_a_long_text_equals_the_reference_path():
-    model = model_for("shaw", train_length=256)
+@pytest.mark.parametrize("method", ["shaw", "transformer_xl"])
+def test_relative_keys_at_16x_a_long_text_equal_the_reference_path(method):
+    model = model_for(method, train_length=256)
     idx = random_bytes(1, 4096)
     fast, ref = _both(lambda: model(idx).logits)
     torch.testing.assert_close(fast, ref, **TOL)

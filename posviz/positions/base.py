@@ -17,6 +17,9 @@ uses without knowing the method:
 * ``banded_bias(layer, q, q_pos)``  for a query-dependent bias of a clipped distance (Shaw, NEZHA): the
   bias at distances 0..K-1 and at every distance >= K, per query. Beyond K it is one constant per
   query, which cancels in the softmax, so attention only writes a band of K keys per query.
+* ``relative_key_range(layer, q, lo, hi)``  for an unclipped query-dependent bias q'_i . P_(i-j)
+  (Transformer-XL): the query and the key of every distance; attention reads the bias of a block as
+  a skewed view of q' . P (Transformer-XL's "relative shift"), its keys taken in reverse order.
 
 Shape legend: B batch, T / Tq / Tk sequence lengths, C model width, H heads, hs head size.
 Positions are absolute integer positions (LongTensor of shape (T,)); with a KV cache the keys keep
@@ -89,6 +92,17 @@ class PositionMethod(nn.Module):
         d < K is the bias at distance d, column K the bias at every distance >= K (Shaw, NEZHA). Equal
         to what ``logit_bias`` puts there; None when the method has no such clip (the default)."""
         return None
+
+    def relative_key_range(self, layer: int, q: torch.Tensor, lo: int, hi: int
+                           ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Optional: for a bias ``q'_i . P_(i-j) / sqrt(hs)`` with its own key for every distance
+        (Transformer-XL): (q' (B, H, Tq, hs), P (H, hi - lo + 1, hs)), the keys of distances lo..hi
+        (negative distances may hold anything: attention masks them). None: not such a bias (default)."""
+        return None
+
+    @property
+    def has_relative_key_range(self) -> bool:
+        return type(self).relative_key_range is not PositionMethod.relative_key_range
 
     @property
     def has_banded_bias(self) -> bool:
