@@ -190,3 +190,19 @@ def test_rope_four_op_rotation_is_apply_rotary_exactly(rot):
     cos, sin = rope_cos_sin(torch.arange(1000, 1050), ROPE_SCALINGS["none"](rot, RopeOptions(), 50)[0])
     signed = torch.cat((-sin[..., :rot // 2], sin[..., rot // 2:]), dim=-1)
     assert torch.equal(_rotate(x, cos, signed), apply_rotary(x, cos, sin))
+
+
+@pytest.mark.parametrize("method", SHORTCUTS)
+def test_tables_kept_across_passes_follow_parameter_changes(method):
+    """Per-distance tables are kept from one decoding step to the next; changing a parameter in place
+    (an optimiser step, load_state_dict) must not leave a stale table behind."""
+    model = model_for(method)
+    idx = random_bytes(1, 16)
+    with torch.no_grad():
+        model(idx)
+        for p in [*model.position.parameters(), *model.position.buffers()]:
+            p.mul_(1.5).add_(0.1)
+        fast = model(idx).logits
+        with reference_attention():
+            ref = model(idx).logits
+    torch.testing.assert_close(fast, ref, **TOL)

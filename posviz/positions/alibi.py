@@ -54,4 +54,4 @@ class ALiBi(PositionMethod):
 
     def distance_bias(self, layer, q_pos, lo, hi):
         compute = lambda: -self.slopes[:, None] * torch.arange(lo, hi + 1, device=self.slopes.device).to(self.slopes.dtype)
-        return self._memoized(q_pos, q_pos, compute, ("distance", lo, hi))  # (H, D), shared by every layer
+        return self._kept(("distance", lo, hi), compute, [self.slopes])  # (H, D), shared by every layer

@@ -154,6 +154,27 @@ class PositionMethod(nn.Module):
         self._memo = memo
         return value
 
+    KEPT_ENTRIES: ClassVar[int] = 64
+
+    def _kept(self, key: tuple, compute, params) -> torch.Tensor | None:
+        """Like ``_memoized``, but kept *across* forward passes while ``params`` stay as they are (same
+        tensors, same version counters, dtype and device): for the small per-distance tables that a
+        decoding loop asks for with the same distances at every step. Not kept while autograd could
+        need the graph (training)."""
+        params = list(params)
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return compute()
+        stamp = (self.training, *((id(p), p._version, p.dtype, p.device) for p in params))
+        kept = self.__dict__.setdefault("_kept_values", {})
+        hit = kept.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        value = compute()
+        if len(kept) >= self.KEPT_ENTRIES:
+            kept.clear()
+        kept[key] = (stamp, value)
+        return value
+
     def forget(self) -> None:
         """Drop what ``_memoized`` holds; the model calls it at the end of every forward pass."""
         self._memo = None

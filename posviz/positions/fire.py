@@ -101,5 +101,7 @@ class Fire(PositionMethod):
 
     def distance_bias(self, layer, q_pos, lo, hi):
         def compute():  # past L each query has its own normaliser: no per-distance vector then
-            return self._distance_table(lo, hi) if self._below_threshold(q_pos) else None
+            if not self._below_threshold(q_pos):
+                return None
+            return self._kept(("distance", lo, hi), lambda: self._distance_table(lo, hi), self.parameters())
         return self._memoized(q_pos, q_pos, compute, ("distance", lo, hi))  # shared by every layer
