@@ -192,7 +192,7 @@ def test_rope_four_op_rotation_is_apply_rotary_exactly(rot):
     assert torch.equal(_rotate(x, cos, signed), apply_rotary(x, cos, sin))
 
 
-@pytest.mark.parametrize("method", SHORTCUTS)
+@pytest.mark.parametrize("method", [*SHORTCUTS, "transformer_xl"])
 def test_tables_kept_across_passes_follow_parameter_changes(method):
     """Per-distance tables are kept from one decoding step to the next; changing a parameter in place
     (an optimiser step, load_state_dict) must not leave a stale table behind."""
