@@ -370,6 +370,14 @@ class CausalSelfAttention(nn.Module):
         B, H, T, hs = q.shape
         K = band.shape[-1] - 1
         Kb = K if plan.window is None else min(K, plan.window)  # band distances that can be visible
+        if T == 1 and not want_probs:  # a decoding step: the cache returned only keys the query sees
+            _, _, first, seen = plan.blocks[0]
+            nk = seen - first
+            near = min(Kb, nk)
+            mask = band.new_zeros(B, H, 1, nk)
+            mask[..., nk - near:] = (band[..., :near] - band[..., K:]).flip(-1)  # key nk-1-d at distance d
+            return F.scaled_dot_product_attention(q, k[:, :, first:seen], v[:, :, first:seen], attn_mask=mask,
+                                                  dropout_p=dropout), None
         R = max(r1 - r0 for r0, r1, _, _ in plan.blocks)  # rows of the largest block
         width = max(max(seen - first for _, _, first, seen in plan.blocks), R + Kb - 1)
         key = ("band", B, H, R, width, K, q.dtype)
