@@ -325,7 +325,6 @@ class CausalSelfAttention(nn.Module):
         B, H, T, hs = y.shape
         return F.linear(y.transpose(1, 2).reshape(B, T, H * hs), self.c_proj.weight, self.c_proj.bias)
 
-
     @staticmethod
     def _attend_by_distance(q, k, v, plan: DistanceBlocks, table, want_probs: bool, dropout: float):
         """Attention with the bias of ``plan``: each query block is taken in reverse order, so that its
@@ -353,7 +352,6 @@ class CausalSelfAttention(nn.Module):
                 out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias, dropout_p=dropout)
             y[:, :, r0:r1] = out.flip(2) if flip else out
         return y, probs
-
 
     @staticmethod
     def _attend_banded(q, k, v, plan: DistanceBlocks, band, blocks: dict, want_probs: bool, dropout: float):
@@ -407,7 +405,6 @@ class CausalSelfAttention(nn.Module):
                 y[:, :, r0:r1] = F.scaled_dot_product_attention(q[:, :, r0:r1], kb, vb, attn_mask=mask,
                                                                 dropout_p=dropout)
         return y, probs
-
 
     @staticmethod
     def _attend_relative_shift(q, k, v, plan: DistanceBlocks, query, rel_keys, dropout: float):
