@@ -43,7 +43,8 @@ from .train import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 MULTIPLES = (1, 4, 16)
 TOKENS_PER_CALL = 16  # x train_length: batch = this // multiple, so every length does the same work per call
-GOALS = {"peer": 1.0, "peak": 0.5, "extraction": 1.3, "cache": 10.0, "length_change_s": 1.0, "render_s": 3.0}
+GOALS = {"peer": 1.0, "peak": 0.5, "extraction": 1.3, "cache": 10.0, "length_change_s": 1.0, "render_s": 3.0,
+         "lab_all_s": 3.0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,6 +253,48 @@ def measure_length_change(models, train_length: int, repeats: int = 3):
     return out
 
 
+def measure_lab_all_models(models, train_length: int, repeats: int = 3):
+    """Seconds the Extrapolation lab takes for one new length at its top stop with *every* model
+    selected, as the page does it: the inspected model (the first) through ``labs.inspect_at_length``
+    + ``labs.prefix_growth``, every other one through ``labs.score_at_length`` (a method that cannot
+    reach the length answers with its limit error, as on the page). Uncached, median of ``repeats``
+    after a warm-up. Returns (seconds, length, {method: seconds of its part in the last pass})."""
+    from . import labs
+    from .data import load_corpus
+    from .errors import PositionLimitError
+
+    text = b"".join(load_corpus().eval_documents)[: 2 * max(MULTIPLES) * train_length]
+    ids = labs.prepare_text(text).ids
+    names = list(models)
+    first = models[names[0]][0]
+    length = labs.length_cap(first)
+    layer = first.config.n_layer - 1
+
+    def one_pass() -> dict[str, float]:
+        parts = {}
+        for name in names:
+            model, t0 = models[name][0], time.perf_counter()
+            try:
+                if name == names[0]:
+                    _, view = labs.inspect_at_length(model, ids, length, layer)
+                    labs.prefix_growth(view, labs.growth_lengths(length, train_length, model.position.max_positions))
+                else:
+                    labs.score_at_length(model, ids, length)
+            except PositionLimitError:
+                pass
+            parts[name] = time.perf_counter() - t0
+        return parts
+
+    one_pass()
+    totals, parts = [], {}
+    for _ in range(repeats):
+        parts = one_pass()
+        totals.append(sum(parts.values()))
+    seconds = statistics.median(totals)
+    print(f"  extrapolation lab, {len(names)} models at {length}: {seconds:.2f} s", flush=True)
+    return seconds, length, parts
+
+
 CONTENT = ", ".join(f'{MAIN} [data-testid="{t}"]' for t in
                     ("stVegaLiteChart", "stImage", "stDataFrame", "stMetric", "stTable"))
 
@@ -424,7 +467,7 @@ def fmt(x: float | None, spec: str) -> str:
 
 
 def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
-           render_problem, visits=None, visits_problem=None) -> str:
+           render_problem, visits=None, visits_problem=None, lab=None) -> str:
     train_length = models["nope"][0].config.train_length
     cfg = models["nope"][0].config
     top = max(MULTIPLES)
@@ -473,6 +516,11 @@ def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction
         lines.append(f"| one length change at {top}x train_length on one model < {GOALS['length_change_s']:.0f} s | "
                      f"{fast} {unbounded[fast][0]:.2f} s … {slow} {unbounded[slow][0]:.2f} s; under 1 s: "
                      f"{len(met)} of {len(unbounded)} methods | {verdict(len(met) == len(unbounded))} |")
+    if lab is not None:
+        seconds, length, parts = lab
+        lines.append(f"| Extrapolation lab, every shipped checkpoint selected: a new length ({length}) < "
+                     f"{GOALS['lab_all_s']:.0f} s | {seconds:.2f} s for {len(parts)} checkpoints | "
+                     f"{verdict(seconds < GOALS['lab_all_s'])} |")
     if renders:
         done = {k: v[0] for k, v in renders.items()}
         slow = max(done, key=lambda k: done[k] if done[k] == done[k] else float("inf"))
@@ -531,6 +579,14 @@ def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction
               "| method | length | seconds |", "| --- | ---: | ---: |"]
     lines += [f"| {m} | {length} | {sec:.2f} |" for m, (sec, length) in changes.items()]
 
+    if lab is not None:
+        seconds, length, parts = lab
+        lines += ["", f"## The Extrapolation lab with every shipped checkpoint selected, one new length ({length} bytes)", "",
+                  "As the page does it: the inspected checkpoint (the first) gives score, attention map and growth curve "
+                  "from one pass; every other one is scored at that length; a method that cannot reach it answers with "
+                  f"its limit. Uncached, median of 3: **{seconds:.2f} s** in all. Parts of the last pass:", "",
+                  "| checkpoint | seconds |", "| --- | ---: |", *(f"| {m} | {t:.2f} |" for m, t in parts.items())]
+
     lines += ["", "## First render of each page (headless Chromium, "
               f"checkpoints from {args.models or 'models/'})", ""]
     if renders:
@@ -587,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
     extraction = measure_extraction(models, train_length, args.min_time)
     cache = {w: measure_cache(models, w, args.cache_steps) for w in (train_length, 4 * train_length)}
     changes = measure_length_change(models, train_length)
+    shipped = {m: v for m, v in models.items() if v[1].startswith("models/")}
+    lab = measure_lab_all_models(shipped, train_length) if shipped else None
     if args.no_pages:
         renders, cold, render_problem = {}, None, "not measured (--no-pages)"
         visits, visits_problem = {}, "not measured (--no-pages)"
@@ -594,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         visits, visits_problem = measure_cold_visits(args.models)
         renders, cold, render_problem = measure_first_render(args.models)
     text = report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
-                  render_problem, visits, visits_problem)
+                  render_problem, visits, visits_problem, lab)
     Path(args.out).write_text(text)
     print("\n" + text)
     print(f"wrote {args.out}")

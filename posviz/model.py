@@ -7,6 +7,7 @@ size, V vocab (256 bytes).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -44,6 +45,26 @@ class KVCache:
         self.keys = [None] * self.n_layer
         self.values = [None] * self.n_layer
         self._filled = [0] * self.n_layer  # entries of each buffer in use
+        self._last = None  # last position written (int), so a step needs no read of ``positions``
+        self.keys_are_run = True  # the kept positions are p0, p0+1, ... (attention's shortcuts need it)
+        self._known = None  # the ``positions`` tensor _last and keys_are_run describe
+
+    def _sync(self) -> None:
+        """Re-read _last and keys_are_run when ``positions`` was set from outside (a lab relabels it)."""
+        if self.positions is not self._known:
+            self._known = self.positions
+            self._last = None if self.positions is None else int(self.positions[-1])
+            self.keys_are_run = self.positions is None or _run_start(self.positions) is not None
+
+    @property
+    def attended_keys_are_run(self) -> bool:
+        """Whether the keys of the step being appended (old and new) are a run: for attention, after append."""
+        return self._new_is_run
+
+    def next_position(self) -> int:
+        """The position right after the last cached key (0 for an empty cache)."""
+        self._sync()
+        return 0 if self._last is None else self._last + 1
 
     def __len__(self) -> int:
         return 0 if self.positions is None else int(self.positions.numel())
@@ -70,7 +91,11 @@ class KVCache:
         """
         T, n = k.shape[2], self._filled[layer]
         if layer == 0:  # positions are the same for every layer; update them once per step
+            self._sync()
             self._new_positions = pos if self.positions is None else torch.cat((self.positions, pos))
+            start = _run_start(pos)
+            self._new_is_run = start is not None and (self._last is None or (self.keys_are_run and start == self._last + 1))
+            self._new_last = int(pos[-1]) if start is None else start + T - 1
         k_pos = self._new_positions
         keep = n if self.max_size is None else min(n, self.max_size - 1)  # old keys this step still needs
         if self.keys[layer] is not None and self.keys[layer].shape[:2] != k.shape[:2]:
@@ -78,14 +103,16 @@ class KVCache:
                               f"got {tuple(k.shape[:2])}")
         self._make_room(layer, k, v, keep)
         n = self._filled[layer]
-        self.keys[layer][:, :, n:n + T] = k
-        self.values[layer][:, :, n:n + T] = v
+        keys, values = self.keys[layer], self.values[layer]
+        keys.narrow(2, n, T).copy_(k)  # narrow + copy_: a slice assignment costs several times more per step
+        values.narrow(2, n, T).copy_(v)
         self._filled[layer] = n = n + T
         needed = n if self.max_size is None else min(n, self.max_size + T - 1)
-        k, v = self.keys[layer][:, :, n - needed:n], self.values[layer][:, :, n - needed:n]
+        k, v = keys.narrow(2, n - needed, needed), values.narrow(2, n - needed, needed)
         k_pos = k_pos[-needed:]
         if layer == self.n_layer - 1:
             self.positions = self._new_positions if self.max_size is None else self._new_positions[-self.max_size:]
+            self.keys_are_run, self._last, self._known = self._new_is_run, self._new_last, self.positions
         return k, v, k_pos
 
 
@@ -131,6 +158,89 @@ class QueryBlocks:
         return hit[1]
 
 
+FAST_PATHS = True  # False: every bias goes through ``logit_bias`` as an (H, Tq, Tk) tensor (the reference path)
+
+
+@contextlib.contextmanager
+def reference_attention():
+    """Within this block attention ignores the optional shortcuts (``distance_bias``) and computes every
+    bias through ``logit_bias``: the reference path the tests compare the shortcuts with."""
+    global FAST_PATHS
+    before, FAST_PATHS = FAST_PATHS, False
+    try:
+        yield
+    finally:
+        FAST_PATHS = before
+
+
+def _run_start(pos: torch.Tensor) -> int | None:
+    """p0 when ``pos`` is p0, p0+1, ... (no cache, a growing cache, a sliding window), else None."""
+    n, p0 = pos.numel(), int(pos[0])
+    if int(pos[-1]) - p0 != n - 1 or (n > 2 and not bool((pos.diff() == 1).all())):
+        return None
+    return p0
+
+
+class DistanceBlocks:
+    """How attention walks its queries when the bias is a per-distance vector (``distance_bias``).
+
+    For positions that are runs, the logit bias of query i for key j is t[d] with d = q_i - k_j. Put
+    the vector in reverse order with -inf at every distance a query may not see (future keys, keys
+    past the window): F[m] = t[d_max - m]. A block of queries *taken in reverse order* (row r = its
+    last query) then has the bias F[c + r + j]: a view of F with strides (1, 1), so the bias of a block
+    costs nothing to build and the (H, rows, keys) mask the kernel reads is a few KB that stay in
+    cache. The reference path instead builds the mask entry by entry (a gather) and reads it from
+    memory: at 4,096 bytes that was 2.3x the fused causal kernel's time; this runs at about 1.05x.
+
+    Blocks as in ``QueryBlocks``: a block sees no key past its last query (nor, in a window, before
+    the window of its first query), so the future half of the work is skipped.
+    """
+
+    def __init__(self, T: int, Tk: int, off: int, window: int | None, batch_heads: int):
+        self.T, self.N, self.window = T, T + Tk - 1, window  # N: entries of F (every distance a pair has)
+        self.d_max = off + T - 1  # distance of the last query to the first key
+        self.max_visible = self.d_max if window is None else min(self.d_max, window - 1)
+        rows = max(1, BLOCK_ELEMENTS // (batch_heads * Tk))
+        self.blocks = []  # (r0, r1, first key, keys seen)
+        for r0 in range(0, T, rows):
+            r1 = min(T, r0 + rows)
+            first = 0 if window is None else max(0, off + r0 - window + 1)
+            self.blocks.append((r0, r1, first, Tk - T + r1))
+
+    @classmethod
+    def plan(cls, q_pos, k_pos, window, batch_heads, q0: int | None = None, keys_are_run: bool | None = None
+             ) -> "DistanceBlocks | None":
+        """None unless both position lists are runs ending at the same position. ``q0``: the first query
+        position when known to be a run's start; ``keys_are_run``: what the cache knows of its keys."""
+        q0 = _run_start(q_pos) if q0 is None else q0
+        if keys_are_run is None:
+            k0 = _run_start(k_pos)
+        else:
+            k0 = q0 + q_pos.numel() - k_pos.numel() if keys_are_run and q0 is not None else None
+        if q0 is None or k0 is None or q0 + q_pos.numel() - 1 != k0 + k_pos.numel() - 1:
+            return None  # positions are no runs, or the last query is not the last key: use the reference path
+        return cls(q_pos.numel(), k_pos.numel(), q0 - k0, window, batch_heads)
+
+    def reversed_table(self, table: torch.Tensor, dtype) -> torch.Tensor:
+        """F (H, N) from the bias at distances 0..max_visible (H, max_visible + 1); made once per forward
+        pass when the layers share their table (ALiBi, T5, FIRE hand in the very same tensor)."""
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] is table and last[1].dtype == dtype:
+            return last[1]
+        if self.max_visible == self.d_max == self.N - 1:  # every key visible to some query: no -inf part
+            F_ = table.flip(-1).to(dtype).contiguous()  # (a decoding step with a full window); block_bias needs (N, 1) strides
+        else:
+            F_ = table.new_full((table.shape[0], self.N), float("-inf"), dtype=dtype)
+            F_[:, self.d_max - self.max_visible:self.d_max + 1] = table.flip(-1)
+        self._last = (table, F_)
+        return F_
+
+    def block_bias(self, F_: torch.Tensor, r0: int, r1: int, first: int, seen: int) -> torch.Tensor:
+        """(1, H, rows, seen - first) view: the bias of queries r1-1 .. r0 (reversed) for keys first..seen-1."""
+        return F_.as_strided((1, F_.shape[0], r1 - r0, seen - first), (0, self.N, 1, 1),
+                             F_.storage_offset() + self.T - r1 + first)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -142,8 +252,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
                 blocks: dict):
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hs)
+        # Functional calls (not module calls) for the linear maps: a cached step runs 17 of them on one
+        # byte, and the module machinery around each cost about as much as the product itself.
+        qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias).view(B, T, 3, self.n_head, C // self.n_head)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
         k_pos = pos
         if cache is not None:
@@ -153,7 +265,33 @@ class CausalSelfAttention(nn.Module):
         if not position.has_logit_bias and cache is None and not want_probs:
             # the one case the fused kernels handle alone
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)), None
+            return self._project(y), None
+
+        shortcut = position.has_distance_bias or position.has_banded_bias or position.has_relative_key_range
+        if FAST_PATHS and shortcut and not (torch.is_grad_enabled() and q.requires_grad):
+            if "distance" not in blocks:  # once per forward pass, as the plan below
+                blocks["distance"] = DistanceBlocks.plan(
+                    pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, blocks.get("q_run"),
+                    None if cache is None else cache.attended_keys_are_run)
+            plan = blocks["distance"]
+            table = None if plan is None else position.distance_bias(layer, pos, 0, plan.max_visible)
+            if table is not None:
+                y, probs = self._attend_by_distance(q, k, v, plan, table, want_probs, dropout)
+                return self._project(y), probs
+            band = None if plan is None else position.banded_bias(layer, q, pos)
+            if band is not None:
+                y, probs = self._attend_banded(q, k, v, plan, band, blocks, want_probs, dropout)
+                return self._project(y), probs
+            keys = None if plan is None or want_probs else position.relative_key_range(
+                layer, q, plan.d_max - plan.N + 1, plan.d_max)
+            if keys is not None:
+                return self._project(self._attend_relative_shift(q, k, v, plan, *keys, dropout)), None
+
+        if (FAST_PATHS and T == 1 and not position.has_logit_bias and not want_probs and cache is not None
+                and cache.attended_keys_are_run):
+            # a decoding step without a bias: the cache returned exactly the keys the query sees
+            # (positions up to its own, inside its window), so nothing needs masking
+            return self._project(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)), None
 
         if "plan" not in blocks:  # once per forward pass: positions are the same in every layer
             blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, q.device)
@@ -180,8 +318,124 @@ class CausalSelfAttention(nn.Module):
                 else:
                     mask = visible if bias is None else plan.masked_bias(i, bias, visible)
                 y[:, :, r0:r1] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        return self.c_proj(y), probs
+        return self._project(y), probs
+
+    def _project(self, y: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, hs) heads -> (B, T, C) through c_proj."""
+        B, H, T, hs = y.shape
+        return F.linear(y.transpose(1, 2).reshape(B, T, H * hs), self.c_proj.weight, self.c_proj.bias)
+
+    @staticmethod
+    def _attend_by_distance(q, k, v, plan: DistanceBlocks, table, want_probs: bool, dropout: float):
+        """Attention with the bias of ``plan``: each query block is taken in reverse order, so that its
+        bias is a view of the reversed per-distance vector (see ``DistanceBlocks``)."""
+        B, H, T, hs = q.shape
+        F_ = plan.reversed_table(table.to(q.device), q.dtype)  # (H, N), -inf where a key is unseen
+        if T == 1 and not want_probs:  # a decoding step: one query, nothing to reverse
+            _, _, first, seen = plan.blocks[0]
+            return F.scaled_dot_product_attention(q, k[:, :, first:seen], v[:, :, first:seen], dropout_p=dropout,
+                                                  attn_mask=plan.block_bias(F_, 0, 1, first, seen)), None
+        y = torch.empty_like(q)  # (B, H, T, hs)
+        probs = q.new_zeros(B, H, T, k.shape[-2]) if want_probs else None
+        for r0, r1, first, seen in plan.blocks:
+            bias = plan.block_bias(F_, r0, r1, first, seen)  # (1, H, rows, keys), rows reversed
+            flip = r1 - r0 > 1
+            qb = q[:, :, r0:r1].flip(2) if flip else q[:, :, r0:r1]
+            kb, vb = k[:, :, first:seen], v[:, :, first:seen]
+            if want_probs:
+                scores = torch.matmul(qb * (1.0 / math.sqrt(hs)), kb.transpose(-2, -1))  # (B, H, rows, keys)
+                scores += bias
+                block = scores.float().softmax(dim=-1).to(q.dtype)
+                probs[:, :, r0:r1, first:seen] = block.flip(2) if flip else block
+                out = block @ vb
+            else:
+                out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias, dropout_p=dropout)
+            y[:, :, r0:r1] = out.flip(2) if flip else out
+        return y, probs
+
+    @staticmethod
+    def _attend_banded(q, k, v, plan: DistanceBlocks, band, blocks: dict, want_probs: bool, dropout: float):
+        """Attention with a query-dependent bias of a clipped distance (``banded_bias``, (B, H, T, K+1)).
+
+        Past K the bias is one value per query, which the softmax cancels: subtract it, and the mask of
+        a block is 0 for far keys, -inf for unseen ones and the K near-diagonal values in between. Seen
+        from its bottom-right corner (the block's last query and its own key) that pattern is the same
+        for every block and layer of a forward pass, so it is written once into a buffer, and each
+        block writes only its band (rows x K values) through a strided view before reading the mask
+        as a view of that buffer. The reference path builds and masks a (B, H, rows, keys) bias per
+        block instead.
+        """
+        B, H, T, hs = q.shape
+        K = band.shape[-1] - 1
+        Kb = K if plan.window is None else min(K, plan.window)  # band distances that can be visible
+        if T == 1 and not want_probs:  # a decoding step: the cache returned only keys the query sees
+            _, _, first, seen = plan.blocks[0]
+            nk = seen - first
+            near = min(Kb, nk)
+            mask = band.new_zeros(B, H, 1, nk)
+            mask[..., nk - near:] = (band[..., :near] - band[..., K:]).flip(-1)  # key nk-1-d at distance d
+            return F.scaled_dot_product_attention(q, k[:, :, first:seen], v[:, :, first:seen], attn_mask=mask,
+                                                  dropout_p=dropout), None
+        R = max(r1 - r0 for r0, r1, _, _ in plan.blocks)  # rows of the largest block
+        width = max(max(seen - first for _, _, first, seen in plan.blocks), R + Kb - 1)
+        key = ("band", B, H, R, width, K, q.dtype)
+        buf = blocks.get(key)
+        if buf is None:  # the 0 / -inf pattern, once per forward pass
+            d = torch.arange(R, device=q.device)[:, None] - torch.arange(width, device=q.device)[None, :] + (width - R)
+            unseen = d < 0 if plan.window is None else (d < 0) | (d >= plan.window)  # d: distance from bottom-right
+            buf = blocks[key] = torch.zeros(R, width, dtype=q.dtype, device=q.device).masked_fill_(
+                unseen, float("-inf")).expand(B, H, R, width).contiguous()
+        y = torch.empty_like(q)
+        probs = q.new_zeros(B, H, T, k.shape[-2]) if want_probs else None
+        for r0, r1, first, seen in plan.blocks:
+            rows = r1 - r0
+            if Kb:  # row r of the buffer, distance d < Kb sits at column width - R + r - d
+                near = buf.as_strided((B, H, rows, Kb), (H * R * width, R * width, width + 1, 1),
+                                      buf.storage_offset() + (R - rows) * (width + 1) + width - R - Kb + 1)
+                near.copy_((band[:, :, r0:r1, :Kb] - band[:, :, r0:r1, K:]).flip(-1))
+            mask = buf[:, :, R - rows:, width - (seen - first):]  # (B, H, rows, keys) view
+            kb, vb = k[:, :, first:seen], v[:, :, first:seen]
+            if want_probs:
+                scores = torch.matmul(q[:, :, r0:r1] * (1.0 / math.sqrt(hs)), kb.transpose(-2, -1))
+                scores += mask
+                block = scores.float().softmax(dim=-1).to(q.dtype)
+                probs[:, :, r0:r1, first:seen] = block
+                y[:, :, r0:r1] = block @ vb
+            else:
+                y[:, :, r0:r1] = F.scaled_dot_product_attention(q[:, :, r0:r1], kb, vb, attn_mask=mask,
+                                                                dropout_p=dropout)
+        return y, probs
+
+    @staticmethod
+    def _attend_relative_shift(q, k, v, plan: DistanceBlocks, query, rel_keys, dropout: float):
+        """Attention with a bias ``query_i . rel_keys[i - j] / sqrt(hs)`` for every distance (``relative_key_range``).
+
+        For a block of queries, S = query . rel_keys[d0 .. d0 + rows + keys - 2] holds the bias of query
+        i at distance d0 + c in column c. With the block's keys in reverse order (key column j' is the
+        key at distance d0 + i + j'), the bias of (i, j') is S[i, i + j']: a view of S with strides
+        (width + 1, 1), Transformer-XL's "relative shift" without a copy. The softmax does not care
+        in which order the keys come, so the keys and values are read reversed (one flip per layer).
+        """
+        B, H, T, hs = q.shape
+        Tk, d_min = k.shape[-2], plan.d_max - plan.N + 1
+        k_rev, v_rev = k.flip(2), v.flip(2)
+        y = torch.empty_like(q)
+        scale = math.sqrt(hs)
+        for r0, r1, first, seen in plan.blocks:
+            rows, nk = r1 - r0, seen - first
+            width = rows + nk - 1
+            d0 = plan.d_max - (T - 1) + r0 - seen + 1  # distance of query r0 to key seen - 1
+            table = rel_keys[..., d0 - d_min:d0 - d_min + width, :]  # (H, width, hs)
+            S = query[:, :, r0:r1] @ table.transpose(-1, -2) / scale  # (B, H, rows, width)
+            if d0 < 0:
+                S[..., :-d0] = float("-inf")  # future keys
+            if plan.window is not None and plan.window - d0 < width:
+                S[..., max(0, plan.window - d0):] = float("-inf")  # keys past the window
+            bias = S.as_strided((B, H, rows, nk), (H * rows * width, rows * width, width + 1, 1), S.storage_offset())
+            y[:, :, r0:r1] = F.scaled_dot_product_attention(
+                q[:, :, r0:r1], k_rev[:, :, Tk - seen:Tk - first], v_rev[:, :, Tk - seen:Tk - first],
+                attn_mask=bias, dropout_p=dropout)
+        return y
 
 
 class MLP(nn.Module):
@@ -192,7 +446,8 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
 
     def forward(self, x):
-        return self.c_proj(self.gelu(self.c_fc(x)))
+        h = F.gelu(F.linear(x, self.c_fc.weight, self.c_fc.bias), approximate=self.gelu.approximate)
+        return F.linear(h, self.c_proj.weight, self.c_proj.bias)
 
 
 class Block(nn.Module):
@@ -206,7 +461,8 @@ class Block(nn.Module):
     def forward(self, x, pos, position, layer, cache, want_probs, blocks):
         a, probs = self.attn(self.ln_1(x), pos, position, layer, cache, want_probs, blocks)
         x = x + a
-        x = x + self.mlp(self.ln_2(x))
+        ln = self.ln_2
+        x = x + self.mlp(F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps))
         return x, probs
 
 
@@ -267,11 +523,13 @@ class GPT(nn.Module):
         if idx.is_floating_point() or idx.dtype == torch.bool or not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
             raise PosvizError(f"byte ids must be integers in 0..{self.config.vocab_size - 1}; encode text with posviz.data.encode_text")
         B, T = idx.shape
+        query_blocks = {}
         if cache is not None and cache.n_layer != len(self.blocks):
             raise PosvizError(f"the KV cache was made for {cache.n_layer} layers but the model has {len(self.blocks)}")
         if positions is None:
-            start = 0 if cache is None or cache.positions is None else int(cache.positions[-1]) + 1
+            start = 0 if cache is None else cache.next_position()
             positions = torch.arange(start, start + T, device=idx.device)
+            query_blocks = {"q_run": start}  # these positions are a run: attention need not check
         elif (positions.dim() != 1 or positions.numel() != T or positions.is_floating_point()
               or positions.dtype == torch.bool or int(positions.min()) < 0):
             raise PosvizError(f"positions must be {T} non-negative integers (one per byte), got shape "
@@ -283,7 +541,7 @@ class GPT(nn.Module):
             raise PosvizError(f"attention_head must be in 0..{self.config.n_head - 1}, got {attention_head}")
 
         x = self.position.add_to_input(self.wte(idx), positions)  # (B, T, C)
-        attention, query_blocks = None, {}  # query_blocks: built by the first layer that needs them
+        attention = None  # query_blocks: what the layers share, built by the first layer that needs it
         try:
             for layer, block in enumerate(self.blocks):
                 x, probs = block(x, positions, self.position, layer, cache, layer == attention_layer, query_blocks)
@@ -293,7 +551,8 @@ class GPT(nn.Module):
             # A bias shared across layers is as large as an attention map (256 MB at 4,096 bytes):
             # let it go with the forward pass instead of keeping one per loaded model.
             self.position.forget()
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        ln = self.ln_f
+        logits = F.linear(F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps), self.lm_head.weight)  # (B, T, V)
         return ModelOutput(logits, attention)
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -51,3 +51,7 @@ class ALiBi(PositionMethod):
     def logit_bias(self, layer, q, q_pos, k_pos):
         compute = lambda: alibi_bias(self.slopes, q_pos.to(self.slopes.device), k_pos.to(self.slopes.device)).unsqueeze(0)
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)  # (1, H, Tq, Tk)
+
+    def distance_bias(self, layer, q_pos, lo, hi):
+        compute = lambda: -self.slopes[:, None] * torch.arange(lo, hi + 1, device=self.slopes.device).to(self.slopes.dtype)
+        return self._kept(("distance", lo, hi), compute, [self.slopes])  # (H, D), shared by every layer

@@ -7,6 +7,20 @@ A method can act at three places, and attention calls all three without asking w
 * ``logit_bias(layer, q, q_pos, k_pos)`` a bias added to the attention logits after the 1/sqrt(d) scale
   (ALiBi, T5, Shaw); ``None`` when the method adds nothing there.
 
+A method whose bias depends on the distance alone may also offer an optional shortcut that attention
+uses without knowing the method:
+
+* ``distance_bias(layer, q_pos, lo, hi)``  the same bias as a per-distance vector (H, hi - lo + 1) for
+  distances lo..hi >= 0, or ``None`` when, for these queries, it is not a function of the distance
+  alone (FIRE past its threshold). Attention then reads each block's bias as a strided view of that
+  vector instead of an (H, Tq, Tk) tensor; ``logit_bias`` stays the reference.
+* ``banded_bias(layer, q, q_pos)``  for a query-dependent bias of a clipped distance (Shaw, NEZHA): the
+  bias at distances 0..K-1 and at every distance >= K, per query. Beyond K it is one constant per
+  query, which cancels in the softmax, so attention only writes a band of K keys per query.
+* ``relative_key_range(layer, q, lo, hi)``  for an unclipped query-dependent bias q'_i . P_(i-j)
+  (Transformer-XL): the query and the key of every distance; attention reads the bias of a block as
+  a skewed view of q' . P (Transformer-XL's "relative shift"), its keys taken in reverse order.
+
 Shape legend: B batch, T / Tq / Tk sequence lengths, C model width, H heads, hs head size.
 Positions are absolute integer positions (LongTensor of shape (T,)); with a KV cache the keys keep
 the positions they were written at, so relative methods see true distances.
@@ -67,6 +81,38 @@ class PositionMethod(nn.Module):
     def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None  # else broadcastable to (B, H, Tq, Tk)
 
+    def distance_bias(self, layer: int, q_pos: torch.Tensor, lo: int, hi: int) -> torch.Tensor | None:
+        """Optional: (H, hi - lo + 1) bias at the distances lo..hi (0 <= lo <= hi) for the queries at
+        ``q_pos``, equal to what ``logit_bias`` puts at those distances; None when it is no function
+        of the distance alone (the default: attention then asks ``logit_bias``)."""
+        return None
+
+    def banded_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor | None:
+        """Optional: (B, H, Tq, K+1) for a bias that depends on the query and a *clipped* distance: column
+        d < K is the bias at distance d, column K the bias at every distance >= K (Shaw, NEZHA). Equal
+        to what ``logit_bias`` puts there; None when the method has no such clip (the default)."""
+        return None
+
+    def relative_key_range(self, layer: int, q: torch.Tensor, lo: int, hi: int
+                           ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Optional: for a bias ``q'_i . P_(i-j) / sqrt(hs)`` with its own key for every distance
+        (Transformer-XL): (q' (B, H, Tq, hs), P (H, hi - lo + 1, hs)), the keys of distances lo..hi
+        (negative distances may hold anything: attention masks them). None: not such a bias (default)."""
+        return None
+
+    @property
+    def has_relative_key_range(self) -> bool:
+        return type(self).relative_key_range is not PositionMethod.relative_key_range
+
+    @property
+    def has_banded_bias(self) -> bool:
+        return type(self).banded_bias is not PositionMethod.banded_bias
+
+    @property
+    def has_distance_bias(self) -> bool:
+        """Whether the method offers ``distance_bias`` at all."""
+        return type(self).distance_bias is not PositionMethod.distance_bias
+
     # -- facts the app and the evaluators use -----------------------------------------------------
     @property
     def max_positions(self) -> int | None:
@@ -87,7 +133,7 @@ class PositionMethod(nn.Module):
 
     MEMO_ENTRIES: ClassVar[int] = 256  # one per query block of a forward pass; cleared after each pass
 
-    def _memoized(self, q_pos: torch.Tensor, k_pos: torch.Tensor, compute) -> torch.Tensor:
+    def _memoized(self, q_pos: torch.Tensor, k_pos: torch.Tensor, compute, tag: tuple = ()) -> torch.Tensor:
         """Reuse a value across the layers of one forward pass (T5 and ALiBi share their bias across
         layers, RoPE its angles). Attention asks per block of queries, with position tensors that are
         the same objects in every layer.
@@ -96,7 +142,7 @@ class PositionMethod(nn.Module):
         recycled id can never return a stale value. The model calls ``forget`` after every pass.
         """
         memo = self._memo if self._memo is not None else {}
-        key = (id(q_pos), id(k_pos))
+        key = (id(q_pos), id(k_pos), *tag)  # tag: what else the value depends on (a distance range)
         hit = memo.get(key)
         if hit is not None and hit[0] is q_pos and hit[1] is k_pos and \
                 hit[2] == (q_pos._version, k_pos._version, self.training):
@@ -106,6 +152,27 @@ class PositionMethod(nn.Module):
             memo.pop(next(iter(memo)))
         memo[key] = (q_pos, k_pos, (q_pos._version, k_pos._version, self.training), value)
         self._memo = memo
+        return value
+
+    KEPT_ENTRIES: ClassVar[int] = 64
+
+    def _kept(self, key: tuple, compute, params) -> torch.Tensor | None:
+        """Like ``_memoized``, but kept *across* forward passes while ``params`` stay as they are (same
+        tensors, same version counters, dtype and device): for the small per-distance tables that a
+        decoding loop asks for with the same distances at every step. Not kept while autograd could
+        need the graph (training)."""
+        params = list(params)
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return compute()
+        stamp = (self.training, *((id(p), p._version, p.dtype, p.device) for p in params))
+        kept = self.__dict__.setdefault("_kept_values", {})
+        hit = kept.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        value = compute()
+        if len(kept) >= self.KEPT_ENTRIES:
+            kept.clear()
+        kept[key] = (stamp, value)
         return value
 
     def forget(self) -> None:

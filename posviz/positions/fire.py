@@ -77,17 +77,31 @@ class Fire(PositionMethod):
         """f_theta on normalised distances u (any shape): (H, *u.shape)."""
         return self.mlp(u.unsqueeze(-1)).movedim(-1, 0)
 
+    def _distance_table(self, lo: int, hi: int) -> torch.Tensor:
+        """(H, hi - lo + 1) bias at distances lo..hi for queries at or below the threshold L, which are
+        all normalised by psi(L): the MLP runs once per distinct distance, not once per pair."""
+        span = torch.arange(lo, hi + 1, device=self.c.device)
+        u = self.psi(span.clamp(min=0).to(self.c)) / (self.psi(self.threshold) + EPS)  # (D,)
+        return self.bias_of(u)
+
+    def _below_threshold(self, q_pos: torch.Tensor) -> bool:
+        return bool((q_pos.to(self.c.device).float() <= self.threshold).all())
+
     def logit_bias(self, layer, q, q_pos, k_pos):
         def compute():
             q_dev, k_dev = q_pos.to(self.c.device), k_pos.to(self.c.device)
-            if bool((q_dev.float() <= self.threshold).all()):
-                # Every query is normalised by psi(L): the bias is a function of the distance alone,
-                # so run the MLP once per distinct distance, not once per (query, key) pair.
+            if self._below_threshold(q_dev):
+                # Every query is normalised by psi(L): the bias is a function of the distance alone.
                 distance = relative_distance(q_dev, k_dev)  # (Tq, Tk)
                 lo, hi = int(distance.min()), int(distance.max())
-                span = torch.arange(lo, hi + 1, device=distance.device)
-                u = self.psi(span.clamp(min=0).to(self.c)) / (self.psi(self.threshold) + EPS)  # (D,)
-                return bias_from_distance_table(self.bias_of(u), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
+                return bias_from_distance_table(self._distance_table(lo, hi), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
             return self.bias_of(self.normalised_distance(q_dev, k_dev)).unsqueeze(0)  # (1, H, Tq, Tk)
 
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)
+
+    def distance_bias(self, layer, q_pos, lo, hi):
+        def compute():  # past L each query has its own normaliser: no per-distance vector then
+            if not self._below_threshold(q_pos):
+                return None
+            return self._kept(("distance", lo, hi), lambda: self._distance_table(lo, hi), self.parameters())
+        return self._memoized(q_pos, q_pos, compute, ("distance", lo, hi))  # shared by every layer

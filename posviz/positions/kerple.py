@@ -66,6 +66,12 @@ class Kerple(PositionMethod):
         table = kerple_log_bias(r1, r2, torch.arange(lo, hi + 1, device=r1.device))  # (H, D): one value per distance
         return bias_from_distance_table(table, distance, lo).unsqueeze(0).to(q.dtype)  # (1, H, Tq, Tk)
 
+    def distance_bias(self, layer, q_pos, lo, hi):
+        def compute():
+            r1, r2 = self.parameters_of(layer)
+            return kerple_log_bias(r1, r2, torch.arange(lo, hi + 1, device=r1.device))  # (H, D)
+        return self._kept(("distance", layer, lo, hi), compute, [self.r1, self.r2])
+
 
 def _at_least(x: torch.Tensor, low: float) -> torch.Tensor:
     """``x`` clamped to ``low`` in value, with the gradient of ``x`` itself (straight through).

@@ -67,6 +67,14 @@ class RelativeKeys(PositionMethod):
         table = self.relative_keys(layer, q_pos, k_pos).to(q.dtype)  # (D+1, hs) or (H, D+1, hs)
         return relative_key_bias(self.query_for_keys(q), table, q_pos, k_pos)
 
+    clipped: bool = True  # the keys stop at a fixed distance (Shaw, NEZHA); Transformer-XL's do not
+
+    def banded_bias(self, layer, q, q_pos):
+        if not self.clipped:
+            return None
+        table = self.relative_keys(layer, q_pos, q_pos).to(q.dtype)  # (K+1, hs)
+        return self.query_for_keys(q) @ table.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, K+1)
+
 
 def relative_key_bias(q: torch.Tensor, table: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """(B, H, Tq, Tk) bias ``q_i . table[clip(i - j, 0, D)] / sqrt(hs)`` for a table of D+1 relative keys."""

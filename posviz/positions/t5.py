@@ -71,6 +71,11 @@ class T5RelativeBias(PositionMethod):
     def buckets(self, q_pos, k_pos):
         return t5_bucket(-relative_distance(q_pos, k_pos), False, self.options.num_buckets, self.options.max_distance)
 
+    def table(self, lo: int, hi: int) -> torch.Tensor:
+        """(H, hi - lo + 1): the bias at every distance lo..hi (negative distances: bucket 0, masked)."""
+        span = torch.arange(lo, hi + 1, device=self.bucket_bias.weight.device)
+        return self.bucket_bias(t5_bucket(-span, False, self.options.num_buckets, self.options.max_distance)).t()
+
     def logit_bias(self, layer, q, q_pos, k_pos):
         def compute():
             # The bias depends on the distance alone: bucket the few distinct distances (a 1-D range),
@@ -78,8 +83,9 @@ class T5RelativeBias(PositionMethod):
             # dozen passes (a log among them) over Tq x Tk entries.
             distance = relative_distance(q_pos, k_pos).to(self.bucket_bias.weight.device)  # (Tq, Tk)
             lo, hi = int(distance.min()), int(distance.max())
-            span = torch.arange(lo, hi + 1, device=distance.device)  # every distance that occurs
-            table = self.bucket_bias(t5_bucket(-span, False, self.options.num_buckets, self.options.max_distance))  # (D, H)
-            return bias_from_distance_table(table.t(), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
+            return bias_from_distance_table(self.table(lo, hi), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
 
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)
+
+    def distance_bias(self, layer, q_pos, lo, hi):
+        return self._kept(("distance", lo, hi), lambda: self.table(lo, hi), [self.bucket_bias.weight])  # every layer

@@ -42,6 +42,7 @@ class TransformerXL(RelativeKeys):
     paper = "https://arxiv.org/abs/1901.02860"
     learned = True
     Options = TransformerXLOptions
+    clipped = False  # every distance has its own key: no band
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
@@ -63,6 +64,16 @@ class TransformerXL(RelativeKeys):
         R = _table_for(torch.arange(D + 1), self.shape.n_embd, self.options.base, self.u.device)  # (D+1, C)
         H, hs = self.shape.n_head, self.shape.head_dim
         return self.proj[layer](R.to(self.u.dtype)).view(D + 1, H, hs).transpose(0, 1)  # (H, D+1, hs)
+
+    def relative_key_range(self, layer, q, lo, hi):
+        def compute():
+            R = _table_for(torch.arange(lo, hi + 1), self.shape.n_embd, self.options.base, self.u.device)  # (D, C)
+            H, hs = self.shape.n_head, self.shape.head_dim
+            return self.proj[layer](R.to(self.u.dtype)).view(hi - lo + 1, H, hs).transpose(0, 1)  # (H, D, hs)
+
+        # kept across passes: a decoding loop asks for the same distances at every step
+        keys = self._kept(("keys", layer, lo, hi), compute, [self.proj[layer].weight])
+        return self.query_for_keys(q), keys.to(q.dtype)
 
     def four_terms(self, layer: int, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
                    k_pos: torch.Tensor) -> dict[str, torch.Tensor]:
