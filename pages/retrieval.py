@@ -75,12 +75,13 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -
         first = alt.Chart(data).mark_line(strokeDash=[4, 3], opacity=0.7).encode(x, alt.Y("first_bits:Q"), colour, tooltip=tips)
         layers = [second, first]
     else:
-        field = "ratio" if measure == "ratio" else "gain"
+        # The key-value probe's first sight of a random value is its own no-copy control: it has only the ratio.
+        field = "gain" if measure == "gain" and probe == "repeat" else "ratio"
         band = alt.Chart(data).mark_area(opacity=0.12).encode(x, alt.Y("ratio_low:Q"), alt.Y2("ratio_high:Q"), colour) \
             if measure == "ratio" else None
         line = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=40)).encode(
-            x, alt.Y(f"{field}:Q", title=title, scale=alt.Scale(domainMin=0)), colour,
-            alt.StrokeDash("model:N", scale=DASHES, legend=None), tooltip=tips)
+            x, alt.Y(f"{field}:Q", title=MEASURES["ratio" if field == "ratio" else "gain"][1], scale=alt.Scale(domainMin=0)),
+            colour, alt.StrokeDash("model:N", scale=DASHES, title="checkpoint"), tooltip=tips)  # one merged legend
         one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")
         layers = [layer for layer in (band, line, one) if layer is not None]
     train = alt.Chart(pd.DataFrame({"gap1": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="gap1:Q")
@@ -101,7 +102,8 @@ if not shipped.empty:
                "cannot represent that many positions.")
     st.markdown("**Key–value probe** (16 names per gap, 5-digit values)")
     show_chart(probe_chart(shipped, measure, "key_value"), shipped[shipped["probe"] == "key_value"],
-               f"key-value-probe-shipped-{measure}", "Loss on the value's digits when the name comes back.")
+               f"key-value-probe-shipped-{measure}", "Loss on the value's digits when the name comes back, over its loss "
+               "at first sight (a random value: its own no-copy control).")
     at_zero = shipped[(shipped["probe"] == "repeat") & (shipped["gap"] == 0)].set_index("model")
     if not at_zero.empty:
         best = at_zero["ratio"].idxmin()
