@@ -24,6 +24,7 @@ from pages._shared import (
     usable_checkpoints,
 )
 from posviz import labs
+from posviz.positions import POSITION_METHODS
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import CACHE_ENTRIES, device_label
 
@@ -71,7 +72,8 @@ COLOURS, DASHES = method_scales(names)
 # ------------------------------------------------------------------------------------------------
 left, right = st.columns([1, 1])
 with left:
-    chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", names, names), key="w_models")
+    pretrained = [n for n in names if n in POSITION_METHODS] or names  # fine-tuned variants: on request
+    chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", pretrained, names), key="w_models")
     sync_url(models=chosen)
 with right:
     text = choose_text()
