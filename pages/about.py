@@ -51,7 +51,7 @@ with right:
             x=alt.X("tokens:Q", title="training tokens (bytes)"),
             y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
             color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint"),
-            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], legend=None),
+            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], title="checkpoint"),
             tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
         ).properties(height=300)
         show_chart(curve_chart, curves, "training_curves")

@@ -77,7 +77,7 @@ marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
 y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
 lines = alt.Chart(waves).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
-    color=alt.Color("scaling:N", scale=COLOURS, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", scale=DASHES, legend=None),
+    color=alt.Color("scaling:N", scale=COLOURS, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", scale=DASHES, title="scaling"),
     tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
 rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
 notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
@@ -165,7 +165,7 @@ def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
     colour = alt.Color("curve:N", scale=COLOURS, title=None)
     tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
-    dashes = alt.StrokeDash("curve:N", scale=DASHES, legend=None)  # rope's scalings dashed, other methods solid
+    dashes = alt.StrokeDash("curve:N", scale=DASHES, title=None)  # rope's scalings dashed, other methods solid
     rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
     refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
     rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")

@@ -226,7 +226,7 @@ if rows:
         x=alt.X("position:Q", title=f"position in the text (windows of {width} bytes)"),
         y=alt.Y("mean:Q", title="mean entropy of the next byte (bits)", scale=alt.Scale(zero=False)),
         color=alt.Color("checkpoint:N", scale=colours, title="checkpoint"),
-        strokeDash=alt.StrokeDash("checkpoint:N", scale=dashes, legend=None),
+        strokeDash=alt.StrokeDash("checkpoint:N", scale=dashes, title="checkpoint"),
         tooltip=["checkpoint", "window start", "window end", alt.Tooltip("mean:Q", format=".3f"), "bytes"])
     rule = alt.Chart(pd.DataFrame({"position": [train_length]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
         x="position:Q")

@@ -83,7 +83,7 @@ else:
                 axis=alt.Axis(values=lengths, format=",d")),
         y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
         color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint"),
-        strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], legend=None),
+        strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], title="checkpoint"),
         tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("length:Q", title="length (bytes)", format=","),
                  alt.Tooltip("multiple:Q", title="× training length", format=".3g"),
                  alt.Tooltip("bpb:Q", title="bits per byte", format=".3f")],

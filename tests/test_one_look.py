@@ -112,3 +112,31 @@ def test_retrieval_slope_legend_names_heads_by_integer(tiny_models):
     assert heads, "no ALiBi penalty chart"
     assert all(re.match(r"^head \d+ \(slope ", h) for h in heads), heads
     assert any(h.startswith("head 0 (") for h in heads)
+
+
+def _encodings(node):
+    """Every "encoding" object in a Vega-Lite spec (layers and facets included)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("encoding"), dict):
+            yield node["encoding"]
+        for value in node.values():
+            yield from _encodings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _encodings(value)
+
+
+def test_charts_coloured_by_method_keep_their_legend(tiny_models):
+    """Colour and dash on one field share one legend in Vega-Lite: hiding the dash's hides both, and
+    a screenshot then shows lines nobody can name."""
+    for page in ("pages/home.py", "pages/context_extension.py", "pages/retrieval.py"):
+        at = open_app_page(page)
+        checked = 0
+        for chart in at.get("vega_lite_chart"):
+            for enc in _encodings(json.loads(chart.proto.spec)):
+                colour, dash = enc.get("color", {}), enc.get("strokeDash", {})
+                if colour.get("field") and colour.get("field") == dash.get("field"):
+                    checked += 1
+                    assert "legend" not in dash or dash["legend"] is not None, (page, colour["field"])
+                    assert colour.get("legend", {}) is not None, (page, colour["field"])
+        assert checked, f"{page}: no chart colours and dashes by the same field"
