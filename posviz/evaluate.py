@@ -162,24 +162,29 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     from .checkpoint import load_checkpoint
     from .positions.rope_scaling import ROPE_SCALINGS
 
+    from .checkpoint import read_config
+
     model = load_checkpoint(folder)
     L = model.config.train_length
+    finetuned = read_config(folder).get("finetuned_from")
+    # A fine-tuned checkpoint is scored at the lengths of the one it came from (multiples of *its* training
+    # length), so "before" and "after" and every other checkpoint share one x axis.
+    base_folder = None
+    if finetuned:
+        base_folder = Path(finetuned["checkpoint"])
+        if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
+            base_folder = Path(folder).parent / base_folder.name
+    L_ref = load_checkpoint(base_folder).config.train_length if finetuned else L
     data = _as_tensor(data)
-    lengths = [int(m * L) for m in multiples if int(m * L) <= data.numel()]
+    lengths = [int(m * L_ref) for m in multiples if int(m * L_ref) <= data.numel()]
     block, seconds = timed(eval_table, model, data, lengths, progress)
     block = {"nonoverlapping_bpb": block, "lengths_x_train": {str(n): n / L for n in lengths},
              "eval_bytes": int(data.numel()), "seconds": round(seconds, 2)}
     if validation is not None:
         block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
     block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
-    block["retrieval"] = retrieval_block(model, data if validation is None else validation, probe_chunks)
-    from .checkpoint import read_config
-
-    finetuned = read_config(folder).get("finetuned_from")
+    block["retrieval"] = retrieval_block(model, data if validation is None else validation, probe_chunks, L_ref)
     if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
-        base_folder = Path(finetuned["checkpoint"])
-        if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
-            base_folder = Path(folder).parent / base_folder.name
         base = load_checkpoint(base_folder, model.config.position_options)
         block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
                                       "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
@@ -201,11 +206,12 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     return block
 
 
-def retrieval_block(model: GPT, text, chunks: int = 16) -> dict:
-    """The far-context probes (``posviz.retrieval``) for metrics.json, with the seconds they took."""
+def retrieval_block(model: GPT, text, chunks: int = 16, reference_length: int | None = None) -> dict:
+    """The far-context probes (``posviz.retrieval``) for metrics.json, with the seconds they took; gaps
+    are multiples of ``reference_length`` (default: the model's training length)."""
     from .retrieval import evaluate_probes
 
-    block, seconds = timed(evaluate_probes, model, text, model.config.train_length, chunks=chunks)
+    block, seconds = timed(evaluate_probes, model, text, reference_length or model.config.train_length, chunks=chunks)
     return {**block, "held_out_bytes": int(np.asarray(text).size), "seconds": round(seconds, 1)}
 
 
