@@ -128,10 +128,16 @@ else:
     with right:
         facts = pd.DataFrame(context_extension.finetuning_facts(checkpoints))
         st.dataframe(facts, hide_index=True)
-        at_target = ft_all[ft_all["length"] == target].pivot_table(index="of", columns="stage", values="bpb")
+        at_target = ft_all[ft_all["length"] == target]
         if not at_target.empty:
+            value = lambda of, stage: next((f"{v:.3f}" for v in at_target[(at_target["of"] == of)  # noqa: E731
+                                                                       & (at_target["stage"] == stage)]["bpb"]), "—")
+            table = pd.DataFrame([{"checkpoint": of, "before fine-tuning": value(of, "before fine-tuning"),
+                                   "after fine-tuning": value(of, "after fine-tuning"),
+                                   "no fine-tuning needed": value(of, "no fine-tuning needed")}
+                                  for of in dict.fromkeys(at_target["of"])])
             st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
-            st.dataframe(at_target.style.format("{:.3f}", na_rep="—"), width="stretch")
+            st.dataframe(table, hide_index=True, width="stretch")
         curves = pd.DataFrame(context_extension.finetuning_curves(checkpoints))
         if not curves.empty:
             ft_train = alt.Chart(curves).mark_line().encode(
