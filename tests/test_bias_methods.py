@@ -148,7 +148,7 @@ def test_transformer_xl_four_terms_by_hand():
         "global position bias": method.v[h] @ WR,
     }
     for name, value in by_hand.items():
-        assert float(terms[name][0, h, i, j]) == pytest.approx(float(value.detach()) / 2.0, abs=1e-5), name
+        assert float(terms[name][0, h, i, j].detach()) == pytest.approx(float(value.detach()) / 2.0, abs=1e-5), name
 
 
 def test_transformer_xl_terms_sum_to_the_models_own_attention():
