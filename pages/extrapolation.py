@@ -65,7 +65,6 @@ def model_facts(folder: str, stamp: int) -> dict:
 
 checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
 names = list(facts)
-COLOURS, DASHES = method_scales(names)
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -75,6 +74,7 @@ with left:
     pretrained = [n for n in names if n in POSITION_METHODS] or names  # fine-tuned variants: on request
     chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", pretrained, names), key="w_models")
     sync_url(models=chosen)
+COLOURS, DASHES = method_scales(chosen or names)  # the legend names only what is drawn
 with right:
     text = choose_text()
 if not chosen:

@@ -42,11 +42,23 @@ elif missing:
 st.header("The methods at a glance")
 rows = pd.DataFrame(explain.method_rows(metrics)).drop(columns=["summary"])
 long_col = f"bits/byte @ {explain.EXTRAPOLATION_MULTIPLE}×"
-# Numbers stay numbers (sorting, CSV); a method that has a 1x value but none at 16x cannot run there
-# (the learned table ends), which reads "cannot run" rather than the grid's "None".
-cannot = rows.index[rows[long_col].isna() & rows["bits/byte @ 1×"].notna()]
-shown = rows.style.format("{:.3f}", subset=["bits/byte @ 1×", long_col], na_rep="—").format(
-    "{:.3f}", subset=pd.IndexSlice[cannot, [long_col]], na_rep="cannot run")
+# The browser's grid draws a missing number as "None" (it ignores a Styler's na_rep), so the two bits/byte
+# columns are shown as text: a value, "cannot run" (the method has a 1x value but no positions at 16x,
+# e.g. the learned table) or "no checkpoint".
+
+
+def bpb_text(value, method: str, has_1x: bool) -> str:
+    if value is not None and value == value:
+        return f"{value:.3f}"
+    if method not in metrics:
+        return "no checkpoint"
+    return "cannot run" if has_1x else "—"
+
+
+shown = rows.copy()
+has_1x = rows["bits/byte @ 1×"].notna()
+for column in ("bits/byte @ 1×", long_col):
+    shown[column] = [bpb_text(v, m, h) for v, m, h in zip(rows[column], rows["method"], has_1x)]
 st.dataframe(
     shown,
     hide_index=True,

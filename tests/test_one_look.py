@@ -89,13 +89,13 @@ def test_two_pages_colour_each_method_the_same(tiny_models):
 def test_home_says_cannot_run_and_the_sidebar_header_fits(tiny_models):
     at = open_app_page("pages/home.py")
     table = next(d for d in at.main.dataframe if "extrapolates" in d.value.columns)
-    shown = pa.ipc.open_stream(table.proto.arrow_data.styler.display_values).read_all().to_pandas()
+    shown = table.value  # what the browser's grid draws (it ignores a Styler's na_rep: a missing number reads "None")
     learned = shown[shown["method"] == "learned"].iloc[0]
     assert learned["bits/byte @ 16×"] == "cannot run"
     assert re.match(r"^\d+\.\d{3}$", learned["bits/byte @ 1×"])
     alibi = shown[shown["method"] == "alibi"].iloc[0]
     assert re.match(r"^\d+\.\d{3}$", alibi["bits/byte @ 16×"])
-    assert table.value.set_index("method").loc["alibi", "bits/byte @ 16×"] > 0  # still a number underneath
+    assert not shown[["bits/byte @ 1×", "bits/byte @ 16×"]].isin([None, "None", "nan"]).any().any()
     sidebar = json.loads(at.sidebar.dataframe[0].proto.columns)
     label = sidebar["val bits/byte @ train length"]["label"]
     assert len(label) <= len("val bits/byte"), label
