@@ -11,6 +11,7 @@ from posviz.checkpoint import shipped_checkpoints
 from posviz.positions import POSITION_METHODS
 from posviz.limits import CACHE_ENTRIES
 from posviz.positions.t5 import T5Options
+from posviz.positions.fire import FireOptions
 from posviz.positions.nezha import NezhaOptions
 from posviz.positions.shaw import ShawOptions
 from posviz.train import TrainConfig
@@ -346,7 +347,6 @@ if kerple_model is not None:
 st.subheader("FIRE's input: every context squeezed into [0, 1]")
 fire_model, _ = shipped_model("fire")
 fire_facts = attention_biases.fire_learned(fire_model) if fire_model is not None else None
-from posviz.positions.fire import FireOptions  # noqa: E402  (the paper's initial values, when there is no checkpoint)
 c_value = fire_facts["c"] if fire_facts else FireOptions().c_init
 threshold = fire_facts["threshold"] if fire_facts else FireOptions().threshold_init
 norm_df = pd.DataFrame(attention_biases.fire_normalised_distance([m * train_length for m in multiples], c_value, threshold))

@@ -174,7 +174,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
         base_folder = Path(finetuned["checkpoint"])
         if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
             base_folder = Path(folder).parent / base_folder.name
-    L_ref = load_checkpoint(base_folder).config.train_length if finetuned else L
+    L_ref = read_config(base_folder)["model"]["train_length"] if finetuned else L
     data = _as_tensor(data)
     lengths = [int(m * L_ref) for m in multiples if int(m * L_ref) <= data.numel()]
     block, seconds = timed(eval_table, model, data, lengths, progress)

@@ -42,9 +42,12 @@ def default_gaps(train_length: int, max_multiple: int = 16) -> list[int]:
     return sorted(set(g for g in gaps if g >= 0))
 
 
-def _held_out(text: np.ndarray | bytes | Sequence[int]) -> torch.Tensor:
-    array = np.frombuffer(text, dtype=np.uint8) if isinstance(text, (bytes, bytearray)) else np.asarray(text)
-    data = torch.tensor(array, dtype=torch.long).flatten()  # a copy: the corpus arrays are read-only
+def _held_out(text: np.ndarray | bytes | Sequence[int] | torch.Tensor) -> torch.Tensor:
+    if isinstance(text, torch.Tensor) and text.dtype == torch.long and text.dim() == 1:
+        data = text  # already converted (evaluate_probes does it once for its three probes)
+    else:
+        array = np.frombuffer(text, dtype=np.uint8) if isinstance(text, (bytes, bytearray)) else np.asarray(text)
+        data = torch.tensor(array, dtype=torch.long).flatten()  # a copy: the corpus arrays are read-only
     if data.numel() < 1024:
         raise PosvizError(f"the probes need at least 1,024 bytes of held-out text, got {data.numel():,}")
     return data
@@ -253,7 +256,8 @@ def as_rows(results: Sequence[GapResult | None], gaps: Sequence[int]) -> list[di
 def evaluate_probes(model: GPT, text, train_length: int, chunks: int = 16, seed: int = 0) -> dict:
     """The "retrieval" block of a checkpoint's metrics.json: all three probes at the ``default_gaps`` the
     held-out text is long enough for."""
-    gaps = [g for g in default_gaps(train_length) if 2 * (64 + g) + 2 <= np.asarray(text).size]
+    text = _held_out(text)
+    gaps = [g for g in default_gaps(train_length) if 2 * (64 + g) + 2 <= text.numel()]
     induction = induction_scores(model, text, gaps, chunks=max(4, chunks // 2), seed=seed)
     return {
         "gaps": gaps,

@@ -32,6 +32,17 @@ def tiny_model(method: str, seed: int = 0, **overrides) -> GPT:
     return GPT(cfg).eval()
 
 
+def decode_in_chunks(model: GPT, idx: torch.Tensor, chunks, window: int | None = None) -> torch.Tensor:
+    """Logits of ``idx`` fed through one KV cache in pieces of the given sizes, concatenated."""
+    from posviz.model import KVCache
+
+    cache, outputs, start = KVCache(model.config.n_layer, max_size=window), [], 0
+    for size in chunks:
+        outputs.append(model(idx[:, start:start + size], cache=cache).logits)
+        start += size
+    return torch.cat(outputs, dim=1)
+
+
 @pytest.fixture(scope="session")
 def corpus():
     return load_corpus()

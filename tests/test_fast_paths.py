@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import decode_in_chunks
+
 import posviz.model as model_module
 from posviz.model import KVCache, reference_attention
 from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
@@ -61,15 +63,8 @@ def test_cached_decoding_equals_the_reference_path(method, options, window, bloc
     model = model_for(method, options)
     idx = random_bytes(2, 31, seed=3)
 
-    def decode(chunks):
-        cache, outputs, start = KVCache(model.config.n_layer, max_size=window), [], 0
-        for size in chunks:
-            outputs.append(model(idx[:, start:start + size], cache=cache).logits)
-            start += size
-        return torch.cat(outputs, dim=1)
-
     for chunks in ([1] * 31, [5, 1, 12, 13], [31]):
-        fast, ref = _both(lambda: decode(chunks))
+        fast, ref = _both(lambda: decode_in_chunks(model, idx, chunks, window))
         torch.testing.assert_close(fast, ref, **TOL)
     # an attention map returned from a cached step
     cache = KVCache(model.config.n_layer, max_size=window)

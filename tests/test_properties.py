@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import decode_in_chunks, tiny_model
 from posviz.errors import PositionLimitError
 from posviz.evaluate import sliding_window_bpb
 from posviz.model import KVCache
@@ -213,11 +213,7 @@ def test_sliding_window_chunks_equal_byte_by_byte_decoding_in_deep_models(method
     idx = random_bytes(2, T, seed=7)
 
     def decode(chunks):
-        cache, outputs, start = KVCache(model.config.n_layer, max_size=W), [], 0
-        for size in chunks:
-            outputs.append(model(idx[:, start : start + size], cache=cache).logits)
-            start += size
-        return torch.cat(outputs, dim=1)
+        return decode_in_chunks(model, idx, chunks, W)
 
     with torch.no_grad():
         one_by_one = decode([1] * T)
