@@ -121,6 +121,36 @@ def get_batch(data: np.ndarray, offsets: torch.Tensor, length: int) -> tuple[tor
     return rows[:, :-1], rows[:, 1:]
 
 
+def plant_repeats(x: torch.Tensor, y: torch.Tensor, probability: float, min_bytes: int, max_bytes: int,
+                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy a span of each chosen row to a later place in the same row (inputs and targets alike).
+
+    Why: a model learns to copy from its context (an induction head: a previous-byte head plus a
+    matching head, Olsson et al. 2022) only once copying pays, and ordinary code repeats whole spans
+    too rarely inside a 256-byte window for a small model to learn it in a CPU budget. A planted
+    repeat makes copying pay in every chosen row, with any gap the window allows. Exactly the same
+    draws for every method (``generator`` is the data order's), so the recipe stays one recipe.
+
+    x, y: (B, T) inputs and next-byte targets of contiguous text (y is x shifted by one). The span
+    of length L in [min_bytes, max_bytes] is taken from the row's text and written, whole, after it.
+    """
+    if probability <= 0:  # no draws either: a recipe without repeats keeps its data order
+        return x, y
+    B, T = x.shape
+    draws = torch.rand(B, 4, generator=generator)  # for every row, so the stream never depends on the data
+    row = torch.cat((x, y[:, -1:]), dim=1)  # (B, T+1): the text the row was cut from
+    max_bytes = min(max_bytes, (T + 1) // 2)
+    for b in range(B):
+        chosen, u_len, u_src, u_dst = draws[b].tolist()
+        if chosen >= probability:
+            continue
+        span = min_bytes + int(u_len * (max_bytes - min_bytes + 1))
+        src = int(u_src * (T + 2 - 2 * span))  # the copy must fit after the source
+        dst = src + span + int(u_dst * (T + 2 - 2 * span - src))
+        row[b, dst:dst + span] = row[b, src:src + span].clone()
+    return row[:, :-1], row[:, 1:]
+
+
 def encode_text(text: str | bytes) -> torch.Tensor:
     """UTF-8 bytes of ``text`` as a (T,) LongTensor; bytes are taken as they are (any byte is a token)."""
     data = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else bytes(text)

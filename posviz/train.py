@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ModelConfig, require, strict_from_dict
-from .data import batch_offsets, get_batch, load_corpus
+from .data import batch_offsets, get_batch, load_corpus, plant_repeats
 from .errors import PosvizError
 from .evaluate import bits_per_byte
 from .model import GPT
@@ -63,6 +63,11 @@ class TrainConfig:
     # Context extension by fine-tuning (Chen et al. 2023; Peng et al. 2023): start from this checkpoint's
     # weights instead of the seed's, at this recipe's train_length and position options. None: pre-train.
     finetune_from: str | None = None
+    # Planted repeats (data.plant_repeats): this fraction of training rows gets a span of its own text
+    # copied later in the row, so that copying from context pays early and every method learns it.
+    repeat_probability: float = 0.0
+    repeat_min_bytes: int = 16
+    repeat_max_bytes: int = 128
 
     def __post_init__(self):
         require(self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
@@ -72,6 +77,12 @@ class TrainConfig:
         require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
                 f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
         require(isinstance(self.lr, (int, float)) and self.lr > 0, f"lr must be a positive number, got {self.lr!r}")
+        require(isinstance(self.repeat_probability, (int, float)) and 0 <= self.repeat_probability <= 1,
+                f"repeat_probability must be between 0 and 1, got {self.repeat_probability!r}")
+        require(isinstance(self.repeat_min_bytes, int) and isinstance(self.repeat_max_bytes, int)
+                and 1 <= self.repeat_min_bytes <= self.repeat_max_bytes,
+                f"repeat_min_bytes ({self.repeat_min_bytes!r}) and repeat_max_bytes ({self.repeat_max_bytes!r}) "
+                "must be integers with 1 <= min <= max")
         require(self.eval_bytes >= self.train_length,
                 f"eval_bytes ({self.eval_bytes}) must hold at least one train_length ({self.train_length}) window")
 
@@ -243,7 +254,9 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
                disable=not progress or rank != 0, desc=f"train {cfg.method}", unit="step")
     for step in bar:
         offsets = batch_offsets(len(corpus.train), cfg.batch_size, cfg.train_length, data_gen)
-        x, y = get_batch(corpus.train, offsets[local], cfg.train_length)
+        x, y = get_batch(corpus.train, offsets, cfg.train_length)
+        x, y = plant_repeats(x, y, cfg.repeat_probability, cfg.repeat_min_bytes, cfg.repeat_max_bytes, data_gen)
+        x, y = x[local], y[local]
         x, y = x.to(device), y.to(device)
         for group in optim.param_groups:
             group["lr"] = learning_rate(step, cfg)

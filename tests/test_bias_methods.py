@@ -208,3 +208,38 @@ def test_a_short_training_run_lowers_the_loss_and_moves_the_position_parameters(
             assert torch.allclose(p.float(), initial[name].float(), atol=1e-2)  # cancels in the softmax
             continue
         assert not torch.allclose(p.float(), initial[name].float(), atol=1e-3), name
+
+
+def test_fire_by_linear_pieces_is_its_mlp():
+    """Past the threshold attention reads FIRE's MLP as the piecewise-linear function it is; it must
+    be the same function: on random weights, at the switch points themselves, with a unit that never
+    switches (weight 0) and two units that switch at the same point."""
+    method = build_position_method("fire", SHAPE, {"mlp_width": 16})
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in method.mlp.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 2)
+        first = method.mlp[0]
+        first.weight[3, 0] = 0.0
+        first.weight[5, 0], first.bias[5] = 2.0, -1.0  # switches at 0.5 ...
+        first.weight[6, 0], first.bias[6] = -4.0, 2.0  # ... and so does this one, the other way
+        points, pieces = method.linear_pieces()
+        u = torch.cat((torch.linspace(-0.5, 1.5, 5001), points, torch.tensor([0.0, 1.0, 0.5])))
+        expected, got = method.bias_of(u), method.bias_by_pieces(u)
+    assert points.numel() == 15 and pieces.shape == (16, 4)  # 15 switch points -> 16 pieces of 2 heads x (slope, intercept)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert expected.abs().max() > 5  # weights large enough for a wrong piece to show
+
+
+def test_fire_past_its_threshold_gives_the_logits_of_its_mlp():
+    """Inference (no gradients) takes the pieces; training takes the MLP. Same logits, long past L."""
+    model = tiny_model("fire", seed=4).eval()
+    with torch.no_grad():
+        model.position.threshold_scale.fill_(16 / 512)  # L = 16: most of 80 queries are past it
+        for p in model.position.mlp.parameters():
+            p.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(6))
+    idx = torch.randint(0, 256, (2, 80), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        by_pieces = model(idx).logits
+    by_mlp = model(idx).logits.detach()  # gradients enabled: the MLP path
+    torch.testing.assert_close(by_pieces, by_mlp, atol=1e-4, rtol=0)

@@ -73,7 +73,7 @@ def test_torchrun_on_two_processes_matches_one_process(tmp_path):
     Hence: equal to 1 fp16 step (2^-10 relative), and almost every weight bit-identical. bf16 autocast
     is off: its per-shape rounding of matmuls would differ between batches of 2 and 4 by itself."""
     recipe = ["tokens=768", "n_embd=32", "n_layer=2", "train_length=32", "batch_size=4", "eval_bytes=4096",
-              "log_every=1", "precision=fp32"]
+              "log_every=1", "precision=fp32", "repeat_probability=0.5", "repeat_min_bytes=4", "repeat_max_bytes=12"]
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     run([str(PYTHON), "-m", "posviz.train", "--method", "shaw", "--out", str(single), "--set", *recipe])
     run([str(TORCHRUN), "--standalone", "--nproc_per_node", "2", "-m", "posviz.train", "--method", "shaw",
@@ -110,7 +110,8 @@ def test_torchrun_on_two_processes_matches_one_process(tmp_path):
 def small_recipe(**overrides) -> TrainConfig:
     return TrainConfig(**{"method": "kerple", "n_layer": 1, "n_embd": 32, "train_length": 32, "batch_size": 4,
                           "tokens": 4 * 32 * 12, "warmup_steps": 2, "eval_bytes": 1024, "log_every": 1,
-                          "checkpoint_every": 5, "precision": "fp32", **overrides})
+                          "checkpoint_every": 5, "precision": "fp32", "repeat_probability": 0.5,
+                          "repeat_min_bytes": 4, "repeat_max_bytes": 12, **overrides})
 
 
 def test_a_stopped_run_resumes_to_exactly_the_weights_of_an_uninterrupted_one(tmp_path):
