@@ -1,0 +1,48 @@
+"""``python -m posviz.train_all``: a set trained with one recipe, resumable across sessions, with progress."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from posviz.train_all import Run, already_trained, progress_line, train_all
+from posviz.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"n_layer": 1, "n_embd": 32, "train_length": 32, "batch_size": 4, "tokens": 4 * 32 * 30,
+        "eval_bytes": 1024, "warmup_steps": 2, "checkpoint_every": 10, "precision": "fp32",
+        "repeat_probability": 0.5, "repeat_min_bytes": 4, "repeat_max_bytes": 12}
+
+
+def test_a_set_trains_reports_progress_skips_what_is_done_and_survives_a_failed_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the runs' states and logs go to ./runs
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    failed = train_all(["nope", "alibi", "no-such-method"], TINY, tmp_path / "set", jobs=2, threads=1,
+                       log_dir=tmp_path / "runs", every=0.5)
+    out = capsys.readouterr().out
+    assert failed == 1 and "FAILED no-such-method" in out
+    assert "trained nope" in out and "trained alibi" in out
+    assert "2/3 trained · step 60 of 90" in out.splitlines()[-1]  # the failed run's 30 steps are not done
+    assert "Unknown position method" in (tmp_path / "runs" / "train-no-such-method.log").read_text()
+    for method in ("nope", "alibi"):
+        config = json.loads((tmp_path / "set" / method / "config.json").read_text())
+        assert config["train"]["repeat_probability"] == 0.5 and config["train"]["method"] == method
+        assert json.loads((tmp_path / "runs" / f"{method}.state" / "state.json").read_text())["step"] == 30
+
+    # a second call (another session) finds both checkpoints made with this recipe and trains nothing
+    before = (tmp_path / "set" / "nope" / "model.safetensors").stat().st_mtime_ns
+    assert train_all(["nope", "alibi"], TINY, tmp_path / "set", jobs=2, threads=1, log_dir=tmp_path / "runs", every=0.5) == 0
+    out = capsys.readouterr().out
+    assert "skipped: nope, alibi" in out and "2/2 trained" in out
+    assert (tmp_path / "set" / "nope" / "model.safetensors").stat().st_mtime_ns == before
+    # ... but another recipe is another set
+    assert already_trained(tmp_path / "set" / "nope", TrainConfig(method="nope", **TINY))
+    assert not already_trained(tmp_path / "set" / "nope", TrainConfig(method="nope", **{**TINY, "lr": 1e-3}))
+
+
+def test_progress_line_gives_the_time_left_at_the_measured_speed(tmp_path):
+    recipe = TrainConfig(method="rope", tokens=4096 * 100, batch_size=16, train_length=256)  # 100 steps of 4,096 bytes
+    run = Run("rope", recipe, tmp_path / "rope")
+    line = progress_line([run], bytes_per_second=4096.0)
+    assert "0/1 trained · step 0 of 100 (0.0 %)" in line and "about 2 min left" in line  # 409,600 bytes at 4 kB/s
+    run.finished = True
+    assert "1/1 trained · step 100 of 100 (100.0 %)" in progress_line([run], None)
