@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import method_scales, page_header, repo_root, shipped_checkpoint_json, show_chart
-from posviz import explain
+from posviz import about, home
 from posviz.checkpoint import models_dir
 from posviz.positions import POSITION_METHODS, method_names
 
@@ -19,7 +19,7 @@ methods = pd.DataFrame([{
     "summary": POSITION_METHODS[name].summary,
     "absolute / relative": POSITION_METHODS[name].kind,
     "learned": POSITION_METHODS[name].learned,
-    "acts on": explain.ACTS_ON_LABEL.get(POSITION_METHODS[name].acts_on, POSITION_METHODS[name].acts_on),
+    "acts on": home.ACTS_ON_LABEL.get(POSITION_METHODS[name].acts_on, POSITION_METHODS[name].acts_on),
     "paper": POSITION_METHODS[name].paper,
 } for name in method_names()])
 st.dataframe(methods, hide_index=True,
@@ -38,14 +38,14 @@ configs = {name: c for name, (c, m, problem) in entries.items() if problem is No
 metrics = {name: m for name, (c, m, problem) in entries.items() if problem is None}
 left, right = st.columns([2, 3])
 with left:
-    st.dataframe(pd.DataFrame(explain.recipe_rows()), hide_index=True, height=420)
+    st.dataframe(pd.DataFrame(about.recipe_rows()), hide_index=True, height=420)
     st.caption("posviz.train.TrainConfig defaults: the shipped set's recipe. Vocabulary: the 256 byte values.")
 with right:
     corpus = next((c.get("corpus") for c in configs.values() if c.get("corpus")), None)
     if corpus:
         st.markdown("**Training text** (from the checkpoints' config.json)")
         st.dataframe(pd.DataFrame({"field": list(corpus), "value": [str(v) for v in corpus.values()]}), hide_index=True)
-    curves = pd.DataFrame(explain.train_curve_rows(metrics))
+    curves = pd.DataFrame(about.train_curve_rows(metrics))
     if not curves.empty:
         curve_chart = alt.Chart(curves).mark_line().encode(
             x=alt.X("tokens:Q", title="training tokens (bytes)"),
@@ -63,7 +63,7 @@ for name, (_, _, problem) in entries.items():
 if not entries:
     st.warning(f"No checkpoints in {models_dir()}. Run `make checkpoints` to train them.", icon="⚠️")
 else:
-    table = pd.DataFrame(explain.checkpoint_rows(configs, metrics))
+    table = pd.DataFrame(about.checkpoint_rows(configs, metrics))
     if not table.empty:
         st.dataframe(table, hide_index=True, column_config={
             "parameters": st.column_config.NumberColumn(format="localized"),

@@ -19,7 +19,7 @@ from pages._shared import (
     sync_url,
     usable_checkpoints,
 )
-from posviz import labs
+from posviz import compare, extrapolation, lab_inputs
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
 
@@ -32,39 +32,40 @@ page_header(
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
-    model = labs.get_model(folder)
+    model = lab_inputs.get_model(folder)
     return {"train_length": model.config.train_length, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
-            "cap": labs.length_cap(model), "limit": model.position.max_positions}
+            "cap": lab_inputs.length_cap(model), "limit": model.position.max_positions}
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def one_loss(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    s = labs.score_at_length(labs.get_model(folder), list(text), length)
+    s = extrapolation.score_at_length(lab_inputs.get_model(folder), list(text), length)
     return {"position_bits": s.position_bits, "bpb": s.bpb}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def methods_attention(folder_a: str, stamp_a: int, folder_b: str, stamp_b: int, text: bytes, length: int, layer: int,
                       head: int) -> dict:
-    return labs.attention_difference(labs.get_model(folder_a), labs.get_model(folder_b), list(text), length, layer, head)
+    return compare.attention_difference(lab_inputs.get_model(folder_a), lab_inputs.get_model(folder_b), list(text), length,
+                                        layer, head)
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def lengths_losses(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    return labs.compare_lengths(labs.get_model(folder), list(text), length)
+    return compare.compare_lengths(lab_inputs.get_model(folder), list(text), length)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def lengths_attention(folder: str, stamp: int, text: bytes, length: int, layer: int, head: int) -> dict:
-    return labs.length_attention_difference(labs.get_model(folder), list(text), length, layer, head)
+    return compare.length_attention_difference(lab_inputs.get_model(folder), list(text), length, layer, head)
 
 
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
 names = list(facts)
 
 
 def stamp(name: str) -> int:
-    return labs.checkpoint_stamp(checkpoints[name])
+    return lab_inputs.checkpoint_stamp(checkpoints[name])
 
 
 def map_panel(matrix: np.ndarray, block: int, length: int, name: str, title: str, value_title: str, scheme: str,
@@ -96,7 +97,7 @@ if mode == "methods":
     b = c2.selectbox("Method B", names, index=names.index(qp_choice("b", names[-1], names)), key="w_b")
     train_length = facts[a]["train_length"]
     usable = min(facts[a]["cap"], facts[b]["cap"], len(text))
-    options = labs.length_options(train_length, usable)
+    options = extrapolation.length_options(train_length, usable)
     if len(options) < 2:
         error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
         st.stop()
@@ -126,13 +127,13 @@ if mode == "methods":
         st.stop()
     smooth = max(1, length // 64)
     rows = [{"model": n, "position": p, "bits": float(v)} for n, c in curves.items()
-            for p, v in enumerate(labs.moving_average(c["position_bits"], smooth)) if np.isfinite(v)]
+            for p, v in enumerate(lab_inputs.moving_average(c["position_bits"], smooth)) if np.isfinite(v)]
     metric_cols = st.columns(3)
     for col, name in zip(metric_cols, (a, b)):
         if name in curves:
             col.metric(f"{name}: bits/byte", f"{curves[name]['bpb']:.3f}")
     if len(curves) == 2 and a != b:
-        diff = labs.moving_average(curves[b]["position_bits"] - curves[a]["position_bits"], smooth)
+        diff = lab_inputs.moving_average(curves[b]["position_bits"] - curves[a]["position_bits"], smooth)
         rows += [{"model": f"{b} − {a}", "position": p, "bits": float(v)} for p, v in enumerate(diff) if np.isfinite(v)]
         metric_cols[2].metric(f"{b} − {a}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
     df = pd.DataFrame(rows)
@@ -182,7 +183,7 @@ else:
     f = facts[model_name]
     train_length = f["train_length"]
     usable = min(f["cap"], len(text)) // 2
-    options = labs.length_options(train_length, usable)
+    options = extrapolation.length_options(train_length, usable)
     if len(options) < 2:
         error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
         st.stop()
@@ -213,7 +214,7 @@ else:
     for key, label in (("short", f"windows of L = {length:,}"), ("long", f"windows of 2L = {2 * length:,}"),
                        ("diff", "2L − L")):
         rows += [{"curve": label, "position": p, "bits": float(v)}
-                 for p, v in enumerate(labs.moving_average(result[key], smooth)) if np.isfinite(v)]
+                 for p, v in enumerate(lab_inputs.moving_average(result[key], smooth)) if np.isfinite(v)]
     df = pd.DataFrame(rows)
     x = alt.X("position:Q", title=f"position in the 2L window (0–{2 * length - 1:,}); the prediction there sees position + 1 bytes")
     marks_df = pd.DataFrame({"position": [length] + ([train_length] if train_length < 2 * length else []),

@@ -16,7 +16,7 @@ from pages._shared import (
     show_chart,
     sync_url,
 )
-from posviz import context_extension, labs
+from posviz import context_extension, extrapolation, lab_inputs
 from posviz.checkpoint import read_config, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label
@@ -71,7 +71,7 @@ sync_url(factor=factor, scalings=scalings, refs=references)
 # Wavelengths: what each scaling does to the rotation of every pair (no text needed)
 # ------------------------------------------------------------------------------------------------
 st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
-waves = pd.DataFrame(labs.rope_wavelengths(rope_folder, factor, scalings=scalings or SCALINGS))
+waves = pd.DataFrame(context_extension.rope_wavelengths(rope_folder, factor, scalings=scalings or SCALINGS))
 marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
                       "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
 y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
@@ -108,7 +108,7 @@ if ft_rows.empty:
 else:
     ft_refs = [n for n in ("alibi", "t5", "kerple", "fire") if n in others]
     refs = pd.DataFrame([{"curve": n, "length": L, "bpb": v, "stage": "no fine-tuning needed", "of": n}
-                         for n in ft_refs for L, v in labs.shipped_bpb_curve(checkpoints[n]) if v is not None],
+                         for n in ft_refs for L, v in extrapolation.shipped_bpb_curve(checkpoints[n]) if v is not None],
                         columns=ft_rows.columns)
     ft_all = pd.concat([ft_rows, refs], ignore_index=True)
     ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
@@ -158,11 +158,11 @@ if not scalings:
 # bits per byte vs length: shipped (stored factors) and live (the chosen factor)
 # ------------------------------------------------------------------------------------------------
 st.subheader("Bits per byte vs evaluation length")
-shipped = pd.DataFrame(labs.shipped_scaling_curves(rope_folder), columns=["scaling", "length", "bpb", "factor"])
+shipped = pd.DataFrame(context_extension.shipped_scaling_curves(rope_folder), columns=["scaling", "length", "bpb", "factor"])
 shipped = shipped[shipped["scaling"].isin(scalings)].rename(columns={"scaling": "curve"})
 shipped["kind"] = "rope + scaling"
 ref_rows = [{"curve": n, "length": L, "bpb": v, "factor": None, "kind": "no scaling needed"}
-            for n in references for L, v in labs.shipped_bpb_curve(checkpoints[n]) if v is not None]
+            for n in references for L, v in extrapolation.shipped_bpb_curve(checkpoints[n]) if v is not None]
 shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], ignore_index=True)
 
 
@@ -191,14 +191,14 @@ with c2:
     live_slot.info("Live curves are being computed…")
 
 try:
-    rope_model = labs.get_model(rope_folder)
+    rope_model = lab_inputs.get_model(rope_folder)
 except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
     with c2:
         live_slot.empty()
         error_box(exc, "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
                        "`python -m posviz.train --method rope`.")
     st.stop()
-lengths = labs.extension_lengths(train_length, labs.length_cap(rope_model), len(text))
+lengths = context_extension.extension_lengths(train_length, lab_inputs.length_cap(rope_model), len(text))
 if not lengths:
     with c2:
         live_slot.empty()
@@ -208,10 +208,10 @@ if not lengths:
 text_bytes = text.as_bytes()
 live_rows = []
 for scaling in scalings:
-    stamp = labs.checkpoint_stamp(rope_folder)
+    stamp = lab_inputs.checkpoint_stamp(rope_folder)
     live_rows += compute_once(
         "rope_scaling", (str(rope_folder), stamp, text_bytes, scaling, factor, tuple(lengths)),
-        lambda progress, scaling=scaling: labs.rope_scaling_curves(rope_folder, factor, list(text_bytes), lengths,
+        lambda progress, scaling=scaling: context_extension.rope_scaling_curves(rope_folder, factor, list(text_bytes), lengths,
                                                                    [scaling], progress),
         f"rope + {scaling} at s = {factor:g}: {len(lengths)} lengths…")
 live = pd.DataFrame(live_rows).rename(columns={"scaling": "curve"})
@@ -220,17 +220,17 @@ for name in references:
     folder = checkpoints[name]
 
     def reference(progress, folder=folder):
-        model, out = labs.get_model(folder), []
+        model, out = lab_inputs.get_model(folder), []
         for i, n in enumerate(lengths):
             try:
-                out.append({"curve": name, "length": n, "bpb": labs.score_at_length(model, list(text_bytes), n).bpb})
+                out.append({"curve": name, "length": n, "bpb": extrapolation.score_at_length(model, list(text_bytes), n).bpb})
             except PosvizError:
                 pass  # a method that cannot run at this length simply has no point there
             progress((i + 1) / len(lengths))
         return out
 
     live = pd.concat([live, pd.DataFrame(compute_once(
-        "reference_curve", (str(folder), labs.checkpoint_stamp(folder), text_bytes, tuple(lengths)), reference,
+        "reference_curve", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, tuple(lengths)), reference,
         f"{name}: {len(lengths)} lengths…")).assign(kind="no scaling needed", factor=None)], ignore_index=True)
 with c2:
     live_slot.empty()

@@ -23,7 +23,7 @@ from pages._shared import (
     sync_url,
     usable_checkpoints,
 )
-from posviz import labs
+from posviz import attention_maps, extrapolation, lab_inputs
 from posviz.positions import POSITION_METHODS
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import CACHE_ENTRIES, device_label
@@ -41,29 +41,31 @@ page_header(
 # ------------------------------------------------------------------------------------------------
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def live_score(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    return dataclasses.asdict(labs.score_at_length(labs.get_model(folder), list(text), length))
+    return dataclasses.asdict(extrapolation.score_at_length(lab_inputs.get_model(folder), list(text), length))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def live_inspect(folder: str, stamp: int, text: bytes, length: int, layer: int, log_scale: bool) -> tuple[dict, labs.AttentionView]:
+def live_inspect(folder: str, stamp: int, text: bytes, length: int, layer: int,
+                 log_scale: bool) -> tuple[dict, attention_maps.AttentionView]:
     """Score and attention map from one forward pass (only used when the text holds a single window)."""
-    score, view = labs.inspect_at_length(labs.get_model(folder), list(text), length, layer, log_scale=log_scale)
+    score, view = extrapolation.inspect_at_length(lab_inputs.get_model(folder), list(text), length, layer, log_scale=log_scale)
     return dataclasses.asdict(score), view
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def live_attention(folder: str, stamp: int, text: bytes, length: int, layer: int, log_scale: bool) -> labs.AttentionView:
-    return labs.attention_view(labs.get_model(folder), list(text), length, layer, log_scale=log_scale)
+def live_attention(folder: str, stamp: int, text: bytes, length: int, layer: int,
+                   log_scale: bool) -> attention_maps.AttentionView:
+    return attention_maps.attention_view(lab_inputs.get_model(folder), list(text), length, layer, log_scale=log_scale)
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
-    model = labs.get_model(folder)
+    model = lab_inputs.get_model(folder)
     return {"train_length": model.config.train_length, "n_layer": model.config.n_layer,
-            "n_head": model.config.n_head, "cap": labs.length_cap(model), "limit": model.position.max_positions}
+            "n_head": model.config.n_head, "cap": lab_inputs.length_cap(model), "limit": model.position.max_positions}
 
 
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
 names = list(facts)
 
 # ------------------------------------------------------------------------------------------------
@@ -86,7 +88,7 @@ if text is None:
 train_length = facts[chosen[0]]["train_length"]
 cap = min(facts[n]["cap"] for n in chosen)
 usable = min(cap, len(text))
-options = labs.length_options(train_length, usable)
+options = extrapolation.length_options(train_length, usable)
 if len(options) < 2:
     error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text (a few hundred bytes at least).")
     st.stop()
@@ -110,7 +112,7 @@ text_bytes = text.as_bytes()
 st.subheader(f"Bits per byte at {length:,} bytes")
 shipped_rows = []
 for name in chosen:
-    for n, bpb in labs.shipped_bpb_curve(checkpoints[name]):
+    for n, bpb in extrapolation.shipped_bpb_curve(checkpoints[name]):
         if bpb is not None:
             shipped_rows.append({"model": name, "length": n, "bits/byte": bpb, "source": "shipped (131 kB of validation text)"})
 shipped = pd.DataFrame(shipped_rows, columns=["model", "length", "bits/byte", "source"])
@@ -146,7 +148,7 @@ with curve_slot.container():
 
 def single_window(name: str) -> bool:
     """At the top lengths the text and the cap hold one window: the map's forward pass is the score's."""
-    return labs.single_window(length, len(text_bytes), facts[name]["cap"])
+    return extrapolation.single_window(length, len(text_bytes), facts[name]["cap"])
 
 
 def planned(widget_key: str, link_key: str, options: list, default):
@@ -169,10 +171,10 @@ for i, name in enumerate(chosen):
     bar.progress(i / len(chosen), text=f"Running {name} at {length:,} bytes ({i + 1}/{len(chosen)})…")
     try:
         if name == planned_inspect and single_window(name):
-            scores[name] = live_inspect(str(folder), labs.checkpoint_stamp(folder), text_bytes, length, planned_layer,
+            scores[name] = live_inspect(str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length, planned_layer,
                                         planned_log)[0]
         else:
-            scores[name] = live_score(str(folder), labs.checkpoint_stamp(folder), text_bytes, length)
+            scores[name] = live_score(str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length)
     except PositionLimitError as exc:
         errors[name] = str(exc)
     except PosvizError as exc:
@@ -185,7 +187,7 @@ live = pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
 metric_cols = st.columns(len(chosen))
 for col, name in zip(metric_cols, chosen):
     if name in scores:
-        ref = dict(labs.shipped_bpb_curve(checkpoints[name])).get(train_length)
+        ref = dict(extrapolation.shipped_bpb_curve(checkpoints[name])).get(train_length)
         col.metric(name, f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
                    delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
                    f"difference from the shipped bits per byte at the training length ({train_length:,}).")
@@ -219,7 +221,7 @@ smooth = max(1, length // 64)
 drawn_every = max(1, length // 512)
 pos_rows = []
 for name, s in scores.items():
-    smoothed = labs.moving_average(s["position_bits"], smooth)
+    smoothed = lab_inputs.moving_average(s["position_bits"], smooth)
     pos_rows += [{"model": name, "position": p, "bits": float(v), "raw bits": float(r)}
                  for p, (v, r) in enumerate(zip(smoothed, s["position_bits"])) if np.isfinite(v)]
 pos_df = pd.DataFrame(pos_rows)
@@ -262,12 +264,12 @@ sync_url(inspect=inspect, layer=layer, head=head, scale=scale)
 with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}", expanded=True):
     s = scores[inspect]
     shown = min(s["n_bytes"], 4096)
-    show_coloured_text(labs.characters_with_bits(list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)
+    show_coloured_text(lab_inputs.characters_with_bits(list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)
     st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
                f"{length:,} bytes: the byte after a boundary is predicted from one byte of context.")
 
 folder = checkpoints[inspect]
-stamp = labs.checkpoint_stamp(folder)
+stamp = lab_inputs.checkpoint_stamp(folder)
 with st.spinner(f"Extracting layer {layer} attention of {inspect} at {length:,} bytes…"):
     view = (live_inspect(str(folder), stamp, text_bytes, length, layer, scale == "log")[1] if single_window(inspect)
             else live_attention(str(folder), stamp, text_bytes, length, layer, scale == "log"))
@@ -305,9 +307,9 @@ else:
 # 4. Attention distance and entropy per head as the length grows
 # ------------------------------------------------------------------------------------------------
 st.subheader("How far each head looks as the window grows")
-lengths = labs.growth_lengths(length, train_length, facts[inspect]["limit"])
+lengths = attention_maps.growth_lengths(length, train_length, facts[inspect]["limit"])
 # Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
-rows = labs.prefix_growth(view, lengths)
+rows = attention_maps.prefix_growth(view, lengths)
 growth = pd.DataFrame(rows)
 growth["head"] = growth["head"].map(lambda h: f"head {h}")
 x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")

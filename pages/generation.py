@@ -24,7 +24,7 @@ from pages._shared import (
     sync_url,
     usable_checkpoints,
 )
-from posviz import generation, labs
+from posviz import generation, lab_inputs
 from posviz.errors import PosvizError
 from posviz.limits import MAX_PROMPT_BYTES, default_device, device_label
 
@@ -37,12 +37,12 @@ page_header(
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
-    model = labs.get_model(folder)
+    model = lab_inputs.get_model(folder)
     return {"train_length": model.config.train_length, "absolute": model.position.is_absolute,
             "limit": model.position.max_positions}
 
 
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
 names = list(facts)
 train_length = facts[names[0]]["train_length"]
 cap = generation.max_new_bytes(train_length, default_device())
@@ -118,7 +118,7 @@ with st.expander(f"Prompt ({len(prompt):,} bytes)", expanded=False):
 st.subheader("Side by side")
 marker = (f"the context passes the training length ({train_length:,} bytes): this byte is the first predicted "
           f"from more than {train_length:,} bytes")
-keys = {name: (str(checkpoints[name]), labs.checkpoint_stamp(checkpoints[name]), bytes(prompt), settings)
+keys = {name: (str(checkpoints[name]), lab_inputs.checkpoint_stamp(checkpoints[name]), bytes(prompt), settings)
         for name in chosen}
 results: dict[str, generation.Generation] = {}
 for name in chosen:
@@ -139,7 +139,7 @@ if pending:
     decoders = {}
     for name in pending:
         try:
-            decoders[name] = generation.Decoder(labs.get_model(checkpoints[name]), prompt, settings)
+            decoders[name] = generation.Decoder(lab_inputs.get_model(checkpoints[name]), prompt, settings)
         except PosvizError as exc:
             slots[name]["note"].error(str(exc), icon="🚫")
     REFRESH = 24  # bytes between page updates: often enough to watch, rare enough not to flood the browser
@@ -172,9 +172,9 @@ for name in chosen:
         slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
     values = r.surprisal if colour_by == "surprisal" else r.entropy
     past = r.first_past_train_length
-    chars = labs.characters_with_bits(r.ids[:past], values[:past])
+    chars = lab_inputs.characters_with_bits(r.ids[:past], values[:past])
     mark = len(chars) if past < len(r.ids) else None
-    chars += labs.characters_with_bits(r.ids[past:], values[past:])
+    chars += lab_inputs.characters_with_bits(r.ids[past:], values[past:])
     with slots[name]["text"].container():
         show_coloured_text(chars, top=top, unit=f"bits of {colour_by}", height=360, mark_at=mark, mark_label=marker)
         with st.expander("Plain text"):
@@ -194,8 +194,8 @@ if from_document and real:
         folder = checkpoints[name]
         try:
             forced = compute_once(
-                "teacher_forced", (str(folder), labs.checkpoint_stamp(folder), bytes(prompt), bytes(real), strategy),
-                lambda progress, folder=folder: generation.teacher_forced(labs.get_model(folder), prompt, real, strategy),
+                "teacher_forced", (str(folder), lab_inputs.checkpoint_stamp(folder), bytes(prompt), bytes(real), strategy),
+                lambda progress, folder=folder: generation.teacher_forced(lab_inputs.get_model(folder), prompt, real, strategy),
                 f"{name}: scoring the real continuation…")
         except PosvizError as exc:
             error_box(exc)

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import method_scales, page_header, shipped_checkpoint_json, show_chart
-from posviz import explain
+from posviz import home
 from posviz.positions import POSITION_METHODS, method_names
 
 page_header(
@@ -40,8 +40,8 @@ elif missing:
     st.info(f"No checkpoint yet for: {', '.join(missing)}. Run `make checkpoints` to train the full set.", icon="ℹ️")
 
 st.header("The methods at a glance")
-rows = pd.DataFrame(explain.method_rows(metrics)).drop(columns=["summary"])
-long_col = f"bits/byte @ {explain.EXTRAPOLATION_MULTIPLE}×"
+rows = pd.DataFrame(home.method_rows(metrics)).drop(columns=["summary"])
+long_col = f"bits/byte @ {home.EXTRAPOLATION_MULTIPLE}×"
 # The browser's grid draws a missing number as "None" (it ignores a Styler's na_rep), so the two bits/byte
 # columns are shown as text: a value, "cannot run" (the method has a 1x value but no positions at 16x,
 # e.g. the learned table) or "no checkpoint".
@@ -65,16 +65,16 @@ st.dataframe(
     column_config={
         "paper": st.column_config.LinkColumn("paper", display_text="paper ↗"),
         "KV-cacheable": st.column_config.TextColumn(help="Can keys and values be computed once and reused while "
-                                                    "generating? Added vectors: " + explain.KV_CACHE_REASON["input"]
-                                                    + "; rotations: " + explain.KV_CACHE_REASON["q/k"] + "; biases: "
-                                                    + explain.KV_CACHE_REASON["logits"] + "."),
+                                                    "generating? Added vectors: " + home.KV_CACHE_REASON["input"]
+                                                    + "; rotations: " + home.KV_CACHE_REASON["q/k"] + "; biases: "
+                                                    + home.KV_CACHE_REASON["logits"] + "."),
         "bits/byte @ 1×": st.column_config.Column(help="Validation bits per byte at the training length."),
         long_col: st.column_config.Column(
-            help=f"Validation bits per byte at {explain.EXTRAPOLATION_MULTIPLE}× the training length; “cannot run”: "
+            help=f"Validation bits per byte at {home.EXTRAPOLATION_MULTIPLE}× the training length; “cannot run”: "
                  "the method has no representation for positions that far."),
         "extrapolates": st.column_config.TextColumn(
-            help=f"yes: at most {explain.EXTRAPOLATES_WITHIN_BPB} bits/byte worse at {explain.EXTRAPOLATION_MULTIPLE}× "
-                 f"the training length than at 1×; partly: at most {explain.DEGRADES_WITHIN_BPB} worse; no: worse still, "
+            help=f"yes: at most {home.EXTRAPOLATES_WITHIN_BPB} bits/byte worse at {home.EXTRAPOLATION_MULTIPLE}× "
+                 f"the training length than at 1×; partly: at most {home.DEGRADES_WITHIN_BPB} worse; no: worse still, "
                  "or cannot run at all."),
     },
 )
@@ -82,11 +82,11 @@ st.caption("Columns from each method's definition in `posviz/positions`; the bit
            "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method).")
 
 st.header("Bits per byte vs evaluation length")
-curve = pd.DataFrame(explain.bpb_vs_length_rows(metrics))
+curve = pd.DataFrame(home.bpb_vs_length_rows(metrics))
 if curve.empty:
     st.info("No evaluated checkpoints to plot yet. Run `make checkpoints`, then reload this page.", icon="ℹ️")
 else:
-    train_lengths = sorted({explain.train_length_of(m) for m in metrics.values()} - {None})
+    train_lengths = sorted({home.train_length_of(m) for m in metrics.values()} - {None})
     order = [n for n in method_names() if n in set(curve["checkpoint"])]
     lengths = sorted(set(curve["length"].tolist()))
     lines = alt.Chart(curve).mark_line(point=True).encode(

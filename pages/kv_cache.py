@@ -17,7 +17,7 @@ from pages._shared import (
     sync_url,
     usable_checkpoints,
 )
-from posviz import labs
+from posviz import kv_cache, lab_inputs
 
 from posviz.errors import PosvizError
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES, device_label
@@ -29,21 +29,22 @@ page_header(
     "has to go. What happens to the positions then depends on the position method.",
 )
 
-COLOURS = alt.Scale(domain=list(labs.STRATEGIES), range=["#4e79a7", "#e15759", "#59a14f"])
-TITLES = labs.STRATEGY_TITLES
+COLOURS = alt.Scale(domain=list(kv_cache.STRATEGIES), range=["#4e79a7", "#e15759", "#59a14f"])
+TITLES = kv_cache.STRATEGY_TITLES
 
 with st.expander("The three strategies", expanded=True):
-    for strategy in labs.STRATEGIES:
-        st.markdown(f"**{TITLES[strategy]}** (`{strategy}`) — {labs.STRATEGY_HOW[strategy]}")
+    for strategy in kv_cache.STRATEGIES:
+        st.markdown(f"**{TITLES[strategy]}** (`{strategy}`) — {kv_cache.STRATEGY_HOW[strategy]}")
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
-    model = labs.get_model(folder)
-    return {"train_length": model.config.train_length, "verdicts": {s: labs.strategy_verdict(model, s) for s in labs.STRATEGIES}}
+    model = lab_inputs.get_model(folder)
+    return {"train_length": model.config.train_length,
+            "verdicts": {s: kv_cache.strategy_verdict(model, s) for s in kv_cache.STRATEGIES}}
 
 
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), labs.checkpoint_stamp(folder)))
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
 names = list(facts)
 train_length = facts[names[0]]["train_length"]
 
@@ -89,13 +90,13 @@ st.subheader("Which position each byte gets, pass t and pass t + 1")
 diagram_window = st.slider("Window drawn in the diagram", 4, 16, value=qp_int("dw", 8, 4, 16), key="w_dw",
                            help="A small window keeps the numbers readable; the pattern is the same for any W.")
 sync_url(dw=diagram_window)
-diagram = pd.DataFrame(labs.two_pass_diagram(diagram_window))
+diagram = pd.DataFrame(kv_cache.two_pass_diagram(diagram_window))
 diagram["row"] = diagram["strategy"].map(TITLES) + " · pass " + diagram["pass"]
 diagram["key"] = diagram.apply(lambda r: "recomputed now" if r["recomputed"] else
                                ("cached, position unchanged" if r["consistent"] else "cached, computed at another position"),
                                axis=1)
 diagram["computed at"] = diagram.apply(lambda r: "" if r["recomputed"] else f"@{r['baked']}", axis=1)
-order = [f"{TITLES[s]} · pass {p}" for s in labs.STRATEGIES for p in ("t", "t+1")]
+order = [f"{TITLES[s]} · pass {p}" for s in kv_cache.STRATEGIES for p in ("t", "t+1")]
 base = alt.Chart(diagram).encode(
     x=alt.X("byte:O", title="byte of the document"), y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)))
 cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
@@ -117,7 +118,7 @@ show_chart(alt.layer(cells, labels, baked).properties(height=330), diagram, f"tw
 # Score the document under each strategy
 # ------------------------------------------------------------------------------------------------
 st.subheader(f"Scoring {n_bytes:,} bytes with a {window:,}-byte window")
-expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: facts[n]["verdicts"][s] for s in labs.STRATEGIES}}
+expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: facts[n]["verdicts"][s] for s in kv_cache.STRATEGIES}}
                          for n in chosen])
 with st.expander("What to expect for each checkpoint", expanded=False):
     st.dataframe(expected, hide_index=True)
@@ -125,10 +126,10 @@ with st.expander("What to expect for each checkpoint", expanded=False):
 rows = []
 for name in chosen:
     folder = checkpoints[name]
-    stamp = labs.checkpoint_stamp(folder)
-    for strategy in labs.STRATEGIES:
+    stamp = lab_inputs.checkpoint_stamp(folder)
+    for strategy in kv_cache.STRATEGIES:
         def compute(progress, folder=folder, strategy=strategy):
-            r = labs.sliding_score(labs.get_model(folder), list(text_bytes), window, strategy, n_bytes, progress)
+            r = kv_cache.sliding_score(lab_inputs.get_model(folder), list(text_bytes), window, strategy, n_bytes, progress)
             return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error}
 
         try:
@@ -145,12 +146,12 @@ for column in ("bits/byte after the window fills", "bits/byte, all bytes", "ms/b
     results[column] = pd.to_numeric(results[column])
 
 table = results.pivot(index="checkpoint", columns="how", values="bits/byte after the window fills").reindex(chosen)
-table = table[[TITLES[s] for s in labs.STRATEGIES]]
+table = table[[TITLES[s] for s in kv_cache.STRATEGIES]]
 st.markdown(f"**Bits per byte on bytes {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
             "can differ; blank = cannot run)")
 # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
 st.dataframe(table.map(lambda v: "cannot run" if pd.isna(v) else f"{v:.3f}"), width="stretch")
-speed = results.pivot(index="checkpoint", columns="how", values="ms/byte").reindex(chosen)[[TITLES[s] for s in labs.STRATEGIES]]
+speed = results.pivot(index="checkpoint", columns="how", values="ms/byte").reindex(chosen)[[TITLES[s] for s in kv_cache.STRATEGIES]]
 st.markdown(f"**Milliseconds per byte**, measured on this page ({device_label()})")
 st.dataframe(speed.map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"), width="stretch")
 
@@ -158,7 +159,7 @@ plot = results.dropna(subset=["bits/byte after the window fills"])
 c1, c2 = st.columns(2)
 with c1:
     chart = alt.Chart(plot).mark_bar().encode(
-        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(labs.STRATEGIES)),
+        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
         y=alt.Y("bits/byte after the window fills:Q", title="bits per byte (lower is better)"),
         color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
                         labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
@@ -168,7 +169,7 @@ with c1:
     show_chart(chart, results, f"sliding-bpb-W{window}-n{n_bytes}", "Missing bars: the strategy cannot run (see notes).")
 with c2:
     chart = alt.Chart(results.dropna(subset=["ms/byte"])).mark_bar().encode(
-        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(labs.STRATEGIES)),
+        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
         y=alt.Y("ms/byte:Q", title="milliseconds per byte (lower is faster)"),
         color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
         tooltip=["checkpoint", "how", alt.Tooltip("ms/byte:Q", format=".2f")],
@@ -201,8 +202,8 @@ sync_url(check=check_model, cl=check_length)
 folder = checkpoints[check_model]
 try:
     check = compute_once(
-        "cache_check", (str(folder), labs.checkpoint_stamp(folder), text_bytes[:check_length], check_length),
-        lambda progress: labs.cache_check(labs.get_model(folder), list(text_bytes), check_length, progress=progress),
+        "cache_check", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes[:check_length], check_length),
+        lambda progress: kv_cache.cache_check(lab_inputs.get_model(folder), list(text_bytes), check_length, progress=progress),
         f"{check_model}: cached vs full forward over {check_length:,} bytes…")
 except PosvizError as exc:
     error_box(exc, "Choose fewer bytes, or a model that can represent this many positions.")

@@ -21,7 +21,7 @@ from pages._shared import (
     sync_url,
     usable_checkpoints,
 )
-from posviz import labs, retrieval
+from posviz import lab_inputs, retrieval
 from posviz.checkpoint import read_config, read_metrics
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
@@ -179,7 +179,7 @@ else:
 cap = max_eval_length(train_length)
 st.subheader("Why ALiBi's perplexity stays flat while it forgets")
 distances = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, cap})
-att = pd.DataFrame(labs.alibi_attenuation(n_head, distances))
+att = pd.DataFrame(retrieval.alibi_attenuation(n_head, distances))
 # int(): a row of mixed columns comes back as floats, which would read "head 0.0"
 att["head"] = att.apply(lambda r: f"head {int(r['head'])} (slope {r['slope']:.4g})", axis=1)
 lines = alt.Chart(att).mark_line(point=True).encode(
@@ -195,7 +195,7 @@ note = alt.Chart(invisible).mark_text(align="left", x=4, dy=-7, color="grey").en
 show_chart(alt.layer(lines, rule, note).properties(height=320), att, f"alibi-penalty-h{n_head}",
            "ALiBi's fixed penalty per head: before the softmax normalises, a key's weight is multiplied by "
            "exp(−penalty), whatever its content.")
-near, far = (max(labs.alibi_attenuation(n_head, [d]), key=lambda r: r["factor"]) for d in (4 * train_length, cap))
+near, far = (max(retrieval.alibi_attenuation(n_head, [d]), key=lambda r: r["factor"]) for d in (4 * train_length, cap))
 st.markdown(
     f"- ALiBi subtracts *slope × distance* from every attention logit. With {n_head} heads the gentlest slope is "
     f"{near['slope']:.4g}: a key {near['distance']:,} bytes back loses {near['penalty']:.1f} logits in that head "
@@ -246,9 +246,9 @@ for name in chosen:
     folder = checkpoints[name]
     try:
         rows = compute_once(
-            "repeat_probe", (str(folder), labs.checkpoint_stamp(folder), tuple(gaps), chunks, text_key),
+            "repeat_probe", (str(folder), lab_inputs.checkpoint_stamp(folder), tuple(gaps), chunks, text_key),
             lambda progress, folder=folder: retrieval.results_rows(
-                name, "repeat", retrieval.repeat_probe(labs.get_model(folder), text.as_bytes(), gaps, chunks=chunks,
+                name, "repeat", retrieval.repeat_probe(lab_inputs.get_model(folder), text.as_bytes(), gaps, chunks=chunks,
                                                         progress=progress), gaps),
             f"{name}: repeat probe at {len(gaps)} gaps…")
     except PosvizError as exc:
@@ -267,11 +267,11 @@ if not live.empty:
 # ------------------------------------------------------------------------------------------------
 with st.expander("The earlier probe (a random string), and why it shows nothing here"):
     old = pd.DataFrame([{"model": n, "gap": g, "bits/byte": v} for n in names
-                        for g, v in labs.shipped_copy_probe(checkpoints[n])])
+                        for g, v in retrieval.shipped_copy_probe(checkpoints[n])])
     st.markdown(
         f"It asked every checkpoint to copy a random 32-byte string of letters and digits. None of these small "
         f"byte models learned to copy text unlike their training data: the second copy costs more than a blind guess "
-        f"(log₂ 36 = {labs.RANDOM_STRING_BITS:.2f} bits) at every gap, so the curves say nothing about position "
+        f"(log₂ 36 = {retrieval.RANDOM_STRING_BITS:.2f} bits) at every gap, so the curves say nothing about position "
         "methods. The probes above use held-out code, the kind of text the models know."
     )
     if not old.empty:

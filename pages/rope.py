@@ -6,7 +6,7 @@ import streamlit as st
 
 from pages._shared import (method_scales, page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
                            sync_url)
-from posviz import explain
+from posviz import rope
 from posviz.limits import CACHE_ENTRIES
 from posviz.palette import rope_series
 from posviz.positions.rope_scaling import ROPE_SCALINGS
@@ -82,7 +82,7 @@ m = c1.slider("position m", 0, 64, qp_int("m", 3, 0, 64), key="m")
 theta = c2.slider("θ, the pair's speed (radians per position)", 0.05, 1.5, qp_float("theta", 0.5, 0.05, 1.5),
                   step=0.05, key="theta")
 vector = (1.0, 0.25)
-trail = pd.DataFrame(explain.rope_pair_path(vector, m, theta))
+trail = pd.DataFrame(rope.rope_pair_path(vector, m, theta))
 start, end = trail.iloc[0], trail.iloc[-1]
 left, right = st.columns([3, 2])
 with left:
@@ -109,7 +109,7 @@ st.markdown(
 query, key = (1.0, 0.25), (0.55, 0.85)
 placements = [("The dog", "dog@1 → The@0", 1, 0), ("The pig chased the dog", "dog@4 → the@3", 4, 3),
               ("The pig chased the dog", "dog@4 → The@0", 4, 0)]
-example = pd.DataFrame(explain.rope_pair_example(query, key, theta, [(a, b) for _, _, a, b in placements]))
+example = pd.DataFrame(rope.rope_pair_example(query, key, theta, [(a, b) for _, _, a, b in placements]))
 example.insert(0, "query → key", [p[1] for p in placements])
 example.insert(0, "sentence", [p[0] for p in placements])
 cols = st.columns(3)
@@ -136,7 +136,7 @@ head_dim = c1.select_slider("head dimension d", HEAD_DIMS, key="hd", value=int(q
 base = c2.select_slider("base", BASES, value=int(qp_choice("rbase", str(shipped_base) if shipped_base in BASES else "10000",
                                                            [str(b) for b in BASES])),
                         key="rbase", format_func=lambda b: f"{b:,}")
-freqs = pd.DataFrame(explain.rope_frequency_table(head_dim, base, train_length))
+freqs = pd.DataFrame(rope.rope_frequency_table(head_dim, base, train_length))
 freq_chart = alt.Chart(freqs).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="pair i (features i and i + d/2)", axis=alt.Axis(tickMinStep=1, format="d")),
     y=alt.Y("wavelength:Q", title="wavelength (positions per full turn, log scale)", scale=alt.Scale(type="log")),
@@ -158,8 +158,8 @@ qm = c1.number_input("query position m", 0, 100_000, qp_int("sm", 7, 0, 100_000)
 kn = c2.number_input("key position n", 0, 100_000, qp_int("sn", 2, 0, 100_000), key="sn")
 s = c3.number_input("shift s", 0, 1_000_000, qp_int("ss", 1000, 0, 1_000_000), key="ss")
 seed = c4.number_input("random q, k (seed)", 0, 9999, qp_int("seed", 0, 0, 9999), key="seed")
-q_vec, k_vec = explain.random_qk(head_dim, seed)
-check = explain.rope_shift_invariance(q_vec, k_vec, qm, kn, s, base)
+q_vec, k_vec = rope.random_qk(head_dim, seed)
+check = rope.rope_shift_invariance(q_vec, k_vec, qm, kn, s, base)
 c1, c2, c3 = st.columns(3)
 c1.metric(f"q·k at ({qm:,}, {kn:,})", f"{check.score:.10f}")
 c2.metric(f"q·k at ({qm + s:,}, {kn + s:,})", f"{check.shifted_score:.10f}")
@@ -168,8 +168,8 @@ c3.metric("absolute difference", f"{check.difference:.1e}", help="float64 roundi
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def scores(head_dim: int, base: float, seed: int) -> np.ndarray:
-    q, k = explain.random_qk(head_dim, seed)
-    return explain.rope_scores(q, k, 64, base)
+    q, k = rope.random_qk(head_dim, seed)
+    return rope.rope_scores(q, k, 64, base)
 
 
 show_matrix(scores(head_dim, base, seed), f"rope_scores_d{head_dim}", x_title="key position n",
@@ -184,7 +184,7 @@ max_distance = st.slider("largest relative distance (positions)", 64, 8192, qp_i
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def decay(head_dim: int, base: float, max_distance: int) -> pd.DataFrame:
-    return pd.DataFrame(explain.rope_decay_bound(head_dim, base, max_distance))
+    return pd.DataFrame(rope.rope_decay_bound(head_dim, base, max_distance))
 
 
 decay_df = decay(head_dim, base, max_distance)
@@ -201,7 +201,7 @@ show_chart(decay_chart, decay_df, f"rope_decay_d{head_dim}",
 # -- norm preservation ------------------------------------------------------------------------------------
 st.header("Rotations keep the length")
 norm_length = 16 * train_length
-norms = pd.DataFrame(explain.rope_norms(head_dim, base, norm_length, seed))
+norms = pd.DataFrame(rope.rope_norms(head_dim, base, norm_length, seed))
 norm_plot = norms.melt(id_vars="position", value_vars=["norm_before", "norm_after"], var_name="vector", value_name="norm")
 norm_chart = alt.Chart(norm_plot).mark_line().encode(
     x=alt.X("position:Q", title="position"), y=alt.Y("norm:Q", title="‖x‖", axis=alt.Axis(format=".3f")),
@@ -216,7 +216,7 @@ st.metric(f"largest relative change of ‖x‖ over positions 0…{norm_length -
 st.header("Context extension: wavelengths under each scaling")
 factor = st.select_slider("extension factor s (target length = s × training length)", FACTORS,
                           value=int(qp_choice("factor", "4", [str(f) for f in FACTORS])), key="factor")
-waves = pd.DataFrame(explain.scaling_wavelengths(head_dim, base, factor, train_length))
+waves = pd.DataFrame(rope.scaling_wavelengths(head_dim, base, factor, train_length))
 target = factor * train_length
 marks = pd.DataFrame({"y": [train_length, target],
                       "label": [f"training length {train_length:,}", f"target length {target:,}"]})

@@ -7,7 +7,7 @@ import torch
 
 from pages._shared import (folder_stamp, page_header, qp_choice, qp_int, qp_multi, show_chart, show_matrix,
                            shipped_model, sync_url)
-from posviz import explain
+from posviz import sinusoidal_learned
 from posviz.checkpoint import shipped_checkpoints
 from posviz.errors import PositionLimitError
 from posviz.limits import CACHE_ENTRIES
@@ -38,7 +38,7 @@ base = c3.select_slider("base", BASES, value=int(qp_choice("base", "10000", [str
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def pe_table(length: int, dim: int, base: float) -> np.ndarray:
-    return explain.sinusoidal_pe(length, dim, base)
+    return sinusoidal_learned.sinusoidal_pe(length, dim, base)
 
 
 show_matrix(pe_table(length, dim, base), f"sinusoidal_pe_L{length}_d{dim}", x_title="dimension",
@@ -52,7 +52,7 @@ dims_shown = st.multiselect("dimensions to draw as waves", [str(d) for d in rang
                             default=qp_multi("dims", default_dims, [str(d) for d in range(dim)]), key=f"dims-{dim}",
                             help="Even dimensions are sines, odd ones cosines of the same pair.")
 if dims_shown:
-    waves = pd.DataFrame(explain.sinusoid_waves(length, dim, base, [int(d) for d in dims_shown]))
+    waves = pd.DataFrame(sinusoidal_learned.sinusoid_waves(length, dim, base, [int(d) for d in dims_shown]))
     wave_chart = alt.Chart(waves).mark_line().encode(
         x=alt.X("position:Q", title="position p"),
         y=alt.Y("value:Q", title="PE[p, dimension]", scale=alt.Scale(domain=[-1.05, 1.05])),
@@ -66,7 +66,7 @@ else:
 # -- binary counting ---------------------------------------------------------------------------
 st.header("Like counting in binary")
 count_len = st.slider("positions shown", 16, 256, qp_int("bits_len", 64, 16, 256), step=16, key="bits_len")
-analogy = explain.binary_counting(count_len, dim, base)
+analogy = sinusoidal_learned.binary_counting(count_len, dim, base)
 left, right = st.columns(2)
 with left:
     st.markdown(f"**Bits of p** ({analogy['bits'].shape[1]} bits, least significant on the left)")
@@ -94,8 +94,8 @@ example_p = c3.slider("example position p", 0, length - 1, min(qp_int("p", 5, 0,
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def shift(length: int, dim: int, k: int, base: float, p: int) -> explain.ShiftCheck:
-    return explain.shift_check(length, dim, k, base, p)
+def shift(length: int, dim: int, k: int, base: float, p: int) -> sinusoidal_learned.ShiftCheck:
+    return sinusoidal_learned.shift_check(length, dim, k, base, p)
 
 
 full = shift(length, dim, k, base, example_p)
@@ -125,7 +125,7 @@ references = [max_distance, 4 * max_distance + 100]
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def dots(dim: int, base: float, max_distance: int, references: tuple) -> pd.DataFrame:
-    return pd.DataFrame(explain.dot_product_vs_distance(dim, base, max_distance, references))
+    return pd.DataFrame(sinusoidal_learned.dot_product_vs_distance(dim, base, max_distance, references))
 
 
 dot_df = dots(dim, base, max_distance, tuple(references))
@@ -151,8 +151,8 @@ else:
 
     @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner="Analysing the learned table…")
     def learned_analysis(folder: str, stamp: tuple, _model) -> tuple[np.ndarray, np.ndarray, dict]:
-        table = explain.learned_table(_model)
-        return table, explain.cosine_similarity(table), explain.pca_2d(table)
+        table = sinusoidal_learned.learned_table(_model)
+        return table, sinusoidal_learned.cosine_similarity(table), sinusoidal_learned.pca_2d(table)
 
     table, cosine, pca = learned_analysis(str(folder), folder_stamp(folder), model)
     rows = table.shape[0]

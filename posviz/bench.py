@@ -10,8 +10,8 @@ measured on the same machine at the same moment:
 * the cost of also returning an attention map (``attention_layer`` set) against a plain forward;
 * cached decoding against re-encoding the whole window, per byte, at window W = train_length;
 * one move of the Extrapolation lab's length slider to 16 x train_length for one model: what the
-  page computes (``posviz.labs.inspect_at_length``: the score and the attention map of one layer
-  with its statistics; then the per-head growth curve), called as the page calls it, no browser;
+  page computes (``posviz.extrapolation.inspect_at_length``: the score and the attention map of one
+  layer with its statistics; then the per-head growth curve), called as the page calls it, no browser;
 * first render of every page of the app, in headless Chromium against a fresh server.
 
 Goals (issues #5 and #6): forward >= the GPT-2 peer and >= 50% of matmul peak at 16 x train_length;
@@ -224,23 +224,23 @@ def measure_cache(models, window: int, steps: int):
 def measure_length_change(models, train_length: int, repeats: int = 3):
     """Seconds the Extrapolation lab spends on one model when the length slider moves to its top stop
     (16 x train_length on a CPU, or the method's own limit), called as the page calls it for the model
-    it inspects: ``labs.inspect_at_length`` (the score and the last layer's attention map; one
-    forward pass when the text holds one window) + ``labs.prefix_growth``, on validation text,
-    uncached. Median of ``repeats`` after a warm-up; {method: (seconds, length)}."""
-    from . import labs
+    it inspects: ``extrapolation.inspect_at_length`` (the score and the last layer's attention map;
+    one forward pass when the text holds one window) + ``attention_maps.prefix_growth``, on validation
+    text, uncached. Median of ``repeats`` after a warm-up; {method: (seconds, length)}."""
+    from . import attention_maps, extrapolation, lab_inputs
     from .data import load_corpus
 
     text = b"".join(load_corpus().eval_documents)[: 2 * max(MULTIPLES) * train_length]
-    ids = labs.prepare_text(text).ids
+    ids = lab_inputs.prepare_text(text).ids
     out = {}
     for name, (model, _) in models.items():
         limit = model.position.max_positions
-        length = labs.length_cap(model) if limit is None else min(labs.length_cap(model), limit)
+        length = lab_inputs.length_cap(model) if limit is None else min(lab_inputs.length_cap(model), limit)
         layer = model.config.n_layer - 1
 
         def change():
-            _, view = labs.inspect_at_length(model, ids, length, layer)
-            labs.prefix_growth(view, labs.growth_lengths(length, train_length, limit))
+            _, view = extrapolation.inspect_at_length(model, ids, length, layer)
+            attention_maps.prefix_growth(view, attention_maps.growth_lengths(length, train_length, limit))
 
         change()
         times = []
@@ -255,19 +255,20 @@ def measure_length_change(models, train_length: int, repeats: int = 3):
 
 def measure_lab_all_models(models, train_length: int, repeats: int = 3):
     """Seconds the Extrapolation lab takes for one new length at its top stop with *every* model
-    selected, as the page does it: the inspected model (the first) through ``labs.inspect_at_length``
-    + ``labs.prefix_growth``, every other one through ``labs.score_at_length`` (a method that cannot
-    reach the length answers with its limit error, as on the page). Uncached, median of ``repeats``
+    selected, as the page does it: the inspected model (the first) through
+    ``extrapolation.inspect_at_length`` + ``attention_maps.prefix_growth``, every other one through
+    ``extrapolation.score_at_length`` (a method that cannot reach the length answers with its limit
+    error, as on the page). Uncached, median of ``repeats``
     after a warm-up. Returns (seconds, length, {method: seconds of its part in the last pass})."""
-    from . import labs
+    from . import attention_maps, extrapolation, lab_inputs
     from .data import load_corpus
     from .errors import PositionLimitError
 
     text = b"".join(load_corpus().eval_documents)[: 2 * max(MULTIPLES) * train_length]
-    ids = labs.prepare_text(text).ids
+    ids = lab_inputs.prepare_text(text).ids
     names = list(models)
     first = models[names[0]][0]
-    length = labs.length_cap(first)
+    length = lab_inputs.length_cap(first)
     layer = first.config.n_layer - 1
 
     def one_pass() -> dict[str, float]:
@@ -276,10 +277,11 @@ def measure_lab_all_models(models, train_length: int, repeats: int = 3):
             model, t0 = models[name][0], time.perf_counter()
             try:
                 if name == names[0]:
-                    _, view = labs.inspect_at_length(model, ids, length, layer)
-                    labs.prefix_growth(view, labs.growth_lengths(length, train_length, model.position.max_positions))
+                    _, view = extrapolation.inspect_at_length(model, ids, length, layer)
+                    attention_maps.prefix_growth(view, attention_maps.growth_lengths(length, train_length,
+                                                                                     model.position.max_positions))
                 else:
-                    labs.score_at_length(model, ids, length)
+                    extrapolation.score_at_length(model, ids, length)
             except PositionLimitError:
                 pass
             parts[name] = time.perf_counter() - t0

@@ -3,8 +3,8 @@
 No Streamlit here. A ``Decoder`` produces one byte per ``step()`` so a page can run several models
 side by side and show their bytes as they come; ``generate`` runs one to the end.
 
-Conventions (as in ``labs``): bits are nats / ln 2; position t is the t-th byte of prompt +
-generated text (0-based); W is the model's training length. The byte at position t is predicted from
+Conventions (as in the other labs, see ``lab_inputs``): bits are nats / ln 2; position t is the t-th
+byte of prompt + generated text (0-based); W is the model's training length. The byte at position t is predicted from
 the t bytes before it, so the context first holds more than W bytes when predicting position W + 1
 (``first_past_train_length``): that step feeds position W, which a learned table of W rows lacks.
 
@@ -18,7 +18,7 @@ position, which is what they were built for):
   positions 0..W-1, without a cache. Always in-distribution; a full W-byte forward pass per byte.
 * ``shift``: keep a W-entry cache, drop the oldest entry and call the window 0..W-1 again, so the
   new byte gets position W-1. Cached keys keep the positions they were computed at: the broken
-  shortcut the blog post warns about (labs' "shifted_cache").
+  shortcut the blog post warns about (``kv_cache``'s "shifted_cache").
 """
 from __future__ import annotations
 

@@ -10,6 +10,9 @@ hundred bytes. These probes put a token the model needs far back and measure whe
   then ``name = `` again; the loss on the digits tells whether the model recalls the value.
 * Induction heads (Olsson et al. 2022, https://arxiv.org/abs/2209.11895): on the second copy, the
   attention a byte pays to the byte *after* its earlier occurrence, per layer and head, by gap.
+* At the end of the module, for the lab's last sections: the retired random-string copy probe
+  (``copy_probe_live``, the checkpoints' stored ``shipped_copy_probe``; the probe itself is
+  ``evaluate.copy_probe``) and how much ALiBi attenuates a key by its distance (``alibi_attenuation``).
 
 All bytes come from the validation split (files never seen in training). Losses are in bits per byte.
 Shapes: B chunks in a batch, T sequence length, H heads, n chunk length.
@@ -18,14 +21,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .checkpoint import read_metrics
 from .errors import PosvizError
+from .evaluate import copy_probe
+from .lab_inputs import length_cap
 from .model import GPT, KVCache
+from .positions.alibi import alibi_slopes
 
 LN2 = math.log(2)
 DIGIT_BITS = math.log2(10)  # a uniformly random digit: what a model that cannot recall pays per digit
@@ -267,8 +275,9 @@ def evaluate_probes(model: GPT, text, train_length: int, chunks: int = 16, seed:
     }
 
 
-__all__ = ["DIGIT_BITS", "GapResult", "alibi_reach", "as_rows", "default_gaps", "evaluate_probes",
-           "induction_scores", "key_value_probe", "repeat_probe"]
+__all__ = ["DIGIT_BITS", "GapResult", "RANDOM_STRING_BITS", "alibi_attenuation", "alibi_reach", "as_rows",
+           "copy_probe_live", "default_gaps", "evaluate_probes", "induction_scores", "key_value_probe", "probe_gaps",
+           "repeat_probe", "shipped_copy_probe"]
 
 
 # -- tables for the lab -----------------------------------------------------------------------------------
@@ -318,3 +327,58 @@ def induction_rows(table: dict[str, dict[int, np.ndarray | None]]) -> list[dict]
                 rows.append({"model": name, "gap": gap, "layer": int(layer), "head": int(head), "score": float(score),
                              "best": best is not None and (layer, head) == tuple(best)})
     return rows
+
+
+# -- the retired random-string copy probe, and ALiBi's attenuation by distance ---------------------------
+RANDOM_STRING_BITS = math.log2(36)  # the probe's strings are drawn from 36 symbols: a blind guess costs this
+
+
+def probe_gaps(max_total: int, string_length: int) -> list[int]:
+    """Gaps 0, 16, 32, 64, ... whose probe (two copies + gap) fits in ``max_total`` bytes."""
+    gaps, g = [0], 16
+    while 2 * string_length + g <= max_total:
+        gaps.append(g)
+        g *= 2
+    return gaps
+
+
+def copy_probe_live(model: GPT, filler, gaps: Sequence[int], string_length: int = 32, trials: int = 4,
+                    progress: Progress = _no_progress) -> dict[int, float | None]:
+    """``evaluate.copy_probe`` gap by gap (for a progress bar), capped at the device's length cap.
+
+    None where the method cannot represent the positions (learned past its table).
+    """
+    if not 4 <= string_length <= 256:
+        raise PosvizError(f"The random string must have 4 to 256 bytes, got {string_length}.")
+    if not 1 <= trials <= 32:
+        raise PosvizError(f"Use 1 to 32 trials, got {trials}.")
+    cap = length_cap(model)
+    filler = torch.as_tensor(np.asarray(filler, dtype=np.int64)).flatten()
+    out = {}
+    for i, gap in enumerate(gaps):
+        if 2 * string_length + gap > cap:
+            raise PosvizError(f"A gap of {gap:,} with two {string_length}-byte copies is past this device's cap of "
+                              f"{cap:,} bytes.")
+        if gap + 2 > filler.numel():
+            raise PosvizError(f"The filler text has {filler.numel():,} bytes, too short for a gap of {gap:,}.")
+        out[int(gap)] = copy_probe(model, filler, [gap], string_length=string_length, trials=trials,
+                                   seed=gap)[str(gap)]
+        progress((i + 1) / len(gaps))
+    return out
+
+
+def shipped_copy_probe(folder: str | Path) -> list[tuple[int, float | None]]:
+    try:
+        table = read_metrics(folder).get("eval", {}).get("copy_probe", {})
+    except PosvizError:
+        return []
+    return sorted((int(g), None if v is None else float(v)) for g, v in table.items())
+
+
+def alibi_attenuation(n_head: int, distances: Sequence[int]) -> list[dict]:
+    """Rows {head, slope, distance, penalty, factor}: ALiBi subtracts ``penalty = slope * distance``
+    from the logit of a key ``distance`` bytes back, i.e. multiplies its weight by ``factor =
+    exp(-penalty)`` before normalisation, whatever the input."""
+    slopes = alibi_slopes(n_head).double()
+    return [{"head": h, "slope": float(m), "distance": int(d), "penalty": float(m) * d, "factor": math.exp(-float(m) * d)}
+            for h, m in enumerate(slopes) for d in distances]

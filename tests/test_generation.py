@@ -1,5 +1,5 @@
 """posviz.generation: decoding with a KV cache past the training length, checked against full forward
-passes and the sliding-window scorer of posviz.labs (tiny random checkpoints, train_length 32)."""
+passes and the sliding-window scorer of posviz.kv_cache (tiny random checkpoints, train_length 32)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 from posviz import generation as g
-from posviz import labs
+from posviz import kv_cache
 from posviz.errors import PosvizError
 from posviz.positions import method_names
 
@@ -60,16 +60,16 @@ def test_teacher_forcing_through_the_cache_equals_the_full_forward_pass():
     assert np.allclose(scored.surprisal, full_forward_bits(model, PROMPT + real)[len(PROMPT) - 1:], atol=1e-4)
 
 
-@pytest.mark.parametrize("strategy,labs_strategy", [("reencode", "reencode"), ("shift", "shifted_cache")])
-def test_window_strategies_past_the_training_length_match_the_sliding_window_scorer(strategy, labs_strategy):
-    """For an absolute method, past W: re-encode and shift give exactly the losses of labs.sliding_score."""
+@pytest.mark.parametrize("strategy,kv_cache_strategy", [("reencode", "reencode"), ("shift", "shifted_cache")])
+def test_window_strategies_past_the_training_length_match_the_sliding_window_scorer(strategy, kv_cache_strategy):
+    """For an absolute method, past W: re-encode and shift give exactly the losses of kv_cache.sliding_score."""
     model = tiny_model("sinusoidal")
     rng = np.random.default_rng(0)
     text = [int(b) for b in rng.integers(32, 127, size=len(PROMPT) + 3 * W)]
     prompt, real = text[:len(PROMPT)], text[len(PROMPT):]
     scored = g.teacher_forced(model, prompt, real, strategy)
     assert scored.strategy == strategy and scored.error is None
-    sliding = labs.sliding_score(model, text, W, labs_strategy).byte_bits  # [t]: byte t + 1
+    sliding = kv_cache.sliding_score(model, text, W, kv_cache_strategy).byte_bits  # [t]: byte t + 1
     assert np.allclose(scored.surprisal, sliding[len(PROMPT) - 1:], atol=1e-4)
     stop = g.teacher_forced(model, prompt, real, "stop")
     past = scored.first_past_train_length

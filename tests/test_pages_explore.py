@@ -1,8 +1,9 @@
 """AppTest tests of the explorer pages: Home, Sinusoidal & learned, RoPE, Attention biases, About.
 
 Each test opens the real multipage app (app.py), switches to the page, moves its widgets and checks the
-numbers shown against posviz.explain or the checkpoints themselves. Charts are checked through the data
-Streamlit sends to the browser (Arrow datasets inside the Vega-Lite element).
+numbers shown against the page's own module (posviz.home, posviz.sinusoidal_learned, posviz.rope, ...)
+or the checkpoints themselves. Charts are checked through the data Streamlit sends to the browser
+(Arrow datasets inside the Vega-Lite element).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
-from posviz import attention_biases, explain
+from posviz import attention_biases, home, rope, sinusoidal_learned
 from posviz.checkpoint import load_checkpoint, read_metrics, shipped_checkpoints
 from posviz.errors import PositionLimitError
 from posviz.positions import POSITION_METHODS, method_names
@@ -171,7 +172,7 @@ def test_home_on_the_shipped_checkpoints(monkeypatch):
     for name, folder in found.items():
         metrics = read_metrics(folder)
         bpb = (metrics.get("eval") or {}).get("nonoverlapping_bpb") or {}
-        train = explain.train_length_of(metrics)
+        train = home.train_length_of(metrics)
         if train is not None and bpb.get(str(train)) is not None:
             assert table.loc[name, "bits/byte @ 1×"] == f"{bpb[str(train)]:.3f}"
             plotted.add(name)
@@ -191,17 +192,17 @@ def test_sinusoidal_controls_change_what_is_shown(tiny_models):
     assert_clean(at)
     heat = frame_with(at, "row", "col", "value", spec_has='"title": "PE value"')
     assert len(heat) == 64 * 16
-    pe = explain.sinusoidal_pe(64, 16, 10000.0)
+    pe = sinusoidal_learned.sinusoidal_pe(64, 16, 10000.0)
     np.testing.assert_allclose(heat.sort_values(["row", "col"])["value"].to_numpy(), pe.ravel(), atol=1e-12)
     assert "p = 0…63, d = 16" in [m.label for m in at.metric][0]
 
     at.slider(key="k").set_value(10).run()
     at.select_slider(key="small").set_value(2).run()
     m_k = table_with(at, "col 0").to_numpy()
-    np.testing.assert_allclose(m_k, explain.shift_check(64, 2, 10).matrix, atol=1e-6)
+    np.testing.assert_allclose(m_k, sinusoidal_learned.shift_check(64, 2, 10).matrix, atol=1e-6)
     assert m_k.shape == (2, 2)
     example = table_with(at, "M_10·PE(5)")
-    np.testing.assert_allclose(example["PE(5+10)"], explain.sinusoidal_pe(20, 16)[15, :8], atol=1e-9)
+    np.testing.assert_allclose(example["PE(5+10)"], sinusoidal_learned.sinusoidal_pe(20, 16)[15, :8], atol=1e-9)
 
     at.multiselect(key="dims-16").set_value(["3", "7"]).run()
     waves = frame_with(at, "position", "dimension", "value")
@@ -228,7 +229,7 @@ def test_learned_table_and_the_real_limit_error(tiny_models):
     assert [c.value for c in at.code] == [str(info.value)]
     assert any("raises `PositionLimitError`" in m.value for m in at.markdown)
     pca = frame_with(at, "position", "pc1", "pc2")
-    expected = explain.pca_2d(explain.learned_table(model))
+    expected = sinusoidal_learned.pca_2d(sinusoidal_learned.learned_table(model))
     np.testing.assert_allclose(pca["pc1"], expected["pc1"], atol=1e-6)
     cosine = frame_with(at, "row", "col", "value", spec_has='"title": "cosine similarity"')
     assert len(cosine) == 32 * 32
@@ -270,7 +271,7 @@ def test_rope_rotation_and_dog_example(tiny_models):
     assert list(dog["offset m − n"]) == [1, 1, 4]
     angles = dog["angle from k to q (°)"].to_numpy()
     assert angles[0] == pytest.approx(angles[1], abs=1e-9) and abs(angles[2] - angles[0]) > 1
-    expected = explain.rope_pair_example((1.0, 0.25), (0.55, 0.85), 0.25, [(1, 0), (4, 3), (4, 0)])
+    expected = rope.rope_pair_example((1.0, 0.25), (0.55, 0.85), 0.25, [(1, 0), (4, 3), (4, 0)])
     np.testing.assert_allclose(angles, expected["angle_deg"])
 
 
@@ -281,8 +282,8 @@ def test_rope_shift_frequencies_decay_and_scalings(tiny_models):
     at.number_input(key="ss").set_value(99_999).run()
     at.select_slider(key="hd").set_value(64).run()
     assert_clean(at)
-    q, k = explain.random_qk(64, 0)
-    check = explain.rope_shift_invariance(q, k, 123, 45, 99_999, 10000.0)
+    q, k = rope.random_qk(64, 0)
+    check = rope.rope_shift_invariance(q, k, 123, 45, 99_999, 10000.0)
     assert metric(at, "q·k at (123, 45)") == f"{check.score:.10f}"
     assert metric(at, "q·k at (100,122, 100,044)") == f"{check.shifted_score:.10f}"
     assert float(metric(at, "absolute difference")) < 1e-9  # float64 angles near 1e5 rad: ~1e-11
@@ -290,7 +291,7 @@ def test_rope_shift_frequencies_decay_and_scalings(tiny_models):
 
     at.slider(key="dmax").set_value(256).run()
     decay = frame_with(at, "distance", "bound")
-    np.testing.assert_allclose(decay["bound"], explain.rope_decay_bound(64, 10000.0, 256)["bound"])
+    np.testing.assert_allclose(decay["bound"], rope.rope_decay_bound(64, 10000.0, 256)["bound"])
     assert decay["bound"].iloc[0] == pytest.approx(16.5)
 
     at.select_slider(key="factor").set_value(8).run()

@@ -1,6 +1,9 @@
 """The far-context probes on a model that copies perfectly, on one that cannot copy at all, and the
-induction-head scores against the full attention map they are read from."""
+induction-head scores against the full attention map they are read from; the retired copy probe's live
+version against ``evaluate.copy_probe``, and ALiBi's attenuation by distance."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -9,6 +12,8 @@ import torch
 from conftest import tiny_model
 from posviz import retrieval
 from posviz.errors import PosvizError
+from posviz.evaluate import copy_probe
+from posviz.limits import max_eval_length
 from posviz.model import GPT, ModelOutput
 
 
@@ -101,3 +106,26 @@ def test_default_gaps_and_bad_settings(text):
         retrieval.repeat_probe(tiny_model("nope"), text, [0], chunk=4)
     with pytest.raises(PosvizError, match="too short for a gap"):
         retrieval.repeat_probe(tiny_model("nope"), text[:2000], [5000], chunk=16)
+
+
+# ------------------------------------------------------------------------------------------------
+# Copy probe and ALiBi's reach
+# ------------------------------------------------------------------------------------------------
+def test_copy_probe_live_matches_evaluate(corpus):
+    model = tiny_model("alibi")
+    filler = corpus.eval_stream(4096)
+    live = retrieval.copy_probe_live(model, filler, [0, 16], string_length=8, trials=2)
+    for gap in (0, 16):
+        assert live[gap] == copy_probe(model, filler, [gap], string_length=8, trials=2, seed=gap)[str(gap)]
+    learned = retrieval.copy_probe_live(tiny_model("learned"), filler, [0, 64], string_length=8, trials=2)
+    assert learned[0] is not None and learned[64] is None  # 8 + 64 + 8 > 32 positions
+    assert retrieval.probe_gaps(max_eval_length(32), 32) == [0, 16, 32, 64, 128, 256]
+    with pytest.raises(PosvizError, match="cap"):
+        retrieval.copy_probe_live(model, filler, [4096], string_length=8)
+
+
+def test_alibi_attenuation():
+    rows = retrieval.alibi_attenuation(4, [0, 100])
+    assert [r["slope"] for r in rows if r["distance"] == 0] == pytest.approx([0.25, 0.0625, 0.015625, 0.00390625])
+    gentle = [r for r in rows if r["head"] == 3 and r["distance"] == 100][0]
+    assert gentle["penalty"] == pytest.approx(100 / 256) and gentle["factor"] == pytest.approx(math.exp(-100 / 256))

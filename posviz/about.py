@@ -1,0 +1,62 @@
+"""The numbers behind the About page: how the shipped checkpoints were trained.
+
+Per-checkpoint facts (from config.json and metrics.json dicts), the one training recipe every
+checkpoint shares (``train.TrainConfig``'s defaults) and the training curves. Pure functions, no
+plotting, no Streamlit; rows and "column -> array" dicts go straight into ``pandas.DataFrame``. The
+method labels the page shares with the Home page's table (``ACTS_ON_LABEL``) are in ``posviz.home``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+
+Columns = dict[str, np.ndarray]
+
+
+def checkpoint_rows(configs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """Per-checkpoint facts for the About page from config.json and metrics.json dicts."""
+    rows = []
+    for name, config in configs.items():
+        m = metrics.get(name) or {}
+        trained = config.get("trained_on") or {}
+        model = config.get("model") or {}
+        rows.append({
+            "checkpoint": name,
+            "parameters": m.get("parameters"),
+            "training tokens (bytes)": m.get("tokens"),
+            "steps": m.get("steps"),
+            "train length": model.get("train_length"),
+            "training time (min)": None if trained.get("seconds") is None else round(trained["seconds"] / 60, 1),
+            "device": " · ".join(str(x) for x in (trained.get("device"), trained.get("processor")) if x),
+            "val bits/byte @ train length": m.get("val_bpb_at_train_length"),
+        })
+    return rows
+
+
+def recipe_rows() -> list[dict]:
+    """The shared training recipe: every TrainConfig field with its default (the shipped set's value)."""
+    from .train import TrainConfig
+
+    recipe = TrainConfig()
+    rows = []
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("method", "position_options"):
+            continue  # the one thing that differs between checkpoints
+        value = getattr(recipe, f.name)
+        rows.append({"setting": f.name, "value": "(standard library of this Python)" if value is None and f.name == "corpus"
+                     else str(value)})
+    rows.insert(0, {"setting": "steps", "value": str(recipe.steps)})
+    return rows
+
+
+def train_curve_rows(metrics_by_name: Mapping[str, Mapping[str, Any]]) -> Columns:
+    """Long-format training curves: checkpoint, tokens, train_bpb (from each metrics.json's train_curve)."""
+    out: dict[str, list] = {"checkpoint": [], "tokens": [], "train_bpb": []}
+    for name, metrics in metrics_by_name.items():
+        for point in metrics.get("train_curve") or []:
+            out["checkpoint"].append(name)
+            out["tokens"].append(point.get("tokens"))
+            out["train_bpb"].append(point.get("train_bpb"))
+    return {k: np.asarray(v) for k, v in out.items()}

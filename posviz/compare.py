@@ -1,0 +1,82 @@
+"""The numbers behind the Compare lab: two methods on the same text, or one method at L against 2L.
+
+No plotting and no Streamlit here. Losses come from ``posviz.extrapolation.score_at_length`` (the
+same windows as the Extrapolation lab) and attention maps from ``posviz.attention_maps``; this
+module lines them up position by position and takes their differences.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .attention_maps import attention_probs, display_attention, pool_matrix
+from .extrapolation import score_at_length, windows_for
+from .lab_inputs import _ids_on, check_eval_length, length_cap
+from .model import GPT
+
+
+def compare_methods(model_a: GPT, model_b: GPT, ids, length: int) -> dict:
+    """Per-position mean loss (bits) of A and B on the same windows, and B - A."""
+    a, b = score_at_length(model_a, ids, length), score_at_length(model_b, ids, length)
+    return {"length": length, "position": np.arange(length), "a": a.position_bits, "b": b.position_bits,
+            "diff": b.position_bits - a.position_bits, "bpb_a": a.bpb, "bpb_b": b.bpb, "n_windows": a.n_windows}
+
+
+def compare_lengths(model: GPT, ids, length: int) -> dict:
+    """Each byte scored in windows of 2L and of L over the same bytes; by position in the 2L window:
+    the mean loss both ways and their difference (2L - L).
+
+    Positions below L see the same context either way (the difference is 0 by causality); at
+    positions L..2L-1 the 2L window gives L more bytes of context, at positions past what the
+    method saw in training when 2L > train_length.
+    """
+    ids = _ids_on(model, ids)
+    check_eval_length(model, 2 * length, ids.numel())
+    budget = length_cap(model)
+    n = windows_for(2 * length, ids.numel() - 1, budget) * 2 * length  # predictions scored both ways
+    long = score_at_length(model, ids[: n + 1], 2 * length, budget=n)
+    short = score_at_length(model, ids[: n + 1], length, budget=n)
+    # byte_bits[j + 1] is the prediction made at text position j: fold both into rows of 2L positions
+    long_bits = long.byte_bits[1:].reshape(-1, 2 * length)  # (windows, 2L)
+    short_bits = short.byte_bits[1:].reshape(-1, 2 * length)  # the same predictions, in windows of L
+    diff = long_bits - short_bits
+    return {"length": length, "position": np.arange(2 * length), "long": _col_mean(long_bits),
+            "short": _col_mean(short_bits), "diff": _col_mean(diff), "bpb_long": long.bpb, "bpb_short": short.bpb,
+            "n_windows": long_bits.shape[0]}
+
+
+def _col_mean(x: np.ndarray) -> np.ndarray:
+    """Mean of each column ignoring NaN; an all-NaN column (no prediction there) stays NaN."""
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(x, axis=0)
+
+
+def attention_difference(model_a: GPT, model_b: GPT, ids, length: int, layer: int, head: int,
+                         max_side: int = 512) -> dict:
+    """One head's attention maps of A and of B on the same ``length`` bytes, and B - A, each pooled to
+    at most ``max_side`` a side (masked future entries NaN). ``block``: entries per pooled cell."""
+    a = display_attention(attention_probs(model_a, ids, length, layer)[head], log_scale=False)
+    b = display_attention(attention_probs(model_b, ids, length, layer)[head], log_scale=False)
+    (pa, block), (pb, _), (pd_, _) = (pool_matrix(m, max_side) for m in (a, b, b - a))
+    return {"a": pa, "b": pb, "diff": pd_, "block": block, "length": length,
+            "max_abs_diff": float(np.nanmax(np.abs(b - a)))}
+
+
+def length_attention_difference(model: GPT, ids, length: int, layer: int, head: int, max_side: int = 512) -> dict:
+    """How one head's attention on the same L bytes changes when L more bytes come before them.
+
+    ``short``: the head's map over bytes L..2L-1 alone (positions 0..L-1). ``long``: the block of
+    the 2L map with queries and keys in L..2L-1 (positions L..2L-1). ``diff`` = long - short. All
+    pooled to at most ``max_side`` a side. ``far_mass`` (L,): per query of the second half, the
+    attention the 2L window puts on the first L bytes, i.e. what the extra context draws away.
+    """
+    ids = _ids_on(model, ids)
+    check_eval_length(model, 2 * length, ids.numel())
+    long = attention_probs(model, ids, 2 * length, layer)[head]  # (2L, 2L)
+    short = display_attention(attention_probs(model, ids[length:], length, layer)[head], False)  # (L, L)
+    block = display_attention(long[length:, length:], False)
+    (ps, size), (pl, _), (pd_, _) = (pool_matrix(m, max_side) for m in (short, block, block - short))
+    return {"short": ps, "long": pl, "diff": pd_, "block": size, "length": length,
+            "far_mass": long[length:, :length].sum(-1).numpy().astype(float)}

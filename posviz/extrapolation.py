@@ -1,0 +1,132 @@
+"""The numbers behind the Extrapolation lab: a text's loss at an evaluation length, live and as shipped.
+
+No plotting and no Streamlit here (the page draws; ``bench`` times the same functions). The attention
+maps the page shows next to the scores are in ``posviz.attention_maps``; ``inspect_at_length`` gives
+both from one forward pass when it can.
+
+Conventions (shape legend as in ``model.py``: T bytes, H heads, L evaluation length):
+
+* **Evaluation at a length L** runs *non-overlapping windows of L positions* over the text: window
+  w reads bytes wL .. wL+L-1 and makes L predictions, of bytes wL+1 .. wL+L (the last one is the
+  first byte of the next window, predicted with a full window of context). As many windows as fit
+  in ``budget`` bytes, the device's length cap (``limits.max_eval_length``, 16 x train_length on a
+  CPU), so every length costs about one forward pass over ``budget`` bytes and scores (nearly) the
+  same bytes. It is the same quantity as the shipped bpb-vs-length curve (the same windows over
+  131 kB). Only byte 0 has no prediction: its loss is NaN. The prediction at position i of a window
+  sees i + 1 bytes, so the byte after a window starts is predicted from one byte of context.
+* Losses are in bits (nats / ln 2); "bpb" is the mean bits per predicted byte.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .attention_maps import AttentionView, _view_from_probs, attention_view
+from .checkpoint import read_metrics
+from .errors import PosvizError
+from .evaluate import position_losses
+from .lab_inputs import LN2, _ids_on, check_eval_length, length_cap
+from .model import GPT
+
+
+@dataclass
+class LengthScore:
+    """Losses of non-overlapping windows of ``length`` bytes over the first ``n_bytes`` of a text."""
+
+    length: int
+    n_windows: int
+    n_bytes: int  # bytes covered: n_windows * length inputs plus the byte the last position predicts
+    bpb: float  # mean bits per predicted byte
+    position_bits: np.ndarray  # (length,) mean loss of the prediction made at each position of a window
+    byte_bits: np.ndarray  # (n_bytes,) loss of each byte; NaN at byte 0, which nothing predicts
+    seconds: float
+
+
+def windows_for(length: int, n_bytes: int, budget: int) -> int:
+    """How many non-overlapping windows of ``length`` fit in ``min(n_bytes, budget)`` (at least one)."""
+    return max(1, min(n_bytes, budget) // length)
+
+
+def single_window(length: int, text_bytes: int, budget: int) -> bool:
+    """Whether scoring a text of ``text_bytes`` at ``length`` is one window: then an attention map's
+    forward pass over the first ``length`` bytes is the score's forward pass too."""
+    return windows_for(length, text_bytes - 1, budget) == 1
+
+
+def _length_score(bits: np.ndarray, length: int, seconds: float) -> LengthScore:
+    """A LengthScore from the bits of every prediction, (n_windows, length)."""
+    byte_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # byte 0 has no context; byte j is predicted at j-1
+    return LengthScore(length, bits.shape[0], bits.shape[0] * length + 1, float(bits.mean()), bits.mean(axis=0),
+                       byte_bits, seconds)
+
+
+@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+def score_at_length(model: GPT, ids, length: int, budget: int | None = None) -> LengthScore:
+    """Bits per byte of ``ids`` at evaluation length ``length`` (see the module docstring).
+
+    Raises PosvizError for a length past the cap or the text, and the model's own
+    PositionLimitError when the method cannot represent the positions (learned past its table).
+    """
+    ids = _ids_on(model, ids)
+    check_eval_length(model, length, ids.numel())
+    budget = budget or length_cap(model)
+    n_windows = windows_for(length, ids.numel() - 1, budget)
+    start = time.perf_counter()
+    # the same code as the shipped curves: windows of `length` positions, each predicting the next byte
+    bits = position_losses(model, ids[: n_windows * length + 1], length).numpy() / LN2  # (n, L)
+    return _length_score(bits, length, time.perf_counter() - start)
+
+
+def shipped_bpb_curve(folder: str | Path) -> list[tuple[int, float | None]]:
+    """The checkpoint's stored bpb vs length ([(length, bpb or None)], sorted); [] when absent."""
+    try:
+        table = read_metrics(folder).get("eval", {}).get("nonoverlapping_bpb", {})
+    except PosvizError:
+        return []
+    out = []
+    for key, value in table.items():
+        try:
+            out.append((int(key), None if value is None else float(value)))
+        except (TypeError, ValueError):
+            continue
+    return sorted(out)
+
+
+def length_options(train_length: int, cap: int, minimum: int = 4) -> list[int]:
+    """Slider stops from a few bytes to ``cap``: powers of two and the 1.5x steps between them."""
+    stops = set()
+    p = minimum
+    while p <= cap:
+        stops.add(p)
+        if p * 3 // 2 <= cap and p >= 4:
+            stops.add(p * 3 // 2)
+        p *= 2
+    stops.add(min(train_length, cap))
+    stops.add(cap)
+    return sorted(s for s in stops if minimum <= s <= cap)
+
+
+@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool = True,
+                      max_side: int = 512) -> tuple[LengthScore, AttentionView]:
+    """``score_at_length`` and ``attention_view`` together, for the model a page inspects.
+
+    When the text and the length cap hold a single window of ``length`` (always so at the cap,
+    16 x train_length on a CPU), the map's forward pass over the first ``length`` bytes *is* the
+    score's forward pass: it runs once and gives both. Otherwise the two run separately.
+    """
+    ids = _ids_on(model, ids)
+    check_eval_length(model, length, ids.numel())
+    if not single_window(length, ids.numel(), length_cap(model)):
+        return score_at_length(model, ids, length), attention_view(model, ids, length, layer, log_scale, max_side)
+    start = time.perf_counter()
+    out = model(ids[None, :length], attention_layer=layer)
+    bits = (F.cross_entropy(out.logits[0].float(), ids[1:length + 1], reduction="none") / LN2).cpu().numpy()  # (L,)
+    score = _length_score(bits[None], length, time.perf_counter() - start)
+    view = _view_from_probs(out.attention[0].float().cpu(), length, layer, log_scale, max_side, start)
+    return score, view

@@ -1,0 +1,69 @@
+"""Unit tests of posviz.extrapolation (the Extrapolation lab's scores) on tiny random models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import tiny_model
+from maths_support import full_forward_bits, sharp, text_ids  # noqa: F401  (text_ids: a fixture)
+
+from posviz import attention_maps, extrapolation, lab_inputs
+from posviz.errors import PosvizError, PositionLimitError
+from posviz.evaluate import bits_per_byte
+from posviz.limits import max_eval_length
+from posviz.positions import POSITION_METHODS, method_names
+
+
+def test_length_options_span_a_few_bytes_to_the_cap():
+    opts = extrapolation.length_options(256, 4096)
+    assert opts[0] == 4 and opts[-1] == 4096 and 256 in opts and opts == sorted(set(opts))
+    assert extrapolation.length_options(256, 100)[-1] == 100
+
+
+# ------------------------------------------------------------------------------------------------
+# Scoring at a length
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", method_names())
+def test_score_at_length_matches_evaluate(method, text_ids):
+    model = tiny_model(method)
+    length = 32  # the tiny models' training length: every method can run it
+    score = extrapolation.score_at_length(model, text_ids, length)
+    budget = max_eval_length(32)
+    assert score.n_windows == budget // length and score.n_bytes == score.n_windows * length + 1
+    assert score.bpb == pytest.approx(bits_per_byte(model, text_ids[: score.n_bytes], length), abs=1e-5)
+    assert score.position_bits.shape == (length,) and np.isfinite(score.position_bits).all()
+    assert np.isnan(score.byte_bits[0]) and np.isfinite(score.byte_bits[1:]).all()
+    assert score.bpb == pytest.approx(np.nanmean(score.byte_bits), abs=1e-6)
+    # one window's byte losses are the full forward pass's
+    first = full_forward_bits(model, text_ids[:length])
+    assert np.allclose(score.byte_bits[1:length], first, atol=1e-5)
+
+
+def test_score_at_length_limits(text_ids):
+    learned = tiny_model("learned")
+    with pytest.raises(PositionLimitError, match="32 rows"):
+        extrapolation.score_at_length(learned, text_ids, 64)
+    rope = tiny_model("rope")
+    cap = lab_inputs.length_cap(rope)
+    assert cap == max_eval_length(32)
+    with pytest.raises(PosvizError, match="cap"):
+        extrapolation.score_at_length(rope, text_ids, cap * 2)
+    with pytest.raises(PosvizError, match="needs 65 bytes of text"):
+        extrapolation.score_at_length(rope, text_ids[:40], 64)
+    with pytest.raises(PosvizError, match="at least 2"):
+        extrapolation.score_at_length(rope, text_ids, 1)
+
+
+@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if m != "learned"])
+def test_one_pass_inspection_equals_score_and_map_run_apart(method, text_ids):
+    """At the cap (one window) the map's forward pass gives the score too; below it the two run apart."""
+    model = sharp(tiny_model(method))
+    for length in (lab_inputs.length_cap(model), 64):
+        score, view = extrapolation.inspect_at_length(model, text_ids, length, layer=1)
+        apart_score = extrapolation.score_at_length(model, text_ids, length)
+        apart_view = attention_maps.attention_view(model, text_ids, length, layer=1)
+        assert (score.n_windows, score.n_bytes) == (apart_score.n_windows, apart_score.n_bytes)
+        assert score.n_windows == (1 if length == lab_inputs.length_cap(model) else lab_inputs.length_cap(model) // 64)
+        assert score.bpb == pytest.approx(apart_score.bpb, rel=1e-5)
+        np.testing.assert_allclose(score.byte_bits, apart_score.byte_bits, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(view.entropy, apart_view.entropy, rtol=1e-5)
+        np.testing.assert_allclose(np.stack(view.maps), np.stack(apart_view.maps), rtol=1e-4, atol=1e-6)

@@ -1,0 +1,144 @@
+"""Unit tests of posviz.kv_cache (the KV cache & sliding window lab) on tiny random models.
+
+The models are untrained, so the tests check identities that hold for any weights: a strategy is
+"correct" when it gives the same per-byte losses as an independent computation, "broken" when it
+does not. Attention weights are sharpened (``sharp``) so that position effects are large enough
+to see in a random model.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_model
+from maths_support import full_forward_bits, sharp, text_ids  # noqa: F401  (text_ids: a fixture)
+
+from posviz import kv_cache
+from posviz.errors import PosvizError
+from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
+from posviz.positions import POSITION_METHODS, method_names
+
+
+# ------------------------------------------------------------------------------------------------
+# Sliding window strategies
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", method_names())
+def test_reencode_equals_the_full_forward_pass_inside_the_window(method, text_ids):
+    """With the window as long as the text, re-encoding the prefix at each step is the full forward pass."""
+    model = sharp(tiny_model(method))
+    n = 32
+    r = kv_cache.sliding_score(model, text_ids, window=n, strategy="reencode", n_bytes=n, one_pass_prefix=False)
+    assert r.error is None and r.n_scored == n - 1
+    assert np.allclose(r.byte_bits, full_forward_bits(model, text_ids[:n]), atol=1e-4)
+
+
+@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if cls.kind != "absolute"])
+def test_cached_window_equals_reencode_for_relative_methods(method, text_ids):
+    """One layer: cached keys depend only on their byte and position, so keeping them with their true
+    positions is exactly re-encoding the window (relative methods see only distances)."""
+    model = sharp(tiny_model(method, n_layer=1))
+    window, n = 8, 40
+    cached = kv_cache.sliding_score(model, text_ids, window, "cached_window", n)
+    reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
+    assert cached.error is None
+    assert np.allclose(cached.byte_bits, reencode.byte_bits, atol=2e-4), np.abs(cached.byte_bits - reencode.byte_bits).max()
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_strategies_agree_until_the_window_is_full(method, text_ids):
+    model = sharp(tiny_model(method))
+    window, n = 8, 30
+    results = {s: kv_cache.sliding_score(model, text_ids, window, s, n, one_pass_prefix=False) for s in kv_cache.STRATEGIES}
+    for s in kv_cache.STRATEGIES:  # steps 0..W-1 never evict: same context, same positions
+        assert np.allclose(results[s].byte_bits[:window], results["reencode"].byte_bits[:window], atol=1e-4), s
+    # ... which is why the lab computes them in one forward pass that also fills the cache: same bits throughout
+    for s in kv_cache.STRATEGIES:
+        fast = kv_cache.sliding_score(model, text_ids, window, s, n)
+        assert fast.error is None and fast.n_scored == results[s].n_scored
+        assert np.allclose(fast.byte_bits, results[s].byte_bits, atol=1e-4), (s, np.abs(fast.byte_bits - results[s].byte_bits).max())
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, text_ids):
+    """One layer, so re-encoding is the exact reference. A shifted cache relabels the window 0..W-1:
+    harmless when positions enter only at attention time, wrong when they were baked into the keys."""
+    model = sharp(tiny_model(method, n_layer=1))
+    window, n = 8, 40
+    shifted = kv_cache.sliding_score(model, text_ids, window, "shifted_cache", n)
+    reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
+    assert shifted.error is None
+    gap = np.abs(shifted.byte_bits - reencode.byte_bits)[window:].max()
+    if model.position.acts_on in ("nothing", "logits"):
+        assert gap < 1e-4
+        assert "Correct" in kv_cache.strategy_verdict(model, "shifted_cache")
+    else:  # learned, sinusoidal (input) and rope (q/k): float noise is ~1e-6, this is 1,000x that
+        assert gap > 1e-3
+        assert "Broken" in kv_cache.strategy_verdict(model, "shifted_cache")
+
+
+@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if cls.acts_on in ("nothing", "logits")])
+def test_shifted_cache_equals_cached_window_for_attention_time_methods(method, text_ids):
+    """Any depth: both strategies attend over the same cached keys; relabelling keeps every distance."""
+    model = sharp(tiny_model(method))
+    shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
+    cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
+    assert np.allclose(shifted.byte_bits, cached.byte_bits, atol=1e-5)
+
+
+def test_cached_window_for_absolute_methods(text_ids):
+    learned = tiny_model("learned")
+    r = kv_cache.sliding_score(learned, text_ids, 8, "cached_window", 60)
+    assert r.bpb is None and r.bpb_full is None and r.n_scored == 32
+    assert r.error.startswith("Stopped at byte 32") and "32 rows" in r.error
+    assert "Cannot run past byte 32" in kv_cache.strategy_verdict(learned, "cached_window")
+    sinusoidal = tiny_model("sinusoidal")
+    r = kv_cache.sliding_score(sinusoidal, text_ids, 8, "cached_window", 60)
+    assert r.error is None and np.isfinite(r.bpb)
+    assert "never saw" in kv_cache.strategy_verdict(sinusoidal, "cached_window")
+
+
+def test_sliding_result_fields(text_ids):
+    r = kv_cache.sliding_score(tiny_model("nope"), text_ids, 8, "cached_window", 30)
+    assert r.n_scored == 29 and r.ms_per_byte > 0
+    assert r.bpb == pytest.approx(r.byte_bits.mean()) and r.bpb_full == pytest.approx(r.byte_bits[8:].mean())
+
+
+def test_sliding_caps(text_ids):
+    model = tiny_model("nope")
+    long_text = torch.cat([text_ids] * 2)
+    with pytest.raises(PosvizError, match=f"{MAX_SLIDING_BYTES:,}"):
+        kv_cache.sliding_score(model, long_text, 8, "reencode", MAX_SLIDING_BYTES + 1)
+    with pytest.raises(PosvizError, match="window"):
+        kv_cache.sliding_score(model, text_ids, MAX_KV_CACHE_POSITIONS + 1, "reencode", 20)
+    with pytest.raises(PosvizError, match="unknown strategy"):
+        kv_cache.sliding_score(model, text_ids, 8, "magic", 20)
+    with pytest.raises(PosvizError, match="cache check"):
+        kv_cache.cache_check(model, long_text, MAX_KV_CACHE_POSITIONS + 1)
+
+
+def test_two_pass_diagram():
+    W = 4
+    rows = kv_cache.two_pass_diagram(W, t=10)
+    by = {(r["strategy"], r["pass"]): r for r in rows}  # last row of each pass: the newest byte
+    assert {(r["strategy"], r["pass"]) for r in rows} == {(s, p) for s in kv_cache.STRATEGIES for p in ("t", "t+1")}
+    re_t = [r for r in rows if r["strategy"] == "reencode" and r["pass"] == "t"]
+    assert [r["byte"] for r in re_t] == [7, 8, 9, 10] and [r["position"] for r in re_t] == [0, 1, 2, 3]
+    assert all(r["recomputed"] and r["consistent"] for r in re_t)
+    sh = [r for r in rows if r["strategy"] == "shifted_cache" and r["pass"] == "t+1"]
+    assert [r["position"] for r in sh] == [0, 1, 2, 3] and [r["baked"] for r in sh] == [3, 3, 3, 3]
+    assert [r["consistent"] for r in sh] == [False, False, False, True]
+    ca = [r for r in rows if r["strategy"] == "cached_window" and r["pass"] == "t+1"]
+    assert [r["position"] for r in ca] == [8, 9, 10, 11] and all(r["consistent"] for r in ca)
+    assert by[("cached_window", "t+1")]["recomputed"]
+    with pytest.raises(PosvizError):
+        kv_cache.two_pass_diagram(4, t=2)
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_cache_check_matches_full_forward(method, text_ids):
+    model = sharp(tiny_model(method))
+    check = kv_cache.cache_check(model, text_ids, 32, time_reencode=method == "t5")
+    assert check["max_abs_diff"] < 1e-4 * max(1.0, check["logit_scale"])
+    assert check["full_ms"] > 0 and check["cached_ms_per_byte"] > 0
+    if method == "t5":
+        assert check["reencode_ms_per_byte"] > 0
