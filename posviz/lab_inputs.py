@@ -202,7 +202,3 @@ def check_eval_length(model: GPT, length: int, n_bytes: int | None = None) -> No
 def _ids_on(model: GPT, ids) -> torch.Tensor:
     ids = torch.as_tensor(ids, dtype=torch.long).flatten()
     return ids.to(model.device)
-
-
-def train_length_of(folder: str | Path) -> int:
-    return int(read_config(folder)["model"]["train_length"])
