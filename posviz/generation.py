@@ -29,7 +29,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .errors import PosvizError, PositionLimitError
 from .limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES

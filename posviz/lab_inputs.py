@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .checkpoint import WEIGHTS, load_checkpoint, read_config
+from .checkpoint import WEIGHTS, load_checkpoint
 from .errors import PosvizError
 from .limits import CACHE_ENTRIES, MAX_TEXT_BYTES, default_device, max_eval_length
 from .model import GPT
