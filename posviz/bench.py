@@ -24,8 +24,10 @@ import argparse
 import dataclasses
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -424,6 +426,47 @@ def measure_cold_visits(models_dir: str | None, timeout_s: float = 180.0):
     return out, None
 
 
+# The floor under every cold visit: a page that draws one metric and imports what posviz pages import.
+FLOOR_APPS = {
+    "Streamlit alone": "",
+    "+ pandas, altair": "import pandas, altair\n",
+    "+ pandas, altair, torch": "import pandas, altair, torch\n",
+}
+
+
+def measure_cold_floor(timeout_s: float = 60.0, repeats: int = 2) -> tuple[dict[str, float], str | None]:
+    """Cold first visit of minimal apps (one ``st.metric``), each on a new server started as the README
+    does, with the repository's ``.streamlit/config.toml``: what no page can go below on this machine
+    (browser, Streamlit's own start, and the imports). {label: median complete seconds}."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        return {}, f"not measured: Playwright is not installed ({exc})"
+    from .loadtest import StreamlitServer, launch_chromium
+
+    if not Path("/usr/bin/chromium").exists():
+        return {}, "not measured: /usr/bin/chromium is missing (apt-get install chromium)"
+    times: dict[str, list[float]] = {label: [] for label in FLOOR_APPS}
+    with tempfile.TemporaryDirectory(prefix="posviz-floor-") as tmp, sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            for _ in range(repeats):
+                for i, (label, imports) in enumerate(FLOOR_APPS.items()):
+                    root = Path(tmp) / f"app{i}"
+                    (root / ".streamlit").mkdir(parents=True, exist_ok=True)
+                    shutil.copy(ROOT / ".streamlit" / "config.toml", root / ".streamlit" / "config.toml")
+                    (root / "app.py").write_text(f"import streamlit as st\n{imports}st.metric('bytes', 1)\n")
+                    with StreamlitServer(root=root, torch_threads=None) as server:
+                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                        times[label].append(_time_page(tab, server.url, timeout_s)[0])
+                        tab.context.close()
+        finally:
+            browser.close()
+    floor = {label: statistics.median(t) for label, t in times.items()}
+    print("  cold floor: " + ", ".join(f"{k} {v:.2f} s" for k, v in floor.items()), flush=True)
+    return floor, None
+
+
 def cold_verdicts(visits: dict) -> list[str]:
     """Goal rows for the cold visits: explore pages complete, labs' first chart and complete, new settings."""
     explore = {k: v["cold"][0] for k, v in visits.items() if v["section"] != "Live labs"}
@@ -469,7 +512,7 @@ def fmt(x: float | None, spec: str) -> str:
 
 
 def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
-           render_problem, visits=None, visits_problem=None, lab=None) -> str:
+           render_problem, visits=None, visits_problem=None, lab=None, floor=None, floor_problem=None) -> str:
     train_length = models["nope"][0].config.train_length
     cfg = models["nope"][0].config
     top = max(MULTIPLES)
@@ -621,6 +664,14 @@ def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction
                          f"{fmt(new[1], '.2f')} | {fmt(new[0], '.2f')} |")
     else:
         lines.append(visits_problem or "not measured")
+    lines += ["", "**The floor under a cold visit** (a page that draws one metric, a new server started the same "
+              "way): what the browser, Streamlit's start and the imports cost before any posviz code runs. Every "
+              "posviz page imports all three (torch for the position methods, pandas and Altair for the charts).", ""]
+    if floor:
+        lines += ["| minimal page | cold: complete (s) |", "| --- | ---: |"]
+        lines += [f"| {label} | {seconds:.2f} |" for label, seconds in floor.items()]
+    else:
+        lines.append(floor_problem or "not measured")
     return "\n".join(lines) + "\n"
 
 
@@ -650,11 +701,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_pages:
         renders, cold, render_problem = {}, None, "not measured (--no-pages)"
         visits, visits_problem = {}, "not measured (--no-pages)"
+        floor, floor_problem = {}, "not measured (--no-pages)"
     else:
+        floor, floor_problem = measure_cold_floor()
         visits, visits_problem = measure_cold_visits(args.models)
         renders, cold, render_problem = measure_first_render(args.models)
     text = report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
-                  render_problem, visits, visits_problem, lab)
+                  render_problem, visits, visits_problem, lab, floor, floor_problem)
     Path(args.out).write_text(text)
     print("\n" + text)
     print(f"wrote {args.out}")

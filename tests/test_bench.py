@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from posviz import bench
 from posviz.positions import method_names
 
@@ -41,3 +43,13 @@ def test_cold_visit_verdicts_use_each_pages_menu_section():
     assert rows[1].endswith("| met |")  # the lab's first chart came at 2.0 s
     assert "over: extrapolation" in rows[2] and rows[2].endswith("| **MISSED** |")  # complete at 6.0 s
     assert "over: extrapolation" in rows[3]  # its new setting took 2.5 s
+
+
+@pytest.mark.browser
+def test_cold_floor_times_minimal_apps_started_as_the_readme_does():
+    """The floor row of BENCHMARKS.md: the same server command and config, a page with nothing but imports."""
+    floor, problem = bench.measure_cold_floor(repeats=1)
+    assert problem is None and list(floor) == list(bench.FLOOR_APPS)
+    assert all(0 < seconds < 60 for seconds in floor.values())
+    # importing torch is most of a cold visit's floor (about 1.5 s of 3 on a 2-core CPU)
+    assert floor["+ pandas, altair, torch"] > floor["Streamlit alone"] + 0.5
