@@ -261,6 +261,23 @@ def as_rows(results: Sequence[GapResult | None], gaps: Sequence[int]) -> list[di
     return rows
 
 
+COPY_CHECK_BYTES = 200_000  # held-out bytes the training-time check draws its chunks from
+
+
+def copy_check(model: GPT, validation) -> dict | None:
+    """The repeat probe at gap 0 (16 chunks of 64 bytes from the first 200,000 held-out bytes): does
+    the model copy yet? Training runs it at every saved state, so each checkpoint's metrics show when
+    copying formed. None when the model cannot hold two chunks (a learned table shorter than 128)."""
+    text = _held_out(np.asarray(validation)[:COPY_CHECK_BYTES])
+    was_training = model.training
+    model.eval()
+    try:
+        result = repeat_probe(model, text, [0], chunks=16, seed=0)[0]
+    finally:
+        model.train(was_training)
+    return None if result is None else {"ratio": result.ratio, "gain": result.gain}
+
+
 def evaluate_probes(model: GPT, text, train_length: int, chunks: int = 16, seed: int = 0) -> dict:
     """The "retrieval" block of a checkpoint's metrics.json: all three probes at the ``default_gaps`` the
     held-out text is long enough for."""

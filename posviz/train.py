@@ -29,6 +29,7 @@ from .data import batch_offsets, get_batch, load_corpus, plant_repeats
 from .errors import PosvizError
 from .evaluate import bits_per_byte
 from .model import GPT
+from .retrieval import copy_check
 
 
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -159,7 +160,7 @@ def state_dir_for(out: str | Path) -> Path:
 
 
 def save_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen: torch.Generator, step: int,
-               tokens_seen: int, curve: list, seconds: float, cfg: TrainConfig) -> None:
+               tokens_seen: int, curve: list, seconds: float, cfg: TrainConfig, copy_curve: list | None = None) -> None:
     """Everything needed to continue exactly where training stopped, as safetensors + JSON (no pickle).
 
     Written to a temporary name and renamed, so a run killed while saving keeps its previous state.
@@ -175,7 +176,7 @@ def save_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen:
     tensors["data_generator"] = data_gen.get_state()
     tmp = folder / (STATE_WEIGHTS + ".tmp")
     save_file(tensors, str(tmp))
-    info = {"step": step, "tokens_seen": tokens_seen, "curve": curve, "seconds": seconds,
+    info = {"step": step, "tokens_seen": tokens_seen, "curve": curve, "copy_curve": copy_curve or [], "seconds": seconds,
             "recipe": dataclasses.asdict(cfg)}
     (folder / (STATE_JSON + ".tmp")).write_text(json.dumps(info) + "\n")
     os.replace(tmp, folder / STATE_WEIGHTS)
@@ -243,10 +244,12 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision["precision"] == "bf16")
 
     curve, tokens_seen, first_step, earlier_seconds = [], 0, 0, 0.0
+    copy_curve = []  # the repeat probe at gap 0 at every saved state: when copying from context forms
     state = Path(state_dir) if state_dir is not None else (state_dir_for(out) if out is not None else None)
     if resume and state is not None and (state / STATE_JSON).is_file():
         info = load_state(state, model, optim, data_gen, cfg)
         first_step, tokens_seen, curve, earlier_seconds = info["step"], info["tokens_seen"], info["curve"], info["seconds"]
+        copy_curve = info.get("copy_curve", [])
         if progress and rank == 0:
             print(f"resuming {cfg.method} at step {first_step:,} of {cfg.steps:,} from {state}", flush=True)
     start = time.perf_counter() - earlier_seconds
@@ -279,8 +282,13 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
             bar.set_postfix(bpb=f"{bpb:.3f}", tok_s=f"{tokens_seen / elapsed:,.0f}")
         done = step + 1
         interrupted = stop_after is not None and done - first_step >= stop_after and done < cfg.steps
+        if rank == 0 and done % cfg.checkpoint_every == 0:
+            check = copy_check(model, corpus.validation)  # no gradients, no random draws: training is unchanged
+            if check is not None:
+                copy_curve.append({"step": done, "tokens": tokens_seen, **check})
         if state is not None and rank == 0 and (done % cfg.checkpoint_every == 0 or interrupted):
-            save_state(state, model, optim, data_gen, done, tokens_seen, curve, time.perf_counter() - start, cfg)
+            save_state(state, model, optim, data_gen, done, tokens_seen, curve, time.perf_counter() - start, cfg,
+                       copy_curve)
         if interrupted:
             return {"stopped_at_step": done, "state": str(state)}
     seconds = time.perf_counter() - start
@@ -300,7 +308,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
                            "tokens_per_second": round(tokens_seen / seconds)},
             "versions": {"python": sys.version.split()[0], "torch": torch.__version__},
         }
-        metrics = {"train_curve": curve, "final_train_bpb": curve[-1]["train_bpb"], "steps": cfg.steps,
+        metrics = {"train_curve": curve, "copy_curve": copy_curve, "final_train_bpb": curve[-1]["train_bpb"], "steps": cfg.steps,
                    "tokens": tokens_seen, "parameters": model.num_parameters()}
         if out is not None:
             save_checkpoint(model, out, extra, metrics)

@@ -35,7 +35,8 @@ def run(command: list[str], timeout: int = 180) -> subprocess.CompletedProcess:
 
 def test_cli_trains_and_writes_a_complete_checkpoint(tmp_path):
     out = tmp_path / "alibi"
-    recipe = ["tokens=8192", "n_embd=32", "n_layer=1", "train_length=32", "batch_size=4", "eval_bytes=4096", "log_every=1"]
+    recipe = ["tokens=8192", "n_embd=32", "n_layer=1", "train_length=32", "batch_size=4", "eval_bytes=4096", "log_every=1",
+              "checkpoint_every=16"]
     run([str(PYTHON), "-m", "posviz.train", "--method", "alibi", "--out", str(out), "--set", *recipe])
 
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "metrics.json", "model.safetensors"]
@@ -50,7 +51,11 @@ def test_cli_trains_and_writes_a_complete_checkpoint(tmp_path):
     assert set(config["versions"]) == {"python", "torch"}
 
     metrics = json.loads((out / "metrics.json").read_text())
-    assert set(metrics) == {"train_curve", "final_train_bpb", "steps", "tokens", "parameters", "val_bpb_at_train_length"}
+    assert set(metrics) == {"train_curve", "copy_curve", "final_train_bpb", "steps", "tokens", "parameters",
+                            "val_bpb_at_train_length"}
+    # the copy check at every saved state (steps 16, 32, 48, 64): when copying forms, for the set's metrics
+    assert [(p["step"], p["tokens"]) for p in metrics["copy_curve"]] == [(s, s * 4 * 32) for s in (16, 32, 48, 64)]
+    assert all(0 < p["ratio"] < 5 and 0 < p["gain"] < 5 for p in metrics["copy_curve"])
     steps = 8192 // (4 * 32)
     assert metrics["steps"] == steps and metrics["tokens"] == 8192
     curve = metrics["train_curve"]
@@ -124,6 +129,7 @@ def test_a_stopped_run_resumes_to_exactly_the_weights_of_an_uninterrupted_one(tm
     assert json.loads((tmp_path / "parts.state" / "state.json").read_text())["step"] == 7
     resumed = train(cfg, tmp_path / "parts", progress=False, resume=True, state_dir=tmp_path / "parts.state")
     assert [r["train_bpb"] for r in resumed["train_curve"]] == [r["train_bpb"] for r in whole["train_curve"]]
+    assert resumed["copy_curve"] == whole["copy_curve"] and len(whole["copy_curve"]) == 2  # steps 5 and 10, kept across the stop
     a, b = load_file(str(tmp_path / "whole" / "model.safetensors")), load_file(str(tmp_path / "parts" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
