@@ -112,6 +112,26 @@ if not shipped.empty:
                     f"**{worst}** least ({at_zero.loc[worst, 'ratio']:.2f}): a ratio near 1 means the model does not copy "
                     "even what sits right before it, so no position method can show retrieval through it.")
 
+st.subheader("When copying formed during training")
+curve = pd.DataFrame(retrieval.copy_curve_rows(metrics))
+if curve.empty:
+    st.info("These checkpoints were trained before training logged its copy check (`copy_curve` in metrics.json): "
+            "retrain with `make checkpoints` to see when each model learned to copy.", icon="ℹ️")
+else:
+    st.markdown(
+        "Every saved training state is probed with a chunk of held-out code repeated right after itself (gap 0, "
+        f"16 chunks): the second copy's loss over the first's. Copying forms late and suddenly (Olsson et al. 2022 "
+        f"call it a phase change); the dashed line is the set's goal, {retrieval.COPY_TARGET:g}.")
+    lines = alt.Chart(curve).mark_line(point=True).encode(
+        x=alt.X("bytes:Q", title="bytes trained"), y=alt.Y("ratio:Q", title="second copy / first copy (gap 0)"),
+        color=alt.Color("model:N", scale=COLOURS, title="checkpoint"),
+        strokeDash=alt.StrokeDash("model:N", scale=DASHES, legend=None),
+        tooltip=["model", "step", alt.Tooltip("bytes:Q", format=","), alt.Tooltip("ratio:Q", format=".3f"),
+                 alt.Tooltip("gain:Q", format=".3f")])
+    goal = alt.Chart(pd.DataFrame({"y": [retrieval.COPY_TARGET]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")
+    show_chart(alt.layer(lines, goal).properties(height=300), curve, "copy-curve",
+               "gain: the second copy over the same bytes after an unrelated chunk (the no-copy control).")
+
 # ------------------------------------------------------------------------------------------------
 # Induction heads
 # ------------------------------------------------------------------------------------------------

@@ -315,6 +315,17 @@ def shipped_rows(metrics_by_name: dict[str, dict | None]) -> list[dict]:
     return rows
 
 
+COPY_TARGET = 0.5  # the set's goal: the second copy costs at most half the first, right after it
+
+
+def copy_curve_rows(metrics_by_name: dict[str, dict | None]) -> list[dict]:
+    """Rows {model, step, bytes, ratio, gain} of each checkpoint's ``copy_curve`` (the repeat probe at
+    gap 0 that training runs at every saved state): when, during training, copying formed.
+    Checkpoints trained before the check existed have none and are skipped (the page says so)."""
+    return [{"model": name, "step": point["step"], "bytes": point["tokens"], "ratio": point["ratio"], "gain": point["gain"]}
+            for name, metrics in metrics_by_name.items() for point in (metrics or {}).get("copy_curve") or []]
+
+
 def results_rows(name: str, probe: str, results: Sequence[GapResult | None], gaps: Sequence[int]) -> list[dict]:
     """The same rows for a live run."""
     return [{"model": name, "probe": probe, **row} for row in as_rows(results, gaps)]

@@ -22,6 +22,7 @@ from posviz.data import load_corpus  # noqa: E402
 from posviz.evaluate import evaluate_checkpoint  # noqa: E402
 from posviz.model import GPT  # noqa: E402
 from posviz.positions import method_names  # noqa: E402
+from posviz.retrieval import copy_check  # noqa: E402
 
 TINY = dict(n_layer=2, n_head=4, n_embd=32, train_length=32)
 
@@ -62,6 +63,8 @@ def tiny_models_dir(tmp_path_factory, corpus) -> Path:
         metrics["eval"] = evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16), copy_gaps=(0, 16, 64),
                                               progress=False, probe_chunks=4)
         metrics["val_bpb_at_train_length"] = metrics["eval"]["nonoverlapping_bpb"][str(TINY["train_length"])]
+        check = copy_check(model, corpus.validation)  # what training logs at each saved state (None: too short)
+        metrics["copy_curve"] = [] if check is None else [{"step": 1, "tokens": 128, **check}]
         write_metrics(folder, metrics)
     return root
 

@@ -240,6 +240,10 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
     assert list(alibi["ratio"]) == pytest.approx([r["ratio"] for r in stored["repeat"]])
     heat = [f for f in chart_frames(at) if {"layer", "head", "score"} <= set(f.columns)]
     assert heat and set(heat[0]["gap"]) == {0}  # the heatmap at the default gap
+    copying = [f for f in chart_frames(at) if {"bytes", "ratio", "gain", "step"} <= set(f.columns)]
+    stored_curve = read_metrics(folders["alibi"])["copy_curve"]
+    assert "alibi" in set(copying[0]["model"]) and "learned" not in set(copying[0]["model"])  # 32 positions: no room
+    assert list(copying[0][copying[0]["model"] == "alibi"]["ratio"]) == [stored_curve[0]["ratio"]]
 
     live = at.main.dataframe[-2].value  # the live table (the last one is the retired probe's)
     text = bytes(load_corpus().eval_documents[0])

@@ -129,3 +129,11 @@ def test_alibi_attenuation():
     assert [r["slope"] for r in rows if r["distance"] == 0] == pytest.approx([0.25, 0.0625, 0.015625, 0.00390625])
     gentle = [r for r in rows if r["head"] == 3 and r["distance"] == 100][0]
     assert gentle["penalty"] == pytest.approx(100 / 256) and gentle["factor"] == pytest.approx(math.exp(-100 / 256))
+
+
+def test_copy_curve_rows_read_each_checkpoints_training_check():
+    metrics = {"rope": {"copy_curve": [{"step": 200, "tokens": 819200, "ratio": 0.97, "gain": 0.8},
+                                       {"step": 400, "tokens": 1638400, "ratio": 0.45, "gain": 0.3}]},
+               "alibi": {"train_curve": []}, "gone": None}  # trained before the check existed; no metrics
+    rows = retrieval.copy_curve_rows(metrics)
+    assert [(r["model"], r["bytes"], r["ratio"]) for r in rows] == [("rope", 819200, 0.97), ("rope", 1638400, 0.45)]
