@@ -125,7 +125,7 @@ else:
     lines = alt.Chart(curve).mark_line(point=True).encode(
         x=alt.X("bytes:Q", title="bytes trained"), y=alt.Y("ratio:Q", title="second copy / first copy (gap 0)"),
         color=alt.Color("model:N", scale=COLOURS, title="checkpoint"),
-        strokeDash=alt.StrokeDash("model:N", scale=DASHES, legend=None),
+        strokeDash=alt.StrokeDash("model:N", scale=DASHES, title="checkpoint"),
         tooltip=["model", "step", alt.Tooltip("bytes:Q", format=","), alt.Tooltip("ratio:Q", format=".3f"),
                  alt.Tooltip("gain:Q", format=".3f")])
     goal = alt.Chart(pd.DataFrame({"y": [retrieval.COPY_TARGET]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")
