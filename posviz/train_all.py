@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 from .config import strict_from_dict
 from .errors import PosvizError
 from .positions import method_names
-from .train import STATE_JSON, TrainConfig, _parse_pairs, state_dir_for
+from .train import RESUMABLE_CHANGES, STATE_JSON, TrainConfig, _parse_pairs, state_dir_for
 
 
 @dataclasses.dataclass
@@ -42,16 +43,31 @@ class Run:
     def state(self) -> Path:
         return state_dir_for(self.out)
 
+    log: Path | None = None  # the run's output, whose progress bar says its step between saved states
+
     def steps_done(self) -> int:
         if self.finished:
             return self.recipe.steps
+        saved = 0
         try:
             info = json.loads((self.state / STATE_JSON).read_text())
+            same = {k: v for k, v in info.get("recipe", {}).items() if k not in RESUMABLE_CHANGES}
+            wanted = {k: v for k, v in dataclasses.asdict(self.recipe).items() if k not in RESUMABLE_CHANGES}
+            saved = int(info.get("step", 0)) if same == wanted else 0
         except (OSError, ValueError):
+            pass
+        return max(saved, self._bar_step()) if self.process is not None else saved
+
+    def _bar_step(self) -> int:
+        """The step the running process's progress bar last printed ("| 812/3906 ["), 0 if none yet."""
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+                tail = f.read().decode("utf-8", "replace")
+        except (OSError, TypeError):
             return 0
-        same = {k: v for k, v in info.get("recipe", {}).items() if k not in ("log_every", "checkpoint_every", "device")}
-        wanted = {k: v for k, v in dataclasses.asdict(self.recipe).items() if k not in ("log_every", "checkpoint_every", "device")}
-        return int(info.get("step", 0)) if same == wanted else 0
+        found = re.findall(rf"\| *(\d+)/{self.recipe.steps} \[", tail)
+        return int(found[-1]) if found else 0
 
 
 def already_trained(out: Path, recipe: TrainConfig) -> bool:
@@ -119,7 +135,8 @@ def train_all(methods: list[str], overrides: dict, out_dir: Path, jobs: int, thr
             command = [python, "-m", "posviz.train", "--method", run.method, "--out", str(run.out), "--resume"]
             if settings:
                 command += ["--set", *settings]
-            log = open(log_dir / f"train-{run.method}.log", "w")
+            run.log = log_dir / f"train-{run.method}.log"
+            log = open(run.log, "w")
             run.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
             log.close()
             active.append(run)

@@ -46,3 +46,12 @@ def test_progress_line_gives_the_time_left_at_the_measured_speed(tmp_path):
     assert "0/1 trained · step 0 of 100 (0.0 %)" in line and "about 2 min left" in line  # 409,600 bytes at 4 kB/s
     run.finished = True
     assert "1/1 trained · step 100 of 100 (100.0 %)" in progress_line([run], None)
+
+
+def test_a_running_run_counts_the_steps_its_progress_bar_shows(tmp_path):
+    recipe = TrainConfig(method="rope", tokens=4096 * 100, batch_size=16, train_length=256)
+    run = Run("rope", recipe, tmp_path / "rope", log=tmp_path / "train-rope.log")
+    run.log.write_text("train rope:  41%|####      | 41/100 [00:30<00:44, 1.3step/s]\\rtrain rope:  42%|####      | 42/100 [00:31")
+    assert run.steps_done() == 0  # not running: only saved states count
+    run.process = object()  # running (the progress line only reads whether it is set)
+    assert run.steps_done() == 42
