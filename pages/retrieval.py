@@ -105,7 +105,7 @@ if not shipped.empty:
                f"key-value-probe-shipped-{measure}", "Loss on the value's digits when the name comes back, over its loss "
                "at first sight (a random value: its own no-copy control).")
     at_zero = shipped[(shipped["probe"] == "repeat") & (shipped["gap"] == 0)].set_index("model")
-    if not at_zero.empty:
+    if len(at_zero) >= 2:  # a best and a worst need two checkpoints
         best = at_zero["ratio"].idxmin()
         worst = at_zero["ratio"].idxmax()
         st.markdown(f"Right after the chunk (gap 0), **{best}** copies best (ratio {at_zero.loc[best, 'ratio']:.2f}) and "
