@@ -234,7 +234,7 @@ def bias_by_distance(position, layer: int, n_keys: int) -> np.ndarray:
     param = next(position.parameters(), None)
     dtype = torch.float32 if param is None else param.dtype
     q = torch.zeros(1, H, 1, position.shape.head_dim, dtype=dtype)
-    with torch.no_grad():
+    with torch.inference_mode():
         bias = position.logit_bias(layer, q, q_pos, k_pos)
         position.forget()
     require(bias is not None, f"{position.name} adds no bias to the logits")
@@ -324,13 +324,13 @@ def transformer_xl_terms(model, ids: Sequence[int], layer: int) -> dict[str, np.
     attn = model.blocks[layer].attn
     hook = model.blocks[layer].ln_1.register_forward_hook(lambda mod, inp, out: seen.setdefault("x", out))
     try:
-        with torch.no_grad():
+        with torch.inference_mode():
             model(x)
     finally:
         hook.remove()
     B, T, C = seen["x"].shape
     H = model.config.n_head
-    with torch.no_grad():
+    with torch.inference_mode():
         q, k, _ = attn.c_attn(seen["x"]).split(C, dim=2)
         q, k = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k))  # (1, H, T, hs)
         pos = torch.arange(T, device=q.device)

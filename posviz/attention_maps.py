@@ -23,7 +23,7 @@ from .lab_inputs import LN2, Progress, _ids_on, _no_progress, check_eval_length
 from .model import BLOCK_ELEMENTS, GPT
 
 
-@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+@torch.inference_mode()
 def attention_probs(model: GPT, ids, length: int, layer: int) -> torch.Tensor:
     """Attention probabilities of every head of ``layer`` over the first ``length`` bytes: (H, T, T), on CPU."""
     ids = _ids_on(model, ids)

@@ -66,7 +66,7 @@ def seconds_per_call(fn: Callable[[], object], min_time: float, min_reps: int = 
     return statistics.median(times)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def paired_ratio(fn: Callable[[], object], baseline: Callable[[], object], min_time: float, min_pairs: int = 5) -> float:
     """Median over back-to-back pairs of seconds(fn) / seconds(baseline), after a warm-up of each.
 
@@ -160,7 +160,7 @@ def measure_forward(models, peer, train_length: int, min_time: float, peak: floa
                 if limit is not None and length > limit:
                     results[label][multiple] = flops_share[label][multiple] = vs_peer[label][multiple] = None
                     continue
-            with torch.no_grad():
+            with torch.inference_mode():
                 seconds = seconds_per_call(lambda: model(idx), min_time)
             results[label][multiple] = batch * length / seconds
             flops_share[label][multiple] = forward_flops(cfg, batch, length) / seconds / peak
@@ -204,7 +204,7 @@ def measure_cache(models, window: int, steps: int):
             out[name] = None
             continue
         stream = torch.randint(0, 256, (1, window + steps))
-        with torch.no_grad():
+        with torch.inference_mode():
             cache = KVCache(model.config.n_layer, max_size=window)
             model(stream[:, :window], cache=cache)
             t0 = time.perf_counter()

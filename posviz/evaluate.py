@@ -39,7 +39,7 @@ def check_length(length: int, n_bytes: int) -> None:
                           f"to predict), but the text has {n_bytes:,} bytes")
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def position_losses(model: GPT, data, length: int, batch_tokens: int = 1 << 15, max_windows: int | None = None,
                     progress: bool = False) -> torch.Tensor:
     """Loss in nats of every prediction in non-overlapping windows of ``length`` positions.
@@ -67,7 +67,7 @@ def bits_per_byte(model: GPT, data, length: int, **kw) -> float:
     return float(position_losses(model, data, length, **kw).mean()) / LN2
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: bool = False) -> float:
     """Every byte scored once, with up to ``window`` bytes of context: windows advance by ``stride``
     and only their last ``stride`` predictions count (the first window counts all of its own)."""
@@ -103,7 +103,7 @@ def eval_table(model: GPT, data, lengths: Iterable[int], progress: bool = True) 
     return table
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32, trials: int = 8,
                seed: int = 0) -> dict[str, float | None]:
     """Loss (bits/byte) on the second copy of a random string, by the gap of ordinary text between copies.

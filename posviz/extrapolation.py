@@ -65,7 +65,7 @@ def _length_score(bits: np.ndarray, length: int, seconds: float) -> LengthScore:
                        byte_bits, seconds)
 
 
-@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+@torch.inference_mode()
 def score_at_length(model: GPT, ids, length: int, budget: int | None = None) -> LengthScore:
     """Bits per byte of ``ids`` at evaluation length ``length`` (see the module docstring).
 
@@ -111,7 +111,7 @@ def length_options(train_length: int, cap: int, minimum: int = 4) -> list[int]:
     return sorted(s for s in stops if minimum <= s <= cap)
 
 
-@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+@torch.inference_mode()
 def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool = True,
                       max_side: int = 512) -> tuple[LengthScore, AttentionView]:
     """``score_at_length`` and ``attention_view`` together, for the model a page inspects.

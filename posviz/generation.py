@@ -183,7 +183,7 @@ class Decoder:
             self.cache.positions = torch.arange(p - held, p, device=dev)
         return self.model(self._ids([byte]), positions=torch.tensor([p], device=dev), cache=self.cache).logits[0, -1]
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self) -> Step | None:
         if self.done:
             return None
@@ -275,7 +275,7 @@ def teacher_forced(model: GPT, prompt, continuation: Sequence[int], strategy: st
     limit = model.position.max_positions
     if (strategy == "stop" or not model.position.is_absolute) and (limit is None or len(prompt_ids) + n - 1 <= limit):
         start = time.perf_counter()
-        with torch.no_grad():
+        with torch.inference_mode():
             ids = torch.tensor([prompt_ids + forced[:-1]], dtype=torch.long, device=model.device)
             logp = model(ids).logits[0, len(prompt_ids) - 1:].float().log_softmax(-1)  # (n, V): byte k of the continuation
         target = torch.tensor(forced, device=logp.device)

@@ -91,7 +91,7 @@ def _sync(model: GPT) -> None:
         torch.cuda.synchronize()
 
 
-@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+@torch.inference_mode()
 def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | None = None,
                   progress: Progress = _no_progress, one_pass_prefix: bool = True) -> SlidingResult:
     """Score bytes 1..n-1 of ``ids`` one at a time, each from (at most) the ``window`` bytes ending
@@ -189,7 +189,7 @@ def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:
     return rows
 
 
-@torch.no_grad()  # not inference_mode: the position memo reads tensor versions
+@torch.inference_mode()
 def cache_check(model: GPT, ids, length: int, time_reencode: bool = True,
                 progress: Progress = _no_progress) -> dict:
     """Cached byte-by-byte decoding vs one full forward pass over the first ``length`` bytes.

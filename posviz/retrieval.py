@@ -66,7 +66,7 @@ def _fits(model: GPT, total: int) -> bool:
     return limit is None or total <= limit
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _losses(model: GPT, batch: torch.Tensor) -> torch.Tensor:
     """(B, T-1) loss in nats of predicting byte t+1 from bytes 0..t."""
     logits = model(batch[:, :-1].to(model.device)).logits.float()
@@ -212,7 +212,7 @@ def key_value_probe(model: GPT, text, gaps: Sequence[int], trials: int = 16, see
 
 
 # -- induction heads ---------------------------------------------------------------------------------------
-@torch.no_grad()
+@torch.inference_mode()
 def induction_scores(model: GPT, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 8, seed: int = 0,
                      progress: Progress = _no_progress) -> dict[int, np.ndarray | None]:
     """{gap: (n_layer, H) mean attention from second-copy byte t to first-copy byte t+1}, None where the

@@ -145,12 +145,12 @@ class PositionMethod(nn.Module):
         key = (id(q_pos), id(k_pos), *tag)  # tag: what else the value depends on (a distance range)
         hit = memo.get(key)
         if hit is not None and hit[0] is q_pos and hit[1] is k_pos and \
-                hit[2] == (q_pos._version, k_pos._version, self.training):
+                hit[2] == (_version(q_pos), _version(k_pos), self.training):
             return hit[3]
         value = compute()
         if len(memo) >= self.MEMO_ENTRIES:
             memo.pop(next(iter(memo)))
-        memo[key] = (q_pos, k_pos, (q_pos._version, k_pos._version, self.training), value)
+        memo[key] = (q_pos, k_pos, (_version(q_pos), _version(k_pos), self.training), value)
         self._memo = memo
         return value
 
@@ -164,7 +164,7 @@ class PositionMethod(nn.Module):
         params = list(params)
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             return compute()
-        stamp = (self.training, *((id(p), p._version, p.dtype, p.device) for p in params))
+        stamp = (self.training, *((id(p), _version(p), p.dtype, p.device) for p in params))
         kept = self.__dict__.setdefault("_kept_values", {})
         hit = kept.get(key)
         if hit is not None and hit[0] == stamp:
@@ -181,6 +181,12 @@ class PositionMethod(nn.Module):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(self.options).items())
+
+
+def _version(t: torch.Tensor) -> int:
+    """A tensor's in-place edit counter; inference tensors (``torch.inference_mode``) have none, and
+    cannot be edited outside inference mode, so they count as never edited."""
+    return 0 if t.is_inference() else t._version
 
 
 def relative_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
