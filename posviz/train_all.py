@@ -19,8 +19,10 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -113,12 +115,30 @@ def train_all(methods: list[str], overrides: dict, out_dir: Path, jobs: int, thr
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     settings = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in overrides.items()]
     queue = [r for r in runs if not r.finished]
-    history: list[tuple[float, int]] = []  # (time, bytes done by the set): the speed over the last minutes
-    last_print = 0.0
 
     def bytes_done() -> int:
         return sum(r.steps_done() * r.recipe.batch_size * r.recipe.train_length for r in runs)
 
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None  # `kill` runs the finally
+    try:
+        return _supervise(runs, queue, jobs, every, python, settings, env, log_dir, bytes_done)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        for run in runs:  # a stopped set stops its runs too (each keeps its last saved state)
+            if run.process is not None and run.process.poll() is None:
+                run.process.terminate()
+                run.process.wait()
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _supervise(runs, queue, jobs, every, python, settings, env, log_dir, bytes_done) -> int:
+    history: list[tuple[float, int]] = []  # (time, bytes done by the set): the speed over the last minutes
+    last_print = 0.0
     while True:
         for run in runs:
             if run.process is not None and run.process.poll() is not None:

@@ -195,7 +195,7 @@ def test_bias_by_distance_is_what_the_model_adds(method):
 def test_a_short_training_run_lowers_the_loss_and_moves_the_position_parameters(method, tmp_path):
     cfg = TrainConfig(method=method, n_layer=2, n_head=2, n_embd=32, train_length=32, batch_size=8,
                       tokens=8 * 32 * 200, warmup_steps=10, eval_bytes=1024, log_every=20, precision="fp32")
-    metrics = train(cfg, out=tmp_path / method, progress=False)
+    metrics = train(cfg, out=tmp_path / method, progress=False, state_dir=tmp_path / f"{method}.state")  # not ./runs
     curve = [row["train_bpb"] for row in metrics["train_curve"]]
     assert curve[-1] < curve[0] - 2.0, curve  # from ~8 bits/byte (uniform) to well under 6
     assert metrics["val_bpb_at_train_length"] < 6.0

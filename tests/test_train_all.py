@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from posviz.train_all import Run, already_trained, progress_line, train_all
@@ -55,3 +56,29 @@ def test_a_running_run_counts_the_steps_its_progress_bar_shows(tmp_path):
     assert run.steps_done() == 0  # not running: only saved states count
     run.process = object()  # running (the progress line only reads whether it is set)
     assert run.steps_done() == 42
+
+
+def test_stopping_the_set_stops_its_runs(tmp_path):
+    """`kill` on train_all must not leave its training processes running on their own: a rerun would
+    then start a second process on the same state."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "set"
+    settings = [f"{k}={v}" for k, v in {**TINY, "tokens": 4 * 32 * 100_000}.items()]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    boss = subprocess.Popen([sys.executable, "-m", "posviz.train_all", "--methods", "nope", "--out-dir", str(out),
+                             "--every", "1", "--set", *settings], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "runs" / "train-nope.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.is_file() and "train nope" in log.read_text(errors="replace")):
+        time.sleep(0.5)
+    assert "train nope" in log.read_text(errors="replace"), "the run never started"
+    running = lambda: subprocess.run(["pgrep", "-f", "--", f"--out {out}/nope"], capture_output=True).returncode == 0
+    assert running()
+    boss.send_signal(signal.SIGTERM)
+    assert boss.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not running()

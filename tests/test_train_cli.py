@@ -27,8 +27,9 @@ TORCHRUN = PYTHON.parent / "torchrun"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
-def run(command: list[str], timeout: int = 180) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+def run(command: list[str], timeout: int = 180, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run from ``cwd``: a run that saves states writes them to ./runs, which must not be the project's."""
+    result = subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
@@ -37,7 +38,8 @@ def test_cli_trains_and_writes_a_complete_checkpoint(tmp_path):
     out = tmp_path / "alibi"
     recipe = ["tokens=8192", "n_embd=32", "n_layer=1", "train_length=32", "batch_size=4", "eval_bytes=4096", "log_every=1",
               "checkpoint_every=16"]
-    run([str(PYTHON), "-m", "posviz.train", "--method", "alibi", "--out", str(out), "--set", *recipe])
+    run([str(PYTHON), "-m", "posviz.train", "--method", "alibi", "--out", str(out), "--set", *recipe], cwd=tmp_path)
+    assert (tmp_path / "runs" / "alibi.state" / "state.json").is_file()  # resumable states go to ./runs
 
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "metrics.json", "model.safetensors"]
     config = json.loads((out / "config.json").read_text())
@@ -151,7 +153,7 @@ def test_precision_is_measured_and_recorded(tmp_path):
     faster = "bf16" if info["matmul_ms_bf16"] < info["matmul_ms_fp32"] / 1.1 else "fp32"
     assert info["precision"] == faster  # auto picks the faster one on this machine
     assert pick_precision(small_recipe(precision="fp32"), torch.device("cpu"))["precision"] == "fp32"
-    train(small_recipe(tokens=4 * 32 * 2), tmp_path / "m", progress=False)
+    train(small_recipe(tokens=4 * 32 * 2), tmp_path / "m", progress=False, state_dir=tmp_path / "m.state")
     trained_on = json.loads((tmp_path / "m" / "config.json").read_text())["trained_on"]
     assert trained_on["precision"] == "fp32" and trained_on["asked"] == "fp32"
 
