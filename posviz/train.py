@@ -187,10 +187,8 @@ def load_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen:
                cfg: TrainConfig) -> dict:
     """Restore a saved state into the fresh ``model``, ``optim`` and ``data_gen``; returns state.json."""
     info = json.loads((folder / STATE_JSON).read_text())
-    saved = {k: v for k, v in info["recipe"].items() if k not in RESUMABLE_CHANGES}
-    wanted = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RESUMABLE_CHANGES}
-    if saved != wanted:
-        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+    changed = recipe_differences(info["recipe"], cfg)
+    if changed:
         raise PosvizError(f"the saved state in {folder} was made with another recipe (differs in: {', '.join(changed)}); "
                           "delete that folder to start over, or resume with the same settings")
     tensors = load_file(str(folder / STATE_WEIGHTS))
@@ -206,6 +204,13 @@ def load_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen:
 
 # Recipe fields a resumed run may change: they do not alter the trained weights.
 RESUMABLE_CHANGES = {"log_every", "checkpoint_every", "device"}
+
+
+def recipe_differences(saved: dict, cfg: TrainConfig) -> list[str]:
+    """The recipe fields in which a saved state's recipe differs from ``cfg`` (those that alter the weights)."""
+    wanted = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RESUMABLE_CHANGES}
+    saved = {k: v for k, v in saved.items() if k not in RESUMABLE_CHANGES}
+    return sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
 
 
 def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resume: bool = False,
@@ -325,7 +330,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     return result
 
 
-def _parse_pairs(items: list[str]) -> dict:
+def parse_pairs(items: list[str]) -> dict:
     """KEY=VALUE strings to a dict; values are JSON where they parse (numbers, true, null), else text."""
     out = {}
     for item in items:
@@ -349,8 +354,8 @@ def main(argv=None) -> None:
     ap.add_argument("--resume", action="store_true",
                     help="continue from the state a stopped run left in runs/<out name>.state (saved every checkpoint_every steps)")
     args = ap.parse_args(argv)
-    values = {"method": args.method, **_parse_pairs(args.set)}
-    values["position_options"] = _parse_pairs(args.option)
+    values = {"method": args.method, **parse_pairs(args.set)}
+    values["position_options"] = parse_pairs(args.option)
     try:
         cfg = strict_from_dict(TrainConfig, values, "training recipe")
         GPT(cfg.model_config())  # unknown method, bad shape or option: say so before loading any data

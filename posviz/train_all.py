@@ -29,7 +29,7 @@ from pathlib import Path
 from .config import strict_from_dict
 from .errors import PosvizError
 from .positions import method_names
-from .train import RESUMABLE_CHANGES, STATE_JSON, TrainConfig, _parse_pairs, state_dir_for
+from .train import STATE_JSON, TrainConfig, parse_pairs, recipe_differences, state_dir_for
 
 
 @dataclasses.dataclass
@@ -53,9 +53,7 @@ class Run:
         saved = 0
         try:
             info = json.loads((self.state / STATE_JSON).read_text())
-            same = {k: v for k, v in info.get("recipe", {}).items() if k not in RESUMABLE_CHANGES}
-            wanted = {k: v for k, v in dataclasses.asdict(self.recipe).items() if k not in RESUMABLE_CHANGES}
-            saved = int(info.get("step", 0)) if same == wanted else 0
+            saved = 0 if recipe_differences(info.get("recipe", {}), self.recipe) else int(info.get("step", 0))
         except (OSError, ValueError):
             pass
         return max(saved, self._bar_step()) if self.process is not None else saved
@@ -186,7 +184,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     methods = args.methods or method_names()
     try:
-        failed = train_all(methods, _parse_pairs(args.set), Path(args.out_dir), max(1, args.jobs), max(1, args.threads),
+        failed = train_all(methods, parse_pairs(args.set), Path(args.out_dir), max(1, args.jobs), max(1, args.threads),
                            Path("runs"), every=args.every)
     except PosvizError as exc:
         raise SystemExit(f"error: {exc}") from None
