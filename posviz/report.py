@@ -1,7 +1,8 @@
 """The results section of the README, drawn by the project's own code from the shipped metrics.
 
 ``python -m posviz.report`` writes ``docs/bpb_vs_length.svg`` (a dependency-free SVG line chart) and
-prints the Markdown table of bits per byte vs evaluation length for every shipped checkpoint.
+prints the README's Results tables (quality, bits per byte vs evaluation length, fine-tuning,
+far-context retrieval) for the shipped checkpoints; a test holds the README to them.
 """
 from __future__ import annotations
 
@@ -11,14 +12,25 @@ import math
 from pathlib import Path
 
 from .checkpoint import read_config, read_metrics, shipped_checkpoints
+from .retrieval import induction_rows, induction_table
 
 COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 
 
+def pretrained(models=None) -> dict[str, Path]:
+    """{name: folder} of the shipped checkpoints that were trained from scratch (not fine-tuned)."""
+    return {n: f for n, f in shipped_checkpoints(models).items() if not read_config(f).get("finetuned_from")}
+
+
+def finetuned(models=None) -> dict[str, Path]:
+    """{name: folder} of the shipped checkpoints fine-tuned from another one."""
+    return {n: f for n, f in shipped_checkpoints(models).items() if read_config(f).get("finetuned_from")}
+
+
 def curves(models=None) -> tuple[dict[str, dict[int, float | None]], int]:
-    """{checkpoint (and rope scaling) name: {length: bpb}} and the training length."""
+    """{checkpoint (and rope scaling) name: {length: bpb}} of the pre-trained checkpoints, and the training length."""
     out, train_length = {}, None
-    for name, folder in shipped_checkpoints(models).items():
+    for name, folder in pretrained(models).items():
         metrics, config = read_metrics(folder), read_config(folder)
         train_length = config["model"]["train_length"]
         ev = metrics.get("eval", {})
@@ -39,9 +51,75 @@ def markdown_table(data: dict[str, dict[int, float | None]], train_length: int) 
         cells = []
         for n in lengths:
             v = row.get(n, "")
-            cells.append("—" if v == "" else ("cannot run" if v is None else f"{v:.3f}"))
+            cells.append("—" if v == "" else _cell(v, 3))
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join([head, sep, *rows])
+
+
+def _cell(value: float | None, digits: int) -> str:
+    return "cannot run" if value is None else f"{value:.{digits}f}"
+
+
+def quality_table(models=None) -> str:
+    """Bits per byte at the training length: on the whole validation split and on the first 64 KiB of
+    the long validation documents (what training logs as ``val_bpb_at_train_length``)."""
+    rows = ["| checkpoint | whole validation split | first 64 KiB of the long validation documents |", "|---|---:|---:|"]
+    for name, folder in pretrained(models).items():
+        metrics = read_metrics(folder)
+        rows.append(f"| {name} | {metrics['eval']['validation_split_bpb']:.3f} | {metrics['val_bpb_at_train_length']:.3f} |")
+    return "\n".join(rows)
+
+
+SCALING_LABELS = {"none": "none", "linear": "linear (PI)", "yarn": "YaRN"}  # as the papers name them
+
+
+def finetuning_table(models=None) -> str:
+    """Each fine-tuned checkpoint at its fine-tuning length before and after, and after at 1/4, 2 and 4 times it."""
+    folders = finetuned(models)
+    if not folders:
+        return ""
+    L = read_config(next(iter(folders.values())))["model"]["train_length"]
+    lengths = (L // 4, 2 * L, 4 * L)
+    rows = [f"| scaling | {L:,} before | {L:,} after | " + " | ".join(f"{n:,} after" for n in lengths) + " |",
+            "|---|" + "---:|" * (2 + len(lengths))]
+    for name, folder in folders.items():
+        config, block = read_config(folder), read_metrics(folder)["eval"]
+        scaling = config["finetuned_from"]["position_options"].get("scaling", "none")
+        after, before = block["nonoverlapping_bpb"], block["before_finetuning"]["nonoverlapping_bpb"]
+        cells = [_cell(before[str(L)], 3), f"**{_cell(after[str(L)], 3)}**", *(_cell(after[str(n)], 3) for n in lengths)]
+        rows.append(f"| {SCALING_LABELS.get(scaling, scaling)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def retrieval_table(models=None) -> str:
+    """The far-context probes of every pre-trained checkpoint: the repeat probe's loss over the no-copy
+    control (``gain``) at gap 0 and at 1, 4 and 16 times the training length; the key-value probe's
+    recalled over first-sight loss at gap 0 and 1x; the induction score of the strongest head at gap 0
+    and of that same head at 4x (``retrieval.induction_rows``)."""
+    folders = pretrained(models)
+    L = read_config(next(iter(folders.values())))["model"]["train_length"]
+    rows = [f"| checkpoint | repeat, gap 0 | {L:,} (1×) | {4 * L:,} (4×) | {16 * L:,} (16×) | key–value, gap 0 | {L:,} "
+            f"| induction, gap 0 | {4 * L:,} |", "|---|" + "---:|" * 8]
+    metrics = {name: read_metrics(folder) for name, folder in folders.items()}
+    best = {}
+    for row in induction_rows(induction_table(metrics)):
+        if row["best"]:
+            best[(row["model"], row["gap"])] = row["score"]
+    for name, m in metrics.items():
+        block = m["eval"]["retrieval"]
+        repeat = {r["gap"]: r["gain"] for r in block["repeat"]}
+        recall = {r["gap"]: r["ratio"] for r in block["key_value"]}
+        cells = [*(_cell(repeat.get(g), 2) for g in (0, L, 4 * L, 16 * L)), *(_cell(recall.get(g), 2) for g in (0, L)),
+                 *(_cell(best.get((name, g)), 2) for g in (0, 4 * L))]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def readme_tables(models=None) -> dict[str, str]:
+    """Every Results table of the README, from the shipped metrics (a test holds the README to them)."""
+    data, L = curves(models)
+    return {"quality": quality_table(models), "extrapolation": markdown_table(data, L),
+            "fine-tuning": finetuning_table(models), "retrieval": retrieval_table(models)}
 
 
 def svg_chart(data: dict[str, dict[int, float | None]], train_length: int, width: int = 760, height: int = 420,
@@ -90,7 +168,7 @@ def svg_chart(data: dict[str, dict[int, float | None]], train_length: int, width
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="Draw the README's bpb-vs-length chart and table from the shipped metrics.")
+    ap = argparse.ArgumentParser(description="Draw the README's charts and print its Results tables from the shipped metrics.")
     ap.add_argument("--out", default="docs/bpb_vs_length.svg")
     ap.add_argument("--with-scalings", action="store_true", help="also draw the rope checkpoint under each scaling")
     args = ap.parse_args(argv)
@@ -101,7 +179,8 @@ def main(argv=None) -> None:
     scal = Path(args.out).with_name("rope_scalings_vs_length.svg")
     scal.write_text(svg_chart({k: v for k, v in data.items() if k.startswith("rope") or k in ("alibi", "t5")}, L,
                               title="RoPE context extension vs ALiBi and T5"))
-    print(markdown_table(data, L))
+    for title, table in readme_tables().items():
+        print(f"{title}:\n\n{table}\n")
 
 
 if __name__ == "__main__":

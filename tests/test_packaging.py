@@ -71,6 +71,17 @@ def test_readme_gives_exactly_two_commands_and_make_has_them():
     assert (ROOT / "docs" / "bpb_vs_length.svg").read_text().startswith("<svg")
 
 
+def test_readme_results_tables_are_the_shipped_metrics():
+    """Every table of Results is what ``python -m posviz.report`` prints from models/: a retrained set
+    cannot ship with the last set's numbers in the README."""
+    from posviz.report import readme_tables
+
+    results = section("Results")
+    for title, table in readme_tables(ROOT / "models").items():
+        stale = [line for line in table.splitlines() if line not in results]
+        assert not stale, f"README's {title} table differs from the shipped metrics (python -m posviz.report): {stale}"
+
+
 def test_make_app_installs_and_runs_what_the_readme_documents():
     documented = code_lines(section("Quick start"))
     install = next(c for c in documented if c.startswith("pip install"))
