@@ -28,6 +28,9 @@ def test_bench_writes_a_table_with_every_goal_and_method(tiny_models, tmp_path, 
     # learned stops at its table (32 bytes here); every other method reaches 16 x train_length
     assert "| learned | 32 |" in text and "| rope | 512 |" in text
     assert "not measured (--no-pages)" in text
+    # the bare eager step is timed beside the cached steps, and the goal row says what it allows
+    assert re.search(r"^\| \*bare eager step \(floor\)\* \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\dx \|$", text, re.M)
+    assert re.search(r"a bare eager step at most \d+\.\dx", goals)
 
 
 def test_cold_visit_verdicts_use_each_pages_menu_section():
@@ -53,3 +56,23 @@ def test_cold_floor_times_minimal_apps_started_as_the_readme_does():
     assert all(0 < seconds < 60 for seconds in floor.values())
     # importing torch is most of a cold visit's floor (about 1.5 s of 3 on a 2-core CPU)
     assert floor["+ pandas, altair, torch"] > floor["Streamlit alone"] + 0.5
+
+
+def test_bare_eager_step_is_a_real_decoding_step_of_nope():
+    """The floor the cached step is held against does the same arithmetic: on NoPE (no position
+    method) it gives the logits of a real cached step."""
+    import torch
+
+    from posviz.model import KVCache
+    from conftest import tiny_model
+
+    model, W = tiny_model("nope").eval(), 20
+    stream = torch.randint(0, 256, (1, W))
+    with torch.inference_mode():
+        cache = KVCache(model.config.n_layer)
+        model(stream[:, :W - 1], cache=cache)
+        keys = [torch.cat((k[0, :, :W - 1], torch.zeros_like(k[0, :, :1])), 1) for k in cache.keys]  # (H, W, hs)
+        values = [torch.cat((v[0, :, :W - 1], torch.zeros_like(v[0, :, :1])), 1) for v in cache.values]
+        bare = bench._bare_step(model, int(stream[0, -1]), keys, values, W - 1)
+        real = model(stream[:, -1:], cache=cache).logits[0, -1]
+    torch.testing.assert_close(bare, real, atol=1e-5, rtol=1e-5)
