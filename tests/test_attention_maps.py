@@ -99,3 +99,20 @@ def test_attention_growth_stops_at_the_method_limit(text_ids):
     assert attention_maps.growth_lengths(512, 32) == [16, 32, 64, 128, 256, 512]
     rows = attention_maps.attention_growth(tiny_model("rope"), text_ids, [16, 64], layer=0)
     assert [(r["length"], r["head"]) for r in rows] == [(16, h) for h in range(4)] + [(64, h) for h in range(4)]
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "1"), ("0", "0")])
+def test_importing_posviz_puts_large_tensors_on_huge_pages_unless_told_not_to(preset, expected):
+    """A 256 MB map in 4 KB pages cost a fifth of its forward pass in page faults (see posviz/__init__.py):
+    importing posviz turns PyTorch's huge-page allocation on, and leaves a user's own setting alone."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if preset is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = preset
+    code = "import os, posviz; print(os.environ['THP_MEM_ALLOC_ENABLE'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.strip() == expected
