@@ -66,7 +66,8 @@ def quality_table(models=None) -> str:
     rows = ["| checkpoint | whole validation split | first 64 KiB of the long validation documents |", "|---|---:|---:|"]
     for name, folder in pretrained(models).items():
         metrics = read_metrics(folder)
-        rows.append(f"| {name} | {metrics['eval']['validation_split_bpb']:.3f} | {metrics['val_bpb_at_train_length']:.3f} |")
+        whole = metrics["eval"].get("validation_split_bpb")  # absent when evaluated without the split
+        rows.append(f"| {name} | {'—' if whole is None else f'{whole:.3f}'} | {metrics['val_bpb_at_train_length']:.3f} |")
     return "\n".join(rows)
 
 
@@ -117,11 +118,37 @@ def retrieval_table(models=None) -> str:
     return "\n".join(rows)
 
 
+COPY_TARGET = 0.5  # second-copy over first-copy loss at gap 0: the set's goal for every checkpoint
+
+
+def copy_formation_table(models=None) -> str:
+    """When copying formed: each checkpoint's ``copy_curve`` (the repeat probe at gap 0 that training
+    runs at every saved state) read at each quarter of training, and the bytes seen when the ratio
+    first reached the target. Empty when no checkpoint has a curve (a set trained before the check)."""
+    curves = {n: read_metrics(f).get("copy_curve") for n, f in pretrained(models).items()}
+    curves = {n: c for n, c in curves.items() if c}
+    if not curves:
+        return ""
+    total = max(p["tokens"] for c in curves.values() for p in c)
+    quarters = [total * q / 4 for q in (1, 2, 3, 4)]
+    rows = ["| checkpoint | " + " | ".join(f"{q / 1e6:.0f} M bytes" for q in quarters)
+            + f" | first ≤ {COPY_TARGET} at |", "|---|" + "---:|" * 5]
+    for name, curve in curves.items():
+        def at(limit):  # the last saved state at or before ``limit`` bytes (within a step of it)
+            seen = [p for p in curve if p["tokens"] <= limit * 1.001]
+            return seen[-1]["ratio"] if seen else None
+        first = next((p["tokens"] for p in curve if p["ratio"] is not None and p["ratio"] <= COPY_TARGET), None)
+        cells = [_cell(at(q), 2) for q in quarters] + ["not reached" if first is None else f"{first / 1e6:.1f} M bytes"]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def readme_tables(models=None) -> dict[str, str]:
     """Every Results table of the README, from the shipped metrics (a test holds the README to them)."""
     data, L = curves(models)
     return {"quality": quality_table(models), "extrapolation": markdown_table(data, L),
-            "fine-tuning": finetuning_table(models), "retrieval": retrieval_table(models)}
+            "fine-tuning": finetuning_table(models), "retrieval": retrieval_table(models),
+            "copy formation": copy_formation_table(models)}
 
 
 def svg_chart(data: dict[str, dict[int, float | None]], train_length: int, width: int = 760, height: int = 420,

@@ -1,0 +1,39 @@
+"""``posviz.report``: the README's Results tables drawn from checkpoint folders (here the tiny test set)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from posviz import report
+from posviz.checkpoint import read_metrics
+from posviz.positions import method_names
+
+
+def test_every_table_has_a_row_per_pretrained_checkpoint(tiny_models_dir):
+    tables = report.readme_tables(tiny_models_dir)
+    for title in ("quality", "extrapolation", "retrieval"):
+        names = [line.split(" | ")[0].lstrip("| ") for line in tables[title].splitlines()[2:]]
+        assert [n for n in names if "+" not in n] == method_names(), title
+    assert tables["fine-tuning"] == ""  # none fine-tuned
+    rows = {line.split(" | ")[0][2:]: line for line in tables["retrieval"].splitlines()[2:]}
+    assert rows["learned"].count("cannot run") == 9  # its 32-byte table cannot hold two 64-byte chunks
+    assert "cannot run" not in rows["alibi"]
+    rope = next(line for line in tables["quality"].splitlines() if line.startswith("| rope |"))
+    stored = read_metrics(tiny_models_dir / "rope")["val_bpb_at_train_length"]
+    assert rope == f"| rope | — | {stored:.3f} |"  # the tiny set was not scored on the whole split
+
+
+def test_copy_formation_reads_each_quarter_and_the_first_state_at_the_target(tiny_models_dir, tmp_path):
+    models = tmp_path / "models"
+    shutil.copytree(tiny_models_dir, models)
+    for name in method_names():  # a set trained before the check: no curves, no table
+        metrics = read_metrics(models / name)
+        (models / name / "metrics.json").write_text(json.dumps({**metrics, "copy_curve": []}))
+    assert report.copy_formation_table(models) == ""
+    metrics = read_metrics(models / "alibi")
+    metrics["copy_curve"] = [{"step": s, "tokens": 1_000_000 * (s + 1), "ratio": r, "gain": r}
+                             for s, r in enumerate([0.99, 0.9, 0.7, 0.55, 0.48, 0.5, 0.45, 0.4])]
+    (models / "alibi" / "metrics.json").write_text(json.dumps(metrics))
+    table = report.copy_formation_table(models).splitlines()
+    assert table[0] == "| checkpoint | 2 M bytes | 4 M bytes | 6 M bytes | 8 M bytes | first ≤ 0.5 at |"
+    assert table[2:] == ["| alibi | 0.90 | 0.55 | 0.50 | 0.40 | 5.0 M bytes |"]
