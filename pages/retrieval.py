@@ -23,6 +23,7 @@ from pages._shared import (
 )
 from posviz import lab_inputs, retrieval
 from posviz.checkpoint import read_config, read_metrics
+from posviz.context_extension import finetuned_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
 from posviz.positions.alibi import alibi_slopes
@@ -113,7 +114,9 @@ if not shipped.empty:
                     "even what sits right before it, so no position method can show retrieval through it.")
 
 st.subheader("When copying formed during training")
-curve = pd.DataFrame(retrieval.copy_curve_rows(metrics))
+# Pre-training runs only: a fine-tuning run's curve covers its own 400 KB, not the set's budget.
+tuned = finetuned_checkpoints(checkpoints)
+curve = pd.DataFrame(retrieval.copy_curve_rows({n: m for n, m in metrics.items() if n not in tuned}))
 if curve.empty:
     st.info("These checkpoints were trained before training logged its copy check (`copy_curve` in metrics.json): "
             "retrain with `make checkpoints` to see when each model learned to copy.", icon="ℹ️")
@@ -122,10 +125,11 @@ else:
         "Every saved training state is probed with a chunk of held-out code repeated right after itself (gap 0, "
         f"16 chunks): the second copy's loss over the first's. Copying forms late and suddenly (Olsson et al. 2022 "
         f"call it a phase change); the dashed line is the set's goal, {retrieval.COPY_TARGET:g}.")
+    curve_colours, curve_dashes = method_scales(list(curve["model"].unique()))  # the legend lists only drawn curves
     lines = alt.Chart(curve).mark_line(point=True).encode(
         x=alt.X("bytes:Q", title="bytes trained"), y=alt.Y("ratio:Q", title="second copy / first copy (gap 0)"),
-        color=alt.Color("model:N", scale=COLOURS, title="checkpoint"),
-        strokeDash=alt.StrokeDash("model:N", scale=DASHES, title="checkpoint"),
+        color=alt.Color("model:N", scale=curve_colours, title="checkpoint"),
+        strokeDash=alt.StrokeDash("model:N", scale=curve_dashes, title="checkpoint"),
         tooltip=["model", "step", alt.Tooltip("bytes:Q", format=","), alt.Tooltip("ratio:Q", format=".3f"),
                  alt.Tooltip("gain:Q", format=".3f")])
     goal = alt.Chart(pd.DataFrame({"y": [retrieval.COPY_TARGET]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")

@@ -211,7 +211,8 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     curve = [{"step": 0, "tokens": 512, "train_bpb": 7.5}, {"step": 1, "tokens": 1024, "train_bpb": 6.0}]
     save_checkpoint(tuned, models / "rope-linear-ft4x", extra, {"train_curve": curve})
     block = evaluate_checkpoint(models / "rope-linear-ft4x", corpus.eval_stream(1 << 12), multiples=(1, 2), progress=False)
-    write_metrics(models / "rope-linear-ft4x", {"train_curve": curve, "eval": block})
+    copy_curve = [{"step": 1, "tokens": 1024, "ratio": 0.3, "gain": 0.3}]  # its own fine-tuning run's check
+    write_metrics(models / "rope-linear-ft4x", {"train_curve": curve, "eval": block, "copy_curve": copy_curve})
     monkeypatch.setenv("POSVIZ_MODELS", str(models))
 
     at = run(page("context_extension", refs="alibi"))
@@ -225,6 +226,11 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     facts = [d.value for d in at.main.dataframe if "scaling" in d.value.columns][0]
     assert facts.iloc[0]["checkpoint"] == "rope-linear-ft4x" and facts.iloc[0]["bytes"] == 4096
     assert "rope-linear-ft4x" not in at.multiselect(key="w_refs").options  # not a reference: a section of its own
+
+    # The retrieval page's "when copying formed" draws pre-training runs only, and lists only what it draws.
+    at = run(page("retrieval", models="rope"))
+    copying = [f for f in chart_frames(at) if {"bytes", "ratio", "gain", "step"} <= set(f.columns)][0]
+    assert "rope" in set(copying["model"]) and "rope-linear-ft4x" not in set(copying["model"])
 
 
 # ------------------------------------------------------------------------------------------------
