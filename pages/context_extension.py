@@ -47,8 +47,9 @@ rope_folder = checkpoints[rope_name]
 train_length = configs[rope_name]["train_length"]
 others = [n for n in configs if n != rope_name and n not in tuned]
 SCALINGS = list(ROPE_SCALINGS)
-# The curves are named by scaling ("linear") or checkpoint ("alibi"); colours are the app's, per method.
-COLOURS, DASHES = method_scales(SCALINGS + others + list(tuned), {s: rope_series(s) for s in SCALINGS})
+# The curves are named by scaling ("linear") or checkpoint ("alibi"); colours are the app's, per method,
+# and each chart's legend lists only the series it draws (all eleven methods would not fit beside a chart).
+ALIASES = {s: rope_series(s) for s in SCALINGS}
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -72,12 +73,13 @@ sync_url(factor=factor, scalings=scalings, refs=references)
 # ------------------------------------------------------------------------------------------------
 st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
 waves = pd.DataFrame(context_extension.rope_wavelengths(rope_folder, factor, scalings=scalings or SCALINGS))
+wave_colours, wave_dashes = method_scales(scalings or SCALINGS, ALIASES)
 marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
                       "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
 y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
 lines = alt.Chart(waves).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
-    color=alt.Color("scaling:N", scale=COLOURS, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", scale=DASHES, title="scaling"),
+    color=alt.Color("scaling:N", scale=wave_colours, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling"),
     tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
 rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
 notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
@@ -169,9 +171,10 @@ shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], 
 def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
     x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-    colour = alt.Color("curve:N", scale=COLOURS, title=None)
+    colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
+    colour = alt.Color("curve:N", scale=colours, title=None)
     tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
-    dashes = alt.StrokeDash("curve:N", scale=DASHES, title=None)  # rope's scalings dashed, other methods solid
+    dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)  # rope's scalings dashed, other methods solid
     rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
     refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
     rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")

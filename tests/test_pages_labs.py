@@ -6,6 +6,8 @@ Pages are run directly from their files (absolute paths) against the tiny checkp
 """
 from __future__ import annotations
 
+import json
+
 import math
 from pathlib import Path
 
@@ -183,6 +185,15 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
         assert shown[r["scaling"]] == f"{r['bpb']:.3f}"
     assert shown["alibi"] == f"{extrapolation.score_at_length(lab_inputs.get_model(folders['alibi']), doc_ids, longest).bpb:.3f}"
     assert set(shown) == {"none", "linear", "alibi"}
+    # each legend names only what its chart draws (not every checkpoint in models/)
+    for chart in at.get("vega_lite_chart"):
+        spec = json.loads(chart.proto.spec)
+        drawn = {v for ds in chart.proto.datasets for col in ("curve", "scaling")
+                 for v in pa.ipc.open_stream(ds.data.data).read_pandas().get(col, [])}
+        for layer in spec.get("layer", [spec]):
+            domain = layer.get("encoding", {}).get("color", {}).get("scale", {}).get("domain")
+            if domain and drawn:
+                assert set(domain) <= drawn, (domain, drawn)
 
     at.select_slider(key="w_factor").set_value(4.0)
     run(at)
