@@ -54,7 +54,7 @@ train_length = facts[names[0]]["train_length"]
 left, right = st.columns(2)
 with left:
     # One of each kind by default (absolute, attention-time bias, rotary): every byte is a forward pass,
-    # so all seven take several times longer; add the others here.
+    # so every shipped checkpoint at once takes several times longer; the others are one click away.
     default_models = [n for n in ("sinusoidal", "alibi", "rope") if n in names] or names[:3]
     chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models",
                             help="Each checkpoint scores the text three times, byte by byte.")
