@@ -151,6 +151,26 @@ def readme_tables(models=None) -> dict[str, str]:
             "copy formation": copy_formation_table(models)}
 
 
+def update_tables(text: str, tables: dict[str, str]) -> tuple[str, list[str]]:
+    """``text`` (Markdown) with every table whose header row is a new table's header replaced by that
+    table; returns the new text and the titles of the tables it found no place for."""
+    lines, missing = text.split("\n"), []
+    for title, table in tables.items():
+        if not table:
+            continue
+        new = table.split("\n")
+        try:
+            start = lines.index(new[0])
+        except ValueError:
+            missing.append(title)
+            continue
+        end = start
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        lines[start:end] = new
+    return "\n".join(lines), missing
+
+
 def svg_chart(data: dict[str, dict[int, float | None]], train_length: int, width: int = 760, height: int = 420,
               title: str = "Bits per byte vs evaluation length (non-overlapping windows)") -> str:
     pad_l, pad_r, pad_t, pad_b = 60, 170, 40, 50
@@ -200,6 +220,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Draw the README's charts and print its Results tables from the shipped metrics.")
     ap.add_argument("--out", default="docs/bpb_vs_length.svg")
     ap.add_argument("--with-scalings", action="store_true", help="also draw the rope checkpoint under each scaling")
+    ap.add_argument("--readme", default=None, help="also rewrite the tables of this Markdown file in place "
+                    "(each one found by its header row)")
     args = ap.parse_args(argv)
     data, L = curves()
     base = {k: v for k, v in data.items() if "+" not in k}
@@ -208,8 +230,14 @@ def main(argv=None) -> None:
     scal = Path(args.out).with_name("rope_scalings_vs_length.svg")
     scal.write_text(svg_chart({k: v for k, v in data.items() if k.startswith("rope") or k in ("alibi", "t5")}, L,
                               title="RoPE context extension vs ALiBi and T5"))
-    for title, table in readme_tables().items():
+    tables = readme_tables()
+    for title, table in tables.items():
         print(f"{title}:\n\n{table}\n")
+    if args.readme:
+        text, missing = update_tables(Path(args.readme).read_text(), tables)
+        Path(args.readme).write_text(text)
+        print(f"updated the tables of {args.readme}" + (f"; no table there for: {', '.join(missing)} "
+                                                         "(paste them where they belong)" if missing else ""))
 
 
 if __name__ == "__main__":

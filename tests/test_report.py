@@ -37,3 +37,11 @@ def test_copy_formation_reads_each_quarter_and_the_first_state_at_the_target(tin
     table = report.copy_formation_table(models).splitlines()
     assert table[0] == "| checkpoint | 2 M bytes | 4 M bytes | 6 M bytes | 8 M bytes | first ≤ 0.5 at |"
     assert table[2:] == ["| alibi | 0.90 | 0.55 | 0.50 | 0.40 | 5.0 M bytes |"]
+
+
+def test_update_tables_replaces_each_table_by_its_header_and_names_the_ones_it_cannot_place():
+    text = "intro\n\n| a | b |\n|---|---:|\n| x | 1.0 |\n| y | 2.0 |\n\nafter\n"
+    new, missing = report.update_tables(text, {"ab": "| a | b |\n|---|---:|\n| x | 3.0 |",
+                                               "cd": "| c | d |\n|---|---:|\n| z | 4.0 |", "empty": ""})
+    assert new == "intro\n\n| a | b |\n|---|---:|\n| x | 3.0 |\n\nafter\n"
+    assert missing == ["cd"]
