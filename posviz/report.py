@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from .checkpoint import read_config, read_metrics, shipped_checkpoints
-from .retrieval import induction_rows, induction_table
+from .retrieval import COPY_TARGET, induction_rows, induction_table
 
 COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 
@@ -100,8 +100,8 @@ def retrieval_table(models=None) -> str:
     and of that same head at 4x (``retrieval.induction_rows``)."""
     folders = pretrained(models)
     L = read_config(next(iter(folders.values())))["model"]["train_length"]
-    rows = [f"| checkpoint | second / first copy, gap 0 | second / control, gap 0 | {L:,} (1×) | {4 * L:,} (4×) | {16 * L:,} (16×) "
-            f"| key–value, gap 0 | {L:,} | induction, gap 0 | {4 * L:,} |", "|---|" + "---:|" * 9]
+    rows = [f"| checkpoint | second / first copy, gap 0 | second / control, gap 0 | {L:,} (1×) | {4 * L:,} (4×) "
+            f"| {16 * L:,} (16×) | key–value, gap 0 | {L:,} | induction, gap 0 | {4 * L:,} |", "|---|" + "---:|" * 9]
     metrics = {name: read_metrics(folder) for name, folder in folders.items()}
     best = {}
     for row in induction_rows(induction_table(metrics)):
@@ -112,13 +112,16 @@ def retrieval_table(models=None) -> str:
         repeat = {r["gap"]: r["gain"] for r in block["repeat"]}
         first_copy = next(r["ratio"] for r in block["repeat"] if r["gap"] == 0)
         recall = {r["gap"]: r["ratio"] for r in block["key_value"]}
-        cells = [_cell(first_copy, 2), *(_cell(repeat.get(g), 2) for g in (0, L, 4 * L, 16 * L)), *(_cell(recall.get(g), 2) for g in (0, L)),
-                 *(_cell(best.get((name, g)), 2) for g in (0, 4 * L))]
+        cells = [_cell(first_copy, 2), *(_cell(repeat.get(g), 2) for g in (0, L, 4 * L, 16 * L)),
+                 *(_cell(recall.get(g), 2) for g in (0, L)), *(_cell(best.get((name, g)), 2) for g in (0, 4 * L))]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
-COPY_TARGET = 0.5  # second-copy over first-copy loss at gap 0: the set's goal for every checkpoint
+def _ratio_at(curve: list[dict], limit: float) -> float | None:
+    """The copy ratio of the last saved state at or before ``limit`` bytes (within a step of it)."""
+    seen = [p for p in curve if p["tokens"] <= limit * 1.001]
+    return seen[-1]["ratio"] if seen else None
 
 
 def copy_formation_table(models=None) -> str:
@@ -134,11 +137,9 @@ def copy_formation_table(models=None) -> str:
     rows = ["| checkpoint | " + " | ".join(f"{q / 1e6:.0f} M bytes" for q in quarters)
             + f" | first ≤ {COPY_TARGET} at |", "|---|" + "---:|" * 5]
     for name, curve in curves.items():
-        def at(limit):  # the last saved state at or before ``limit`` bytes (within a step of it)
-            seen = [p for p in curve if p["tokens"] <= limit * 1.001]
-            return seen[-1]["ratio"] if seen else None
         first = next((p["tokens"] for p in curve if p["ratio"] is not None and p["ratio"] <= COPY_TARGET), None)
-        cells = [_cell(at(q), 2) for q in quarters] + ["not reached" if first is None else f"{first / 1e6:.1f} M bytes"]
+        cells = [_cell(_ratio_at(curve, q), 2) for q in quarters]
+        cells.append("not reached" if first is None else f"{first / 1e6:.1f} M bytes")
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
