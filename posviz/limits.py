@@ -21,7 +21,8 @@ def default_device() -> torch.device:
 def device_label() -> str:
     if torch.cuda.is_available():
         return f"CUDA ({torch.cuda.get_device_name(0)})"
-    return f"CPU ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"CPU ({threads} thread{'' if threads == 1 else 's'})"
 
 
 def max_eval_length(train_length: int, device: torch.device | None = None) -> int:

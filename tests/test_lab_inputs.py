@@ -66,3 +66,14 @@ def test_model_cache_is_keyed_and_bounded(tiny_models, monkeypatch):
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     assert lab_inputs.get_model(tiny_models / "alibi") is not before
     lab_inputs.clear_model_cache()
+
+
+@pytest.mark.parametrize("threads, label", [(1, "CPU (1 thread)"), (2, "CPU (2 threads)")])
+def test_the_cpu_label_counts_threads_in_words(threads, label, monkeypatch):
+    import torch
+
+    from posviz import limits
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    assert limits.device_label() == label
