@@ -23,7 +23,6 @@ from pages._shared import (
 )
 from posviz import lab_inputs, retrieval
 from posviz.checkpoint import read_config, read_metrics
-from posviz.context_extension import finetuned_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
 from posviz.positions.alibi import alibi_slopes
@@ -34,10 +33,11 @@ page_header(
     "far back — a chunk of code it will see again, a value bound to a name — and measure whether it still gets used.",
 )
 
-checkpoints, facts = usable_checkpoints(lambda folder: (read_config(folder)["model"], read_metrics(folder)))
+checkpoints, facts = usable_checkpoints(lambda folder: (read_config(folder), read_metrics(folder)))
 names = list(facts)
-configs = {n: facts[n][0] for n in names}
+configs = {n: facts[n][0]["model"] for n in names}
 metrics = {n: facts[n][1] for n in names}
+tuned = {n for n in names if facts[n][0].get("finetuned_from")}  # fine-tuned from another checkpoint
 train_length = configs[names[0]]["train_length"]
 COLOURS, DASHES = method_scales(names)
 
@@ -115,7 +115,6 @@ if not shipped.empty:
 
 st.subheader("When copying formed during training")
 # Pre-training runs only: a fine-tuning run's curve covers its own 400 KB, not the set's budget.
-tuned = finetuned_checkpoints(checkpoints)
 curve = pd.DataFrame(retrieval.copy_curve_rows({n: m for n, m in metrics.items() if n not in tuned}))
 if curve.empty:
     st.info("These checkpoints were trained before training logged its copy check (`copy_curve` in metrics.json): "
