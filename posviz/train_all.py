@@ -134,8 +134,35 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+class Speed:
+    """Bytes per second of the set over the last ``window`` seconds, from (time, bytes done) samples.
+
+    A gap between two samples far longer than the polling interval means the supervisor itself was
+    stopped (a paused job, a debugger): the runs were stopped too, so the samples before the gap say
+    nothing about the speed now, and keeping them would show an ETA of hundreds of hours.
+    """
+
+    def __init__(self, window: float = 600.0, gap: float = 60.0):
+        self.window, self.gap = window, gap
+        self.samples: list[tuple[float, int]] = []
+
+    def add(self, now: float, done: int) -> None:
+        if self.samples and now - self.samples[-1][0] > self.gap:
+            self.samples.clear()
+        self.samples.append((now, done))
+        while len(self.samples) > 2 and now - self.samples[0][0] > self.window:
+            self.samples.pop(0)
+
+    def rate(self) -> float | None:
+        """None until 30 s of samples with progress in them."""
+        if not self.samples:
+            return None
+        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
+        return (b1 - b0) / (t1 - t0) if t1 - t0 >= 30 and b1 > b0 else None
+
+
 def _supervise(runs, queue, jobs, every, python, settings, env, log_dir, bytes_done) -> int:
-    history: list[tuple[float, int]] = []  # (time, bytes done by the set): the speed over the last minutes
+    speed = Speed()  # bytes done by the set over the last minutes
     last_print = 0.0
     while True:
         for run in runs:
@@ -159,14 +186,11 @@ def _supervise(runs, queue, jobs, every, python, settings, env, log_dir, bytes_d
             log.close()
             active.append(run)
         now = time.monotonic()
-        history.append((now, bytes_done()))
-        while len(history) > 2 and now - history[0][0] > 600:
-            history.pop(0)
+        speed.add(now, bytes_done())
         if not active and not queue:
             break
         if now - last_print >= every:
-            (t0, b0), (t1, b1) = history[0], history[-1]
-            print(progress_line(runs, (b1 - b0) / (t1 - t0) if t1 - t0 >= 30 and b1 > b0 else None), flush=True)
+            print(progress_line(runs, speed.rate()), flush=True)
             last_print = now
         time.sleep(min(5.0, every))
     print(progress_line(runs, None), flush=True)

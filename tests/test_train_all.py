@@ -5,6 +5,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from posviz.train_all import Run, already_trained, progress_line, train_all
 from posviz.train import TrainConfig
 
@@ -82,3 +84,17 @@ def test_stopping_the_set_stops_its_runs(tmp_path):
     boss.send_signal(signal.SIGTERM)
     assert boss.wait(timeout=60) == 128 + signal.SIGTERM
     assert not running()
+
+
+def test_speed_is_over_the_recent_window_and_forgets_what_came_before_a_stop():
+    from posviz.train_all import Speed
+
+    speed = Speed(window=600, gap=60)
+    assert speed.rate() is None
+    for t in range(0, 700, 5):  # 100 bytes/s for the first 300 s, then 200 bytes/s
+        speed.add(t, 100 * min(t, 300) + 200 * max(0, t - 300))
+    assert speed.rate() == pytest.approx((200 * 395 + 100 * 300 - 100 * 95) / 600, rel=0.02)  # the last 600 s only
+    speed.add(695 + 900, 200 * 395 + 30_000)  # stopped for 15 minutes (SIGSTOP): the runs did nothing meanwhile
+    assert speed.rate() is None  # not "20 bytes/s, hundreds of hours left"
+    speed.add(695 + 900 + 40, 200 * 395 + 30_000 + 8_000)
+    assert speed.rate() == pytest.approx(200)
