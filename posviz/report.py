@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from .checkpoint import read_config, read_metrics, shipped_checkpoints
+from .context_extension import finetuned_checkpoints
 from .retrieval import COPY_TARGET, induction_rows, induction_table
 
 COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
@@ -19,12 +20,15 @@ COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
 
 def pretrained(models=None) -> dict[str, Path]:
     """{name: folder} of the shipped checkpoints that were trained from scratch (not fine-tuned)."""
-    return {n: f for n, f in shipped_checkpoints(models).items() if not read_config(f).get("finetuned_from")}
+    folders = shipped_checkpoints(models)
+    tuned = finetuned_checkpoints(folders)
+    return {n: f for n, f in folders.items() if n not in tuned}
 
 
 def finetuned(models=None) -> dict[str, Path]:
     """{name: folder} of the shipped checkpoints fine-tuned from another one."""
-    return {n: f for n, f in shipped_checkpoints(models).items() if read_config(f).get("finetuned_from")}
+    folders = shipped_checkpoints(models)
+    return {n: folders[n] for n in finetuned_checkpoints(folders)}
 
 
 def curves(models=None) -> tuple[dict[str, dict[int, float | None]], int]:
