@@ -18,6 +18,7 @@ from torch import nn
 from .config import ModelConfig
 from .errors import PosvizError
 from .positions import ModelShape, PositionMethod, build_position_method
+from .positions.base import run_start
 
 
 @dataclass
@@ -54,7 +55,7 @@ class KVCache:
         if self.positions is not self._known:
             self._known = self.positions
             self._last = None if self.positions is None else int(self.positions[-1])
-            self.keys_are_run = self.positions is None or _run_start(self.positions) is not None
+            self.keys_are_run = self.positions is None or run_start(self.positions) is not None
 
     @property
     def attended_keys_are_run(self) -> bool:
@@ -93,7 +94,7 @@ class KVCache:
         if layer == 0:  # positions are the same for every layer; update them once per step
             self._sync()
             self._new_positions = pos if self.positions is None else torch.cat((self.positions, pos))
-            start = _run_start(pos)
+            start = run_start(pos)
             self._new_is_run = start is not None and (self._last is None or (self.keys_are_run and start == self._last + 1))
             self._new_last = int(pos[-1]) if start is None else start + T - 1
         k_pos = self._new_positions
@@ -173,14 +174,6 @@ def reference_attention():
         FAST_PATHS = before
 
 
-def _run_start(pos: torch.Tensor) -> int | None:
-    """p0 when ``pos`` is p0, p0+1, ... (no cache, a growing cache, a sliding window), else None."""
-    n, p0 = pos.numel(), int(pos[0])
-    if int(pos[-1]) - p0 != n - 1 or (n > 2 and not bool((pos.diff() == 1).all())):
-        return None
-    return p0
-
-
 class DistanceBlocks:
     """How attention walks its queries when the bias is a per-distance vector (``distance_bias``).
 
@@ -212,9 +205,9 @@ class DistanceBlocks:
              ) -> "DistanceBlocks | None":
         """None unless both position lists are runs ending at the same position. ``q0``: the first query
         position when known to be a run's start; ``keys_are_run``: what the cache knows of its keys."""
-        q0 = _run_start(q_pos) if q0 is None else q0
+        q0 = run_start(q_pos) if q0 is None else q0
         if keys_are_run is None:
-            k0 = _run_start(k_pos)
+            k0 = run_start(k_pos)
         else:
             k0 = q0 + q_pos.numel() - k_pos.numel() if keys_are_run and q0 is not None else None
         if q0 is None or k0 is None or q0 + q_pos.numel() - 1 != k0 + k_pos.numel() - 1:

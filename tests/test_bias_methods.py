@@ -231,6 +231,31 @@ def test_fire_by_linear_pieces_is_its_mlp():
     assert expected.abs().max() > 5  # weights large enough for a wrong piece to show
 
 
+def test_fire_by_distance_columns_is_its_mlp():
+    """Past the threshold a block of consecutive queries takes one line per distance column, and looks
+    up pair by pair only the columns whose rows straddle a switch point. With switch points spread
+    over [0, 1] (so some columns do straddle), every (query, key) pair must still get its MLP's
+    value: blocks past L, across L, of one query, with keys that start late or lie in the future."""
+    method = build_position_method("fire", SHAPE, {"mlp_width": 16, "threshold_init": 8.0})
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        method.mlp[0].weight.copy_(torch.randn(16, 1, generator=gen) * 3)
+        method.mlp[0].bias.copy_(torch.rand(16, generator=gen) * 2 - 1)
+        method.mlp[2].weight.copy_(torch.randn(2, 16, generator=gen))
+        points, _ = method.linear_pieces()
+        for q0, rows, k0, keys in [(200, 48, 0, 248), (4, 20, 0, 24), (300, 1, 37, 264), (60, 16, 50, 40)]:
+            q_pos, k_pos = torch.arange(q0, q0 + rows), torch.arange(k0, k0 + keys)
+            u = method.normalised_distance(q_pos, k_pos)
+            expected, got = method.bias_of(u), method.bias_of_runs(q0, rows, k0, keys)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert int(((points > 0) & (points < 1)).sum()) >= 5
+    # the first block has columns (one distance each) whose rows fall in different pieces
+    q_pos, k_pos = torch.arange(200, 248), torch.arange(248)
+    piece = torch.searchsorted(points, method.normalised_distance(q_pos, k_pos).detach())
+    distance = q_pos[:, None] - k_pos[None, :]
+    assert any(piece[distance == d].unique().numel() > 1 for d in range(1, 200))
+
+
 def test_fire_past_its_threshold_gives_the_logits_of_its_mlp():
     """Inference (no gradients) takes the pieces; training takes the MLP. Same logits, long past L."""
     model = tiny_model("fire", seed=4).eval()

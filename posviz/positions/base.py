@@ -189,6 +189,14 @@ def _version(t: torch.Tensor) -> int:
     return 0 if t.is_inference() else t._version
 
 
+def run_start(pos: torch.Tensor) -> int | None:
+    """p0 when ``pos`` is p0, p0+1, ... (no cache, a growing cache, a sliding window), else None."""
+    n, p0 = pos.numel(), int(pos[0])
+    if int(pos[-1]) - p0 != n - 1 or (n > 2 and not bool((pos.diff() == 1).all())):
+        return None
+    return p0
+
+
 def relative_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """Distance from each query back to each key, ``q - k``: (Tq, Tk), >= 0 for visible keys."""
     return q_pos[:, None] - k_pos[None, :]
