@@ -212,6 +212,7 @@ def test_train_config_rejects_unknown_keys_and_bad_values():
         ({"lr": -1}, r"lr must be a positive number, got -1"),
         ({"warmup_steps": -1}, r"warmup_steps must be a non-negative integer"),
         ({"eval_bytes": 100, "train_length": 256}, r"eval_bytes \(100\) must hold at least one train_length \(256\)"),
+        ({"train_length": 16, "eval_bytes": 1024}, r"repeat_min_bytes \(16\) is too long for train_length 16.*<= 8"),
     ]:
         with pytest.raises(ConfigError, match=message):
             strict_from_dict(TrainConfig, values, "training recipe")
