@@ -4,6 +4,7 @@ These run on the real ``models/`` folder (not the tiny test models): the product
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from posviz.checkpoint import load_checkpoint, read_config, read_metrics, shippe
 from posviz.data import load_corpus
 from posviz.evaluate import bits_per_byte
 from posviz.positions import method_names
+from posviz.train import TrainConfig
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 ALL = shipped_checkpoints(MODELS)
@@ -38,6 +40,16 @@ def test_one_recipe_for_all():
     assert all(m == models[0] for m in models)
     for name, recipe in recipes.items():
         assert recipe["method"] == name == read_config(SHIPPED[name])["model"]["position"]
+
+
+def test_the_shipped_recipe_is_the_default_one():
+    """``make checkpoints`` trains with the TrainConfig defaults, so they must be the shipped recipe:
+    otherwise rebuilding the set would silently give different checkpoints than the README describes."""
+    for name, folder in SHIPPED.items():
+        recipe = read_config(folder)["train"]
+        default = dataclasses.asdict(TrainConfig(method=name, position_options=recipe["position_options"]))
+        differs = {k: (recipe.get(k), default.get(k)) for k in set(recipe) | set(default) if recipe.get(k) != default.get(k)}
+        assert not differs, f"{name}: shipped recipe vs TrainConfig defaults: {differs}"
 
 
 @pytest.mark.parametrize("name", list(SHIPPED))
