@@ -68,11 +68,14 @@ class Fire(PositionMethod):
     def psi(self, x: torch.Tensor) -> torch.Tensor:
         return torch.log((self.c * x).abs() + 1)
 
+    def normaliser(self, q_pos: torch.Tensor) -> torch.Tensor:
+        """psi(max(L, i)) for each query position i: what its distances are divided by (Tq,)."""
+        return self.psi(torch.maximum(q_pos.to(self.c), self.threshold)) + EPS
+
     def normalised_distance(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """(Tq, Tk): psi(i - j) / psi(max(L, i)), in [0, 1] for keys at or before the query."""
         distance = relative_distance(q_pos, k_pos).clamp(min=0).to(self.c)  # future keys: masked, count as 0
-        normaliser = self.psi(torch.maximum(q_pos.to(self.c), self.threshold)) + EPS  # (Tq,)
-        return self.psi(distance) / normaliser[:, None]
+        return self.psi(distance) / self.normaliser(q_pos)[:, None]
 
     def bias_of(self, u: torch.Tensor) -> torch.Tensor:
         """f_theta on normalised distances u (any shape): (H, *u.shape). The reference: the MLP as it is."""
@@ -118,7 +121,7 @@ class Fire(PositionMethod):
         *distance* the rows of a block differ only by their normaliser psi(i), which barely moves
         across a block; so most distance columns lie in one piece for every row of the block, and
         the whole block is one multiply-add with a line per column. Only the columns where the rows
-        straddle a switch point (about 1 in 10 at 16x) are looked up pair by pair. The bias is
+        straddle a switch point (a few columns per switch point) are looked up pair by pair. The bias is
         built with one column per distance (largest first) and read back per key through a skewed view.
         """
         top = q0 + rows - 1 - k0  # the block's largest distance
@@ -126,10 +129,8 @@ class Fire(PositionMethod):
         device = self.c.device
         distance = torch.arange(top, top - width, -1, device=device).clamp(min=0).to(self.c)  # (W,)
         psi_d = self.psi(distance)
-        q_pos = torch.arange(q0, q0 + rows, device=device).to(self.c)
-        normaliser = self.psi(torch.maximum(q_pos, self.threshold)) + EPS  # (R,)
         # (R, W) u = psi(d) / psi(i) as an outer product: a broadcast division runs 10x slower here
-        inverse = 1 / normaliser
+        inverse = 1 / self.normaliser(torch.arange(q0, q0 + rows, device=device))  # (R,)
         u = torch.outer(inverse, psi_d)
         points, pieces = self._kept(("pieces",), self.linear_pieces, self.parameters())
         H = pieces.shape[1] // 2
