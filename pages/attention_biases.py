@@ -11,7 +11,7 @@ from posviz.checkpoint import shipped_checkpoints
 from posviz.positions import POSITION_METHODS
 from posviz.limits import CACHE_ENTRIES
 from posviz.positions.t5 import T5Options
-from posviz.positions.fire import FireOptions
+from posviz.positions.fire import THRESHOLD_FRACTION, FireOptions
 from posviz.positions.nezha import NezhaOptions
 from posviz.positions.shaw import ShawOptions
 from posviz.train import TrainConfig
@@ -259,8 +259,8 @@ else:
 st.header("Learned curves of distance: KERPLE and FIRE next to ALiBi and T5")
 st.markdown(
     "**KERPLE** (log variant) learns −r1·log(1 + r2·d) per head and layer: a penalty that grows like a logarithm, "
-    "so far keys are pushed down much less than by ALiBi's straight line. **FIRE** learns any curve: a small MLP of "
-    "ψ(d)/ψ(max(L, i)) with ψ(x) = log(c·x + 1), so every distance a query can see is squeezed into [0, 1] "
+    "so far keys are pushed down much less than by ALiBi's straight line. **FIRE** learns any curve, per head and layer: "
+    "a small MLP of ψ(d)/ψ(max(L, i)) with ψ(x) = log(c·x + 1), so every distance a query can see is squeezed into [0, 1] "
     "whatever the length. Below, each checkpoint's own bias for the last query of a context, up to 16× the "
     "training length: distances the models never saw in training."
 )
@@ -273,7 +273,7 @@ multiple = c1.select_slider("context (× training length)", multiples, value=int
                             key="cmult", format_func=lambda m: f"{m}× = {m * train_length:,} bytes")
 shipped_layers = int(alibi_config.get("model", {}).get("n_layer", 4))
 curve_layer = c2.slider("layer", 0, shipped_layers - 1, min(qp_int("clayer", 0, 0, 63), shipped_layers - 1), key="clayer",
-                        help="KERPLE learns one curve per head and layer; ALiBi, T5 and FIRE use the same in every layer.")
+                        help="KERPLE and FIRE learn one curve per head and layer; ALiBi and T5 use the same in every layer.")
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
@@ -345,10 +345,13 @@ if kerple_model is not None:
     st.dataframe(table, hide_index=True, height=200)
 
 st.subheader("FIRE's input: every context squeezed into [0, 1]")
-fire_model, _ = shipped_model("fire")
-fire_facts = attention_biases.fire_learned(fire_model) if fire_model is not None else None
-c_value = fire_facts["c"] if fire_facts else FireOptions().c_init
-threshold = fire_facts["threshold"] if fire_facts else FireOptions().threshold_init
+fire_model, fire_problem = shipped_model("fire")
+fire_layer = min(curve_layer, fire_model.config.n_layer - 1) if fire_model is not None else curve_layer
+fire_facts = pd.DataFrame(attention_biases.fire_learned(fire_model)) if fire_model is not None else None
+if fire_facts is not None:
+    c_value, threshold = fire_facts["c"][fire_layer], fire_facts["threshold"][fire_layer]
+else:  # the paper's c, and L at a quarter of the training length (FIRE's own defaults)
+    c_value, threshold = FireOptions().c_init, THRESHOLD_FRACTION * train_length
 norm_df = pd.DataFrame(attention_biases.fire_normalised_distance([m * train_length for m in multiples], c_value, threshold))
 norm_df["context"] = norm_df["context"].map(lambda n: f"{n:,} bytes ({n // train_length}×)")
 norm_chart = alt.Chart(norm_df).mark_line().encode(
@@ -357,9 +360,32 @@ norm_chart = alt.Chart(norm_df).mark_line().encode(
     color=alt.Color("context:N", title="context", sort=None),
     tooltip=["context", alt.Tooltip("distance:Q", format=","), alt.Tooltip("normalised:Q", format=".3f")]).properties(height=260)
 show_chart(norm_chart, norm_df, "fire_normalised_distance",
-           f"c = {c_value:.3g}, L = {threshold:,.0f} ({'the `fire` checkpoint' if fire_facts else 'the paper’s initial values: no `fire` checkpoint yet'}). "
+           f"c = {c_value:.3g}, L = {threshold:,.0f} ({f'layer {fire_layer} of the `fire` checkpoint' if fire_facts is not None else 'FIRE’s initial values: no `fire` checkpoint'}). "
            "Queries before L all use ψ(L); past it the farthest key always maps to 1, so a long context never asks the MLP "
            "about an input it has not seen: it reads far keys as 'about as far as anything I saw'.")
+if fire_model is None:
+    st.warning(fire_problem, icon="⚠️")
+else:
+    st.markdown(f"**What the `fire` checkpoint learned in layer {fire_layer}**: one curve per head (the layer slider above "
+                "picks the layer). Heads that differ are what lets one head look far while another stays local.")
+    fire_curves = pd.DataFrame(attention_biases.bias_curves(fire_model.position, [fire_layer],
+                                                            [train_length, multiple * train_length]))
+    fire_curves["context"] = fire_curves["context"].map(lambda n: f"{n:,} bytes ({n // train_length}×)")
+    fire_curves["head"] = "head " + fire_curves["head"].astype(str)
+    fire_chart = alt.Chart(fire_curves).mark_line().encode(
+        x=distance_axis("distance from the query (positions, symlog scale)", multiple * train_length),
+        y=alt.Y("bias:Q", title="bias added to the logit"),
+        color=alt.Color("head:N", title="head"),
+        strokeDash=alt.StrokeDash("context:N", title="context", sort=None),
+        tooltip=["head", "context", alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")],
+    ).properties(height=300)
+    at_train = attention_biases.bias_by_distance(fire_model.position, fire_layer, train_length)  # (H, n)
+    spread = attention_biases.head_spread(at_train)
+    show_chart(fire_chart, fire_curves, f"fire_heads_layer{fire_layer}",
+               f"Head spread {spread:.2f} at {train_length:,} bytes (1 − the smallest correlation between two heads' curves; "
+               "0 would mean every head the same curve). Solid and dashed: the same query normalised at two context lengths.")
+    st.dataframe(fire_facts.rename(columns={"threshold": "L (learned)", "threshold_init": "L at start"}),
+                 hide_index=True)
 
 # -- NEZHA vs Shaw ------------------------------------------------------------------------------------------------
 st.header("NEZHA: Shaw's relative keys, as fixed sinusoids")

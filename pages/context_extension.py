@@ -188,7 +188,9 @@ with c1:
     else:
         show_chart(curve_chart(shipped, "Shipped: factor = length ÷ training length"), shipped, "context-extension-shipped",
                    "Stored in metrics.json (131 kB of validation text). Static scalings were evaluated at the factor that "
-                   "exactly fits each length; dynamic NTK adapts by itself (factor 2).")
+                   "exactly fits each length; dynamic NTK adapts by itself (factor 2). Every window is one full forward pass, so "
+                   "dynamic NTK rotates all its positions with the frequencies of the window's length; a cached decoder "
+                   "keeps each key's frequencies from the step that wrote it, and scores differently past the training length.")
 with c2:
     live_slot = st.empty()
     live_slot.info("Live curves are being computed…")

@@ -230,7 +230,8 @@ scaling_chart = alt.Chart(waves).mark_line(point=True).encode(
 ) + length_marks(marks)
 show_chart(scaling_chart.properties(height=360), waves, f"rope_scalings_x{factor}",
            "linear divides every speed by s; ntk raises the base so the slowest pair slows by s and the fastest "
-           "stays; dynamic does ntk with the ratio of the length actually seen (here the target); yarn and llama3 "
+           "stays; dynamic does ntk with the ratio of the length actually seen (here the target, as in one full forward "
+           "pass over it; with a KV cache each key keeps the ratio of the step that wrote it); yarn and llama3 "
            "keep fast pairs, interpolate slow ones and blend in between.")
 factors = waves.groupby("scaling", sort=False)[["attention_factor", "logit_scale"]].first().reset_index()
 st.dataframe(factors.rename(columns={"attention_factor": "attention factor on cos and sin",

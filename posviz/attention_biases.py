@@ -288,10 +288,23 @@ def fire_normalised_distance(lengths: Sequence[int], c: float, threshold: float,
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def fire_learned(model) -> dict[str, float]:
-    """FIRE's learned scalars: c (psi's scale) and the threshold L."""
+def fire_learned(model) -> Columns:
+    """FIRE's learned scalars per layer: c (psi's scale) and the threshold L, with L's starting value.
+    Columns: layer, c, threshold, threshold_init (a shared FIRE gives the same row for every layer)."""
     require(model.config.position == "fire", f"expected a 'fire' model, got {model.config.position!r}")
-    return {"c": float(model.position.c.detach()), "threshold": float(model.position.threshold.detach())}
+    fns = [model.position.function(layer) for layer in range(model.config.n_layer)]
+    return {"layer": np.arange(len(fns)), "c": np.array([float(fn.c.detach()) for fn in fns]),
+            "threshold": np.array([float(fn.threshold.detach()) for fn in fns]),
+            "threshold_init": np.array([fn.threshold_init for fn in fns])}
+
+
+def head_spread(curves: np.ndarray) -> float:
+    """How different a method's heads are, from (H, n) curves: 1 - the smallest correlation between two
+    heads' curves (0: every head the same curve up to scale, as FIRE's all were with the model's init)."""
+    curves = np.asarray(curves, dtype=float)
+    if curves.shape[0] < 2 or np.any(curves.std(axis=1) == 0):
+        return 0.0
+    return float(1.0 - np.corrcoef(curves).min())
 
 
 def relative_key_tables(model, layer: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from .errors import PosvizError, PositionLimitError
 from .model import GPT
+from .retrieval import copy_probe, evaluate_probes
 
 LN2 = math.log(2.0)
 DEFAULT_EVAL_BYTES = 1 << 17  # 131,072 bytes: every length scores the same bytes of text
@@ -104,48 +105,6 @@ def eval_table(model: GPT, data, lengths: Iterable[int], progress: bool = True) 
 
 
 @torch.inference_mode()
-def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32, trials: int = 8,
-               seed: int = 0) -> dict[str, float | None]:
-    """Loss (bits/byte) on the second copy of a random string, by the gap of ordinary text between copies.
-
-    A random string cannot be predicted the first time (~5.2 bits/byte for 36 symbols); the second time
-    it can, if the model can still attend to the first copy. As the gap grows past what a method can
-    reach, the second copy becomes as hard as the first.
-    """
-    filler = _as_tensor(filler)
-    gaps = list(gaps)
-    if not isinstance(string_length, (int, np.integer)) or string_length < 2:
-        raise PosvizError(f"the copied string needs at least 2 bytes, got {string_length!r}")
-    if not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise PosvizError(f"trials must be a positive integer, got {trials!r}")
-    for gap in gaps:
-        if not isinstance(gap, (int, np.integer)) or not 0 <= gap <= filler.numel() - 2:
-            raise PosvizError(f"each gap must be an integer from 0 to {filler.numel() - 2:,} (the filler text holds "
-                              f"{filler.numel():,} bytes), got {gap!r}")
-    gen = torch.Generator().manual_seed(seed)
-    alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz0123456789"))
-    limit = model.position.max_positions
-    result = {}
-    for gap in gaps:
-        total = 2 * string_length + gap
-        if limit is not None and total > limit:
-            result[str(gap)] = None
-            continue
-        rows = []
-        for t in range(trials):
-            secret = alphabet[torch.randint(0, len(alphabet), (string_length,), generator=gen)]
-            start = int(torch.randint(0, filler.numel() - gap - 1, (1,), generator=gen))
-            rows.append(torch.cat((secret, filler[start : start + gap], secret)))
-        batch = torch.stack(rows).to(model.device)  # (trials, total)
-        logits = model(batch[:, :-1]).logits.float()
-        losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")  # (trials, total-1)
-        # losses[:, i] predicts byte i + 1; the second copy is bytes total-n .. total-1, and its byte 1
-        # (following the filler) cannot be predicted, so its bytes 2..n are losses[:, total-n : total-1].
-        second = losses[:, total - string_length :]
-        result[str(gap)] = round(float(second.mean()) / LN2, 4)
-    return result
-
-
 def scaling_factors(name: str, length: int, train_length: int) -> float | None:
     """The factor each RoPE scaling is evaluated at for ``length``: the stretch L / train_length for
     the static ones; dynamic NTK adapts by itself, so it runs at its usual factor 2 throughout."""
@@ -209,8 +168,6 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
 def retrieval_block(model: GPT, text, chunks: int = 16, reference_length: int | None = None) -> dict:
     """The far-context probes (``posviz.retrieval``) for metrics.json, with the seconds they took; gaps
     are multiples of ``reference_length`` (default: the model's training length)."""
-    from .retrieval import evaluate_probes
-
     block, seconds = timed(evaluate_probes, model, text, reference_length or model.config.train_length, chunks=chunks)
     return {**block, "held_out_bytes": int(np.asarray(text).size), "seconds": round(seconds, 1)}
 

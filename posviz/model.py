@@ -476,7 +476,13 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
-        self.apply(self._init_weights)
+        # GPT-2's init for the model's own layers only: the position method initialised its parameters
+        # itself, as its paper does (FIRE's MLP under N(0, 0.02) and zero biases starts linear, with
+        # half its units dead for good).
+        own = set(map(id, self.position.modules()))
+        for module in self.modules():
+            if id(module) not in own:
+                self._init_weights(module)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):  # GPT-2: scale residual projections by depth
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
@@ -487,7 +493,7 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding) and module.weight.shape[0] == 256:
+        elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     @property

@@ -12,7 +12,7 @@ hundred bytes. These probes put a token the model needs far back and measure whe
   attention a byte pays to the byte *after* its earlier occurrence, per layer and head, by gap.
 * At the end of the module, for the lab's last sections: the retired random-string copy probe
   (``copy_probe_live``, the checkpoints' stored ``shipped_copy_probe``; the probe itself is
-  ``evaluate.copy_probe``) and how much ALiBi attenuates a key by its distance (``alibi_attenuation``).
+  ``copy_probe``) and how much ALiBi attenuates a key by its distance (``alibi_attenuation``).
 
 All bytes come from the validation split (files never seen in training). Losses are in bits per byte.
 Shapes: B chunks in a batch, T sequence length, H heads, n chunk length.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -30,12 +30,53 @@ import torch.nn.functional as F
 
 from .checkpoint import read_metrics
 from .errors import PosvizError
-from .evaluate import copy_probe
 from .lab_inputs import length_cap
 from .model import GPT, KVCache
 from .positions.alibi import alibi_slopes
 
 LN2 = math.log(2)
+
+
+def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32, trials: int = 8,
+               seed: int = 0) -> dict[str, float | None]:
+    """Loss (bits/byte) on the second copy of a random string, by the gap of ordinary text between copies.
+
+    A random string cannot be predicted the first time (~5.2 bits/byte for 36 symbols); the second time
+    it can, if the model can still attend to the first copy. As the gap grows past what a method can
+    reach, the second copy becomes as hard as the first.
+    """
+    filler = filler.long().flatten() if torch.is_tensor(filler) else torch.as_tensor(np.asarray(filler, dtype=np.int64)).flatten()
+    gaps = list(gaps)
+    if not isinstance(string_length, (int, np.integer)) or string_length < 2:
+        raise PosvizError(f"the copied string needs at least 2 bytes, got {string_length!r}")
+    if not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise PosvizError(f"trials must be a positive integer, got {trials!r}")
+    for gap in gaps:
+        if not isinstance(gap, (int, np.integer)) or not 0 <= gap <= filler.numel() - 2:
+            raise PosvizError(f"each gap must be an integer from 0 to {filler.numel() - 2:,} (the filler text holds "
+                              f"{filler.numel():,} bytes), got {gap!r}")
+    gen = torch.Generator().manual_seed(seed)
+    alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz0123456789"))
+    limit = model.position.max_positions
+    result = {}
+    for gap in gaps:
+        total = 2 * string_length + gap
+        if limit is not None and total > limit:
+            result[str(gap)] = None
+            continue
+        rows = []
+        for t in range(trials):
+            secret = alphabet[torch.randint(0, len(alphabet), (string_length,), generator=gen)]
+            start = int(torch.randint(0, filler.numel() - gap - 1, (1,), generator=gen))
+            rows.append(torch.cat((secret, filler[start : start + gap], secret)))
+        batch = torch.stack(rows).to(model.device)  # (trials, total)
+        logits = model(batch[:, :-1]).logits.float()
+        losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")  # (trials, total-1)
+        # losses[:, i] predicts byte i + 1; the second copy is bytes total-n .. total-1, and its byte 1
+        # (following the filler) cannot be predicted, so its bytes 2..n are losses[:, total-n : total-1].
+        second = losses[:, total - string_length :]
+        result[str(gap)] = round(float(second.mean()) / LN2, 4)
+    return result
 DIGIT_BITS = math.log2(10)  # a uniformly random digit: what a model that cannot recall pays per digit
 Progress = Callable[[float], None]
 
@@ -372,7 +413,7 @@ def probe_gaps(max_total: int, string_length: int) -> list[int]:
 
 def copy_probe_live(model: GPT, filler, gaps: Sequence[int], string_length: int = 32, trials: int = 4,
                     progress: Progress = _no_progress) -> dict[int, float | None]:
-    """``evaluate.copy_probe`` gap by gap (for a progress bar), capped at the device's length cap.
+    """``copy_probe`` gap by gap (for a progress bar), capped at the device's length cap.
 
     None where the method cannot represent the positions (learned past its table).
     """

@@ -284,6 +284,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optim.step()
+        model.position.after_optimizer_step()  # a method's own constraint on its stored parameters
         tokens_seen += cfg.batch_size * cfg.train_length
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
             elapsed = time.perf_counter() - start

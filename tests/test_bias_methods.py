@@ -56,10 +56,11 @@ def linear_fire(threshold: float, c: float, weights: list[float]):
     """A FIRE whose MLP is f(u) = w_h * u (first layer passes u >= 0 through one ReLU unit)."""
     method = build_position_method("fire", SHAPE, {"threshold_init": threshold, "c_init": c, "mlp_width": 3})
     with torch.no_grad():
-        first, _, second = method.mlp
-        first.weight.zero_(), first.bias.zero_(), second.weight.zero_(), second.bias.zero_()
-        first.weight[0, 0] = 1.0
-        second.weight[:, 0] = torch.tensor(weights)
+        for fn in method.functions:  # the same function in every layer
+            first, _, second = fn.mlp
+            first.weight.zero_(), first.bias.zero_(), second.weight.zero_(), second.bias.zero_()
+            first.weight[0, 0] = 1.0
+            second.weight[:, 0] = torch.tensor(weights)
     return method
 
 
@@ -204,7 +205,7 @@ def test_a_short_training_run_lowers_the_loss_and_moves_the_position_parameters(
     trained = dict(load_checkpoint(tmp_path / method).position.named_parameters())
     assert set(initial) == set(trained)
     for name, p in trained.items():  # gradients reach every position parameter (nezha has none) ...
-        if name == "mlp.2.bias":  # ... but FIRE's output bias: one constant per head on every logit of a row
+        if name.endswith("mlp.2.bias"):  # ... but FIRE's output bias: one constant per head on every logit of a row
             assert torch.allclose(p.float(), initial[name].float(), atol=1e-2)  # cancels in the softmax
             continue
         assert not torch.allclose(p.float(), initial[name].float(), atol=1e-3), name
@@ -215,17 +216,18 @@ def test_fire_by_linear_pieces_is_its_mlp():
     be the same function: on random weights, at the switch points themselves, with a unit that never
     switches (weight 0) and two units that switch at the same point."""
     method = build_position_method("fire", SHAPE, {"mlp_width": 16})
+    fn = method.function(1)
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        for p in method.mlp.parameters():
+        for p in fn.mlp.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 2)
-        first = method.mlp[0]
+        first = fn.mlp[0]
         first.weight[3, 0] = 0.0
         first.weight[5, 0], first.bias[5] = 2.0, -1.0  # switches at 0.5 ...
         first.weight[6, 0], first.bias[6] = -4.0, 2.0  # ... and so does this one, the other way
-        points, pieces = method.linear_pieces()
+        points, pieces = fn.linear_pieces()
         u = torch.cat((torch.linspace(-0.5, 1.5, 5001), points, torch.tensor([0.0, 1.0, 0.5])))
-        expected, got = method.bias_of(u), method.bias_by_pieces(u)
+        expected, got = fn.bias_of(u), method.bias_by_pieces(1, u)
     assert points.numel() == 15 and pieces.shape == (16, 4)  # 15 switch points -> 16 pieces of 2 heads x (slope, intercept)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert expected.abs().max() > 5  # weights large enough for a wrong piece to show
@@ -237,21 +239,22 @@ def test_fire_by_distance_columns_is_its_mlp():
     over [0, 1] (so some columns do straddle), every (query, key) pair must still get its MLP's
     value: blocks past L, across L, of one query, with keys that start late or lie in the future."""
     method = build_position_method("fire", SHAPE, {"mlp_width": 16, "threshold_init": 8.0})
+    fn = method.function(0)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        method.mlp[0].weight.copy_(torch.randn(16, 1, generator=gen) * 3)
-        method.mlp[0].bias.copy_(torch.rand(16, generator=gen) * 2 - 1)
-        method.mlp[2].weight.copy_(torch.randn(2, 16, generator=gen))
-        points, _ = method.linear_pieces()
+        fn.mlp[0].weight.copy_(torch.randn(16, 1, generator=gen) * 3)
+        fn.mlp[0].bias.copy_(torch.rand(16, generator=gen) * 2 - 1)
+        fn.mlp[2].weight.copy_(torch.randn(2, 16, generator=gen))
+        points, _ = fn.linear_pieces()
         for q0, rows, k0, keys in [(200, 48, 0, 248), (4, 20, 0, 24), (300, 1, 37, 264), (60, 16, 50, 40)]:
             q_pos, k_pos = torch.arange(q0, q0 + rows), torch.arange(k0, k0 + keys)
-            u = method.normalised_distance(q_pos, k_pos)
-            expected, got = method.bias_of(u), method.bias_of_runs(q0, rows, k0, keys)
+            u = fn.normalised_distance(q_pos, k_pos)
+            expected, got = fn.bias_of(u), method.bias_of_runs(0, q0, rows, k0, keys)
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert int(((points > 0) & (points < 1)).sum()) >= 5
     # the first block has columns (one distance each) whose rows fall in different pieces
     q_pos, k_pos = torch.arange(200, 248), torch.arange(248)
-    piece = torch.searchsorted(points, method.normalised_distance(q_pos, k_pos).detach())
+    piece = torch.searchsorted(points, fn.normalised_distance(q_pos, k_pos).detach())
     distance = q_pos[:, None] - k_pos[None, :]
     assert any(piece[distance == d].unique().numel() > 1 for d in range(1, 200))
 
@@ -260,9 +263,10 @@ def test_fire_past_its_threshold_gives_the_logits_of_its_mlp():
     """Inference (no gradients) takes the pieces; training takes the MLP. Same logits, long past L."""
     model = tiny_model("fire", seed=4).eval()
     with torch.no_grad():
-        model.position.threshold_scale.fill_(16 / 512)  # L = 16: most of 80 queries are past it
-        for p in model.position.mlp.parameters():
-            p.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(6))
+        for fn in model.position.functions:
+            fn.threshold_scale.fill_(16 / fn.threshold_init)  # L = 16: most of 80 queries are past it
+            for p in fn.mlp.parameters():
+                p.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(6))
     idx = torch.randint(0, 256, (2, 80), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         by_pieces = model(idx).logits

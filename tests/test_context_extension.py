@@ -44,6 +44,14 @@ def test_rope_wavelengths(tiny_models):
     assert np.allclose(waves["none"], expected)
     assert np.allclose(waves["linear"], 4 * expected)
     assert waves["ntk"][0] == pytest.approx(expected[0]) and waves["ntk"][-1] == pytest.approx(4 * expected[-1])
+    # every scaling is 2 pi / theta of its registered function (test_reference_hf holds those to Hugging
+    # Face's): training length 32, dynamic NTK at the extended length 4 x 32
+    from posviz.positions.rope import RopeOptions
+
+    for name, fn in ROPE_SCALINGS.items():
+        inv_freq, _ = fn(head_dim, RopeOptions(scaling=name, factor=1.0 if name == "none" else 4.0, original_length=32), 128)
+        np.testing.assert_allclose(waves[name], 2 * math.pi / inv_freq.double().numpy(), rtol=1e-6, err_msg=name)
+    assert not np.allclose(waves["dynamic"], waves["ntk"])  # 4 x the length: ratio 4 * 4 - 3 = 13, not 4
 
 
 def test_shipped_curves_read_metrics(tiny_models):

@@ -15,7 +15,8 @@ from conftest import tiny_model
 from posviz.config import ModelConfig, strict_from_dict
 from posviz.data import decode_bytes, encode_text
 from posviz.errors import ConfigError, PosvizError, PositionLimitError
-from posviz.evaluate import bits_per_byte, check_length, copy_probe, eval_table, position_losses, sliding_window_bpb
+from posviz.evaluate import bits_per_byte, check_length, eval_table, position_losses, sliding_window_bpb
+from posviz.retrieval import copy_probe
 from posviz.model import GPT, KVCache
 from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
 from posviz.train import TrainConfig, main as train_main

@@ -86,10 +86,14 @@ def test_the_distance_methods_offer_the_shortcut():
     assert {"alibi", "t5", "kerple", "fire"} <= set(SHORTCUTS)
 
 
+# FIRE's bias is a function of the distance alone only while every query is below its threshold L
+BELOW_THRESHOLD = {"fire": {"threshold_init": 1024.0}}
+
+
 @pytest.mark.parametrize("method", SHORTCUTS)
 def test_distance_bias_is_what_logit_bias_puts_at_each_distance(method):
     shape = ModelShape(n_layer=2, n_head=4, head_dim=8, n_embd=32, train_length=32)
-    position = build_position_method(method, shape)
+    position = build_position_method(method, shape, BELOW_THRESHOLD.get(method))
     with torch.no_grad():
         for p in position.parameters():
             p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(1))
@@ -110,7 +114,7 @@ def test_the_shortcut_runs_where_it_applies(method, shortcut, monkeypatch):
     real = getattr(model_module.CausalSelfAttention, shortcut)
     monkeypatch.setattr(model_module.CausalSelfAttention, shortcut,
                         staticmethod(lambda *a, **k: calls.append(1) or real(*a, **k)))
-    model = model_for(method)
+    model = model_for(method, BELOW_THRESHOLD.get(method))
     with torch.no_grad():
         model(random_bytes(1, 20))
         assert len(calls) == model.config.n_layer

@@ -32,7 +32,7 @@ def test_reencode_equals_the_full_forward_pass_inside_the_window(method, text_id
     assert np.allclose(r.byte_bits, full_forward_bits(model, text_ids[:n]), atol=1e-4)
 
 
-@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if cls.kind != "absolute"])
+@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if cls.is_shift_invariant()])
 def test_cached_window_equals_reencode_for_relative_methods(method, text_ids):
     """One layer: cached keys depend only on their byte and position, so keeping them with their true
     positions is exactly re-encoding the window (relative methods see only distances)."""

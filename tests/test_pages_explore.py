@@ -299,6 +299,15 @@ def test_rope_shift_frequencies_decay_and_scalings(tiny_models):
     assert set(waves["scaling"]) == set(ROPE_SCALINGS)
     by = {name: g.sort_values("pair")["wavelength"].to_numpy() for name, g in waves.groupby("scaling")}
     np.testing.assert_allclose(by["linear"], 8 * by["none"])
+    # every curve is 2 pi / theta of its registered scaling (test_reference_hf holds those to Hugging Face's),
+    # at the page's head size and base, trained length 32, and the target 8 x 32 for dynamic NTK
+    from posviz.positions.rope import RopeOptions
+
+    for name, fn in ROPE_SCALINGS.items():
+        opts = RopeOptions(scaling=name, factor=1.0 if name == "none" else 8.0, original_length=32, base=10000.0)
+        inv_freq, _ = fn(64, opts, 8 * 32)
+        np.testing.assert_allclose(by[name], 2 * math.pi / inv_freq.double().numpy(), rtol=1e-6, err_msg=name)
+    assert not np.allclose(by["dynamic"], by["none"]) and not np.allclose(by["yarn"], by["llama3"])
     marks = frame_with(at, "y", "label", where=lambda f: len(f) == 2)
     assert list(marks["y"]) == [32, 8 * 32]  # tiny rope checkpoint: training length 32
     assert float(metric(at, "largest relative change")) < 1e-13
@@ -341,7 +350,23 @@ def test_alibi_slopes_matrix_and_bound(tiny_models):
     assert at.query_params["heads"] == "6" and at.query_params["far"] == "100"
 
 
-def test_t5_buckets_and_learned_bias(tiny_models):
+def t5_with_a_learned_table(tiny_models_dir: Path, dst: Path) -> Path:
+    """A models/ copy whose t5 checkpoint has a non-zero bucket table (an untrained one is all zeros,
+    where T5 equals NoPE and any curve-drawing bug would still draw zeros)."""
+    from posviz.checkpoint import save_checkpoint
+
+    models = models_copy(tiny_models_dir, dst)
+    model = load_checkpoint(models / "t5")
+    with torch.no_grad():
+        table = model.position.bucket_bias.weight
+        table.copy_(-torch.rand(table.shape, generator=torch.Generator().manual_seed(8)) * 4)  # (buckets, H)
+    save_checkpoint(model, models / "t5", {"train": {"method": "t5", "note": "test table"}}, read_metrics(models / "t5"))
+    return models
+
+
+def test_t5_buckets_and_learned_bias(tiny_models_dir, tmp_path, monkeypatch):
+    models = t5_with_a_learned_table(tiny_models_dir, tmp_path / "models")
+    monkeypatch.setenv("POSVIZ_MODELS", str(models))
     at = open_page(BIASES)
     at.select_slider(key="nb").set_value(16).run()
     at.select_slider(key="md").set_value(64).run()
@@ -361,11 +386,17 @@ def test_t5_buckets_and_learned_bias(tiny_models):
     assert both[both.col > both.row]["value"].min() >= 8  # keys after the query: the second half of the buckets
     assert both[both.col < both.row]["value"].max() < 8
 
-    # The tiny t5 checkpoint's biases start at zero: learned bias 0, and its bound equals the no-bias one.
-    learned = frame_with(at, "distance", "head", "bias", where=lambda f: "method" not in f.columns)
-    weights = load_checkpoint(tiny_models / "t5").position.bucket_bias.weight
-    assert set(learned["head"]) == set(range(weights.shape[1])) and (learned["bias"] == 0).all()
-    assert metric(at, "T5, most lenient") == metric(at, "no bias (NoPE)")
+    # The learned curve is what the model itself adds (its logit_bias hook) at each distance and head.
+    learned = frame_with(at, "distance", "head", "bias", where=lambda f: not {"method", "context"} & set(f.columns))
+    position = load_checkpoint(models / "t5").position
+    H = position.bucket_bias.weight.shape[1]
+    assert set(learned["head"]) == set(range(H))
+    by_model = attention_biases.bias_by_distance(position, 0, int(learned["distance"].max()) + 1)  # (H, n)
+    expected = by_model[learned["head"].to_numpy(), learned["distance"].to_numpy().astype(int)]
+    np.testing.assert_allclose(learned["bias"].to_numpy(), expected, atol=1e-5)
+    assert learned["bias"].min() < -0.5  # the non-zero table shows
+    # every head pushes far keys down here, so the most lenient head bounds the weight above NoPE's
+    assert metric(at, "T5, most lenient") != metric(at, "no bias (NoPE)")
 
 
 def test_shaw_clip_and_any_query_bound(tiny_models):
@@ -426,6 +457,19 @@ def test_learned_distance_curves_kerple_formula_and_fire_input(tiny_models):
     assert fire_input["normalised"].between(0, 1).all()
     for _, part in fire_input.groupby("context"):
         assert part["normalised"].is_monotonic_increasing and part["normalised"].iloc[0] == 0
+
+    # FIRE's own section: layer 1's per-head curves (the layer slider), at 1x and the chosen 4x, and its scalars
+    fire = load_checkpoint(tiny_models / "fire")
+    heads = frame_with(at, "layer", "context", "head", "distance", "bias")
+    assert set(heads["layer"]) == {1} and heads["context"].nunique() == 2
+    at_4x = heads[heads["context"].str.startswith(f"{4 * train_length:,} bytes")]
+    expected = attention_biases.bias_by_distance(fire.position, 1, 4 * train_length)  # (H, n)
+    for h in range(fire.config.n_head):
+        mine = at_4x[at_4x["head"] == f"head {h}"]
+        np.testing.assert_allclose(mine["bias"], expected[h, mine["distance"]], rtol=1e-5, atol=1e-6)
+    facts = table_with(at, "L (learned)")
+    assert list(facts["layer"]) == list(range(fire.config.n_layer))
+    assert facts["c"].tolist() == pytest.approx([float(fire.position.function(l).c) for l in range(fire.config.n_layer)])
 
 
 def test_nezha_table_next_to_shaws_learned_one(tiny_models):

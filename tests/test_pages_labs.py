@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+import torch
 from conftest import tiny_model
 from streamlit.testing.v1 import AppTest
 
@@ -217,6 +218,10 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     options = {"scaling": "linear", "factor": 4.0, "original_length": 32}
     tuned = load_checkpoint(models / "rope", options)  # stands in for a fine-tuned model: the code path is the same
     tuned.config.train_length = 128
+    with torch.no_grad():  # weights that differ from the base's, as fine-tuning leaves them
+        gen = torch.Generator().manual_seed(3)
+        for p in tuned.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.2)
     extra = {"finetuned_from": {"checkpoint": str(models / "rope"), "tokens": 4096, "train_length": 128,
                                 "position_options": options}}
     curve = [{"step": 0, "tokens": 512, "train_bpb": 7.5}, {"step": 1, "tokens": 1024, "train_bpb": 6.0}]
@@ -232,8 +237,10 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     before = rows[(rows["stage"] == "before fine-tuning")].set_index("length")["bpb"]
     assert dict(after) == pytest.approx({int(k): v for k, v in block["nonoverlapping_bpb"].items()})
     assert set(rows[rows["stage"] == "before fine-tuning"]["curve"]) == {"rope+linear"}
-    # identical weights here, so "before" (base + the same options) must equal "after" at every length
-    assert dict(before) == pytest.approx(dict(after))
+    # "before" is the base checkpoint with the same options: its own scores, not the fine-tune's
+    expected_before = {int(k): v for k, v in block["before_finetuning"]["nonoverlapping_bpb"].items()}
+    assert dict(before) == pytest.approx(expected_before)
+    assert all(abs(before[n] - after[n]) > 0.01 for n in after.index)  # a swapped before/after would show
     facts = [d.value for d in at.main.dataframe if "scaling" in d.value.columns][0]
     assert facts.iloc[0]["checkpoint"] == "rope-linear-ft4x" and facts.iloc[0]["bytes"] == 4096
     assert "rope-linear-ft4x" not in at.multiselect(key="w_refs").options  # not a reference: a section of its own

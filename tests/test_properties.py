@@ -30,6 +30,8 @@ VARIANTS = [(name, {}) for name in METHODS] + [
     ("t5", {"num_buckets": 8, "max_distance": 12}),
     ("nezha", {"max_distance": 3}),
     ("fire", {"threshold_init": 4.0}),  # queries past L: the per-query normaliser, not the distance table
+    ("fire", {"threshold_init": 1024.0}),  # every query below L: the per-distance table
+    ("fire", {"shared_across_layers": True}),  # one FIRE for every layer, its bias memoised across them
 ]
 VARIANT_IDS = [name + ("-" + "-".join(f"{k}={v}" for k, v in opts.items()) if opts else "") for name, opts in VARIANTS]
 ALL_CLASSES_COVERED = {name for name, _ in VARIANTS} == set(POSITION_METHODS)
@@ -72,6 +74,40 @@ def test_rope_scores_depend_only_on_the_distance(scaling, fraction):
     q_m, _ = method.rotate_qk(q, k, torch.tensor([5, 2]))
     q_shift, _ = method.rotate_qk(q, k, torch.tensor([6, 3]))
     assert not torch.allclose(q_m, q_shift, atol=1e-3)  # and the vectors themselves are rotated
+
+
+def test_dynamic_ntk_scores_depend_on_the_length_seen():
+    """Dynamic NTK picks its frequencies from the longest position in the call: the same (m, n) pair
+    scores as plain RoPE inside a sequence no longer than the trained length, and differently inside
+    a longer one (so its scores are not a function of m - n alone)."""
+    shape = ModelShape(n_layer=1, n_head=2, head_dim=32, n_embd=64, train_length=64)
+    dynamic = build_position_method("rope", shape, {"scaling": "dynamic", "factor": 2.0})
+    plain = build_position_method("rope", shape, {})
+    gen = torch.Generator().manual_seed(2)
+    q, k = torch.randn(1, 2, 300, 32, generator=gen), torch.randn(1, 2, 300, 32, generator=gen)
+
+    def score(method, m: int, n: int, length: int) -> torch.Tensor:  # (H,): q at m, k at n, in a call of `length` positions
+        q_rot, k_rot = method.rotate_qk(q[:, :, :length], k[:, :, :length], torch.arange(length))
+        return (q_rot[0, :, m] * k_rot[0, :, n]).sum(-1)
+
+    torch.testing.assert_close(score(dynamic, 40, 10, 64), score(plain, 40, 10, 64))  # up to L: plain RoPE
+    assert not torch.allclose(score(dynamic, 40, 10, 64), score(dynamic, 40, 10, 300), atol=1e-3)
+
+
+def test_dynamic_ntk_cached_decoding_differs_from_a_full_forward():
+    """Keys are cached after rotation, so a cached key keeps the frequencies of the step that wrote it
+    while a full forward pass rotates every key with the frequencies of the whole length: the two
+    agree up to the trained length and part past it (as in Hugging Face's dynamic RoPE). The labs'
+    numbers are full forward passes."""
+    model = model_for("rope", {"scaling": "dynamic", "factor": 2.0}, n_layer=1)
+    L = model.config.train_length
+    idx = random_bytes(1, 3 * L, seed=4)
+    with torch.no_grad():
+        full = model(idx).logits[0]
+        cached = decode_in_chunks(model, idx, [L] + [1] * (2 * L))[0]
+        short = model(idx[:, :L]).logits[0]
+    torch.testing.assert_close(cached[:L], short, rtol=1e-4, atol=1e-4)  # up to L: the same frequencies
+    assert (cached[L:] - full[L:]).abs().max() > 1e-2  # past L: each step's keys kept their own
 
 
 def test_rope_rotation_keeps_norms():
@@ -197,7 +233,7 @@ def test_sliding_window_cache_equals_a_forward_pass_over_each_window(method):
             torch.testing.assert_close(torch.cat(outputs), expected, rtol=1e-4, atol=1e-4)
         last_window = idx[:, -W:]
         at_start = model(last_window).logits[0, -1]  # the same bytes, moved to positions 0..W-1
-    if POSITION_METHODS[method].kind in ("relative", "none"):
+    if POSITION_METHODS[method].is_shift_invariant():
         # only distances matter: the window may as well start at 0, so the cache equals a fresh forward
         torch.testing.assert_close(at_start, expected[-1], rtol=1e-4, atol=1e-4)
     else:

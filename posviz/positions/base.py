@@ -113,6 +113,10 @@ class PositionMethod(nn.Module):
         """Whether the method offers ``distance_bias`` at all."""
         return type(self).distance_bias is not PositionMethod.distance_bias
 
+    def after_optimizer_step(self) -> None:
+        """Called by training after every optimizer step: where a method keeps its stored parameters
+        in their domain, as its reference code does (KERPLE's floor). Default: nothing."""
+
     # -- facts the app and the evaluators use -----------------------------------------------------
     @property
     def max_positions(self) -> int | None:
@@ -122,6 +126,13 @@ class PositionMethod(nn.Module):
     @property
     def is_absolute(self) -> bool:
         return self.kind == "absolute"
+
+    @classmethod
+    def is_shift_invariant(cls) -> bool:
+        """Whether scores depend on distances alone, so that a window of keys may start at any position
+        (relative methods and NoPE; FIRE is relative, but past its threshold it divides each distance by
+        a function of the query's own position)."""
+        return cls.kind in ("relative", "none")
 
     def check_positions(self, pos: torch.Tensor) -> None:
         """Raise a PositionLimitError naming the position when ``pos`` is past what the method has."""

@@ -59,6 +59,14 @@ class Kerple(PositionMethod):
         """(r1, r2) of one layer, each (H,), as the forward pass uses them: at least MIN_PARAMETER."""
         return _at_least(self.r1[layer], MIN_PARAMETER), _at_least(self.r2[layer], MIN_PARAMETER)
 
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """The authors' floor: clamp the stored r1, r2 after each update, so a value pushed below it
+        sits at the floor and can rise again (without this, AdamW drove two heads' stored r1 to -2
+        while the forward pass used 0.01)."""
+        self.r1.clamp_(min=MIN_PARAMETER)
+        self.r2.clamp_(min=MIN_PARAMETER)
+
     def logit_bias(self, layer, q, q_pos, k_pos):
         r1, r2 = self.parameters_of(layer)
         distance = relative_distance(q_pos, k_pos).to(r1.device)  # (Tq, Tk)
@@ -76,8 +84,8 @@ class Kerple(PositionMethod):
 def _at_least(x: torch.Tensor, low: float) -> torch.Tensor:
     """``x`` clamped to ``low`` in value, with the gradient of ``x`` itself (straight through).
 
-    The authors clamp the stored parameter in place after each update; that cannot be done inside a
-    forward pass that uses it more than once. A plain clamp would stop the gradient below ``low`` for
-    good; passing it straight through lets a parameter that went too low come back.
+    Training clamps the stored parameters after each update (``after_optimizer_step``, as the authors
+    do), so there this only guards values from elsewhere: a checkpoint trained before that clamp, or
+    edited weights. Passing the gradient straight through keeps such a value able to come back.
     """
     return x + (x.clamp(min=low) - x).detach()

@@ -48,8 +48,10 @@ class TransformerXL(RelativeKeys):
         super().__init__(shape, options)
         require(shape.n_embd % 2 == 0, f"transformer_xl needs an even model width, got {shape.n_embd}")
         H, hs = shape.n_head, shape.head_dim
-        # W_R per layer, no bias (the paper's W_{k,R}); the model's init gives it N(0, 0.02).
+        # W_R per layer, no bias (the paper's W_{k,R}), N(0, 0.02) like the model's other projections
         self.proj = nn.ModuleList(nn.Linear(shape.n_embd, H * hs, bias=False) for _ in range(shape.n_layer))
+        for proj in self.proj:
+            nn.init.normal_(proj.weight, mean=0.0, std=0.02)
         self.u = nn.Parameter(torch.zeros(H, hs))  # global content bias: starts neutral
         self.v = nn.Parameter(torch.zeros(H, hs))  # global position bias
 
