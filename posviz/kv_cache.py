@@ -58,7 +58,11 @@ def strategy_verdict(model: GPT, strategy: str) -> str:
         if pos.is_absolute:
             return (f"Runs, but {name} then sees absolute positions it never saw in training (up to the document "
                     "length), as in the Extrapolation lab past the training length.")
-        return "Correct: only distances matter and they are the true ones (0..W-1)."
+        if pos.is_shift_invariant():
+            return "Correct: only distances matter and they are the true ones (0..W-1)."
+        return (f"Runs with the true distances (0..W-1), but past its threshold {name} also divides them by a "
+                "function of the query's true position (up to the document length), so it differs from re-encoding "
+                "the window at 0..W-1.")
     raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
 
 

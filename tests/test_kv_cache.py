@@ -76,13 +76,27 @@ def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, te
         assert "Broken" in kv_cache.strategy_verdict(model, "shifted_cache")
 
 
-@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if cls.acts_on in ("nothing", "logits")])
+@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items()
+                                    if cls.acts_on in ("nothing", "logits") and cls.is_shift_invariant()])
 def test_shifted_cache_equals_cached_window_for_attention_time_methods(method, text_ids):
     """Any depth: both strategies attend over the same cached keys; relabelling keeps every distance."""
     model = sharp(tiny_model(method))
     shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
     cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
     assert np.allclose(shifted.byte_bits, cached.byte_bits, atol=1e-5)
+    assert kv_cache.strategy_verdict(model, "shifted_cache").startswith("Correct")
+
+
+def test_a_cached_window_keeps_fires_true_query_positions(text_ids):
+    """FIRE adds its bias at attention time, but past its threshold L it divides each distance by psi of
+    the query's own position: a cached window keeps the true positions, so it differs from relabelling
+    the window to 0..W-1 (the shifted cache, which is what re-encoding does)."""
+    model = sharp(tiny_model("fire"))  # training length 32: L = 8
+    shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
+    cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
+    assert np.allclose(shifted.byte_bits[:8], cached.byte_bits[:8], atol=1e-5)  # no eviction yet: same positions
+    assert not np.allclose(shifted.byte_bits[8:], cached.byte_bits[8:], atol=1e-3)
+    assert "true position" in kv_cache.strategy_verdict(model, "cached_window")
 
 
 def test_cached_window_for_absolute_methods(text_ids):
