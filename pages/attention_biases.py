@@ -380,10 +380,11 @@ else:
         tooltip=["head", "context", alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")],
     ).properties(height=300)
     at_train = attention_biases.bias_by_distance(fire_model.position, fire_layer, train_length)  # (H, n)
-    spread = attention_biases.head_spread(at_train)
+    least, most = attention_biases.far_bias_by_head(at_train)
     show_chart(fire_chart, fire_curves, f"fire_heads_layer{fire_layer}",
-               f"Head spread {spread:.2f} at {train_length:,} bytes (1 − the smallest correlation between two heads' curves; "
-               "0 would mean every head the same curve). Solid and dashed: the same query normalised at two context lengths.")
+               f"At {train_length - 1:,} bytes, the farthest distance seen in training, the heads of layer {fire_layer} add "
+               f"from {least:.1f} to {most:.1f} logits: a gentle head lets a far copy through, a steep one stays local. "
+               "Solid and dashed: the same last query at two context lengths, its distances normalised by ψ of its position.")
     st.dataframe(fire_facts.rename(columns={"threshold": "L (learned)", "threshold_init": "L at start"}),
                  hide_index=True)
 

@@ -298,13 +298,11 @@ def fire_learned(model) -> Columns:
             "threshold_init": np.array([fn.threshold_init for fn in fns])}
 
 
-def head_spread(curves: np.ndarray) -> float:
-    """How different a method's heads are, from (H, n) curves: 1 - the smallest correlation between two
-    heads' curves (0: every head the same curve up to scale, as FIRE's all were with the model's init)."""
-    curves = np.asarray(curves, dtype=float)
-    if curves.shape[0] < 2 or np.any(curves.std(axis=1) == 0):
-        return 0.0
-    return float(1.0 - np.corrcoef(curves).min())
+def far_bias_by_head(curves: np.ndarray) -> tuple[float, float]:
+    """(least, most) bias the heads add at the farthest distance of (H, n) curves: how differently the
+    heads treat a far key (one number for all heads when they share one curve)."""
+    far = np.asarray(curves, dtype=float)[:, -1]
+    return float(far.min()), float(far.max())
 
 
 def relative_key_tables(model, layer: int) -> np.ndarray:

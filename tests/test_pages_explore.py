@@ -460,7 +460,7 @@ def test_learned_distance_curves_kerple_formula_and_fire_input(tiny_models):
 
     # FIRE's own section: layer 1's per-head curves (the layer slider), at 1x and the chosen 4x, and its scalars
     fire = load_checkpoint(tiny_models / "fire")
-    heads = frame_with(at, "layer", "context", "head", "distance", "bias")
+    heads = frame_with(at, "layer", "context", "head", "distance", "bias", where=lambda f: "method" not in f.columns)
     assert set(heads["layer"]) == {1} and heads["context"].nunique() == 2
     at_4x = heads[heads["context"].str.startswith(f"{4 * train_length:,} bytes")]
     expected = attention_biases.bias_by_distance(fire.position, 1, 4 * train_length)  # (H, n)
