@@ -1,0 +1,131 @@
+"""What the CUDA path needs, checked on the CPU (CI has no GPU): see issue #22.
+
+* every attention mask handed to SDPA can be read in place by the CUDA memory-efficient kernel, or
+  is one PyTorch copies first; a mask read in place must start on a 16-byte boundary, else the
+  kernel fails with "misaligned address", which breaks every later GPU call of the process;
+* (more below) no host reads in a forward pass or a decoding step; training precision.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+import posviz.model as model_module
+from posviz.model import KVCache
+from test_properties import VARIANT_IDS, VARIANTS, model_for, random_bytes
+
+BIAS_VARIANTS = [pytest.param(m, o, id=i) for (m, o), i in zip(VARIANTS, VARIANT_IDS)
+                 if model_for(m, o).position.has_logit_bias]
+
+
+def _read_in_place(mask: torch.Tensor) -> bool:
+    """Whether PyTorch hands ``mask`` to the memory-efficient kernel as it is (its own check looks at
+    the strides only: every stride but the last a multiple of 8 elements in some releases, of 16 and
+    a last dimension of a multiple of 16 in others; we take the looser of the two)."""
+    return mask.stride(-1) == 1 and all(s % 8 == 0 for s in mask.stride()[:-1])
+
+
+@pytest.fixture()
+def masks(monkeypatch):
+    """Every floating attn_mask the model hands to SDPA, with the function that handed it in."""
+    seen, real = [], F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        if attn_mask is not None and attn_mask.is_floating_point():  # a bool mask is converted (copied) first
+            seen.append((sys._getframe(1).f_code.co_name, attn_mask))
+        return real(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", spy)
+    return seen
+
+
+@pytest.mark.parametrize("method,options", BIAS_VARIANTS)
+@pytest.mark.parametrize("block_elements", [None, 1 << 10], ids=["one-block", "many-blocks"])
+def test_every_attention_mask_is_aligned_where_it_is_read_in_place(method, options, block_elements, masks, monkeypatch):
+    if block_elements is not None:  # many blocks of a few rows: their views start at many offsets
+        monkeypatch.setattr(model_module, "BLOCK_ELEMENTS", block_elements)
+    model = model_for(method, options, train_length=64)
+    with torch.no_grad():
+        for T in (48, 37, 61):  # 48: widths that pass PyTorch's stride check, with blocks off a boundary
+            model(random_bytes(1, T))
+            model(random_bytes(2, T), attention_layer=0)
+        for window in (None, 6):
+            if window is not None and model.position.max_positions is not None:
+                continue
+            cache = KVCache(model.config.n_layer, max_size=window)
+            model(random_bytes(1, 21), cache=cache)
+            for t in range(5):  # decoding steps at keys 22..26: masks of every width modulo 4
+                model(random_bytes(1, 1, seed=t), cache=cache)
+    assert masks, "no bias path ran: the spy saw no mask"
+    for caller, mask in masks:
+        assert mask.stride(-1) == 1, f"{caller}: mask not contiguous in its last dimension, strides {mask.stride()}"
+        if _read_in_place(mask):
+            assert mask.data_ptr() % 16 == 0, (f"{caller}: mask {tuple(mask.shape)} strides {mask.stride()} is read "
+                                               f"in place but starts {mask.data_ptr() % 16} bytes off a 16-byte boundary")
+    if method in ("shaw", "nezha"):  # the banded path's masks are views that are read in place, never copied
+        banded = [m for caller, m in masks if caller == "_attend_banded"]
+        assert banded and all(all(s % 16 == 0 for s in m.stride()[:-1]) for m in banded)
+
+
+# ------------------------------------------------------------------------------------ host reads
+
+# Each of these waits for the GPU to finish everything queued before it (or, like nonzero, has a
+# shape that depends on values, which needs the same wait).
+HOST_READS = {"item", "__int__", "__bool__", "__float__", "__index__", "tolist", "numpy", "cpu", "nonzero",
+              "equal", "allclose", "unique", "masked_select"}
+
+
+class HostReads(TorchFunctionMode):
+    """Records every tensor operation that reads a value back to the host, with the function that asked."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in HOST_READS:
+            self.reads.append((name, sys._getframe(1).f_code.co_name))
+        return func(*args, **(kwargs or {}))
+
+
+# The one read left in a forward pass (none in a decoding step): FIRE past its threshold L finds the
+# few columns of a block whose rows straddle a switch point of its MLP with ``nonzero``, a shape that
+# depends on values. Doing without it means looking every (query, key) pair up, the cost
+# ``bias_of_runs`` exists to avoid (4x the whole pass at 16x the training length).
+ALLOWED_IN_A_FULL_PASS = {("nonzero", "bias_of_runs")}
+
+
+@pytest.mark.parametrize("method,options", [pytest.param(m, o, id=i) for (m, o), i in zip(VARIANTS, VARIANT_IDS)])
+def test_a_forward_pass_and_a_decoding_step_read_nothing_back_to_the_host(method, options, monkeypatch):
+    monkeypatch.setattr(model_module, "_reads_are_free", lambda t: False)  # as on a GPU: the CPU's checks stay off
+    model = model_for(method, options)
+    idx = random_bytes(2, 29)
+    with torch.no_grad():
+        model(idx)  # a first pass may read what is kept across passes while the weights stay (FIRE's L)
+        with HostReads() as full:
+            model(idx)
+            model(idx, attention_layer=1)
+        windows = [None] if model.position.max_positions is not None else [None, 6]
+        steps = HostReads()
+        for window in windows:
+            cache = KVCache(model.config.n_layer, max_size=window)
+            with full:
+                model(idx[:, :20], cache=cache)  # the prompt: a full pass
+            for t in range(20, 29):
+                with steps:
+                    model(idx[:, t:t + 1], cache=cache)
+                    model(idx[:, t:t + 1], positions=t, cache=KVCache(model.config.n_layer))
+    assert set(full.reads) <= ALLOWED_IN_A_FULL_PASS, f"host reads in a forward pass: {full.reads}"
+    assert not steps.reads, f"host reads while decoding: {steps.reads}"
+
+
+def test_the_host_read_spy_sees_the_reads_it_is_meant_to_catch():
+    t = torch.arange(3)
+    with HostReads() as spy:
+        int(t[0]), bool(t[1]), t.max().item(), t.tolist(), t.cpu(), torch.nonzero(t)
+    assert [name for name, _ in spy.reads] == ["__int__", "__bool__", "item", "tolist", "cpu", "nonzero"]
