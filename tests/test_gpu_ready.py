@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -129,3 +130,46 @@ def test_the_host_read_spy_sees_the_reads_it_is_meant_to_catch():
     with HostReads() as spy:
         int(t[0]), bool(t[1]), t.max().item(), t.tolist(), t.cpu(), torch.nonzero(t)
     assert [name for name, _ in spy.reads] == ["__int__", "__bool__", "item", "tolist", "cpu", "nonzero"]
+
+
+# ------------------------------------------------------------------------------ training precision
+
+def test_the_training_precision_is_a_rule_not_a_timing(monkeypatch):
+    from posviz import train as train_module
+
+    monkeypatch.setattr(train_module.time, "perf_counter", lambda: pytest.fail("the precision was timed"))
+    cpu = torch.device("cpu")
+    assert train_module.pick_precision(train_module.TrainConfig(precision="auto"), cpu) == {"precision": "fp32", "asked": "auto"}
+    assert train_module.precision_rule("bf16", cpu) == "bf16" and train_module.precision_rule("fp32", cpu) == "fp32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert train_module.precision_rule("auto", torch.device("cuda", 0)) == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert train_module.precision_rule("auto", torch.device("cuda", 0)) == "fp32"
+
+
+def test_a_resume_in_another_precision_is_refused(tmp_path, monkeypatch):
+    """"auto" resolves by device, so one recipe may resolve differently on the machine that resumes."""
+    from posviz import train as train_module
+    from posviz.errors import PosvizError
+    from test_train_cli import small_recipe
+
+    cfg = small_recipe(precision="auto", tokens=4 * 32 * 4)
+    monkeypatch.setattr(train_module, "precision_rule", lambda asked, device: "bf16")  # as on a GPU
+    train_module.train(cfg, tmp_path / "out", progress=False, state_dir=tmp_path / "state", stop_after=1)
+    assert json.loads((tmp_path / "state" / "state.json").read_text())["precision"] == "bf16"
+    monkeypatch.setattr(train_module, "precision_rule", lambda asked, device: "fp32")  # as on a CPU
+    with pytest.raises(PosvizError, match=r"trained in bf16 but this run would train in fp32"):
+        train_module.train(cfg, tmp_path / "out", progress=False, state_dir=tmp_path / "state", resume=True)
+
+
+def test_fire_runs_its_mlp_in_fp32_under_bf16_autocast():
+    """Training under bf16 autocast must see the u that inference (fp32) sees, not u rounded to 2^-8."""
+    model = model_for("fire", {})
+    fn = model.position.function(0)
+    u = torch.rand(5, 7, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        reference = fn.bias_of(u)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            under_autocast = fn.bias_of(u)
+    assert under_autocast.dtype == torch.float32
+    torch.testing.assert_close(under_autocast, reference, rtol=0, atol=0)
