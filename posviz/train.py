@@ -333,7 +333,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
                    "tokens": tokens_seen, "parameters": model.num_parameters()}
         if out is not None:
             save_checkpoint(model, out, extra, metrics)
-            stored = load_checkpoint(out)  # score the 16-bit weights that ship, not the fp32 ones
+            stored = load_checkpoint(out, device=device)  # score the 16-bit weights that ship, not the fp32 ones
             metrics["val_bpb_at_train_length"] = round(bits_per_byte(stored, val, cfg.train_length), 4)
             save_checkpoint(model, out, extra, metrics)
             if progress:
