@@ -59,8 +59,10 @@ class KVCache:
         """Re-read _last and keys_are_run when ``positions`` was set from outside (a lab relabels it)."""
         if self.positions is not self._known:
             self._known = self.positions
-            self._last = None if self.positions is None else int(self.positions[-1])
-            self.keys_are_run = self.positions is None or run_start(self.positions) is not None
+            start = None if self.positions is None else run_start(self.positions)  # a noted run: no read
+            self._last = None if self.positions is None else (
+                start + self.positions.numel() - 1 if start is not None else int(self.positions[-1]))
+            self.keys_are_run = self.positions is None or start is not None
 
     @property
     def attended_keys_are_run(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 import posviz.model as model_module
 from posviz.model import KVCache
+from maths_support import text_ids  # noqa: F401 (a fixture)
 from test_properties import VARIANT_IDS, VARIANTS, model_for, random_bytes
 
 BIAS_VARIANTS = [pytest.param(m, o, id=i) for (m, o), i in zip(VARIANTS, VARIANT_IDS)
@@ -81,7 +83,10 @@ HOST_READS = {"item", "__int__", "__bool__", "__float__", "__index__", "tolist",
 
 
 class HostReads(TorchFunctionMode):
-    """Records every tensor operation that reads a value back to the host, with the function that asked."""
+    """Records every tensor operation that reads a value back to the host, with the function that asked.
+
+    The tensors are on the CPU here, as if on a device: what ``.cpu()`` returns, and whatever is
+    computed from it, counts as on the host, where reading is free (the one read was the ``.cpu()``)."""
 
     def __init__(self):
         super().__init__()
@@ -89,9 +94,16 @@ class HostReads(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in HOST_READS:
+        inputs = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+        on_host = any(getattr(a, "_on_host", False) for a in inputs)
+        if name in HOST_READS and not on_host:
             self.reads.append((name, sys._getframe(1).f_code.co_name))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if on_host or name == "cpu":
+            for t in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(t, torch.Tensor):
+                    t._on_host = True
+        return out
 
 
 # The one read left in a forward pass (none in a decoding step): FIRE past its threshold L finds the
@@ -128,8 +140,10 @@ def test_a_forward_pass_and_a_decoding_step_read_nothing_back_to_the_host(method
 def test_the_host_read_spy_sees_the_reads_it_is_meant_to_catch():
     t = torch.arange(3)
     with HostReads() as spy:
-        int(t[0]), bool(t[1]), t.max().item(), t.tolist(), t.cpu(), torch.nonzero(t)
-    assert [name for name, _ in spy.reads] == ["__int__", "__bool__", "item", "tolist", "cpu", "nonzero"]
+        int(t[0]), bool(t[1]), t.max().item(), t.tolist(), torch.nonzero(t)
+        host = t.cpu()  # (on the CPU the very same tensor: from here on it counts as on the host)
+        int(host[0]), host.sum().item()
+    assert [name for name, _ in spy.reads] == ["__int__", "__bool__", "item", "tolist", "nonzero", "cpu"]
 
 
 # ------------------------------------------------------------------------------ training precision
@@ -173,3 +187,23 @@ def test_fire_runs_its_mlp_in_fp32_under_bf16_autocast():
             under_autocast = fn.bias_of(u)
     assert under_autocast.dtype == torch.float32
     torch.testing.assert_close(under_autocast, reference, rtol=0, atol=0)
+
+
+def test_the_decoding_labs_read_once_per_byte_at_most(text_ids, monkeypatch):
+    """The labs' loops around the model: the sliding-window lab reads nothing until it is done, the
+    generator one vector of logits per byte (the byte has to come back to be shown)."""
+    from posviz import generation, kv_cache
+
+    monkeypatch.setattr(model_module, "_reads_are_free", lambda t: False)
+    model = model_for("alibi", {})
+    for strategy in kv_cache.STRATEGIES:
+        with HostReads() as spy:
+            result = kv_cache.sliding_score(model, text_ids, 8, strategy, n_bytes=30)
+        assert result.error is None and np.isfinite(result.bpb)
+        assert [name for name, _ in spy.reads] == ["cpu"], (strategy, spy.reads)  # the bits, once at the end
+    decoder = generation.Decoder(model, text_ids[:16].tolist(), generation.DecodeSettings(new_bytes=40, strategy="stop"))
+    decoder.step()  # the prompt
+    with HostReads() as spy:
+        for _ in range(20):
+            decoder.step()
+    assert spy.reads == [("cpu", "step")] * 20
