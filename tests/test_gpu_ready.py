@@ -207,3 +207,44 @@ def test_the_decoding_labs_read_once_per_byte_at_most(text_ids, monkeypatch):
         for _ in range(20):
             decoder.step()
     assert spy.reads == [("cpu", "step")] * 20
+
+
+# ------------------------------------------------------------------------------ devices and backends
+
+def test_nccl_only_when_training_on_cuda(monkeypatch):
+    from posviz.train import backend_for
+
+    assert backend_for("cpu") == "gloo" and backend_for("cuda") == "nccl" and backend_for("cuda:1") == "nccl"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine told to train on the CPU
+    assert backend_for("cpu") == "gloo" and backend_for("auto") == "nccl"
+
+
+def test_the_command_line_tools_load_checkpoints_on_the_device_asked_for(monkeypatch):
+    from posviz import evaluate, evaluate_all
+    from posviz.checkpoint import shipped_checkpoints
+    from posviz.limits import resolve_device
+
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_load(folder, *args, device="cpu", **kwargs):
+        asked.append(torch.device(device))
+        raise Stop
+
+    import posviz.checkpoint as checkpoint_module
+    monkeypatch.setattr(checkpoint_module, "load_checkpoint", fake_load)
+    monkeypatch.setattr(evaluate_all, "load_checkpoint", fake_load)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine: auto is CUDA
+    with pytest.raises(Stop):
+        evaluate.main(["--checkpoint", "models/alibi"])
+    with pytest.raises(Stop):
+        evaluate.main(["--checkpoint", "models/alibi", "--device", "cpu"])
+    if shipped_checkpoints():
+        with pytest.raises(Stop):
+            evaluate_all.main(["--probes-only"])
+    assert asked[:2] == [torch.device("cuda"), torch.device("cpu")] and all(d.type == "cuda" for d in asked[2:])
+    assert len(asked) == (3 if shipped_checkpoints() else 2)
