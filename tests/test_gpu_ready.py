@@ -137,6 +137,20 @@ def test_a_forward_pass_and_a_decoding_step_read_nothing_back_to_the_host(method
     assert not steps.reads, f"host reads while decoding: {steps.reads}"
 
 
+@pytest.mark.parametrize("method,options", [pytest.param(m, o, id=i) for (m, o), i in zip(VARIANTS, VARIANT_IDS)])
+def test_a_training_step_reads_nothing_back_but_fire_threshold(method, options, monkeypatch):
+    """Forward and backward of a training step. FIRE reads its L once per layer (per FIRE): whether
+    every query is below L picks its bias path, and in training L changes at every step. Kept, not
+    replaced, so that training numerics stay exactly as they were (a FIRE checkpoint is trained so)."""
+    monkeypatch.setattr(model_module, "_reads_are_free", lambda t: False)
+    model = model_for(method, options).train()
+    idx = random_bytes(2, 29)
+    with HostReads() as spy:
+        model.loss(idx, idx).backward()
+    expected = 0 if method != "fire" else len(model.position.functions)
+    assert len(spy.reads) == expected and all(name == "__float__" for name, _ in spy.reads), spy.reads
+
+
 def test_the_host_read_spy_sees_the_reads_it_is_meant_to_catch():
     t = torch.arange(3)
     with HostReads() as spy:

@@ -176,7 +176,7 @@ class Fire(PositionMethod):
         """``below_threshold`` of the layer's FIRE, with L read once per weights, not once per pass (a
         read waits for the GPU); training, whose L changes every step, reads it each time."""
         fn = self.function(layer)
-        threshold = self._kept(("threshold", self._index(layer)), lambda: float(fn.threshold), fn.parameters())
+        threshold = self._kept(("threshold", self._index(layer)), lambda: float(fn.threshold.detach()), fn.parameters())
         return fn.below_threshold(q_pos, threshold)
 
     def pieces(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
