@@ -262,3 +262,22 @@ def test_the_command_line_tools_load_checkpoints_on_the_device_asked_for(monkeyp
             evaluate_all.main(["--probes-only"])
     assert asked[:2] == [torch.device("cuda"), torch.device("cpu")] and all(d.type == "cuda" for d in asked[2:])
     assert len(asked) == (3 if shipped_checkpoints() else 2)
+
+
+def test_make_gpu_check_runs_the_cuda_tests_and_make_test_does_not():
+    import configparser
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    ini = configparser.ConfigParser()
+    ini.read(root / "pytest.ini")
+    assert '-m "not cuda"' in ini["pytest"]["addopts"] and "cuda:" in ini["pytest"]["markers"]
+    recipe = subprocess.run(["make", "-n", "gpu-check", "TEST_STAMP="], cwd=root, capture_output=True, text=True,
+                            check=True).stdout
+    assert "torch.cuda.is_available()" in recipe and "-m pytest -m cuda tests/test_gpu.py" in recipe
+    if not torch.cuda.is_available():  # the check that runs first fails, saying why
+        check = next(line for line in recipe.splitlines() if "torch.cuda.is_available()" in line)
+        done = subprocess.run(check.replace(".venv/bin/python", sys.executable, 1), shell=True, cwd=root,
+                              capture_output=True, text=True)
+        assert done.returncode != 0 and "make gpu-check: no CUDA device" in done.stderr
