@@ -141,6 +141,7 @@ def block_elements(device) -> int:
     """Scores per query block on ``device``."""
     return BLOCK_ELEMENTS_CUDA if device is not None and torch.device(device).type == "cuda" else BLOCK_ELEMENTS
 
+
 MASK_ALIGNMENT_BYTES = 16  # what the CUDA memory-efficient kernel reads at a time from an attention mask
 
 
@@ -179,7 +180,8 @@ class QueryBlocks:
             seen = Tk - T + r1
             qp, kp = q_pos[r0:r1].clone(), k_pos[:seen].clone()
             if k0 is not None:
-                mark_run(qp, q0 + r0), mark_run(kp, k0)
+                mark_run(qp, q0 + r0)
+                mark_run(kp, k0)
             visible = qp[:, None] >= kp[None, :]  # keys at or before the query ...
             if window is not None:  # ... and inside its window
                 visible &= qp[:, None] - kp[None, :] < window
