@@ -8,13 +8,19 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: app test checkpoints bench load venv clean-venv
+.PHONY: app test gpu-check checkpoints bench load venv clean-venv
 
 app: $(APP_STAMP)
 	$(PY) -m streamlit run app.py
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest
+
+# The checks that need a GPU (tests marked cuda): every lab on CUDA equal to the CPU, cached decoding,
+# a short training run in each precision. Fails, saying why, where PyTorch sees no CUDA device.
+gpu-check: $(TEST_STAMP)
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make gpu-check: no CUDA device (torch.cuda.is_available() is False; torch ' + torch.__version__ + ', built for CUDA ' + str(torch.version.cuda) + '). Run it on a machine with an NVIDIA GPU and a CUDA build of PyTorch.')"
+	$(PY) -m pytest -m cuda tests/test_gpu.py
 
 # Train every method with the shared recipe, evaluate each, redraw the README chart (hours on a CPU).
 checkpoints: $(TEST_STAMP)

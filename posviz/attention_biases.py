@@ -269,8 +269,8 @@ def kerple_learned(model) -> dict[str, np.ndarray]:
     """The learned (r1, r2) of a ``kerple`` model, each (n_layer, H), as the forward pass uses them."""
     require(model.config.position == "kerple", f"expected a 'kerple' model, got {model.config.position!r}")
     pairs = [model.position.parameters_of(layer) for layer in range(model.config.n_layer)]
-    return {"r1": np.stack([r1.detach().double().numpy() for r1, _ in pairs]),
-            "r2": np.stack([r2.detach().double().numpy() for _, r2 in pairs])}
+    return {"r1": np.stack([r1.detach().double().cpu().numpy() for r1, _ in pairs]),
+            "r2": np.stack([r2.detach().double().cpu().numpy() for _, r2 in pairs])}
 
 
 def fire_normalised_distance(lengths: Sequence[int], c: float, threshold: float, grid_points: int = 200) -> Columns:

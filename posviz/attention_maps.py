@@ -20,16 +20,18 @@ import torch.nn.functional as F
 
 from .errors import PosvizError
 from .lab_inputs import LN2, Progress, _ids_on, _no_progress, check_eval_length
-from .model import BLOCK_ELEMENTS, GPT
+from .model import GPT, block_elements
 
 
 @torch.inference_mode()
-def attention_probs(model: GPT, ids, length: int, layer: int) -> torch.Tensor:
-    """Attention probabilities of every head of ``layer`` over the first ``length`` bytes: (H, T, T), on CPU."""
+def attention_probs(model: GPT, ids, length: int, layer: int, on_device: bool = False) -> torch.Tensor:
+    """Attention probabilities of every head of ``layer`` over the first ``length`` bytes: (H, T, T), on
+    the CPU, or where the model is with ``on_device`` (for statistics and pooling: at the GPU cap the
+    maps are 1 GiB, and only the pooled image and per-head numbers need to come to the CPU)."""
     ids = _ids_on(model, ids)
     check_eval_length(model, length, ids.numel())
     out = model(ids[None, :length], attention_layer=layer)
-    return out.attention[0].float().cpu()
+    return out.attention[0].float() if on_device else out.attention[0].float().cpu()
 
 
 def attention_stats_per_query(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,13 +43,13 @@ def attention_stats_per_query(probs: torch.Tensor) -> tuple[torch.Tensor, torch.
     """
     probs = probs.float()
     H, T, Tk = probs.shape
-    idx = torch.arange(Tk, dtype=torch.float32)
+    idx = torch.arange(Tk, dtype=torch.float32, device=probs.device)
     # sum_j p_ij (i - j) = i * sum_j p_ij - sum_j p_ij j; rows of a causal softmax put no mass on j > i
-    distance = torch.arange(T, dtype=torch.float32) * probs.sum(-1) - probs @ idx  # (H, T)
+    distance = torch.arange(T, dtype=torch.float32, device=probs.device) * probs.sum(-1) - probs @ idx  # (H, T)
     # entr(p) = -p ln p (0 at p = 0), a block of rows at a time: a whole-map temporary would cost a
     # page-faulted allocation as large as the map (256 MB at 4,096 bytes) and twice the time
-    flat, entropy = probs.reshape(H * T, Tk), torch.empty(H * T)
-    rows = max(1, BLOCK_ELEMENTS // Tk)
+    flat, entropy = probs.reshape(H * T, Tk), torch.empty(H * T, device=probs.device)
+    rows = max(1, block_elements(probs.device) // Tk)
     for r0 in range(0, H * T, rows):
         entropy[r0:r0 + rows] = torch.special.entr(flat[r0:r0 + rows]).sum(-1)
     return distance, entropy.view(H, T) / LN2
@@ -56,7 +58,7 @@ def attention_stats_per_query(probs: torch.Tensor) -> tuple[torch.Tensor, torch.
 def attention_stats(probs: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Per head: mean attention distance (bytes) and mean entropy (bits) over the queries: two (H,) arrays."""
     distance, entropy = attention_stats_per_query(probs)
-    return distance.mean(-1).numpy().astype(float), entropy.mean(-1).numpy().astype(float)
+    return distance.mean(-1).cpu().numpy().astype(float), entropy.mean(-1).cpu().numpy().astype(float)
 
 
 def _pool_shape(h: int, w: int, max_side: int) -> tuple[int, int, int]:
@@ -73,19 +75,19 @@ def pool_matrix(matrix: np.ndarray | torch.Tensor, max_side: int) -> tuple[np.nd
     h, w = m.shape
     block, nh, nw = _pool_shape(h, w, max_side)
     if block == 1:
-        return m.double().numpy(), 1
+        return m.double().cpu().numpy(), 1
     valid = ~torch.isnan(m)
     padded = F.pad(torch.where(valid, m, 0.0), (0, nw * block - w, 0, nh * block - h))
     counts = F.pad(valid.float(), (0, nw * block - w, 0, nh * block - h))
     sums = padded.view(nh, block, nw, block).sum((1, 3), dtype=torch.float64)
     counts = counts.view(nh, block, nw, block).sum((1, 3), dtype=torch.float64)
-    return (sums / counts).numpy(), block  # 0 / 0 = NaN for fully masked blocks
+    return (sums / counts).cpu().numpy(), block  # 0 / 0 = NaN for fully masked blocks
 
 
-def _causal_counts(T: int, block: int, n: int) -> torch.Tensor:
+def _causal_counts(T: int, block: int, n: int, device=None) -> torch.Tensor:
     """(n, n): how many (query i, key j <= i) pairs fall in each block x block cell of a (T, T) map."""
-    i = torch.arange(T)
-    starts = torch.arange(n) * block
+    i = torch.arange(T, device=device)
+    starts = torch.arange(n, device=device) * block
     ends = (starts + block).clamp(max=T)
     per_row = ((i[:, None] + 1).clamp(max=ends[None, :]) - starts[None, :]).clamp(min=0)  # (T, n) keys seen in cell col
     per_row = F.pad(per_row, (0, 0, 0, n * block - T))
@@ -107,7 +109,7 @@ def pool_attention(probs: torch.Tensor, max_side: int) -> tuple[np.ndarray, int]
     if n * block != T:
         probs = F.pad(probs, (0, n * block - T, 0, n * block - T))
     sums = probs.view(H, n, block, n, block).sum((2, 4))  # (H, n, n); float32 is exact enough for <= block^2 terms
-    return (sums.double() / _causal_counts(T, block, n)).numpy(), block
+    return (sums.double() / _causal_counts(T, block, n, probs.device)).cpu().numpy(), block
 
 
 LOG_FLOOR = 1e-6  # probabilities below this are drawn as this: log10 range [-6, 0]
@@ -116,11 +118,11 @@ LOG_FLOOR = 1e-6  # probabilities below this are drawn as this: log10 range [-6,
 def display_attention(probs_2d: torch.Tensor | np.ndarray, log_scale: bool) -> np.ndarray:
     """(T, T) probabilities to the drawn values: masked (future) keys NaN; log10 when asked."""
     p = torch.as_tensor(np.asarray(probs_2d) if not isinstance(probs_2d, torch.Tensor) else probs_2d).double()
-    future = torch.ones(p.shape, dtype=torch.bool).triu(1)
+    future = torch.ones(p.shape, dtype=torch.bool, device=p.device).triu(1)
     p = p.masked_fill(future, float("nan"))
     if log_scale:
         p = torch.log10(p.clamp(min=LOG_FLOOR))  # NaN stays NaN
-    return p.numpy()
+    return p.cpu().numpy()
 
 
 @dataclass
@@ -146,6 +148,7 @@ def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bo
     if log_scale:
         with np.errstate(invalid="ignore"):
             pooled = np.log10(np.clip(pooled, LOG_FLOOR, None))
+    distance, entropy = distance.cpu(), entropy.cpu()  # (H, T): small, unlike the maps
     return AttentionView(length, layer, list(pooled), block, distance.mean(-1).numpy().astype(float),
                          entropy.mean(-1).numpy().astype(float), time.perf_counter() - start,
                          distance.numpy(), entropy.numpy())
@@ -153,7 +156,8 @@ def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bo
 
 def attention_view(model: GPT, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
     start = time.perf_counter()
-    return _view_from_probs(attention_probs(model, ids, length, layer), length, layer, log_scale, max_side, start)
+    return _view_from_probs(attention_probs(model, ids, length, layer, on_device=True), length, layer, log_scale,
+                            max_side, start)
 
 
 def prefix_growth(view: AttentionView, lengths: Iterable[int]) -> list[dict]:
@@ -190,7 +194,7 @@ def attention_growth(model: GPT, ids, lengths: Iterable[int], layer: int,
     lengths = list(lengths)
     rows = []
     for i, n in enumerate(lengths):
-        distance, entropy = attention_stats(attention_probs(model, ids, n, layer))
+        distance, entropy = attention_stats(attention_probs(model, ids, n, layer, on_device=True))
         rows += [{"length": n, "head": h, "distance": float(distance[h]), "entropy": float(entropy[h])}
                  for h in range(len(distance))]
         progress((i + 1) / len(lengths))

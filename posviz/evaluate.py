@@ -114,7 +114,7 @@ def scaling_factors(name: str, length: int, train_length: int) -> float | None:
 
 
 def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=(0, 16, 64, 128, 192, 512, 1024, 2048),
-                        progress: bool = True, validation=None, probe_chunks: int = 16) -> dict:
+                        progress: bool = True, validation=None, probe_chunks: int = 16, device="cpu") -> dict:
     """The full "eval" block of a checkpoint's metrics.json: bpb vs length, the copy probe and, for
     rope, every inference scaling. Lengths too long for the data are skipped. ``validation``: the
     whole validation split, scored at train_length as well (the headline quality number)."""
@@ -123,7 +123,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
 
     from .checkpoint import read_config
 
-    model = load_checkpoint(folder)
+    model = load_checkpoint(folder, device=device)
     L = model.config.train_length
     finetuned = read_config(folder).get("finetuned_from")
     # A fine-tuned checkpoint is scored at the lengths of the one it came from (multiples of *its* training
@@ -144,7 +144,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
     block["retrieval"] = retrieval_block(model, data if validation is None else validation, probe_chunks, L_ref)
     if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
-        base = load_checkpoint(base_folder, model.config.position_options)
+        base = load_checkpoint(base_folder, model.config.position_options, device=device)
         block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
                                       "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
     if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one
@@ -157,7 +157,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
                 factor = scaling_factors(name, n, L)
                 if factor is None:
                     continue
-                scaled = load_checkpoint(folder, {"scaling": name, "factor": factor})
+                scaled = load_checkpoint(folder, {"scaling": name, "factor": factor}, device=device)
                 row[str(n)] = round(bits_per_byte(scaled, data, n, progress=progress), 4)
                 factors[str(n)] = factor
             scalings[name] = {"nonoverlapping_bpb": row, "factor": factors}
@@ -181,6 +181,7 @@ def timed(fn, *args, **kw):
 def main(argv=None) -> None:
     from .checkpoint import load_checkpoint, read_metrics, write_metrics
     from .data import load_corpus
+    from .limits import add_device_argument, resolve_device
 
     ap = argparse.ArgumentParser(description="Evaluate a posviz checkpoint: bits per byte vs evaluation length.")
     ap.add_argument("--checkpoint", required=True, help="folder under models/, e.g. models/alibi")
@@ -193,12 +194,13 @@ def main(argv=None) -> None:
     ap.add_argument("--copy-gaps", type=int, nargs="*", default=[0, 16, 64, 128, 192, 512, 1024, 2048])
     ap.add_argument("--write", action="store_true", help="store the results in the checkpoint's metrics.json")
     ap.add_argument("--corpus", default=None, help="folder of text files instead of the standard library")
+    add_device_argument(ap)
     args = ap.parse_args(argv)
 
     overrides = {}
     if args.scaling:
         overrides = {"scaling": args.scaling, "factor": args.factor or 1.0}
-    model = load_checkpoint(args.checkpoint, overrides or None)
+    model = load_checkpoint(args.checkpoint, overrides or None, device=resolve_device(args.device))
     corpus = load_corpus(args.corpus)
     data = corpus.eval_stream(args.eval_bytes)
     L = model.config.train_length

@@ -10,6 +10,7 @@ import argparse
 from .checkpoint import load_checkpoint, read_metrics, shipped_checkpoints, write_metrics
 from .data import load_corpus
 from .evaluate import DEFAULT_EVAL_BYTES, evaluate_checkpoint, retrieval_block
+from .limits import add_device_argument, resolve_device
 
 
 def main(argv=None) -> None:
@@ -18,7 +19,9 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
     ap.add_argument("--probes-only", action="store_true",
                     help="only (re)run the far-context probes into eval.retrieval; keep the rest of each eval block")
+    add_device_argument(ap)
     args = ap.parse_args(argv)
+    device = resolve_device(args.device)
     corpus = load_corpus()
     data = corpus.eval_stream(args.eval_bytes)
     for name, folder in shipped_checkpoints().items():
@@ -26,11 +29,11 @@ def main(argv=None) -> None:
             continue
         metrics = read_metrics(folder)
         if args.probes_only:
-            metrics.setdefault("eval", {})["retrieval"] = retrieval_block(load_checkpoint(folder), corpus.validation)
+            metrics.setdefault("eval", {})["retrieval"] = retrieval_block(load_checkpoint(folder, device=device), corpus.validation)
             write_metrics(folder, metrics)
             print(name, "retrieval probes:", metrics["eval"]["retrieval"]["seconds"], "s", flush=True)
             continue
-        block = evaluate_checkpoint(folder, data, validation=corpus.validation)
+        block = evaluate_checkpoint(folder, data, validation=corpus.validation, device=device)
         metrics["eval"] = block
         write_metrics(folder, metrics)
         print(name, "validation split:", block["validation_split_bpb"], block["nonoverlapping_bpb"],

@@ -128,5 +128,5 @@ def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool 
     out = model(ids[None, :length], attention_layer=layer)
     bits = (F.cross_entropy(out.logits[0].float(), ids[1:length + 1], reduction="none") / LN2).cpu().numpy()  # (L,)
     score = _length_score(bits[None], length, time.perf_counter() - start)
-    view = _view_from_probs(out.attention[0].float().cpu(), length, layer, log_scale, max_side, start)
+    view = _view_from_probs(out.attention[0].float(), length, layer, log_scale, max_side, start)  # pooled where it is
     return score, view

@@ -33,6 +33,7 @@ import torch
 from .errors import PosvizError, PositionLimitError
 from .limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
 from .model import GPT, KVCache
+from .positions.base import mark_run
 
 LN2 = math.log(2.0)
 STRATEGIES = ("stop", "reencode", "shift")
@@ -180,8 +181,8 @@ class Decoder:
         p = min(t, self.window - 1)
         held = len(self.cache)
         if held:  # relabel the window so it ends just before p; cached keys keep what they baked in
-            self.cache.positions = torch.arange(p - held, p, device=dev)
-        return self.model(self._ids([byte]), positions=torch.tensor([p], device=dev), cache=self.cache).logits[0, -1]
+            self.cache.positions = mark_run(torch.arange(p - held, p, device=dev), p - held)
+        return self.model(self._ids([byte]), positions=p, cache=self.cache).logits[0, -1]
 
     @torch.inference_mode()
     def step(self) -> Step | None:
@@ -192,14 +193,15 @@ class Decoder:
         try:
             if self._logits is None:
                 self._logits = self._prefill()
-            logits = self._logits.float()
+            # one read of the 256 logits per byte (the byte must come back anyway); the rest on the CPU
+            logits = self._logits.float().cpu()
             logp = logits.log_softmax(-1)
             if self.forced is not None:
                 byte = self.forced[len(self.steps)]
             elif self.settings.greedy:
                 byte = int(logits.argmax())
             else:
-                probs = next_byte_distribution(logits, self.settings.temperature, self.settings.top_k).cpu()
+                probs = next_byte_distribution(logits, self.settings.temperature, self.settings.top_k)
                 byte = int(torch.multinomial(probs, 1, generator=self.generator))
             step = Step(byte, float(-logp[byte]) / LN2, float(-(logp.exp() * logp).nansum()) / LN2)
             self.steps.append(step)

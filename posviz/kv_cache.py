@@ -19,6 +19,7 @@ from .errors import PosvizError, PositionLimitError
 from .lab_inputs import LN2, Progress, _ids_on, _no_progress
 from .limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
 from .model import GPT, KVCache
+from .positions.base import mark_run
 
 STRATEGIES = ("reencode", "shifted_cache", "cached_window")
 STRATEGY_TITLES = {
@@ -112,7 +113,9 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
     n = check_sliding(model, ids, window, n_bytes)
     dev = model.device
     steps = n - 1
-    bits = np.full(steps, np.nan)
+    # filled on the model's device and read once at the end: a read per byte would make every step
+    # wait for the GPU to finish the one before it
+    bits = torch.full((steps,), float("nan"), dtype=torch.float64, device=dev)
     fresh_cache = lambda: KVCache(model.config.n_layer, max_size=window) if strategy != "reencode" else None
     cache = fresh_cache()
     error = None
@@ -124,7 +127,7 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
         m = min(window, steps)  # steps 0..m-1 predict bytes 1..m from the whole prefix
         try:
             logits = model(ids[None, :m], cache=cache).logits[0].float()  # (m, V)
-            bits[:m] = (F.cross_entropy(logits, ids[1:m + 1], reduction="none") / LN2).cpu().numpy()
+            bits[:m] = F.cross_entropy(logits, ids[1:m + 1], reduction="none") / LN2
             first = m
         except PositionLimitError:  # the method cannot hold the window: step, to say where it stops
             cache = fresh_cache()
@@ -136,22 +139,23 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
             if strategy == "reencode":
                 logits = model(ids[None, max(0, t - window + 1) : t + 1]).logits[0, -1]
             elif strategy == "cached_window":
-                logits = model(ids[None, t : t + 1], positions=torch.tensor([t], device=dev), cache=cache).logits[0, -1]
+                logits = model(ids[None, t : t + 1], positions=t, cache=cache).logits[0, -1]
             else:
                 p = min(t, window - 1)
                 held = len(cache)
                 if held:
                     # Relabel the window so that it ends just before p; cached keys keep what they baked in.
-                    cache.positions = torch.arange(p - held, p, device=dev)
-                logits = model(ids[None, t : t + 1], positions=torch.tensor([p], device=dev), cache=cache).logits[0, -1]
+                    cache.positions = mark_run(torch.arange(p - held, p, device=dev), p - held)
+                logits = model(ids[None, t : t + 1], positions=p, cache=cache).logits[0, -1]
         except PositionLimitError as exc:
             error = f"Stopped at byte {t:,}: {exc}"
             break
-        bits[t] = float(F.cross_entropy(logits.float()[None], ids[t + 1 : t + 2])) / LN2
+        bits[t] = F.cross_entropy(logits.float()[None], ids[t + 1 : t + 2]).double() / LN2
         if t % every == 0:
             progress((t + 1) / steps)
     _sync(model)
     end = time.perf_counter()
+    bits = bits.cpu().numpy()
     progress(1.0)
     done = int(np.isfinite(bits).sum())
     stepped = done - first

@@ -18,6 +18,16 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
+    """A device from a command line's ``--device``: "auto" (or None) is the GPU when there is one, as in the app."""
+    return default_device() if name is None or name == "auto" else torch.device(name)
+
+
+def add_device_argument(parser) -> None:
+    """``--device`` for the command-line tools, "auto" by default (CUDA when present)."""
+    parser.add_argument("--device", default="auto", help="where to run: auto (CUDA when present, else CPU), cpu, cuda, cuda:1")
+
+
 def device_label() -> str:
     if torch.cuda.is_available():
         return f"CUDA ({torch.cuda.get_device_name(0)})"

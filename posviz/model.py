@@ -18,7 +18,12 @@ from torch import nn
 from .config import ModelConfig
 from .errors import PosvizError
 from .positions import ModelShape, PositionMethod, build_position_method
-from .positions.base import run_start
+from .positions.base import mark_run, position_range, run_start
+
+
+def _reads_are_free(t: torch.Tensor) -> bool:
+    """Whether reading a value of ``t`` costs no wait for a device (the tests pretend it does)."""
+    return t.device.type == "cpu"
 
 
 @dataclass
@@ -54,8 +59,10 @@ class KVCache:
         """Re-read _last and keys_are_run when ``positions`` was set from outside (a lab relabels it)."""
         if self.positions is not self._known:
             self._known = self.positions
-            self._last = None if self.positions is None else int(self.positions[-1])
-            self.keys_are_run = self.positions is None or run_start(self.positions) is not None
+            start = None if self.positions is None else run_start(self.positions)  # a noted run: no read
+            self._last = None if self.positions is None else (
+                start + self.positions.numel() - 1 if start is not None else int(self.positions[-1]))
+            self.keys_are_run = self.positions is None or start is not None
 
     @property
     def attended_keys_are_run(self) -> bool:
@@ -97,6 +104,8 @@ class KVCache:
             start = run_start(pos)
             self._new_is_run = start is not None and (self._last is None or (self.keys_are_run and start == self._last + 1))
             self._new_last = int(pos[-1]) if start is None else start + T - 1
+            if self._new_is_run:  # so that nothing downstream reads the key positions back
+                mark_run(self._new_positions, self._new_last + 1 - self._new_positions.numel())
         k_pos = self._new_positions
         keep = n if self.max_size is None else min(n, self.max_size - 1)  # old keys this step still needs
         if self.keys[layer] is not None and self.keys[layer].shape[:2] != k.shape[:2]:
@@ -111,13 +120,34 @@ class KVCache:
         needed = n if self.max_size is None else min(n, self.max_size + T - 1)
         k, v = keys.narrow(2, n - needed, needed), values.narrow(2, n - needed, needed)
         k_pos = k_pos[-needed:]
+        if self._new_is_run:
+            mark_run(k_pos, self._new_last + 1 - needed)
         if layer == self.n_layer - 1:
             self.positions = self._new_positions if self.max_size is None else self._new_positions[-self.max_size:]
+            if self._new_is_run:
+                mark_run(self.positions, self._new_last + 1 - self.positions.numel())
             self.keys_are_run, self._last, self._known = self._new_is_run, self._new_last, self.positions
         return k, v, k_pos
 
 
-BLOCK_ELEMENTS = 1 << 21  # scores per query block (8 MB in fp32): small enough to stay in cache
+BLOCK_ELEMENTS = 1 << 21  # scores per query block (8 MB in fp32): small enough to stay in a CPU's cache
+# On a GPU the CPU's cache size means nothing, and each block is a few kernel launches: at 8,192 bytes
+# the CPU block would be 2 query rows, thousands of launches per pass. 64 M scores (256 MB in fp32)
+# keep a block's temporaries far below the smallest GPU's memory while a pass takes a few blocks.
+BLOCK_ELEMENTS_CUDA = 1 << 26
+
+
+def block_elements(device) -> int:
+    """Scores per query block on ``device``."""
+    return BLOCK_ELEMENTS_CUDA if device is not None and torch.device(device).type == "cuda" else BLOCK_ELEMENTS
+
+
+MASK_ALIGNMENT_BYTES = 16  # what the CUDA memory-efficient kernel reads at a time from an attention mask
+
+
+def _mask_alignment(dtype: torch.dtype) -> int:
+    """Elements per 16 bytes: a mask view read in place must start and step by multiples of this."""
+    return max(1, MASK_ALIGNMENT_BYTES // torch.empty((), dtype=dtype).element_size())
 
 
 class QueryBlocks:
@@ -134,18 +164,30 @@ class QueryBlocks:
     whole (B, H, T, Tk) bias or score tensor is 256 MB, and allocating one costs as much as using it.
     """
 
-    def __init__(self, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None, batch_heads: int, device):
+    def __init__(self, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None, batch_heads: int, device,
+                 q0: int | None = None, keys_are_run: bool | None = None):
         T, Tk = q_pos.numel(), k_pos.numel()
-        rows = max(1, BLOCK_ELEMENTS // (batch_heads * Tk))
+        rows = max(1, block_elements(device) // (batch_heads * Tk))
+        # Runs known without reading (q0: first query; keys_are_run: what the cache knows of its keys):
+        # the blocks' positions are then noted as runs too, and a decoding step needs no mask.
+        q0 = run_start(q_pos) if q0 is None else q0
+        k0 = None
+        if q0 is not None:
+            k0 = (q0 + T - Tk if keys_are_run else None) if keys_are_run is not None else run_start(k_pos)
         self.blocks = []  # (r0, r1, seen, q_pos, k_pos, visible (rows, seen) or None when every key is)
         for r0 in range(0, T, rows):
             r1 = min(T, r0 + rows)
             seen = Tk - T + r1
             qp, kp = q_pos[r0:r1].clone(), k_pos[:seen].clone()
+            if k0 is not None:
+                mark_run(qp, q0 + r0)
+                mark_run(kp, k0)
             visible = qp[:, None] >= kp[None, :]  # keys at or before the query ...
             if window is not None:  # ... and inside its window
                 visible &= qp[:, None] - kp[None, :] < window
-            if T == 1 and bool(visible.all()):  # one decoding step: typically nothing to mask
+            # One decoding step: typically nothing to mask. The keys a cache hands in for a step whose
+            # keys are a run ending at the query are all visible (it keeps none past the window).
+            if T == 1 and (k0 + Tk == q0 + T if k0 is not None else bool(visible.all())):
                 visible = None
             self.blocks.append((r0, r1, seen, qp, kp, None if visible is None else visible.to(device)))
         self._masked: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # block -> (bias, bias with -inf)
@@ -189,11 +231,11 @@ class DistanceBlocks:
     the window of its first query), so the future half of the work is skipped.
     """
 
-    def __init__(self, T: int, Tk: int, off: int, window: int | None, batch_heads: int):
+    def __init__(self, T: int, Tk: int, off: int, window: int | None, batch_heads: int, device=None):
         self.T, self.N, self.window = T, T + Tk - 1, window  # N: entries of F (every distance a pair has)
         self.d_max = off + T - 1  # distance of the last query to the first key
         self.max_visible = self.d_max if window is None else min(self.d_max, window - 1)
-        rows = max(1, BLOCK_ELEMENTS // (batch_heads * Tk))
+        rows = max(1, block_elements(device) // (batch_heads * Tk))
         self.blocks = []  # (r0, r1, first key, keys seen)
         for r0 in range(0, T, rows):
             r1 = min(T, r0 + rows)
@@ -201,8 +243,8 @@ class DistanceBlocks:
             self.blocks.append((r0, r1, first, Tk - T + r1))
 
     @classmethod
-    def plan(cls, q_pos, k_pos, window, batch_heads, q0: int | None = None, keys_are_run: bool | None = None
-             ) -> "DistanceBlocks | None":
+    def plan(cls, q_pos, k_pos, window, batch_heads, q0: int | None = None, keys_are_run: bool | None = None,
+             device=None) -> "DistanceBlocks | None":
         """None unless both position lists are runs ending at the same position. ``q0``: the first query
         position when known to be a run's start; ``keys_are_run``: what the cache knows of its keys."""
         q0 = run_start(q_pos) if q0 is None else q0
@@ -212,7 +254,7 @@ class DistanceBlocks:
             k0 = q0 + q_pos.numel() - k_pos.numel() if keys_are_run and q0 is not None else None
         if q0 is None or k0 is None or q0 + q_pos.numel() - 1 != k0 + k_pos.numel() - 1:
             return None  # positions are no runs, or the last query is not the last key: use the reference path
-        return cls(q_pos.numel(), k_pos.numel(), q0 - k0, window, batch_heads)
+        return cls(q_pos.numel(), k_pos.numel(), q0 - k0, window, batch_heads, device)
 
     def reversed_table(self, table: torch.Tensor, dtype) -> torch.Tensor:
         """F (H, N) from the bias at distances 0..max_visible (H, max_visible + 1); made once per forward
@@ -265,7 +307,7 @@ class CausalSelfAttention(nn.Module):
             if "distance" not in blocks:  # once per forward pass, as the plan below
                 blocks["distance"] = DistanceBlocks.plan(
                     pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, blocks.get("q_run"),
-                    None if cache is None else cache.attended_keys_are_run)
+                    None if cache is None else cache.attended_keys_are_run, q.device)
             plan = blocks["distance"]
             table = None if plan is None else position.distance_bias(layer, pos, 0, plan.max_visible)
             if table is not None:
@@ -287,7 +329,8 @@ class CausalSelfAttention(nn.Module):
             return self._project(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)), None
 
         if "plan" not in blocks:  # once per forward pass: positions are the same in every layer
-            blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, q.device)
+            blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, q.device,
+                                         blocks.get("q_run"), None if cache is None else cache.attended_keys_are_run)
         Tk = k.shape[-2]
         y = torch.empty_like(q)  # (B, H, T, hs)
         probs = q.new_zeros(B, self.n_head, T, Tk) if want_probs else None  # future keys stay exactly 0
@@ -365,28 +408,39 @@ class CausalSelfAttention(nn.Module):
             _, _, first, seen = plan.blocks[0]
             nk = seen - first
             near = min(Kb, nk)
-            mask = band.new_zeros(B, H, 1, nk)
+            # strides a multiple of 16 elements, as for the blocks below
+            mask = band.new_zeros(B, H, 1, -(-nk // 16) * 16)[..., :nk]
             mask[..., nk - near:] = (band[..., :near] - band[..., K:]).flip(-1)  # key nk-1-d at distance d
             return F.scaled_dot_product_attention(q, k[:, :, first:seen], v[:, :, first:seen], attn_mask=mask,
                                                   dropout_p=dropout), None
+        # Why the buffer is larger than the largest block (A - 1 more rows, width padded to A columns):
+        # the CUDA memory-efficient kernel reads the mask 16 bytes at a time and PyTorch checks only
+        # its strides, not where the view starts. A block's view starting off a 16-byte boundary
+        # (lengths like 768 or 1536) is then "misaligned address", sticky for the whole process.
+        # The pattern depends on (row - column) alone, so each block takes its view a few rows and
+        # columns up the same diagonal, at a column that is a multiple of A.
+        A = _mask_alignment(q.dtype)
         R = max(r1 - r0 for r0, r1, _, _ in plan.blocks)  # rows of the largest block
         width = max(max(seen - first for _, _, first, seen in plan.blocks), R + Kb - 1)
+        Rb, Wb = R + A - 1, -(-(width + A - 1) // 16) * 16  # rows, columns (16: so PyTorch reads a view in place)
         key = ("band", B, H, R, width, K, q.dtype)
         buf = blocks.get(key)
         if buf is None:  # the 0 / -inf pattern, once per forward pass
-            d = torch.arange(R, device=q.device)[:, None] - torch.arange(width, device=q.device)[None, :] + (width - R)
+            d = torch.arange(Rb, device=q.device)[:, None] - torch.arange(Wb, device=q.device)[None, :] + (Wb - Rb)
             unseen = d < 0 if plan.window is None else (d < 0) | (d >= plan.window)  # d: distance from bottom-right
-            buf = blocks[key] = torch.zeros(R, width, dtype=q.dtype, device=q.device).masked_fill_(
-                unseen, float("-inf")).expand(B, H, R, width).contiguous()
+            buf = blocks[key] = torch.zeros(Rb, Wb, dtype=q.dtype, device=q.device).masked_fill_(
+                unseen, float("-inf")).expand(B, H, Rb, Wb).contiguous()
         y = torch.empty_like(q)
         probs = q.new_zeros(B, H, T, k.shape[-2]) if want_probs else None
         for r0, r1, first, seen in plan.blocks:
-            rows = r1 - r0
-            if Kb:  # row r of the buffer, distance d < Kb sits at column width - R + r - d
-                near = buf.as_strided((B, H, rows, Kb), (H * R * width, R * width, width + 1, 1),
-                                      buf.storage_offset() + (R - rows) * (width + 1) + width - R - Kb + 1)
+            rows, nk = r1 - r0, seen - first
+            s = -nk % A  # steps up the diagonal that put the view's first column on a multiple of A
+            top, left = Rb - rows - s, Wb - nk - s  # the view's corner in the buffer
+            if Kb:  # row r of the buffer, distance d < Kb sits at column Wb - Rb + r - d
+                near = buf.as_strided((B, H, rows, Kb), (H * Rb * Wb, Rb * Wb, Wb + 1, 1),
+                                      buf.storage_offset() + top * (Wb + 1) + Wb - Rb - Kb + 1)
                 near.copy_((band[:, :, r0:r1, :Kb] - band[:, :, r0:r1, K:]).flip(-1))
-            mask = buf[:, :, R - rows:, width - (seen - first):]  # (B, H, rows, keys) view
+            mask = buf[:, :, top:top + rows, left:left + nk]  # (B, H, rows, keys) view
             kb, vb = k[:, :, first:seen], v[:, :, first:seen]
             if want_probs:
                 scores = torch.matmul(q[:, :, r0:r1] * (1.0 / math.sqrt(hs)), kb.transpose(-2, -1))
@@ -506,33 +560,41 @@ class GPT(nn.Module):
     def forward(
         self,
         idx: torch.Tensor,
-        positions: torch.Tensor | None = None,
+        positions: torch.Tensor | int | None = None,
         cache: KVCache | None = None,
         attention_layer: int | None = None,
         attention_head: int | None = None,
     ) -> ModelOutput:
         """Logits for byte ids ``idx`` (B, T).
 
-        positions: absolute positions (T,); default continues after the cache (0.. without one).
+        positions: absolute positions (T,), or an int p0 for p0, p0+1, ...; default continues after the
+            cache (0.. without one). An int (or the default) lets the pass run without reading a position
+            back from the device, where a tensor may need a read or two (a host sync each on a GPU).
         attention_layer: also return that layer's attention probabilities (all heads, or only
             ``attention_head``), computed eagerly for that layer alone; other layers stay fused.
         """
         if idx.dim() != 2 or idx.shape[1] == 0:
             raise PosvizError(f"expected a non-empty batch of byte ids of shape (B, T), got shape {tuple(idx.shape)}")
-        if idx.is_floating_point() or idx.dtype == torch.bool or not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
+        if idx.is_floating_point() or idx.dtype == torch.bool or idx.is_complex() or (
+                _reads_are_free(idx) and not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size):
+            # The values are checked where reading them costs nothing: on a GPU that read would wait for
+            # the device at every pass (every decoded byte). posviz encodes bytes on the CPU and moves
+            # them, and a decoding loop feeds back bytes sampled from the 256 logits.
             raise PosvizError(f"byte ids must be integers in 0..{self.config.vocab_size - 1}; encode text with posviz.data.encode_text")
         B, T = idx.shape
         query_blocks = {}
         if cache is not None and cache.n_layer != len(self.blocks):
             raise PosvizError(f"the KV cache was made for {cache.n_layer} layers but the model has {len(self.blocks)}")
-        if positions is None:
-            start = 0 if cache is None else cache.next_position()
-            positions = torch.arange(start, start + T, device=idx.device)
+        if positions is None or isinstance(positions, int):
+            start = (0 if cache is None else cache.next_position()) if positions is None else positions
+            if start < 0:
+                raise PosvizError(f"positions must be {T} non-negative integers (one per byte), got a run from {start}")
+            positions = mark_run(torch.arange(start, start + T, device=idx.device), start)
             query_blocks = {"q_run": start}  # these positions are a run: attention need not check
-        elif (positions.dim() != 1 or positions.numel() != T or positions.is_floating_point()
-              or positions.dtype == torch.bool or int(positions.min()) < 0):
+        elif (not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.numel() != T
+              or positions.is_floating_point() or positions.dtype == torch.bool or position_range(positions)[0] < 0):
             raise PosvizError(f"positions must be {T} non-negative integers (one per byte), got shape "
-                              f"{tuple(positions.shape)} of {positions.dtype}")
+                              f"{tuple(getattr(positions, 'shape', ()))} of {getattr(positions, 'dtype', type(positions))}")
         self.position.check_positions(positions)
         if attention_layer is not None and not 0 <= attention_layer < len(self.blocks):
             raise PosvizError(f"attention_layer must be in 0..{len(self.blocks) - 1}, got {attention_layer}")

@@ -59,8 +59,8 @@ class TrainConfig:
     log_every: int = 50
     corpus: str | None = None  # None: the standard library of this interpreter
     device: str = "auto"  # "auto" = CUDA when present
-    # "auto": bfloat16 autocast only where it is faster (measured at start: CUDA and CPUs with AVX512-BF16
-    # or AMX gain 1.3-1.9x; a CPU with only AVX2 emulates it, 7.5x *slower*); "bf16" or "fp32" to force.
+    # "auto": bfloat16 autocast on a CUDA GPU that supports it, fp32 elsewhere (a CPU with only AVX2
+    # emulates bf16, 7.5x *slower*; ask for "bf16" on one with AVX512-BF16 or AMX); "bf16" or "fp32" to force.
     precision: str = "auto"
     checkpoint_every: int = 200  # steps between saved training states (resume with --resume)
     # Context extension by fine-tuning (Chen et al. 2023; Peng et al. 2023): start from this checkpoint's
@@ -120,44 +120,41 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _distributed() -> tuple[int, int, int]:
+def backend_for(device_name: str) -> str:
+    """The process group's backend: NCCL only when training on CUDA (it cannot move CPU tensors, so
+    ``--set device=cpu`` on a machine with a GPU needs gloo)."""
+    return "nccl" if pick_device(device_name).type == "cuda" else "gloo"
+
+
+def _distributed(device_name: str = "auto") -> tuple[int, int, int]:
     """(rank, world size, local rank); starts the process group when launched by torchrun."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return 0, 1, 0
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend)
+        dist.init_process_group(backend_for(device_name))
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def _matmul_seconds(device: torch.device, bf16: bool, reps: int = 5) -> float:
-    """Best time of a training-sized matmul (4096x128 by 128x512), with or without bf16 autocast."""
-    a, b = torch.randn(4096, 128, device=device), torch.randn(128, 512, device=device)
-    best = float("inf")
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        for _ in range(reps + 1):  # the first call warms up
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            (a @ b).sum().item()
-            best = min(best, time.perf_counter() - start)
-    return best
+def precision_rule(asked: str, device: torch.device) -> str:
+    """The precision to train in, decided from facts every rank shares, not from a timing.
+
+    "auto": bf16 autocast on a CUDA GPU with bf16 support (there it is the faster kind of matmul), fp32
+    elsewhere: whether a CPU gains from bf16 depends on instructions a timing of one small matmul
+    judged by chance (and on a GPU such a timing measures launch overhead)."""
+    if asked != "auto":
+        return asked
+    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
 
 
-def pick_precision(cfg: TrainConfig, device: torch.device) -> dict:
-    """The precision to train in, and why: bf16 autocast only where this machine runs it faster.
-
-    The recipe's numbers are the same either way (the loss is computed in fp32); only speed differs, so
-    "auto" measures instead of guessing from the device type.
-    """
-    fp32 = _matmul_seconds(device, bf16=False)
-    bf16 = _matmul_seconds(device, bf16=True)
-    if cfg.precision == "auto":
-        chosen = "bf16" if bf16 < fp32 / 1.1 else "fp32"
-    else:
-        chosen = cfg.precision
-    return {"precision": chosen, "asked": cfg.precision, "matmul_ms_fp32": round(fp32 * 1e3, 3),
-            "matmul_ms_bf16": round(bf16 * 1e3, 3)}
+def pick_precision(cfg: TrainConfig, device: torch.device, world: int = 1) -> dict:
+    """The precision to train in, the same on every rank: rank 0's rule, broadcast when there are
+    several (ranks on different kinds of device would otherwise train in different precisions)."""
+    chosen = precision_rule(cfg.precision, device)
+    if world > 1:
+        box = [chosen]
+        dist.broadcast_object_list(box, src=0, device=device if backend_for(str(device)) == "nccl" else None)
+        chosen = box[0]
+    return {"precision": chosen, "asked": cfg.precision}
 
 
 STATE_WEIGHTS, STATE_JSON = "state.safetensors", "state.json"
@@ -169,7 +166,8 @@ def state_dir_for(out: str | Path) -> Path:
 
 
 def save_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen: torch.Generator, step: int,
-               tokens_seen: int, curve: list, seconds: float, cfg: TrainConfig, copy_curve: list | None = None) -> None:
+               tokens_seen: int, curve: list, seconds: float, cfg: TrainConfig, copy_curve: list | None = None,
+               precision: str | None = None) -> None:
     """Everything needed to continue exactly where training stopped, as safetensors + JSON (no pickle).
 
     Written to a temporary name and renamed, so a run killed while saving keeps its previous state.
@@ -186,20 +184,28 @@ def save_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen:
     tmp = folder / (STATE_WEIGHTS + ".tmp")
     save_file(tensors, str(tmp))
     info = {"step": step, "tokens_seen": tokens_seen, "curve": curve, "copy_curve": copy_curve or [], "seconds": seconds,
-            "recipe": dataclasses.asdict(cfg)}
+            "recipe": dataclasses.asdict(cfg), **({"precision": precision} if precision is not None else {})}
     (folder / (STATE_JSON + ".tmp")).write_text(json.dumps(info) + "\n")
     os.replace(tmp, folder / STATE_WEIGHTS)
     os.replace(folder / (STATE_JSON + ".tmp"), folder / STATE_JSON)
 
 
 def load_state(folder: Path, model: GPT, optim: torch.optim.Optimizer, data_gen: torch.Generator,
-               cfg: TrainConfig) -> dict:
-    """Restore a saved state into the fresh ``model``, ``optim`` and ``data_gen``; returns state.json."""
+               cfg: TrainConfig, precision: str | None = None) -> dict:
+    """Restore a saved state into the fresh ``model``, ``optim`` and ``data_gen``; returns state.json.
+
+    precision: the one this run trains in; a state trained in another is refused ("auto" may resolve
+    differently on another machine, and mixing precisions in one run gives weights neither would)."""
     info = json.loads((folder / STATE_JSON).read_text())
     changed = recipe_differences(info["recipe"], cfg)
     if changed:
         raise PosvizError(f"the saved state in {folder} was made with another recipe (differs in: {', '.join(changed)}); "
                           "delete that folder to start over, or resume with the same settings")
+    saved = info.get("precision")  # states saved before the precision was recorded cannot be checked
+    if precision is not None and saved is not None and saved != precision:
+        raise PosvizError(f"the saved state in {folder} was trained in {saved} but this run would train in {precision}; "
+                          f"resume with --set precision={saved} on a machine that supports it, or delete that folder "
+                          "to start over")
     tensors = load_file(str(folder / STATE_WEIGHTS))
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
     for name, p in model.named_parameters():  # the optimizer makes its state lazily: fill it by parameter name
@@ -229,7 +235,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     resume: continue from the state saved in ``state_dir`` (default ``runs/<out name>.state``) if there is one.
     stop_after: stop after this many steps of the run, saving the state (what an interrupted run leaves).
     """
-    rank, world, local_rank = _distributed()
+    rank, world, local_rank = _distributed(cfg.device)
     device = pick_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", local_rank)
@@ -254,14 +260,14 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     val = corpus.eval_stream(cfg.eval_bytes)  # too few validation bytes: fail now, not after training
     data_gen = torch.Generator().manual_seed(cfg.seed)  # separate from init: same order for every method
     local = slice(rank * cfg.batch_size // world, (rank + 1) * cfg.batch_size // world)
-    precision = pick_precision(cfg, device)
+    precision = pick_precision(cfg, device, world)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision["precision"] == "bf16")
 
     curve, tokens_seen, first_step, earlier_seconds = [], 0, 0, 0.0
     copy_curve = []  # the repeat probe at gap 0 at every saved state: when copying from context forms
     state = Path(state_dir) if state_dir is not None else (state_dir_for(out) if out is not None else None)
     if resume and state is not None and (state / STATE_JSON).is_file():
-        info = load_state(state, model, optim, data_gen, cfg)
+        info = load_state(state, model, optim, data_gen, cfg, precision["precision"])
         first_step, tokens_seen, curve, earlier_seconds = info["step"], info["tokens_seen"], info["curve"], info["seconds"]
         copy_curve = info.get("copy_curve", [])
         if progress and rank == 0:
@@ -303,7 +309,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
                 copy_curve.append({"step": done, "tokens": tokens_seen, **check})
         if state is not None and rank == 0 and (done % cfg.checkpoint_every == 0 or interrupted):
             save_state(state, model, optim, data_gen, done, tokens_seen, curve, time.perf_counter() - start, cfg,
-                       copy_curve)
+                       copy_curve, precision["precision"])
         if interrupted:
             return {"stopped_at_step": done, "state": str(state)}
     seconds = time.perf_counter() - start
@@ -327,7 +333,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
                    "tokens": tokens_seen, "parameters": model.num_parameters()}
         if out is not None:
             save_checkpoint(model, out, extra, metrics)
-            stored = load_checkpoint(out)  # score the 16-bit weights that ship, not the fp32 ones
+            stored = load_checkpoint(out, device=device)  # score the 16-bit weights that ship, not the fp32 ones
             metrics["val_bpb_at_train_length"] = round(bits_per_byte(stored, val, cfg.train_length), 4)
             save_checkpoint(model, out, extra, metrics)
             if progress:

@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import require
-from .base import PositionMethod, bias_from_distance_table, relative_distance, run_start
+from .base import PositionMethod, bias_from_distance_table, distance_range, position_range, relative_distance, run_start
 
 EPS = 1e-6  # keeps psi(max(L, i)) > 0 if c or L were driven to 0
 MLP_INITS = ("spread", "reference")
@@ -100,8 +100,12 @@ class FireFunction(nn.Module):
         return self.psi(distance) / self.normaliser(q_pos)[:, None]
 
     def bias_of(self, u: torch.Tensor) -> torch.Tensor:
-        """f_theta on normalised distances u (any shape): (H, *u.shape). The reference: the MLP as it is."""
-        return self.mlp(u.unsqueeze(-1)).movedim(-1, 0)
+        """f_theta on normalised distances u (any shape): (H, *u.shape). The reference: the MLP as it is.
+
+        Always in fp32, autocast or not: under bf16 autocast the first layer would round u to steps of
+        2^-8, so training would see another u than inference (fp32, and ``linear_pieces`` in fp64)."""
+        with torch.autocast(u.device.type, enabled=False):
+            return self.mlp(u.float().unsqueeze(-1)).movedim(-1, 0)
 
     def distance_table(self, lo: int, hi: int) -> torch.Tensor:
         """(H, hi - lo + 1) bias at distances lo..hi for queries at or below the threshold L, which are
@@ -110,8 +114,10 @@ class FireFunction(nn.Module):
         u = self.psi(span.clamp(min=0).to(self.c)) / (self.psi(self.threshold) + EPS)  # (D,)
         return self.bias_of(u)
 
-    def below_threshold(self, q_pos: torch.Tensor) -> bool:
-        return bool((q_pos.to(self.c.device).float() <= self.threshold).all())
+    def below_threshold(self, q_pos: torch.Tensor, threshold: float | None = None) -> bool:
+        """Whether every query is at or below L. ``threshold``: L when the caller already read it; the
+        largest position comes from the positions' note when they are a run (no read of the device)."""
+        return position_range(q_pos)[1] <= (float(self.threshold) if threshold is None else threshold)
 
     def linear_pieces(self) -> tuple[torch.Tensor, torch.Tensor]:
         """f_theta as what it is, a piecewise-linear function of its one input: (breakpoints (K,),
@@ -166,6 +172,13 @@ class Fire(PositionMethod):
     def _index(self, layer: int) -> int:
         return 0 if self.options.shared_across_layers else layer
 
+    def below_threshold(self, layer: int, q_pos: torch.Tensor) -> bool:
+        """``below_threshold`` of the layer's FIRE, with L read once per weights, not once per pass (a
+        read waits for the GPU); training, whose L changes every step, reads it each time."""
+        fn = self.function(layer)
+        threshold = self._kept(("threshold", self._index(layer)), lambda: float(fn.threshold.detach()), fn.parameters())
+        return fn.below_threshold(q_pos, threshold)
+
     def pieces(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``linear_pieces`` of the layer's FIRE, kept across passes while its weights stay as they are."""
         fn = self.function(layer)
@@ -210,9 +223,10 @@ class Fire(PositionMethod):
         line = pieces[low].T[:, None, :]  # (2H, 1, W): each column's line, right where the column is pure
         Z = torch.empty(H, rows, width, dtype=u.dtype, device=device)  # contiguous, for the view below
         torch.addcmul(line[H:], line[:H], u[None], out=Z)  # (H, R, W)
-        straddling = torch.nonzero(~pure).flatten()  # the few columns whose rows fall in different pieces
-        if straddling.numel():
-            Z[:, :, straddling] = self.bias_by_pieces(layer, u[:, straddling])
+        if rows > 1:  # one row (a decoding step) is pure in every column; skip the nonzero, a read of the device
+            straddling = torch.nonzero(~pure).flatten()  # the few columns whose rows fall in different pieces
+            if straddling.numel():
+                Z[:, :, straddling] = self.bias_by_pieces(layer, u[:, straddling])
         # key j of row r has distance (q0 + r) - (k0 + j) = top - m at column m = rows - 1 - r + j
         return Z.as_strided((H, rows, keys), (rows * width, width - 1, 1), rows - 1)
 
@@ -221,10 +235,10 @@ class Fire(PositionMethod):
 
         def compute():
             q_dev, k_dev = q_pos.to(fn.c.device), k_pos.to(fn.c.device)
-            if fn.below_threshold(q_dev):
+            if self.below_threshold(layer, q_dev):
                 # Every query is normalised by psi(L): the bias is a function of the distance alone.
                 distance = relative_distance(q_dev, k_dev)  # (Tq, Tk)
-                lo, hi = int(distance.min()), int(distance.max())
+                lo, hi = distance_range(q_dev, k_dev)
                 return bias_from_distance_table(fn.distance_table(lo, hi), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
             if torch.is_grad_enabled() and fn.c.requires_grad:  # training: the MLP, for its gradients
                 return fn.bias_of(fn.normalised_distance(q_dev, k_dev)).unsqueeze(0)
@@ -241,7 +255,7 @@ class Fire(PositionMethod):
         fn, index = self.function(layer), self._index(layer)
 
         def compute():  # past L each query has its own normaliser: no per-distance vector then
-            if not fn.below_threshold(q_pos):
+            if not self.below_threshold(layer, q_pos):
                 return None
             return self._kept(("distance", index, lo, hi), lambda: fn.distance_table(lo, hi), fn.parameters())
         return self._memoized(q_pos, q_pos, compute, ("distance", index, lo, hi))

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..config import require
-from .base import PositionMethod, bias_from_distance_table, relative_distance
+from .base import PositionMethod, bias_from_distance_table, distance_range, relative_distance
 
 MIN_PARAMETER = 0.01  # r1, r2 > 0: the kernel is only conditionally positive definite for positive values
 
@@ -70,7 +70,7 @@ class Kerple(PositionMethod):
     def logit_bias(self, layer, q, q_pos, k_pos):
         r1, r2 = self.parameters_of(layer)
         distance = relative_distance(q_pos, k_pos).to(r1.device)  # (Tq, Tk)
-        lo, hi = int(distance.min()), int(distance.max())
+        lo, hi = distance_range(q_pos, k_pos)  # without reading the positions back
         table = kerple_log_bias(r1, r2, torch.arange(lo, hi + 1, device=r1.device))  # (H, D): one value per distance
         return bias_from_distance_table(table, distance, lo).unsqueeze(0).to(q.dtype)  # (1, H, Tq, Tk)
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from ..config import require
 from ..errors import PositionLimitError
-from .base import PositionMethod
+from .base import PositionMethod, position_range
 
 
 @dataclasses.dataclass
@@ -44,10 +44,11 @@ class LearnedAbsolute(PositionMethod):
         return self.max_len
 
     def check_positions(self, pos):
-        if pos.numel() and int(pos.max()) >= self.max_len:
+        last = position_range(pos)[1] if pos.numel() else -1
+        if last >= self.max_len:
             raise PositionLimitError(
                 f"The learned absolute table has {self.max_len:,} rows (positions 0 to {self.max_len - 1:,}), "
-                f"but position {int(pos.max()):,} was asked for. There is no position-{int(pos.max()):,} "
+                f"but position {last:,} was asked for. There is no position-{last:,} "
                 "representation: the model only learned vectors for the positions it saw in training. "
                 f"Use a length of at most {self.max_len:,}, or a sliding window of at most {self.max_len:,} bytes."
             )

@@ -16,7 +16,7 @@ import dataclasses
 import torch
 
 from ..config import require
-from .base import PositionMethod
+from .base import PositionMethod, position_range
 from .rope_scaling import ROPE_SCALINGS
 
 
@@ -96,8 +96,9 @@ class Rotary(PositionMethod):
 
     def rotate_qk(self, q, k, pos):  # q, k (B, H, T, hs); pos (T,)
         def compute():
-            inv_freq, attention = self.frequencies(int(pos.max()) + 1 if pos.numel() else 1)
-            cos, sin = rope_cos_sin(pos.cpu(), inv_freq, attention)
+            inv_freq, attention = self.frequencies(position_range(pos)[1] + 1 if pos.numel() else 1)
+            # on the positions' own device: a round trip through the CPU would wait for the GPU
+            cos, sin = rope_cos_sin(pos, inv_freq.to(pos.device), attention)
             return cos.to(q.device), sin.to(q.device)
 
         def signed():

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..config import require
-from .base import PositionMethod, relative_distance
+from .base import PositionMethod, relative_distance, run_start
 
 
 def shaw_clip_matrix(length: int, max_distance: int, causal: bool = True) -> torch.Tensor:
@@ -103,11 +103,6 @@ class ShawRelative(RelativeKeys):
         return self.rel_keys[layer]  # (k+1, hs)
 
 
-def _is_run(pos: torch.Tensor) -> bool:
-    """Whether ``pos`` is p0, p0+1, ..., as it is without a cache and in a sliding window."""
-    return pos.numel() > 0 and torch.equal(pos, torch.arange(int(pos[0]), int(pos[0]) + pos.numel(), device=pos.device))
-
-
 def _band_bias(scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
     """The bias for runs of positions without a per-entry gather; None when the positions are not runs.
 
@@ -118,9 +113,10 @@ def _band_bias(scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -
     """
     K = scores.shape[-1] - 1
     Tq, Tk = q_pos.numel(), k_pos.numel()
-    off = int(q_pos[0] - k_pos[0]) if Tq and Tk else 0
-    if not (_is_run(q_pos) and _is_run(k_pos)) or off < 0 or off + Tq > Tk:
+    q0, k0 = (run_start(q_pos), run_start(k_pos)) if Tq and Tk else (None, None)
+    if q0 is None or k0 is None or q0 - k0 < 0 or q0 - k0 + Tq > Tk:
         return None
+    off = q0 - k0
     B, H = scores.shape[:2]
     bias = scores[..., K:].expand(B, H, Tq, Tk).contiguous()  # (B, H, Tq, Tk), far value everywhere
     first = min(Tq, max(0, K - 1 - off))  # rows whose band would start left of key 0

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..config import require
-from .base import PositionMethod, bias_from_distance_table, relative_distance
+from .base import PositionMethod, bias_from_distance_table, distance_range, relative_distance
 
 
 def t5_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -82,7 +82,7 @@ class T5RelativeBias(PositionMethod):
             # then look every (query, key) pair up in that table. Bucketing each pair instead costs a
             # dozen passes (a log among them) over Tq x Tk entries.
             distance = relative_distance(q_pos, k_pos).to(self.bucket_bias.weight.device)  # (Tq, Tk)
-            lo, hi = int(distance.min()), int(distance.max())
+            lo, hi = distance_range(q_pos, k_pos)  # without reading the positions back
             return bias_from_distance_table(self.table(lo, hi), distance, lo).unsqueeze(0)  # (1, H, Tq, Tk)
 
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)

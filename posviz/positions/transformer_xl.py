@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..config import require
+from .base import distance_range
 from .shaw import RelativeKeys, relative_key_bias
 from .sinusoidal import _table_for
 
@@ -62,7 +63,7 @@ class TransformerXL(RelativeKeys):
         return q - (self.u - self.v)[None, :, None, :].to(q.dtype)  # the hook sees q + u; (b) + (d) need q + v
 
     def relative_keys(self, layer, q_pos, k_pos):
-        D = max(0, int(q_pos.max()) - int(k_pos.min()))  # farthest distance in this block
+        D = max(0, distance_range(q_pos, k_pos)[1])  # farthest distance in this block
         R = _table_for(torch.arange(D + 1), self.shape.n_embd, self.options.base, self.u.device)  # (D+1, C)
         H, hs = self.shape.n_head, self.shape.head_dim
         return self.proj[layer](R.to(self.u.dtype)).view(D + 1, H, hs).transpose(0, 1)  # (H, D+1, hs)
