@@ -9,6 +9,11 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HOME=/home/user
 
+# The emoji font, so that page icons in the menu are drawn, not boxes (for a browser on the machine,
+# e.g. screenshots taken in the image).
+RUN apt-get update && apt-get install -y --no-install-recommends fonts-noto-color-emoji \
+    && rm -rf /var/lib/apt/lists/*
+
 # Spaces run the container as uid 1000.
 RUN useradd --create-home --uid 1000 user
 WORKDIR /home/user/app
@@ -19,7 +24,7 @@ RUN pip install -r requirements.txt
 
 COPY --chown=user app.py ./
 COPY --chown=user .streamlit ./.streamlit
-COPY --chown=user pages ./pages
+COPY --chown=user views ./views
 COPY --chown=user posviz ./posviz
 COPY --chown=user models ./models
 

@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: app test gpu-check checkpoints bench load venv clean-venv
+.PHONY: app test gpu-check checkpoints bench load screenshots venv clean-venv
 
 app: $(APP_STAMP)
 	$(PY) -m streamlit run app.py
@@ -33,6 +33,11 @@ bench: $(TEST_STAMP)
 # Ten browser sessions on the extrapolation lab for a minute (needs /usr/bin/chromium).
 load: $(TEST_STAMP)
 	$(PY) -m posviz.loadtest --sessions 10 --seconds 60
+
+# Every page at 1920x1080 in presentation mode, on the shipped checkpoints, into docs/screenshots/
+# (needs /usr/bin/chromium); fails when a page shows an error or cuts something off.
+screenshots: $(TEST_STAMP)
+	$(PY) -m posviz.screenshots
 
 venv: $(TEST_STAMP)
 

@@ -1,25 +1,40 @@
-"""posviz: a visual explorer of positional encodings in transformers. Run: ``streamlit run app.py``."""
+"""posviz: a visual explorer of positional encodings in transformers. Run: ``streamlit run app.py``.
+
+The page scripts live in ``views/``, not ``pages/``: Streamlit treats a ``pages/`` folder beside the
+entry script as a legacy multipage app until ``st.navigation`` has run once in the process, so a deep
+link (``/rope?...``) as a newly started server's first request would run that file alone, outside
+this menu and without the wide layout.
+"""
 import streamlit as st
 
 st.set_page_config(page_title="posviz — positional encodings, visualised", page_icon="🧭", layout="wide")
 
+
+
+def home_alias() -> None:
+    """``/home`` (the Home page's name) opens the Home page, which Streamlit serves at ``/``."""
+    st.switch_page("views/home.py", query_params=st.query_params.to_dict())
+
+
 PAGES = {
     "Explore": [
-        st.Page("pages/home.py", title="Home", icon="🏠", default=True, url_path="home"),
-        st.Page("pages/sinusoidal_learned.py", title="Sinusoidal & learned", icon="🌊", url_path="absolute"),
-        st.Page("pages/rope.py", title="RoPE", icon="🔄", url_path="rope"),
-        st.Page("pages/attention_biases.py", title="Attention biases", icon="📐", url_path="biases"),
+        # url_path "": the default page is served at /, and "home" is left to the alias below
+        st.Page("views/home.py", title="Home", icon="🏠", default=True, url_path=""),
+        st.Page("views/sinusoidal_learned.py", title="Sinusoidal & learned", icon="🌊", url_path="absolute"),
+        st.Page("views/rope.py", title="RoPE", icon="🔄", url_path="rope"),
+        st.Page("views/attention_biases.py", title="Attention biases", icon="📐", url_path="biases"),
+        st.Page(home_alias, title="Home", url_path="home", visibility="hidden"),
     ],
     "Live labs": [
-        st.Page("pages/extrapolation.py", title="Extrapolation lab", icon="📈", url_path="extrapolation"),
-        st.Page("pages/kv_cache.py", title="KV cache & sliding window", icon="🗄️", url_path="kv-cache"),
-        st.Page("pages/context_extension.py", title="Context extension", icon="🧵", url_path="context-extension"),
-        st.Page("pages/retrieval.py", title="Far-context retrieval", icon="🔎", url_path="retrieval"),
-        st.Page("pages/generation.py", title="Generation lab", icon="✍️", url_path="generation"),
-        st.Page("pages/compare.py", title="Compare", icon="⚖️", url_path="compare"),
+        st.Page("views/extrapolation.py", title="Extrapolation lab", icon="📈", url_path="extrapolation"),
+        st.Page("views/kv_cache.py", title="KV cache & sliding window", icon="🗄️", url_path="kv-cache"),
+        st.Page("views/context_extension.py", title="Context extension", icon="🧵", url_path="context-extension"),
+        st.Page("views/retrieval.py", title="Far-context retrieval", icon="🔎", url_path="retrieval"),
+        st.Page("views/generation.py", title="Generation lab", icon="✍️", url_path="generation"),
+        st.Page("views/compare.py", title="Compare", icon="⚖️", url_path="compare"),
     ],
     "About": [
-        st.Page("pages/about.py", title="Methods & checkpoints", icon="ℹ️", url_path="about"),
+        st.Page("views/about.py", title="Methods & checkpoints", icon="ℹ️", url_path="about"),
     ],
 }
 

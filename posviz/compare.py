@@ -54,29 +54,35 @@ def _col_mean(x: np.ndarray) -> np.ndarray:
 
 
 def attention_difference(model_a: GPT, model_b: GPT, ids, length: int, layer: int, head: int,
-                         max_side: int = 512) -> dict:
+                         max_side: int = 512, log_scale: bool = False) -> dict:
     """One head's attention maps of A and of B on the same ``length`` bytes, and B - A, each pooled to
-    at most ``max_side`` a side (masked future entries NaN). ``block``: entries per pooled cell."""
+    at most ``max_side`` a side (masked future entries NaN). ``block``: entries per pooled cell.
+    ``log_scale``: A and B as log10 probability (as the Extrapolation lab draws them); B - A stays the
+    difference of probabilities."""
     a = display_attention(attention_probs(model_a, ids, length, layer)[head], log_scale=False)
     b = display_attention(attention_probs(model_b, ids, length, layer)[head], log_scale=False)
-    (pa, block), (pb, _), (pd_, _) = (pool_matrix(m, max_side) for m in (a, b, b - a))
+    shown = [display_attention(m, log_scale) for m in (a, b)] if log_scale else [a, b]
+    (pa, block), (pb, _), (pd_, _) = (pool_matrix(m, max_side) for m in (*shown, b - a))
     return {"a": pa, "b": pb, "diff": pd_, "block": block, "length": length,
             "max_abs_diff": float(np.nanmax(np.abs(b - a)))}
 
 
-def length_attention_difference(model: GPT, ids, length: int, layer: int, head: int, max_side: int = 512) -> dict:
+def length_attention_difference(model: GPT, ids, length: int, layer: int, head: int, max_side: int = 512,
+                                log_scale: bool = False) -> dict:
     """How one head's attention on the same L bytes changes when L more bytes come before them.
 
     ``short``: the head's map over bytes L..2L-1 alone (positions 0..L-1). ``long``: the block of
     the 2L map with queries and keys in L..2L-1 (positions L..2L-1). ``diff`` = long - short. All
     pooled to at most ``max_side`` a side. ``far_mass`` (L,): per query of the second half, the
     attention the 2L window puts on the first L bytes, i.e. what the extra context draws away.
+    ``log_scale``: ``short`` and ``long`` as log10 probability; ``diff`` stays a difference of probabilities.
     """
     ids = _ids_on(model, ids)
     check_eval_length(model, 2 * length, ids.numel())
     long = attention_probs(model, ids, 2 * length, layer)[head]  # (2L, 2L)
     short = display_attention(attention_probs(model, ids[length:], length, layer)[head], False)  # (L, L)
     block = display_attention(long[length:, length:], False)
-    (ps, size), (pl, _), (pd_, _) = (pool_matrix(m, max_side) for m in (short, block, block - short))
+    shown = [display_attention(m, log_scale) for m in (short, block)] if log_scale else [short, block]
+    (ps, size), (pl, _), (pd_, _) = (pool_matrix(m, max_side) for m in (*shown, block - short))
     return {"short": ps, "long": pl, "diff": pd_, "block": size, "length": length,
             "far_mass": long[length:, :length].sum(-1).numpy().astype(float)}

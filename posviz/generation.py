@@ -55,6 +55,17 @@ MAX_TOP_K = 256
 MAX_TEMPERATURE = 2.0
 
 
+# The generation lab's opening view: two checkpoints that write very differently once the text passes
+# the training length (KERPLE keeps writing code-shaped text; sinusoidal collapses into "ararar…" right
+# after it), sampled with a fixed seed, 200 bytes of prompt and 900 written: 1,100 bytes, over 4x the
+# shipped training length of 256. Greedy decoding loops for every model, which hides the difference.
+DEFAULT_MODELS = ("kerple", "sinusoidal")
+DEFAULT_TEMPERATURE = 0.7
+DEFAULT_TOP_K = 40
+DEFAULT_PROMPT_BYTES = 200
+DEFAULT_NEW_BYTES = 900
+
+
 def max_new_bytes(train_length: int, device: torch.device) -> int:
     """How many bytes one model may write on this device: at least 4 x the training length on a CPU."""
     multiple = MAX_GENERATE_MULTIPLE_GPU if device.type == "cuda" else MAX_GENERATE_MULTIPLE_CPU

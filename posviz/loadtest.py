@@ -40,7 +40,7 @@ MAIN = '[data-testid="stMain"]'
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class PageEntry:
-    script: str  # e.g. "pages/rope.py"
+    script: str  # e.g. "views/rope.py"
     title: str
     url_path: str
     default: bool
@@ -53,7 +53,12 @@ class PageEntry:
 
 
 def app_pages(app: Path = ROOT / "app.py") -> list[PageEntry]:
-    """Every ``st.Page(...)`` in app.py, in the order of the navigation menu."""
+    """Every page of app.py's menu (``st.Page("views/x.py", ...)``), in the order of the menu.
+
+    Hidden pages (``visibility="hidden"``, e.g. the ``/home`` alias) and pages made from a function
+    are left out: they are not in the menu. The default page's ``url_path`` is ``""`` (it is served
+    at ``/``), so its name here is its script's stem.
+    """
     tree = ast.parse(app.read_text(), str(app))
     calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call)),
                    key=lambda node: (node.lineno, node.col_offset))
@@ -65,12 +70,18 @@ def app_pages(app: Path = ROOT / "app.py") -> list[PageEntry]:
                     section_of.update({id(item): key.value for item in value.elts})
     pages = []
     for node in calls:
-        if getattr(node.func, "attr", getattr(node.func, "id", None)) == "Page":
-            kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg in ("title", "url_path", "default")}
-            script = ast.literal_eval(node.args[0])
-            pages.append(PageEntry(script, kw.get("title", Path(script).stem),
-                                   kw.get("url_path", Path(script).stem), bool(kw.get("default", False)),
-                                   section_of.get(id(node), "")))
+        if getattr(node.func, "attr", getattr(node.func, "id", None)) != "Page":
+            continue
+        if not (node.args and isinstance(node.args[0], ast.Constant)):
+            continue  # a page made from a function
+        kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords
+              if k.arg in ("title", "url_path", "default", "visibility")}
+        if kw.get("visibility") == "hidden":
+            continue
+        script = node.args[0].value
+        pages.append(PageEntry(script, kw.get("title", Path(script).stem),
+                               kw.get("url_path") or Path(script).stem, bool(kw.get("default", False)),
+                               section_of.get(id(node), "")))
     return pages
 
 

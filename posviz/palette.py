@@ -2,9 +2,9 @@
 
 Defined once so that a method reads the same on every page (a talk's screenshots from two pages
 must agree). The hues are Okabe & Ito's colour-blind-safe set, extended with Paul Tol's "muted"
-scheme for the methods beyond eight. RoPE's scalings and fine-tuned variants share RoPE's blue
-family and differ by dash pattern, so "a RoPE" reads at a glance and which one from the line style.
-No Streamlit or Altair here: pages turn these into scales (``pages._shared.method_scale``).
+scheme for the methods beyond eight. RoPE's scalings and fine-tuned variants are dashed (plain RoPE
+is solid), each with its own hue and its own dash pattern, so which one reads from either.
+No Streamlit or Altair here: pages turn these into scales (``views._shared.method_scale``).
 """
 from __future__ import annotations
 
@@ -25,19 +25,22 @@ METHOD_COLOURS: dict[str, str] = {
     "fire": "#332288",  # Tol indigo
     "transformer_xl": "#DDCC77",  # Tol sand
 }
-# For a method registered later that has no colour above: Tol muted hues not used above, in order.
-SPARE_COLOURS = ["#44AA99", "#AA4499", "#CC6677", "#117733", "#88CCEE", "#6F4E37", "#BBBBBB"]
+# For a method registered later that has no colour above: Tol hues used nowhere else here, in order.
+SPARE_COLOURS = ["#CC6677", "#88CCEE", "#EE7733", "#AAAA00", "#FFAABB", "#EEDD88", "#BBBBBB"]
 
-# RoPE variants: the rotary blue family, told apart by dash (Vega-Lite strokeDash: on, off, ...).
+# RoPE variants: each its own hue (six near-identical blues could not be told apart, least of all in
+# greyscale) AND its own dash (Vega-Lite strokeDash: on, off, ...), so a variant reads by either.
+# Tol's "vibrant", "muted" and "light" hues not taken by a method above, at least 10 degrees of hue
+# from each other and from RoPE's blue.
 ROPE_VARIANTS: dict[str, tuple[str, list[int]]] = {
-    "rope+linear": ("#3D8FC7", [6, 3]),
-    "rope+ntk": ("#0A4F7A", [2, 2]),
-    "rope+dynamic": ("#6BAED6", [8, 3, 2, 3]),
-    "rope+yarn": ("#08306B", [4, 4]),
-    "rope+llama3": ("#2171B5", [1, 3]),
-    "rope-ft4x": ("#005A8C", [10, 4]),
-    "rope-linear-ft4x": ("#4A98CF", [10, 4, 2, 4]),
-    "rope-yarn-ft4x": ("#1B3F73", [12, 3, 3, 3, 3, 3]),
+    "rope+linear": ("#AA4499", [6, 3]),  # purple
+    "rope+ntk": ("#009988", [2, 2]),  # teal
+    "rope+dynamic": ("#EE3377", [8, 3, 2, 3]),  # magenta
+    "rope+yarn": ("#117733", [4, 4]),  # green
+    "rope+llama3": ("#6F4E37", [1, 3]),  # brown
+    "rope-ft4x": ("#DDAA33", [10, 4]),  # yellow
+    "rope-linear-ft4x": ("#BBCC33", [10, 4, 2, 4]),  # pear
+    "rope-yarn-ft4x": ("#44BB99", [12, 3, 3, 3, 3, 3]),  # mint
 }
 SOLID: list[int] = []
 UNKNOWN_VARIANT_DASH = [3, 6]

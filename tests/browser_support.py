@@ -6,10 +6,12 @@ says what to install (CI installs Debian's chromium in .ci/run).
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
+from posviz.look import ConsoleWatch, Sight, look_at, output_fingerprint, sight
 from posviz.loadtest import (EXCEPTION, MAIN, StreamlitServer, app_pages, exception_texts, launch_chromium,
                              main_text, wait_for_change, wait_rendered)
 
@@ -19,7 +21,8 @@ SCREENSHOTS = OUTPUT / "screenshots"
 
 __all__ = ["EXCEPTION", "MAIN", "OUTPUT", "ROOT", "SCREENSHOTS", "StreamlitServer", "app_pages", "browser",
            "exception_texts", "main_text", "new_tab", "wait_rendered", "wait_for_change", "copy_models",
-           "assert_serving", "alert_texts", "screenshot_main", "assert_no_script_ran"]
+           "assert_serving", "alert_texts", "screenshot_main", "assert_no_script_ran", "ConsoleWatch", "Sight",
+           "look_at", "output_fingerprint", "wait_for_output_change", "menu_sections"]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,21 @@ def screenshot_main(tab, name: str) -> Path:
     tab.locator(MAIN).screenshot(path=str(path))
     tab.set_viewport_size({"width": width, "height": 900})
     return path
+
+
+def wait_for_output_change(tab, before: dict, timeout_s: float = 30) -> dict:
+    """Wait until what the page shows (numbers, chart marks, images; not its widgets) differs from ``before``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = output_fingerprint(tab)
+        if now != before or time.monotonic() > deadline:
+            return now
+        tab.wait_for_timeout(250)
+
+
+def menu_sections(tab) -> list[str]:
+    """The headings of the app's navigation menu in the sidebar."""
+    return [h.inner_text().strip() for h in tab.query_selector_all('[data-testid="stNavSectionHeader"]')]
 
 
 def copy_models(source: Path, target: Path) -> Path:

@@ -65,6 +65,11 @@ def tiny_models_dir(tmp_path_factory, corpus) -> Path:
         metrics["val_bpb_at_train_length"] = metrics["eval"]["nonoverlapping_bpb"][str(TINY["train_length"])]
         check = copy_check(model, corpus.validation)  # what training logs at each saved state (None: too short)
         metrics["copy_curve"] = [] if check is None else [{"step": 1, "tokens": 128, **check}]
+        # A two-point training log, as a training run writes it (the About page draws it): the untrained
+        # model's own validation bits/byte, at the start and after one stand-in step.
+        bpb = metrics["val_bpb_at_train_length"]
+        metrics["train_curve"] = [{"step": 0, "tokens": 0, "train_bpb": bpb},
+                                  {"step": 1, "tokens": 4 * TINY["train_length"], "train_bpb": bpb}]
         write_metrics(folder, metrics)
     return root
 

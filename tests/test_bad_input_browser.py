@@ -243,7 +243,7 @@ def test_damaged_checkpoints_are_named_and_the_rest_keep_working(browser, tiny_m
 def lab_with_pasted_text(text: str):
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "pages" / "extrapolation.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "views" / "extrapolation.py"), default_timeout=60)
     at.query_params["src"] = "paste"
     at.run()
     at.text_area(key="w_paste").input(text).run()

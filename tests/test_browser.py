@@ -1,16 +1,21 @@
 """End to end: the real server in headless Chromium, every page of app.py, one widget moved on each.
 
 The page list is read from app.py (``st.Page(..., url_path=...)``), so a new page is tested without
-touching this file. Each page, on the tiny checkpoints of conftest.py (fast):
+touching this file. Each page, on the tiny checkpoints of conftest.py (fast), as a visitor sees it:
 
-1. renders without an exception element and leaves a screenshot of its main area in
-   test-output/screenshots/<url_path>.png for review;
-2. changes (URL or text) when a widget moves, still without an exception;
+1. at its defaults, at 1366×768 and 1920×1080: no exception, no error box, no browser console error
+   or page error, at least one chart drawn with data, nothing cut off (text narrower than its box,
+   a table hiding rows or columns, a chart label outside its chart, a legend that does not name every
+   series drawn); a screenshot of its main area goes to test-output/screenshots/<url_path>.png;
+2. when a widget moves, what the page shows changes (a number outside the widgets, a chart's marks
+   or an image), not only the URL;
 3. survives a link with junk in every query parameter it keeps in its URL: no exception, no
-   markup or script from the link, the defaults, and a notice naming each ignored parameter.
+   markup or script from the link, the defaults, and a notice naming each ignored parameter;
+4. in presentation mode (larger fonts), nothing cut off at either size.
 
-The home page also runs once on the real models/ folder. The other bad-input cases are in
-test_bad_input_browser.py.
+A deep link with settings as the very first request of a new server opens inside the app (its menu,
+its wide layout, the link's settings), and /home opens the Home page. The home page also runs once on
+the real models/ folder. The other bad-input cases are in test_bad_input_browser.py.
 """
 from __future__ import annotations
 
@@ -18,9 +23,10 @@ import urllib.parse
 
 import pytest
 
-from browser_support import (MAIN, OUTPUT, ROOT, StreamlitServer, alert_texts, app_pages,  # noqa: F401
-                             assert_no_script_ran, browser, exception_texts, main_text, new_tab, screenshot_main,
-                             wait_for_change, wait_rendered)
+from browser_support import (MAIN, OUTPUT, ROOT, ConsoleWatch, StreamlitServer, alert_texts, app_pages,  # noqa: F401
+                             assert_no_script_ran, browser, exception_texts, look_at, main_text, menu_sections,
+                             new_tab, output_fingerprint, screenshot_main, wait_for_change, wait_for_output_change,
+                             wait_rendered)
 from posviz.checkpoint import shipped_checkpoints
 from posviz.loadtest import move_a_widget
 
@@ -37,6 +43,8 @@ def test_app_pages_are_read_from_app_py():
     assert len({p.url_path for p in PAGES}) == len(PAGES), "url_path values must be unique"
     for entry in PAGES:
         assert (ROOT / entry.script).is_file(), f"app.py lists {entry.script}, which does not exist"
+    # Streamlit would run a pages/ folder beside app.py as its own menu until st.navigation has run once
+    assert not (ROOT / "pages").exists(), "a pages/ folder beside app.py breaks deep links on a new server"
 
 
 @pytest.fixture(scope="module")
@@ -45,23 +53,42 @@ def tiny_server(tiny_models_dir):
         yield server
 
 
+SIZES = [(1366, 768), (1920, 1080)]
+
+
+def assert_seen_whole(tab, what: str, sizes=SIZES) -> None:
+    for width, height in sizes:
+        seen = look_at(tab, width, height)
+        assert not seen.error_boxes, f"{what} at {width}×{height}: error box {seen.error_boxes}"
+        assert seen.charts_with_data >= 1, f"{what} at {width}×{height}: no chart drawn with data ({seen.charts})"
+        cut = seen.cut_off()
+        assert not cut, f"{what} at {width}×{height}, cut off:\n" + "\n".join(cut)
+
+
 @pytest.mark.parametrize("entry", PAGES, ids=[p.url_path for p in PAGES])
 def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browser):
-    tab = new_tab(browser)
+    tab = new_tab(browser, *SIZES[0])
+    console = ConsoleWatch(tab)
     try:
-        # 1. first render
+        # 1. first render, as a visitor sees it
         tab.goto(tiny_server.url + entry.url)
         wait_rendered(tab)
         assert not exception_texts(tab), f"{entry.title}: {exception_texts(tab)}"
         text = main_text(tab)
         assert text.strip(), f"{entry.title} rendered nothing"
+        assert_seen_whole(tab, entry.title)
+        assert not console.errors, f"{entry.title}: {console.errors}"
         screenshot_main(tab, entry.url_path)
 
-        # 2. a person moves a widget
+        # 2. a person moves a widget: what the page shows changes, not only its URL
+        shown = output_fingerprint(tab)
         moved = move_a_widget(tab)
         url, after = wait_for_change(tab, (tab.url, text))
         assert not exception_texts(tab), f"{entry.title} after moving {moved}: {exception_texts(tab)}"
         assert after.strip(), f"{entry.title} went blank after moving {moved}"
+        now = wait_for_output_change(tab, shown)
+        changed = [part for part in shown if shown[part] != now[part]]
+        assert changed, f"{entry.title}: moving {moved} changed no number, chart or image on the page"
 
         # 3. every parameter the page keeps in its link, replaced by junk
         params = urllib.parse.parse_qs(urllib.parse.urlparse(url).query, keep_blank_values=True)
@@ -75,9 +102,50 @@ def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browse
         notices = " ".join(alert_texts(tab))
         unmentioned = [key for key in junk if f"parameter {key}=" not in notices]
         assert not unmentioned, f"{entry.title}: no notice for junk in {unmentioned}; notices: {notices[:500]}"
+
+        # 4. presentation mode: larger fonts, still nothing cut off
+        tab.goto(tiny_server.url + entry.url + "?present=1")
+        wait_rendered(tab)
+        assert not exception_texts(tab), f"{entry.title} in presentation mode: {exception_texts(tab)}"
+        assert_seen_whole(tab, f"{entry.title} in presentation mode", SIZES[::-1])
+        assert not console.errors, f"{entry.title}: {console.errors}"
         assert tiny_server.healthy()
     finally:
         tab.context.close()
+
+
+def test_a_deep_link_as_a_new_servers_first_request_opens_inside_the_app(tiny_models_dir, browser):
+    """Streamlit runs a pages/ folder beside app.py on its own until st.navigation has run once: the
+    first link a new server got decided whether pages opened inside the app's menu."""
+    sections = list(dict.fromkeys(p.section for p in PAGES))
+    with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-browser-deep-link.log") as server:
+        tab = new_tab(browser, 1366, 768)
+        try:
+            tab.goto(server.url + "/rope?m=10&present=1")  # the server's very first page request
+            wait_rendered(tab)
+            assert not exception_texts(tab), exception_texts(tab)
+            assert menu_sections(tab) == sections, "the page opened outside the app's menu"
+            width = tab.evaluate("""() => document.querySelector('[data-testid="stMainBlockContainer"]')
+                                          .getBoundingClientRect().width""")
+            assert width > 1000, f"main column {width:.0f} px wide at 1366 px: not the app's wide layout"
+            position = tab.locator(f'{MAIN} [data-testid="stSlider"]').filter(has_text="position m").first
+            assert position.locator('input[type="range"], [role="slider"]').first.evaluate(
+                "e => e.value || e.getAttribute('aria-valuenow')") == "10", "the link's m=10 was not applied"
+            toggle = tab.locator('[data-testid="stSidebar"] input[type="checkbox"]').first
+            assert toggle.is_checked(), "the link's present=1 was not applied"
+            assert "m=10" in tab.url and "present=1" in tab.url
+
+            # /home is the Home page's name: it opens Home (served at /) with the link's settings
+            tab.goto(server.url + "/home?present=1")
+            wait_rendered(tab)
+            assert urllib.parse.urlparse(tab.url).path == "/", tab.url
+            assert "present=1" in tab.url
+            assert tab.locator('[role="dialog"]').count() == 0, "a 'Page not found' dialog opened"
+            home = next(p for p in PAGES if p.default)
+            assert menu_sections(tab) == sections
+            assert tab.locator('[data-testid="stSidebarNav"] a[aria-current="page"]').inner_text().strip().endswith(home.title)
+        finally:
+            tab.context.close()
 
 
 def test_home_on_the_shipped_models(browser):

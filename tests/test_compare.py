@@ -48,3 +48,22 @@ def test_length_attention_difference_renormalises_for_relative_methods(text_ids)
     absolute = compare.length_attention_difference(sharp(tiny_model("sinusoidal")), text_ids, 32, layer=0, head=3)
     renormalised = absolute["long"] / (1 - absolute["far_mass"])[:, None]
     assert np.nanmax(np.abs(renormalised - absolute["short"])) > 0.01  # positions moved by L: a different map
+
+
+def test_attention_maps_on_a_log_scale_keep_the_probability_difference(text_ids):
+    """The Compare lab draws A and B as log10 probability by default; B - A stays a difference of probabilities."""
+    from posviz.attention_maps import LOG_FLOOR
+
+    a, b = sharp(tiny_model("nope")), sharp(tiny_model("alibi"))
+    linear = compare.attention_difference(a, b, text_ids, 32, 0, 1)
+    logged = compare.attention_difference(a, b, text_ids, 32, 0, 1, log_scale=True)
+    assert linear["block"] == logged["block"] == 1  # nothing pooled at 32 bytes: entry by entry
+    for side in ("a", "b"):
+        assert np.allclose(logged[side], np.log10(np.maximum(linear[side], LOG_FLOOR)), equal_nan=True)
+        assert np.nanmin(logged[side]) < 0 <= np.nanmin(linear[side])
+    assert np.allclose(logged["diff"], linear["diff"], equal_nan=True)
+    plain = compare.length_attention_difference(a, text_ids, 16, layer=0, head=1)
+    lengths = compare.length_attention_difference(a, text_ids, 16, layer=0, head=1, log_scale=True)
+    for part in ("short", "long"):
+        assert np.allclose(lengths[part], np.log10(np.maximum(plain[part], LOG_FLOOR)), equal_nan=True)
+    assert np.allclose(lengths["diff"], plain["diff"], equal_nan=True)

@@ -63,6 +63,16 @@ def test_every_method_and_rope_variant_has_its_own_colour():
     assert all(palette.dash(n) == [] for n in method_names())
     dashes = [tuple(palette.dash(n)) for n in palette.ROPE_VARIANTS]
     assert all(dashes) and len(set(dashes)) == len(dashes)
+    # RoPE and its variants are told apart by hue as well as by dash (six blues could not be)
+    import colorsys
+
+    family = ["rope"] + list(palette.ROPE_VARIANTS)
+    hues = {n: 360 * colorsys.rgb_to_hsv(*(int(palette.colour(n)[i:i + 2], 16) / 255 for i in (1, 3, 5)))[0]
+            for n in family}
+    for i, a in enumerate(family):
+        for b in family[i + 1:]:
+            apart = abs(hues[a] - hues[b]) % 360
+            assert min(apart, 360 - apart) >= 10, (a, b, hues[a], hues[b])
     assert palette.rope_series("none") == "rope" and palette.colour(palette.rope_series("yarn")) == palette.colour("rope+yarn")
     # a checkpoint that is no method still gets a colour, the same on every call
     assert palette.colour("my-model") == palette.colour("my-model") and HEX.match(palette.colour("my-model"))
@@ -70,8 +80,8 @@ def test_every_method_and_rope_variant_has_its_own_colour():
 
 def test_two_pages_colour_each_method_the_same(tiny_models):
     """Home's chart and the retrieval lab's chart (issue #12: sinusoidal was light blue on one, orange on the other)."""
-    home = colour_scales(open_app_page("pages/home.py"))
-    lab = colour_scales(run(AppTest.from_file(str(ROOT / "pages" / "retrieval.py"), default_timeout=60)))
+    home = colour_scales(open_app_page("views/home.py"))
+    lab = colour_scales(run(AppTest.from_file(str(ROOT / "views" / "retrieval.py"), default_timeout=60)))
     assert home and lab
     seen = {}
     for scale in home + lab:
@@ -82,12 +92,12 @@ def test_two_pages_colour_each_method_the_same(tiny_models):
     assert {"sinusoidal", "alibi", "rope"} <= set(seen)
     assert all(len(c) == 1 for c in seen.values())
     # the rope scalings drawn on the RoPE page are in rope's family, as on the context-extension page
-    rope = colour_scales(open_app_page("pages/rope.py"))
+    rope = colour_scales(open_app_page("views/rope.py"))
     assert any(scale.get("yarn") == palette.colour("rope+yarn") for scale in rope), rope
 
 
 def test_home_says_cannot_run_and_the_sidebar_header_fits(tiny_models):
-    at = open_app_page("pages/home.py")
+    at = open_app_page("views/home.py")
     table = next(d for d in at.main.dataframe if "extrapolates" in d.value.columns)
     shown = table.value  # what the browser's grid draws (it ignores a Styler's na_rep: a missing number reads "None")
     learned = shown[shown["method"] == "learned"].iloc[0]
@@ -102,7 +112,7 @@ def test_home_says_cannot_run_and_the_sidebar_header_fits(tiny_models):
 
 
 def test_retrieval_slope_legend_names_heads_by_integer(tiny_models):
-    at = run(AppTest.from_file(str(ROOT / "pages" / "retrieval.py"), default_timeout=60))
+    at = run(AppTest.from_file(str(ROOT / "views" / "retrieval.py"), default_timeout=60))
     heads = set()
     for chart in at.get("vega_lite_chart"):  # Streamlit sends each chart's data apart from its spec
         for dataset in chart.proto.datasets:
@@ -129,7 +139,7 @@ def _encodings(node):
 def test_charts_coloured_by_method_keep_their_legend(tiny_models):
     """Colour and dash on one field share one legend in Vega-Lite: hiding the dash's hides both, and
     a screenshot then shows lines nobody can name."""
-    for page in ("pages/home.py", "pages/context_extension.py", "pages/retrieval.py"):
+    for page in ("views/home.py", "views/context_extension.py", "views/retrieval.py"):
         at = open_app_page(page)
         checked = 0
         for chart in at.get("vega_lite_chart"):

@@ -105,6 +105,14 @@ def test_dockerfile_installs_and_runs_what_the_readme_documents():
     meta = front_matter()
     assert flags == {"--server.port": meta["app_port"], "--server.address": "0.0.0.0"}  # the rest: config.toml
     assert docker_instructions("EXPOSE") == [meta["app_port"]]
+    assert any("apt-get install" in r and "fonts-noto-color-emoji" in r for r in runs), runs
+
+
+def test_make_screenshots_takes_every_page():
+    assert make_recipe("screenshots") == ["$(PY) -m posviz.screenshots"]
+    from posviz import screenshots
+
+    assert screenshots.OUT == ROOT / "docs" / "screenshots"
 
 
 def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
@@ -147,10 +155,10 @@ def test_readme_front_matter_is_a_docker_space():
 
 def test_image_contains_everything_the_app_imports():
     copied = {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
-    assert {"requirements.txt", "app.py", ".streamlit", "pages", "posviz", "models"} <= copied, copied
+    assert {"requirements.txt", "app.py", ".streamlit", "views", "posviz", "models"} <= copied, copied
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
-    assert not ignored & {"app.py", ".streamlit", "pages", "posviz", "models", "requirements.txt"}, ignored
+    assert not ignored & {"app.py", ".streamlit", "views", "posviz", "models", "requirements.txt"}, ignored
 
 
 def test_torch_is_pinned_and_test_requirements_extend_the_runtime_ones():
@@ -169,6 +177,8 @@ def test_ci_runs_the_readme_test_command_from_a_fresh_venv():
     assert any(re.match(r"python3 -m venv \.venv\b", c) for c in commands)
     assert any("pip install -r requirements-test.txt" in c for c in commands)
     assert any("apt-get install" in c and "chromium" in c for c in commands)
+    # the emoji font: page icons drawn, not boxes, in the browser tests and the screenshots
+    assert any("apt-get install" in c and "fonts-noto-color-emoji" in c for c in commands)
     assert os.access(ROOT / ".ci" / "run", os.X_OK), ".ci/run must be executable"
 
 

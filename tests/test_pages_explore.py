@@ -26,8 +26,8 @@ from posviz.errors import PositionLimitError
 from posviz.positions import POSITION_METHODS, method_names
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
-HOME, ABSOLUTE, ROPE, BIASES, ABOUT = ("pages/home.py", "pages/sinusoidal_learned.py", "pages/rope.py",
-                                       "pages/attention_biases.py", "pages/about.py")
+HOME, ABSOLUTE, ROPE, BIASES, ABOUT = ("views/home.py", "views/sinusoidal_learned.py", "views/rope.py",
+                                       "views/attention_biases.py", "views/about.py")
 
 
 # -- helpers -------------------------------------------------------------------------------------------
@@ -507,9 +507,10 @@ def test_transformer_xl_terms_for_one_query(tiny_models):
 # -- about ------------------------------------------------------------------------------------------------------------
 def test_about_lists_methods_recipe_and_checkpoints(tiny_models):
     at = open_page(ABOUT)
-    methods = table_with(at, "paper")
+    methods = next(t.value for t in at.main.table if "paper" in t.value.columns)  # a static table: summaries wrap
     assert list(methods["method"]) == method_names()
-    assert list(methods["paper"]) == [POSITION_METHODS[n].paper for n in method_names()]
+    assert list(methods["paper"]) == [f"[paper ↗]({POSITION_METHODS[n].paper})" for n in method_names()]
+    assert list(methods["summary"]) == [POSITION_METHODS[n].summary for n in method_names()]
     recipe = table_with(at, "setting").set_index("setting")["value"]
     from posviz.train import TrainConfig
 

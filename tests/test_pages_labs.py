@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def page(name: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=60)
     for key, value in params.items():
         at.query_params[key] = value
     return at
@@ -298,6 +298,14 @@ def test_compare_methods_and_lengths(tiny_models, doc_ids):
     nope = extrapolation.score_at_length(lab_inputs.get_model(folders["nope"]), doc_ids, 64).bpb
     assert metrics(at)["rope − nope"] == f"{rope - nope:+.3f}"
     assert len(at.get("vega_lite_chart")) == 4  # the loss chart; maps of A, B and B − A as heatmaps at 64 bytes
+    # the maps open on the log colour scale, as in the Extrapolation lab: log10 probability, at most 0
+    assert at.query_params["scale"] == "log"
+    a_map = next(f for f in chart_frames(at) if "value" in f.columns)
+    assert a_map["value"].max() <= 0 and a_map["value"].min() < -1
+    at.radio(key="w_scale").set_value("prob")
+    run(at)
+    a_map = next(f for f in chart_frames(at) if "value" in f.columns)
+    assert a_map["value"].min() >= 0 and a_map["value"].max() <= 1
     at.select_slider(key="w_L").set_value(256)
     run(at)
     assert len(at.image) == 3  # above 128 bytes the three maps are pooled images
@@ -386,15 +394,25 @@ def test_generation_same_seed_same_text_and_learned_stops_with_its_explanation(t
     assert table.loc["learned", "bits/byte, its own text"] == pytest.approx(reencoded.mean_bits)
 
 
-def test_generation_greedy_default_and_junk_params(tiny_models, doc_ids):
+def test_generation_opens_on_sampling_greedy_one_click_away_and_junk_params(tiny_models, doc_ids):
     from posviz import generation
 
     at = run(page("generation", n="40", p="8"))
-    assert at.query_params["decode"] == "greedy" and at.query_params["models"] == "learned,alibi"
-    greedy = generation.generate(lab_inputs.get_model(shipped_checkpoints()["alibi"]), doc_ids[:8].tolist(),
-                                 generation.DecodeSettings(40))
-    assert shown_texts(at)[1] == plain(greedy)
+    # the opening view: two checkpoints, sampled with a fixed seed, so the same link writes the same text
+    assert at.query_params["decode"] == "sample" and at.query_params["models"] == "kerple,sinusoidal"
+    assert (at.query_params["temp"], at.query_params["topk"], at.query_params["seed"]) == ("0.7", "40", "0")
+    folders, prompt = shipped_checkpoints(), doc_ids[:8].tolist()
+    sampled = {name: generation.generate(lab_inputs.get_model(folders[name]), prompt,
+                                         generation.DecodeSettings(40, temperature=0.7, top_k=40, seed=0))
+               for name in ("kerple", "sinusoidal")}
+    assert shown_texts(at) == [plain(sampled["kerple"]), plain(sampled["sinusoidal"])]
+    assert "greedy decoding always takes the single most likely byte" in texts(at.caption)  # why greedy loops
     assert len(at.get("vega_lite_chart")) == 1  # mean entropy per position window
+    # greedy: one click away
+    at.radio(key="w_decode").set_value("greedy")
+    run(at)
+    greedy = generation.generate(lab_inputs.get_model(folders["sinusoidal"]), prompt, generation.DecodeSettings(40))
+    assert shown_texts(at)[1] == plain(greedy) and at.query_params["decode"] == "greedy"
     junk = run(page("generation", n="99999", temp="abc", topk="-3", window="warp", models="bogus", seed="x", colour="red"))
     notices = texts(junk.warning)
     for key in ("n=", "temp=", "topk=", "window=", "models=", "seed=", "colour="):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (method_scales, page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
+from views._shared import (method_scales, page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
                            sync_url)
 from posviz import rope
 from posviz.limits import CACHE_ENTRIES
@@ -121,7 +121,7 @@ for col, (_, row) in zip(cols, example.iterrows()):
 shown = example[["sentence", "query → key", "m", "n", "offset", "angle_deg", "dot"]].rename(
     columns={"m": "query position m", "n": "key position n", "offset": "offset m − n",
              "angle_deg": "angle from k to q (°)", "dot": "q·k"})
-st.dataframe(shown, hide_index=True, column_config={"angle from k to q (°)": st.column_config.NumberColumn(format="%.2f"),
+st.dataframe(shown, hide_index=True, height="content", column_config={"angle from k to q (°)": st.column_config.NumberColumn(format="%.2f"),
                                                     "q·k": st.column_config.NumberColumn(format="%.6f")})
 st.download_button("Data (CSV)", example.to_csv(index=False).encode(), file_name="rope_dog_example.csv",
                    mime="text/csv", key="csv-rope_dog_example")
@@ -139,7 +139,7 @@ base = c2.select_slider("base", BASES, value=int(qp_choice("rbase", str(shipped_
 freqs = pd.DataFrame(rope.rope_frequency_table(head_dim, base, train_length))
 freq_chart = alt.Chart(freqs).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="pair i (features i and i + d/2)", axis=alt.Axis(tickMinStep=1, format="d")),
-    y=alt.Y("wavelength:Q", title="wavelength (positions per full turn, log scale)", scale=alt.Scale(type="log")),
+    y=alt.Y("wavelength:Q", title=["wavelength (positions", "per full turn, log scale)"], scale=alt.Scale(type="log")),
     tooltip=[alt.Tooltip("pair:Q"), alt.Tooltip("first_feature:Q", title="feature"),
              alt.Tooltip("second_feature:Q", title="paired with"), alt.Tooltip("theta:Q", title="θ (rad/position)", format=".3g"),
              alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("turns_in_training:Q", title="turns in training", format=",.2f")],
@@ -149,7 +149,7 @@ show_chart(freq_chart.properties(height=300), freqs, f"rope_frequencies_d{head_d
            "during training: at longer lengths they reach angles the model has never seen.")
 st.dataframe(freqs.rename(columns={"theta": "θ (rad/position)", "wavelength": "wavelength (positions)",
                                    "turns_in_training": f"turns in {train_length:,} positions"}),
-             hide_index=True)
+             hide_index=True, height="content")
 
 # -- shift invariance ---------------------------------------------------------------------------------
 st.header("Proof in numbers: q·k at (m, n) equals q·k at (m + s, n + s)")
@@ -235,6 +235,7 @@ show_chart(scaling_chart.properties(height=360), waves, f"rope_scalings_x{factor
            "keep fast pairs, interpolate slow ones and blend in between.")
 factors = waves.groupby("scaling", sort=False)[["attention_factor", "logit_scale"]].first().reset_index()
 st.dataframe(factors.rename(columns={"attention_factor": "attention factor on cos and sin",
-                                     "logit_scale": "logits scaled by (factor²)"}), hide_index=True)
+                                     "logit_scale": "logits scaled by (factor²)"}), hide_index=True,
+             height="content")
 
 sync_url(m=m, theta=theta, hd=head_dim, rbase=base, sm=qm, sn=kn, ss=s, seed=seed, dmax=max_distance, factor=factor)

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from pages._shared import (folder_stamp, page_header, qp_choice, qp_int, qp_multi, show_chart, show_matrix,
+from views._shared import (folder_stamp, page_header, qp_choice, qp_int, qp_multi, show_chart, show_matrix,
                            shipped_model, sync_url)
 from posviz import sinusoidal_learned
 from posviz.checkpoint import shipped_checkpoints
@@ -78,7 +78,7 @@ with right:
 periods = pd.DataFrame({"digit": np.arange(max(len(analogy["bit_periods"]), 6))})
 periods["binary bit: period (positions)"] = pd.Series(analogy["bit_periods"])
 periods["sinusoid pair: wavelength (positions)"] = pd.Series(analogy["pair_wavelengths"])
-st.dataframe(periods.head(8), hide_index=True,
+st.dataframe(periods.head(8), hide_index=True, height="content",
              column_config={"sinusoid pair: wavelength (positions)": st.column_config.NumberColumn(format="%.1f")})
 st.caption("Both are “digits” that turn over at geometrically slower rates. Bits double their period per digit; "
            f"with d = {dim} and base {base:,} each sinusoid pair's wavelength grows by {base ** (2 / dim):.2f}×. "
@@ -107,12 +107,14 @@ m2.metric("positions checked", f"{length:,}", help="M_k is built from k and the 
 left, right = st.columns(2)
 with left:
     st.markdown(f"**M_{k}** for d = {small} (block-diagonal 2×2 rotations by k·θᵢ)")
-    st.dataframe(pd.DataFrame(shown.matrix, columns=[f"col {j}" for j in range(small)]).round(6), hide_index=True)
+    st.dataframe(pd.DataFrame(shown.matrix, columns=[f"col {j}" for j in range(small)]).round(6), hide_index=True,
+                 height="content")
 with right:
     st.markdown(f"**At p = {example_p}** (first {min(dim, 8)} of {dim} dimensions)")
     st.dataframe(pd.DataFrame({"dimension": np.arange(min(dim, 8)),
                                f"PE({example_p}+{k})": full.example_shifted[:8],
-                               f"M_{k}·PE({example_p})": full.example_mapped[:8]}).round(12), hide_index=True)
+                               f"M_{k}·PE({example_p})": full.example_mapped[:8]}).round(12), hide_index=True,
+                 height="content")
 st.caption("So “k positions later” is a linear map a layer can learn once and apply anywhere — the original "
            "argument for sinusoids. It only holds for the position vector alone, though: after it is added to a "
            "token embedding and mixed by the layers, the model has to untangle it.")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (
+from views._shared import (
     method_scales,
     choose_text,
     error_box,
@@ -45,9 +45,9 @@ def one_loss(folder: str, stamp: int, text: bytes, length: int) -> dict:
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def methods_attention(folder_a: str, stamp_a: int, folder_b: str, stamp_b: int, text: bytes, length: int, layer: int,
-                      head: int) -> dict:
+                      head: int, log_scale: bool) -> dict:
     return compare.attention_difference(lab_inputs.get_model(folder_a), lab_inputs.get_model(folder_b), list(text), length,
-                                        layer, head)
+                                        layer, head, log_scale=log_scale)
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
@@ -56,8 +56,21 @@ def lengths_losses(folder: str, stamp: int, text: bytes, length: int) -> dict:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def lengths_attention(folder: str, stamp: int, text: bytes, length: int, layer: int, head: int) -> dict:
-    return compare.length_attention_difference(lab_inputs.get_model(folder), list(text), length, layer, head)
+def lengths_attention(folder: str, stamp: int, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
+    return compare.length_attention_difference(lab_inputs.get_model(folder), list(text), length, layer, head,
+                                               log_scale=log_scale)
+
+
+SCALES = {"log": "log₁₀ probability", "prob": "probability"}
+
+
+def colour_scale(where) -> bool:
+    """The maps' colour: log10 probability by default (at 512 bytes most weights are tiny, and a linear
+    scale drew near-black squares), as in the Extrapolation lab. True for log."""
+    scale = where.radio("Colour", list(SCALES), index=list(SCALES).index(qp_choice("scale", "log", list(SCALES))),
+                        key="w_scale", format_func=SCALES.get, horizontal=True)
+    sync_url(scale=scale)
+    return scale == "log"
 
 
 checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
@@ -105,10 +118,12 @@ if mode == "methods":
     default = default if default in options else options[-1]
     length = c3.select_slider("Length L (bytes)", options, value=int(qp_choice("L", str(default), [str(o) for o in options])),
                               key="w_L", format_func=lambda n: f"{n:,}")
-    c4, c5 = st.columns(2)
+    c4, c5, c6 = st.columns(3)
     n_layer, n_head = min(facts[a]["n_layer"], facts[b]["n_layer"]), min(facts[a]["n_head"], facts[b]["n_head"])
     layer = c4.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
     head = c5.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
+    log_scale = colour_scale(c6)
+    map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(a=a, b=b, L=length, layer=layer, head=head)
     marks = [train_length] if train_length < length else []
 
@@ -163,14 +178,14 @@ if mode == "methods":
         st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
         with st.spinner("Extracting attention maps…"):
             maps = methods_attention(str(checkpoints[a]), stamp(a), str(checkpoints[b]), stamp(b), text_bytes, length,
-                                     layer, head)
+                                     layer, head, log_scale)
         cols = st.columns(3)
         with cols[0]:
             map_panel(maps["a"], maps["block"], length, f"attention-{a}-l{layer}-h{head}-L{length}", a,
-                      "attention probability", "viridis", marks)
+                      map_title, "viridis", marks)
         with cols[1]:
             map_panel(maps["b"], maps["block"], length, f"attention-{b}-l{layer}-h{head}-L{length}", b,
-                      "attention probability", "viridis", marks)
+                      map_title, "viridis", marks)
         with cols[2]:
             map_panel(maps["diff"], maps["block"], length, f"attention-diff-{a}-{b}-l{layer}-h{head}-L{length}",
                       f"{b} − {a}", "probability difference", "redblue", marks)
@@ -192,9 +207,11 @@ else:
     length = c2.select_slider("Length L (bytes); compared with 2L", options,
                               value=int(qp_choice("L", str(default), [str(o) for o in options])), key="w_L2",
                               format_func=lambda n: f"L = {n:,}, 2L = {2 * n:,}")
-    c3, c4 = st.columns(2)
+    c3, c4, c5 = st.columns(3)
     layer = c3.selectbox("Layer", range(f["n_layer"]), index=qp_int("layer", 0, 0, f["n_layer"] - 1), key="w_layer")
     head = c4.selectbox("Head", range(f["n_head"]), index=qp_int("head", 0, 0, f["n_head"] - 1), key="w_head")
+    log_scale = colour_scale(c5)
+    map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(model=model_name, L=length, layer=layer, head=head)
     folder = str(checkpoints[model_name])
 
@@ -237,17 +254,17 @@ else:
     st.subheader(f"Attention on the same {length:,} bytes, alone vs after {length:,} more")
     try:
         with st.spinner("Extracting attention maps…"):
-            maps = lengths_attention(folder, stamp(model_name), text_bytes, length, layer, head)
+            maps = lengths_attention(folder, stamp(model_name), text_bytes, length, layer, head, log_scale)
     except PosvizError as exc:
         error_box(exc, "Choose a shorter L, or another method.")
         st.stop()
     cols = st.columns(3)
     with cols[0]:
         map_panel(maps["short"], maps["block"], length, f"attention-{model_name}-short-L{length}",
-                  f"alone (positions 0–{length - 1:,})", "attention probability", "viridis", [])
+                  f"alone (positions 0–{length - 1:,})", map_title, "viridis", [])
     with cols[1]:
         map_panel(maps["long"], maps["block"], length, f"attention-{model_name}-long-L{length}",
-                  f"after {length:,} bytes (positions {length:,}–{2 * length - 1:,})", "attention probability", "viridis", [])
+                  f"after {length:,} bytes (positions {length:,}–{2 * length - 1:,})", map_title, "viridis", [])
     with cols[2]:
         map_panel(maps["diff"], maps["block"], length, f"attention-{model_name}-lendiff-L{length}",
                   "after − alone", "probability difference", "redblue", [])

@@ -5,7 +5,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (
+from views._shared import (
+    metric_rows,
+    legend_for,
     method_scales,
     choose_text,
     compute_once,
@@ -116,20 +118,21 @@ else:
     ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
     x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-    colour = alt.Color("curve:N", scale=ft_colours, title=None)
+    colour = alt.Color("curve:N", scale=ft_colours, title=None, legend=legend_for(ft_all["curve"].nunique()))
     tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
-    stage_dash = alt.StrokeDash("stage:N", title="stage", scale=alt.Scale(
+    stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
         domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
     ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
     target = 4 * train_length
     ft_rules = alt.Chart(pd.DataFrame({"length": [train_length, target]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
-    left, right = st.columns([3, 2])
+    # One above the other: beside the chart, the tables' columns were cut at 1366 px.
+    left, right = st.container(), st.container()
     with left:
         show_chart(alt.layer(ft_chart, ft_rules).properties(height=340), ft_all, "context-extension-finetuned",
                    f"Dotted: the training length ({train_length:,}) and the fine-tuning length ({target:,}).")
     with right:
         facts = pd.DataFrame(context_extension.finetuning_facts(checkpoints))
-        st.dataframe(facts, hide_index=True)
+        st.dataframe(facts, hide_index=True, height="content")
         at_target = ft_all[ft_all["length"] == target]
         if not at_target.empty:
             value = lambda of, stage: next((f"{v:.3f}" for v in at_target[(at_target["of"] == of)  # noqa: E731
@@ -139,13 +142,14 @@ else:
                                    "no fine-tuning needed": value(of, "no fine-tuning needed")}
                                   for of in dict.fromkeys(at_target["of"])])
             st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
-            st.dataframe(table, hide_index=True, width="stretch")
+            st.dataframe(table, hide_index=True, width="stretch", height="content")
         curves = pd.DataFrame(context_extension.finetuning_curves(checkpoints))
         if not curves.empty:
             ft_train = alt.Chart(curves).mark_line().encode(
                 x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
                                                                         scale=alt.Scale(zero=False)),
-                color=alt.Color("checkpoint:N", scale=ft_colours, title=None),
+                color=alt.Color("checkpoint:N", scale=method_scales(list(dict.fromkeys(curves["checkpoint"])))[0],
+                                title=None),  # the legend names the fine-tuning runs drawn, not every curve above
                 tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
             show_chart(ft_train, curves, "finetuning-curves",
                        "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
@@ -247,6 +251,5 @@ with c2:
 best = live[live["length"] == max(lengths)].sort_values("bpb")
 if not best.empty:
     st.markdown(f"**At {max(lengths):,} bytes ({max(lengths) // train_length}× the training length), live:**")
-    cols = st.columns(min(len(best), 8))
-    for col, (_, r) in zip(cols, best.head(len(cols)).iterrows()):
-        col.metric(r["curve"], f"{r['bpb']:.3f}", help="bits per byte")
+    metric_rows([dict(label=r["curve"], value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
+                per_row=4)

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (folder_stamp, method_scales, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
+from views._shared import (folder_stamp, metric_rows, method_scales, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
                            shipped_checkpoint_json, shipped_model, sync_url)
 from posviz import attention_biases
 from posviz.checkpoint import shipped_checkpoints
@@ -45,7 +45,7 @@ def weight_chart(columns: dict, title: str, series_title: str, n_keys: int, sort
         x=distance_axis("distance from the query to the relevant key (positions, symlog scale)", n_keys),
         y=alt.Y("log10_max_weight:Q", title="largest attention weight it can get (log scale)",
                 scale=alt.Scale(domain=[max(LOG10_FLOOR, lowest), 0], clamp=True),
-                axis=alt.Axis(tickMinStep=1, labelExpr="datum.value == 0 ? '1' : '1e' + datum.value")),
+                axis=alt.Axis(tickMinStep=1, labelFlush=True, labelExpr="datum.value == 0 ? '1' : '1e' + datum.value")),
         color=alt.Color("series:N", title=series_title, sort=sort, legend=alt.Legend(labelLimit=320)),
         tooltip=[alt.Tooltip("series:N", title=series_title), alt.Tooltip("distance:Q"),
                  alt.Tooltip("max_weight:Q", title="largest weight", format=".3g")],
@@ -86,15 +86,17 @@ slopes = pd.DataFrame(attention_biases.alibi_slope_table(heads))
 left, right = st.columns(2)
 with left:
     slope_chart = alt.Chart(slopes).mark_line(point=alt.OverlayMarkDef(size=70)).encode(
-        x=alt.X("head:O", title="head"), y=alt.Y("slope:Q", title="slope m (logits per position, log scale)",
-                                                 scale=alt.Scale(type="log")),
+        x=alt.X("head:O", title="head"), y=alt.Y("slope:Q", title=["slope m (logits per", "position, log scale)"],
+                                                 # no round domain end at 1: its label stuck out of the chart
+                                                 scale=alt.Scale(type="log", nice=False, domain=[
+                                                     float(slopes["slope"].min()) / 1.5, float(slopes["slope"].max()) * 1.5])),
         tooltip=[alt.Tooltip("head:O"), alt.Tooltip("slope:Q", format=".4g"),
                  alt.Tooltip("half_weight_distance:Q", title="distance that halves the weight", format=",.1f")],
     ).properties(height=300)
     show_chart(slope_chart, slopes, f"alibi_slopes_{heads}")
-    st.dataframe(slopes.rename(columns={"slope": "slope m", "one_logit_distance": "−1 logit at (positions)",
-                                        "half_weight_distance": "weight halves every (positions)"}),
-                 hide_index=True, height=200)
+    st.dataframe(slopes.rename(columns={"slope": "slope m", "one_logit_distance": "−1 logit at",
+                                        "half_weight_distance": "weight halves every"}),
+                 hide_index=True, height="content")
 with right:
     st.markdown(f"**Bias of head {alibi_head}** (slope {slopes['slope'][alibi_head]:.4g}); blank = future keys, masked")
     show_matrix(attention_biases.alibi_bias_matrices(heads, alibi_len)[alibi_head], f"alibi_bias_head{alibi_head}",
@@ -342,7 +344,7 @@ if kerple_model is not None:
     table = pd.DataFrame([{"layer": l, "head": h, "r1": learned["r1"][l, h], "r2": learned["r2"][l, h]}
                           for l in range(learned["r1"].shape[0]) for h in range(learned["r1"].shape[1])])
     st.markdown("**What the `kerple` checkpoint learned** (per layer and head)")
-    st.dataframe(table, hide_index=True, height=200)
+    st.dataframe(table, hide_index=True, height="content")
 
 st.subheader("FIRE's input: every context squeezed into [0, 1]")
 fire_model, fire_problem = shipped_model("fire")
@@ -467,15 +469,15 @@ else:
     weights = rows[rows["term"] == order[0]][["label", "weight"]]
     txl_weight_chart = alt.Chart(weights).mark_bar(color="#555").encode(
         x=alt.X("label:N", title="key (position and byte)", sort=None), y=alt.Y("weight:Q", title="attention weight"),
-        tooltip=["label", alt.Tooltip("weight:Q", format=".3f")]).properties(height=140)
+        tooltip=["label", alt.Tooltip("weight:Q", format=".3f")]).properties(height=220)
     show_chart(txl_weight_chart, weights, f"transformer_xl_weights_l{txl_layer}_h{txl_head}_q{txl_query}")
     sync_url(xlayer=txl_layer, xhead=txl_head, xquery=txl_query)
 
 # -- side by side -----------------------------------------------------------------------------------------------
 st.header(f"Side by side: a relevant key at distance {far:,}")
-cols = st.columns(len(summary))
-for col, (name, lw) in zip(cols, summary.items()):
-    col.metric(name, f"{np.exp(lw[far]):.3g}", help=f"Largest weight at distance {far:,} with n = {n_keys:,} and Δ = {margin:g}.")
+metric_rows([dict(label=name, value=f"{np.exp(lw[far]):.3g}",
+                  help=f"Largest weight at distance {far:,} with n = {n_keys:,} and Δ = {margin:g}.")
+             for name, lw in summary.items()], per_row=3)
 chart, df = weight_chart(attention_biases.max_weight_columns(summary, grid),
                          f"Most lenient head of each method, n = {n_keys:,} keys, margin Δ = {margin:g}",
                          "method", n_keys, sort=list(summary))

@@ -3,7 +3,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import method_scales, page_header, shipped_checkpoint_json, show_chart
+from views._shared import method_scales, page_header, qp_choice, shipped_checkpoint_json, show_chart, sync_url
 from posviz import home
 from posviz.positions import POSITION_METHODS, method_names
 
@@ -62,8 +62,12 @@ for column in ("bits/byte @ 1×", long_col):
 st.dataframe(
     shown,
     hide_index=True,
+    height="content",
     column_config={
         "paper": st.column_config.LinkColumn("paper", display_text="paper ↗"),
+        # Short headers: with the long ones the last columns were cut at 1366 px.
+        "absolute / relative": st.column_config.TextColumn("kind", help="absolute, relative or neither"),
+        "fixed / learned": st.column_config.TextColumn("weights", help="fixed by a formula, or learned in training"),
         "KV-cacheable": st.column_config.TextColumn(help="Can keys and values be computed once and reused while "
                                                     "generating? Added vectors: " + home.KV_CACHE_REASON["input"]
                                                     + "; rotations: " + home.KV_CACHE_REASON["q/k"] + "; biases: "
@@ -88,6 +92,13 @@ if curve.empty:
 else:
     train_lengths = sorted({home.train_length_of(m) for m in metrics.values()} - {None})
     order = [n for n in method_names() if n in set(curve["checkpoint"])]
+    # Up to 4x the methods that extrapolate sit close together: a closer look separates them.
+    ranges = {"all": "every length measured", "4": "up to 4× the training length"}
+    shown_range = st.radio("Lengths", list(ranges), format_func=ranges.get, horizontal=True, key="w_range",
+                           index=list(ranges).index(qp_choice("range", "all", list(ranges))))
+    sync_url(range=shown_range)
+    if shown_range != "all":
+        curve = curve[curve["multiple"] <= float(shown_range)]
     lengths = sorted(set(curve["length"].tolist()))
     lines = alt.Chart(curve).mark_line(point=True).encode(
         x=alt.X("length:Q", title="evaluation length (bytes, log₂ scale)",
@@ -111,12 +122,12 @@ else:
 
 st.header("Explore each method")
 EXPLAINER = {  # where a method acts -> the page that takes such methods apart; NoPE goes to the live lab
-    "input": ("pages/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
-    "q/k": ("pages/rope.py", "RoPE", "🔄"),
-    "logits": ("pages/attention_biases.py", "Attention biases", "📐"),
+    "input": ("views/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
+    "q/k": ("views/rope.py", "RoPE", "🔄"),
+    "logits": ("views/attention_biases.py", "Attention biases", "📐"),
 }
 cols = st.columns(2)
 for i, name in enumerate(method_names()):
-    path, title, icon = EXPLAINER.get(POSITION_METHODS[name].acts_on, ("pages/extrapolation.py", "Extrapolation lab", "📈"))
+    path, title, icon = EXPLAINER.get(POSITION_METHODS[name].acts_on, ("views/extrapolation.py", "Extrapolation lab", "📈"))
     with cols[i % 2]:
         st.page_link(path, label=f"{name} — {title}", icon=icon, help=POSITION_METHODS[name].summary)

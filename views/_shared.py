@@ -17,10 +17,13 @@ from posviz.checkpoint import read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES, device_label
 
+# Larger prose in the main area only (st.markdown's paragraphs and lists): enlarging every text also
+# cut the sidebar's menu entries, widget options and metric labels in their columns.
 PRESENTATION_CSS = """
 <style>
-html, body, [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.25rem !important; }
-h1 { font-size: 3rem !important; } h2 { font-size: 2.2rem !important; }
+[data-testid="stMain"] [data-testid="stMarkdown"] p,
+[data-testid="stMain"] [data-testid="stMarkdown"] li { font-size: 1.25rem !important; }
+[data-testid="stMain"] h1 { font-size: 3rem !important; } [data-testid="stMain"] h2 { font-size: 2.2rem !important; }
 [data-testid="stToolbar"], [data-testid="stDecoration"], footer { display: none !important; }
 </style>
 """
@@ -162,7 +165,7 @@ def page_header(title: str, intro: str) -> None:
     else:
         st.sidebar.markdown("**Shipped checkpoints**")
         # Short header: the sidebar's default width cut the full one to "val bits/byte @ train lengt".
-        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch",
+        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch", height="content",
                              column_config={"val bits/byte @ train length": st.column_config.NumberColumn(
                                  "val bits/byte", format="%.3f",
                                  help="Validation bits per byte at the training length (lower is better).")})
@@ -177,13 +180,42 @@ def page_header(title: str, intro: str) -> None:
 # ---------------------------------------------------------------------------------------------
 def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None) -> None:
     st.altair_chart(chart, width="stretch")
-    cols = st.columns([1, 4])
-    cols[0].download_button("Data (CSV)", data.to_csv(index=False).encode(), file_name=f"{name}.csv",
-                            mime="text/csv", key=f"csv-{name}")
-    if caption:
-        cols[1].caption(caption + "  ·  Save the chart as PNG or SVG from its ⋯ menu.")
-    else:
-        cols[1].caption("Save the chart as PNG or SVG from its ⋯ menu.")
+    # A row that wraps (not fixed columns): in a narrow column a fifth of the width cut the button's label.
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.download_button("Data (CSV)", data.to_csv(index=False).encode(), file_name=f"{name}.csv",
+                        mime="text/csv", key=f"csv-{name}", width="content")
+    row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
+
+
+def metric_rows(items: Sequence[dict], per_row: int = 4) -> None:
+    """``st.metric`` for each dict of its arguments, at most ``per_row`` to a row and rows of even
+    length (eleven at most 5 a row: 4, 4, 3): eleven in one row cut their labels and values to "2.0…"
+    at 1366 px."""
+    rows = max(1, -(-len(items) // per_row))
+    per_row = max(1, -(-len(items) // rows))
+    for start in range(0, len(items), per_row):
+        cols = st.columns(per_row)
+        for col, item in zip(cols, items[start:start + per_row]):
+            col.metric(**item)
+
+
+def legend_for(n_series: int, **options) -> alt.Legend:
+    """A legend beside the chart that lists every series: past 8 entries in two columns, since one
+    column of 14 (30 px each) is taller than a 300 px chart and Vega cuts the rest off."""
+    return alt.Legend(columns=2 if n_series > 8 else 1, **options)
+
+
+def split_title(title: str, width: int = 32) -> str | list[str]:
+    """An axis title on two lines when it is longer than ``width`` characters (a y title longer than
+    its chart is cut at both ends)."""
+    if len(title) <= width:
+        return title
+    middle = len(title) // 2
+    spaces = [i for i, c in enumerate(title) if c == " "]
+    if not spaces:
+        return title
+    cut = min(spaces, key=lambda i: abs(i - middle))
+    return [title[:cut], title[cut + 1:]]
 
 
 def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:
@@ -287,10 +319,11 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
                              + (f"; white lines mark {mark_label}" if marks else "") + "."))
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    cols = st.columns(2)
-    cols[0].download_button("Image (PNG)", buf.getvalue(), file_name=f"{name}.png", mime="image/png", key=f"png-{name}")
-    cols[1].download_button("Data (CSV, downsampled)", pd.DataFrame(small).to_csv().encode(),
-                            file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}")
+    row = st.container(horizontal=True)
+    row.download_button("Image (PNG)", buf.getvalue(), file_name=f"{name}.png", mime="image/png", key=f"png-{name}",
+                        width="content")
+    row.download_button("Data (CSV, downsampled)", pd.DataFrame(small).to_csv().encode(),
+                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content")
 
 
 NO_CHECKPOINTS = "No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload."
@@ -463,12 +496,12 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
     st.image(image, caption=None if compact else caption, width="stretch")
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    cols = st.columns(2)
-    cols[0].download_button("PNG" if compact else "Image (PNG)", buf.getvalue(), file_name=f"{name}.png",
-                            mime="image/png", key=f"png-{name}")
-    cols[1].download_button("CSV" if compact else "Data (CSV" + (", pooled)" if block > 1 else ")"),
-                            pd.DataFrame(pooled).to_csv().encode(), file_name=f"{name}.csv", mime="text/csv",
-                            key=f"csv-{name}")
+    row = st.container(horizontal=True)  # wraps in a narrow column instead of cutting the labels
+    row.download_button("PNG" if compact else "Image (PNG)", buf.getvalue(), file_name=f"{name}.png",
+                        mime="image/png", key=f"png-{name}", width="content")
+    row.download_button("CSV" if compact else "Data (CSV" + (", pooled)" if block > 1 else ")"),
+                        pd.DataFrame(pooled).to_csv().encode(), file_name=f"{name}.csv", mime="text/csv",
+                        key=f"csv-{name}", width="content")
 
 
 LOSS_RAMP = [(255, 255, 255), (255, 237, 160), (254, 178, 76), (240, 59, 32), (189, 0, 38)]

@@ -3,7 +3,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import method_scales, page_header, repo_root, shipped_checkpoint_json, show_chart
+from views._shared import legend_for, method_scales, page_header, repo_root, shipped_checkpoint_json, show_chart
 from posviz import about, home
 from posviz.checkpoint import models_dir
 from posviz.positions import POSITION_METHODS, method_names
@@ -18,14 +18,13 @@ methods = pd.DataFrame([{
     "method": name,
     "summary": POSITION_METHODS[name].summary,
     "absolute / relative": POSITION_METHODS[name].kind,
-    "learned": POSITION_METHODS[name].learned,
+    "learned parameters": "yes" if POSITION_METHODS[name].learned else "no",
     "acts on": home.ACTS_ON_LABEL.get(POSITION_METHODS[name].acts_on, POSITION_METHODS[name].acts_on),
-    "paper": POSITION_METHODS[name].paper,
+    "paper": f"[paper ↗]({POSITION_METHODS[name].paper})",
 } for name in method_names()])
-st.dataframe(methods, hide_index=True,
-             column_config={"paper": st.column_config.LinkColumn("paper", display_text="paper ↗"),
-                            "summary": st.column_config.TextColumn(width="large"),
-                            "learned": st.column_config.CheckboxColumn("learned parameters")})
+# A static table, not a grid: its cells wrap, so every summary is read whole (the grid cut them off).
+# Every cell is this app's own text (the methods' class attributes), rendered as Markdown for the links.
+st.table(methods, hide_index=True)
 st.caption("Every method is one file in `posviz/positions/`, registered by name; a new file appears here on its own.")
 
 st.header("One recipe for every checkpoint")
@@ -38,20 +37,23 @@ configs = {name: c for name, (c, m, problem) in entries.items() if problem is No
 metrics = {name: m for name, (c, m, problem) in entries.items() if problem is None}
 left, right = st.columns([2, 3])
 with left:
-    st.dataframe(pd.DataFrame(about.recipe_rows()), hide_index=True, height=420)
+    st.dataframe(pd.DataFrame(about.recipe_rows()), hide_index=True, height="content")
     st.caption("posviz.train.TrainConfig defaults: the shipped set's recipe. Vocabulary: the 256 byte values.")
 with right:
     corpus = next((c.get("corpus") for c in configs.values() if c.get("corpus")), None)
     if corpus:
         st.markdown("**Training text** (from the checkpoints' config.json)")
-        st.dataframe(pd.DataFrame({"field": list(corpus), "value": [str(v) for v in corpus.values()]}), hide_index=True)
+        st.dataframe(pd.DataFrame({"field": list(corpus), "value": [str(v) for v in corpus.values()]}), hide_index=True,
+                     height="content")
     curves = pd.DataFrame(about.train_curve_rows(metrics))
     if not curves.empty:
         curve_chart = alt.Chart(curves).mark_line().encode(
             x=alt.X("tokens:Q", title="training tokens (bytes)"),
             y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
-            color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint"),
-            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], title="checkpoint"),
+            color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint",
+                            legend=legend_for(curves["checkpoint"].nunique())),
+            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], title="checkpoint",
+                                      legend=legend_for(curves["checkpoint"].nunique())),
             tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
         ).properties(height=300)
         show_chart(curve_chart, curves, "training_curves")
@@ -65,7 +67,7 @@ if not entries:
 else:
     table = pd.DataFrame(about.checkpoint_rows(configs, metrics))
     if not table.empty:
-        st.dataframe(table, hide_index=True, column_config={
+        st.dataframe(table, hide_index=True, height="content", column_config={
             "parameters": st.column_config.NumberColumn(format="localized"),
             "training tokens (bytes)": st.column_config.NumberColumn(format="localized"),
             "val bits/byte @ train length": st.column_config.NumberColumn(

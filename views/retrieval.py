@@ -7,10 +7,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (
+from views._shared import (
     choose_text,
     compute_once,
     error_box,
+    legend_for,
     method_scales,
     page_header,
     qp_choice,
@@ -18,6 +19,7 @@ from pages._shared import (
     qp_int,
     qp_multi,
     show_chart,
+    split_title,
     sync_url,
     usable_checkpoints,
 )
@@ -64,7 +66,8 @@ MEASURES = {  # the control first: past the training length the plain ratio mixe
 def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -> alt.LayerChart:
     data = df[df["probe"] == probe].dropna(subset=["ratio"]).assign(gap1=lambda d: d["gap"].clip(lower=1))
     x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap between the copies (bytes, log scale; 0 drawn at 1)")
-    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint")
+    legend = legend_for(len(COLOURS.domain))  # the legend lists the scale's whole domain
+    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=legend)
     tips = ["model", "gap", alt.Tooltip("first_bits:Q", format=".3f", title="first (bits)"),
             alt.Tooltip("second_bits:Q", format=".3f", title="second (bits)"),
             alt.Tooltip("control_bits:Q", format=".3f", title="no-copy control (bits)"),
@@ -72,7 +75,7 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -
     title = MEASURES[measure][1]
     if measure == "bits":
         second = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=40)).encode(
-            x, alt.Y("second_bits:Q", title=title), colour, tooltip=tips)
+            x, alt.Y("second_bits:Q", title=split_title(title)), colour, tooltip=tips)
         first = alt.Chart(data).mark_line(strokeDash=[4, 3], opacity=0.7).encode(x, alt.Y("first_bits:Q"), colour, tooltip=tips)
         layers = [second, first]
     else:
@@ -81,8 +84,9 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -
         band = alt.Chart(data).mark_area(opacity=0.12).encode(x, alt.Y("ratio_low:Q"), alt.Y2("ratio_high:Q"), colour) \
             if measure == "ratio" else None
         line = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=40)).encode(
-            x, alt.Y(f"{field}:Q", title=MEASURES["ratio" if field == "ratio" else "gain"][1], scale=alt.Scale(domainMin=0)),
-            colour, alt.StrokeDash("model:N", scale=DASHES, title="checkpoint"), tooltip=tips)  # one merged legend
+            x, alt.Y(f"{field}:Q", title=split_title(MEASURES["ratio" if field == "ratio" else "gain"][1]),
+                     scale=alt.Scale(domainMin=0)),
+            colour, alt.StrokeDash("model:N", scale=DASHES, title="checkpoint", legend=legend), tooltip=tips)  # one merged legend
         one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")
         layers = [layer for layer in (band, line, one) if layer is not None]
     train = alt.Chart(pd.DataFrame({"gap1": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="gap1:Q")
@@ -127,8 +131,9 @@ else:
     curve_colours, curve_dashes = method_scales(list(curve["model"].unique()))  # the legend lists only drawn curves
     lines = alt.Chart(curve).mark_line(point=True).encode(
         x=alt.X("bytes:Q", title="bytes trained"), y=alt.Y("ratio:Q", title="second copy / first copy (gap 0)"),
-        color=alt.Color("model:N", scale=curve_colours, title="checkpoint"),
-        strokeDash=alt.StrokeDash("model:N", scale=curve_dashes, title="checkpoint"),
+        color=alt.Color("model:N", scale=curve_colours, title="checkpoint", legend=legend_for(curve["model"].nunique())),
+        strokeDash=alt.StrokeDash("model:N", scale=curve_dashes, title="checkpoint",
+                                  legend=legend_for(curve["model"].nunique())),
         tooltip=["model", "step", alt.Tooltip("bytes:Q", format=","), alt.Tooltip("ratio:Q", format=".3f"),
                  alt.Tooltip("gain:Q", format=".3f")])
     goal = alt.Chart(pd.DataFrame({"y": [retrieval.COPY_TARGET]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")
@@ -167,8 +172,8 @@ else:
     best = heads[heads["best"]].assign(gap1=lambda d: d["gap"].clip(lower=1))
     falls = alt.Chart(best).mark_line(point=True).encode(
         x=alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap (bytes, log scale; 0 drawn at 1)"),
-        y=alt.Y("score:Q", title="induction score of the strongest head"),
-        color=alt.Color("model:N", scale=COLOURS, title="checkpoint"),
+        y=alt.Y("score:Q", title=split_title("induction score of the strongest head")),
+        color=alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=legend_for(best["model"].nunique())),
         tooltip=["model", "layer", "head", "gap", alt.Tooltip("score:Q", format=".3f")]).properties(height=280)
     show_chart(falls, best, "induction-vs-gap", "Each checkpoint's strongest head at gap 0, followed as the gap grows.")
 
@@ -184,7 +189,7 @@ reach = pd.DataFrame(retrieval.alibi_reach(alibi_slopes(n_head).tolist(), margin
 left, right = st.columns([2, 3])
 left.dataframe(reach.assign(head=reach["head"].map(lambda h: f"head {h}")).rename(
     columns={"slope": "slope m", "reach": "reach Δ/m (bytes)"}).style.format({"slope m": "{:.4g}", "reach Δ/m (bytes)": "{:,.0f}"}),
-    hide_index=True)
+    hide_index=True, height="content")
 if "alibi" in table:
     alibi_heads = heads[(heads["model"] == "alibi")].assign(gap1=lambda d: d["gap"].clip(lower=1))
     alibi_heads = alibi_heads.assign(series=lambda d: "L" + d["layer"].astype(str) + " H" + d["head"].astype(str))
@@ -283,7 +288,7 @@ if not live.empty:
     show_chart(probe_chart(live, measure, "repeat"), live, f"repeat-probe-live-g{longest}",
                f"Live: {chunks} chunks per gap from the text above. Missing points: the method cannot run that far.")
     shown = live.pivot(index="model", columns="gap", values="ratio" if measure != "gain" else "gain")
-    st.dataframe(shown.style.format("{:.2f}", na_rep="cannot run"), width="stretch")
+    st.dataframe(shown.style.format("{:.2f}", na_rep="cannot run"), width="stretch", height="content")
 
 # ------------------------------------------------------------------------------------------------
 # The retired random-string probe
@@ -299,4 +304,4 @@ with st.expander("The earlier probe (a random string), and why it shows nothing 
     )
     if not old.empty:
         st.dataframe(old.pivot(index="model", columns="gap", values="bits/byte").style.format("{:.2f}", na_rep="cannot run"),
-                     width="stretch")
+                     width="stretch", height="content")

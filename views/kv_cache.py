@@ -5,10 +5,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (
+from views._shared import (
     choose_text,
     compute_once,
     error_box,
+    metric_rows,
     page_header,
     qp_choice,
     qp_int,
@@ -121,7 +122,7 @@ st.subheader(f"Scoring {n_bytes:,} bytes with a {window:,}-byte window")
 expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: facts[n]["verdicts"][s] for s in kv_cache.STRATEGIES}}
                          for n in chosen])
 with st.expander("What to expect for each checkpoint", expanded=False):
-    st.dataframe(expected, hide_index=True)
+    st.dataframe(expected, hide_index=True, height="content")
 
 rows = []
 for name in chosen:
@@ -150,10 +151,10 @@ table = table[[TITLES[s] for s in kv_cache.STRATEGIES]]
 st.markdown(f"**Bits per byte on bytes {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
             "can differ; blank = cannot run)")
 # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
-st.dataframe(table.map(lambda v: "cannot run" if pd.isna(v) else f"{v:.3f}"), width="stretch")
+st.dataframe(table.map(lambda v: "cannot run" if pd.isna(v) else f"{v:.3f}"), width="stretch", height="content")
 speed = results.pivot(index="checkpoint", columns="how", values="ms/byte").reindex(chosen)[[TITLES[s] for s in kv_cache.STRATEGIES]]
 st.markdown(f"**Milliseconds per byte**, measured on this page ({device_label()})")
-st.dataframe(speed.map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"), width="stretch")
+st.dataframe(speed.map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"), width="stretch", height="content")
 
 plot = results.dropna(subset=["bits/byte after the window fills"])
 c1, c2 = st.columns(2)
@@ -208,11 +209,12 @@ try:
 except PosvizError as exc:
     error_box(exc, "Choose fewer bytes, or a model that can represent this many positions.")
 else:
-    m = st.columns(4)
-    m[0].metric("max |cached − full| logit", f"{check['max_abs_diff']:.1e}",
-                help=f"Largest logit is {check['logit_scale']:.1f}; float32 rounding is about 1e-6 of that.")
-    m[1].metric("full forward pass", f"{check['full_ms']:.1f} ms", help=f"all {check_length:,} bytes at once")
-    m[2].metric("cached, per byte", f"{check['cached_ms_per_byte']:.2f} ms")
-    m[3].metric("no cache (re-run the prefix), per byte", f"{check['reencode_ms_per_byte']:.2f} ms")
+    metric_rows([
+        dict(label="max |cached − full| logit", value=f"{check['max_abs_diff']:.1e}",
+             help=f"Largest logit is {check['logit_scale']:.1f}; float32 rounding is about 1e-6 of that."),
+        dict(label="full forward pass", value=f"{check['full_ms']:.1f} ms", help=f"all {check_length:,} bytes at once"),
+        dict(label="cached, per byte", value=f"{check['cached_ms_per_byte']:.2f} ms"),
+        dict(label="no cache (re-run the prefix), per byte", value=f"{check['reencode_ms_per_byte']:.2f} ms"),
+    ], per_row=2)  # long labels: four in a row were cut in presentation mode
     st.caption("Generation cannot use the full forward pass (it does not know the future bytes); the fair comparison is "
                "the cached decoder against re-running the prefix for every new byte.")

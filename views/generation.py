@@ -7,7 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (
+from views._shared import (
     choose_text,
     compute_once,
     error_box,
@@ -42,6 +42,12 @@ def model_facts(folder: str, stamp: int) -> dict:
             "limit": model.position.max_positions}
 
 
+GREEDY_LOOPS = (
+    "Why sampling by default: greedy decoding always takes the single most likely byte, and for a small model the "
+    "most likely next phrase is one it has just written, so every checkpoint soon loops (\u201cthe contains of the "
+    "contains of \u2026\u201d) and they all look alike. Sampling with a fixed seed (the same link writes the same "
+    "text) shows what each model writes once its text passes the training length.")
+
 checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
 names = list(facts)
 train_length = facts[names[0]]["train_length"]
@@ -58,21 +64,23 @@ with st.expander("When the window is full (absolute methods)", expanded=False):
 # ------------------------------------------------------------------------------------------------
 left, right = st.columns(2)
 with left:
-    # Two by default (one that stops at its table's end, one that keeps writing): every byte is a
-    # forward pass per model, and a CPU visitor should see text within seconds.
-    default_models = [n for n in ("learned", "alibi") if n in names] or names[:2]
+    # Two by default that write very differently once the text passes the training length (KERPLE keeps
+    # writing code-shaped text, sinusoidal falls apart right after it): every byte is a forward pass per
+    # model, so two keep a CPU visitor's wait short. RoPE, NoPE and the rest are one click away.
+    default_models = [n for n in generation.DEFAULT_MODELS if n in names] or names[:2]
     chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models",
                             help="Each writes its own continuation, with its own KV cache.")
     new_bytes = st.slider(f"Bytes to write (at most {cap:,} here: {cap // train_length} × the training length)",
-                          16, cap, value=qp_int("n", min(300, cap), 16, cap), step=4, key="w_n",
+                          16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
                           help=f"Capped per device ({device_label()}).")
-    decode = st.radio("Decoding", ["greedy", "sample"], index=["greedy", "sample"].index(
-        qp_choice("decode", "greedy", ["greedy", "sample"])), horizontal=True, key="w_decode",
-        format_func={"greedy": "Greedy (most likely byte)", "sample": "Sample"}.get)
+    decode = st.radio("Decoding", ["sample", "greedy"], index=["sample", "greedy"].index(
+        qp_choice("decode", "sample", ["greedy", "sample"])), horizontal=True, key="w_decode",
+        format_func={"greedy": "Greedy (most likely byte)", "sample": "Sample (fixed seed)"}.get)
+    st.caption(GREEDY_LOOPS)
     c1, c2, c3 = st.columns(3)
     temperature = c1.slider("Temperature", 0.1, generation.MAX_TEMPERATURE, step=0.1, key="w_temp",
-                            value=qp_float("temp", 0.8, 0.1, generation.MAX_TEMPERATURE), disabled=decode == "greedy")
-    top_k = c2.slider("Top-k (0 = off)", 0, generation.MAX_TOP_K, value=qp_int("topk", 40, 0, generation.MAX_TOP_K),
+                            value=qp_float("temp", generation.DEFAULT_TEMPERATURE, 0.1, generation.MAX_TEMPERATURE), disabled=decode == "greedy")
+    top_k = c2.slider("Top-k (0 = off)", 0, generation.MAX_TOP_K, value=qp_int("topk", generation.DEFAULT_TOP_K, 0, generation.MAX_TOP_K),
                       key="w_topk", disabled=decode == "greedy")
     seed = c3.number_input("Seed", 0, 2**31 - 1, value=qp_int("seed", 0, 0, 2**31 - 1), step=1, key="w_seed",
                            disabled=decode == "greedy", help="The same seed and settings write the same text.")
@@ -93,7 +101,7 @@ if text is None:
     st.stop()
 with right:
     hi = max(2, min(MAX_PROMPT_BYTES, len(text)))
-    prompt_length = st.slider("Prompt: the text's first … bytes", 1, hi, value=qp_int("p", min(64, hi), 1, hi), key="w_p",
+    prompt_length = st.slider("Prompt: the text's first … bytes", 1, hi, value=qp_int("p", min(generation.DEFAULT_PROMPT_BYTES, hi), 1, hi), key="w_p",
                               help=f"At most {MAX_PROMPT_BYTES:,} bytes. A prompt shorter than the training length "
                                    f"({train_length:,}) lets you watch the context pass it.")
 sync_url(p=prompt_length)
@@ -189,7 +197,7 @@ if not done:
 # ------------------------------------------------------------------------------------------------
 if from_document and real:
     st.subheader("Its own text against the document's real continuation")
-    rows = []
+    rows, notes = [], []
     for name in done:
         folder = checkpoints[name]
         try:
@@ -201,14 +209,17 @@ if from_document and real:
             error_box(exc)
             continue
         rows.append({"checkpoint": name, "bits/byte, its own text": done[name].mean_bits,
-                     "bits/byte, the real continuation": forced.mean_bits, "bytes scored": len(forced.ids),
-                     "note": forced.error or ""})
+                     "bits/byte, the real continuation": forced.mean_bits, "bytes scored": len(forced.ids)})
+        if forced.error:  # below the table, whole: a table cell cut it off
+            notes.append(f"**{name}**: {forced.error}")
     if rows:
         table = pd.DataFrame(rows).set_index("checkpoint")
         numbers = ["bits/byte, its own text", "bits/byte, the real continuation"]
         table[numbers] = table[numbers].astype(float)  # a model that wrote nothing has NaN, shown as "—"
         st.dataframe(table.style.format({"bits/byte, its own text": "{:.3f}", "bits/byte, the real continuation": "{:.3f}"},
-                                        na_rep="—"), width="stretch")
+                                        na_rep="—"), width="stretch", height="content")
+        for note in notes:
+            st.caption(note)
         st.caption("The real continuation is read through the same cache and window strategy, one byte at a time "
                    "(teacher forcing). A model's own text is usually cheaper for it than the real one: it wrote "
                    "what it found likely.")

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (
+from views._shared import (
+    metric_rows,
     method_scales,
     choose_text,
     error_box,
@@ -184,15 +185,17 @@ bar.empty()
 live = pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
                       "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"} for n, s in scores.items()],
                     columns=["model", "length", "bits/byte", "source"])
-metric_cols = st.columns(len(chosen))
-for col, name in zip(metric_cols, chosen):
+metrics_shown = []
+for name in chosen:
     if name in scores:
         ref = dict(extrapolation.shipped_bpb_curve(checkpoints[name])).get(train_length)
-        col.metric(name, f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
-                   delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
-                   f"difference from the shipped bits per byte at the training length ({train_length:,}).")
+        metrics_shown.append(dict(
+            label=name, value=f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
+            delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
+            f"difference from the shipped bits per byte at the training length ({train_length:,})."))
     else:
-        col.metric(name, "—", help="Cannot run at this length: see the message below.")
+        metrics_shown.append(dict(label=name, value="—", help="Cannot run at this length: see the message below."))
+metric_rows(metrics_shown, per_row=5)  # eleven in one row read "2.0…" at 1366 px
 with curve_slot.container():
     if shipped.empty and live.empty:
         st.info("Nothing to draw yet.")
