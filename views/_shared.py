@@ -199,6 +199,11 @@ def metric_rows(items: Sequence[dict], per_row: int = 4) -> None:
             col.metric(**item)
 
 
+# A legend of line samples, for lines told apart by dash: the default symbol of a line with points is a
+# circle, which draws the dash pattern as a blob.
+DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
+
+
 def legend_for(n_series: int, **options) -> alt.Legend:
     """A legend beside the chart that lists every series: past 8 entries in two columns, since one
     column of 14 (30 px each) is taller than a 300 px chart and Vega cuts the rest off."""

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._shared import (method_scales, page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
+from views._shared import (DASHED_LEGEND, method_scales, page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
                            sync_url)
 from posviz import rope
 from posviz.limits import CACHE_ENTRIES
@@ -223,8 +223,8 @@ marks = pd.DataFrame({"y": [train_length, target],
 scaling_chart = alt.Chart(waves).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="pair i", axis=alt.Axis(tickMinStep=1, format="d")),
     y=alt.Y("wavelength:Q", title="wavelength (positions, log scale)", scale=alt.Scale(type="log")),
-    color=alt.Color("scaling:N", scale=SCALING_COLOURS, title="scaling"),
-    strokeDash=alt.StrokeDash("scaling:N", scale=SCALING_DASHES, title="scaling"),
+    color=alt.Color("scaling:N", scale=SCALING_COLOURS, title="scaling", legend=DASHED_LEGEND),
+    strokeDash=alt.StrokeDash("scaling:N", scale=SCALING_DASHES, title="scaling", legend=DASHED_LEGEND),
     tooltip=[alt.Tooltip("scaling:N"), alt.Tooltip("pair:Q"), alt.Tooltip("wavelength:Q", format=",.1f"),
              alt.Tooltip("attention_factor:Q", title="attention factor", format=".3f")],
 ) + length_marks(marks)
