@@ -206,6 +206,10 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
     assert "Ignored URL parameter factor=" in texts(junk.warning)
     assert "Ignored URL parameter scalings=" in texts(junk.warning)
 
+    typed = run(page("context_extension", factor="8", scalings="none"))  # a link typed by hand: 8, not 8.0
+    assert "Ignored URL parameter factor=" not in texts(typed.warning)
+    assert typed.select_slider(key="w_factor").value == 8.0
+
 
 def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_dir, tmp_path, monkeypatch, corpus):
     import shutil

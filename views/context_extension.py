@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from views._shared import (
+    DASHED_LEGEND,
     metric_rows,
     legend_for,
     method_scales,
@@ -59,7 +60,7 @@ ALIASES = {s: rope_series(s) for s in SCALINGS}
 left, right = st.columns(2)
 with left:
     factors = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
-    factor = st.select_slider("Scaling factor s", factors, value=float(qp_choice("factor", "4.0", [str(f) for f in factors])),
+    factor = st.select_slider("Scaling factor s", factors, value=float(qp_choice("factor", "4.0", [str(f) for f in factors] + [f"{f:g}" for f in factors])),
                               key="w_factor", format_func=lambda f: f"{f:g}×",
                               help=f"Stretch the {train_length:,}-byte training context to s × {train_length:,} bytes.")
     scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", SCALINGS, SCALINGS), key="w_scalings")
@@ -81,7 +82,8 @@ marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
 y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
 lines = alt.Chart(waves).mark_line(point=True).encode(
     x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
-    color=alt.Color("scaling:N", scale=wave_colours, title="scaling"), strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling"),
+    color=alt.Color("scaling:N", scale=wave_colours, title="scaling", legend=DASHED_LEGEND),
+    strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling", legend=DASHED_LEGEND),
     tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
 rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
 notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
