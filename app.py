@@ -10,7 +10,6 @@ import streamlit as st
 st.set_page_config(page_title="posviz — positional encodings, visualised", page_icon="🧭", layout="wide")
 
 
-
 def home_alias() -> None:
     """``/home`` (the Home page's name) opens the Home page, which Streamlit serves at ``/``."""
     st.switch_page("views/home.py", query_params=st.query_params.to_dict())

@@ -159,6 +159,13 @@ def encode_text(text: str | bytes) -> torch.Tensor:
     return torch.tensor(list(data), dtype=torch.long)
 
 
+def byte_ids(data) -> torch.Tensor:
+    """Bytes (a tensor, array or sequence of ints) as a flat (T,) LongTensor."""
+    if isinstance(data, torch.Tensor):
+        return data.long().flatten()
+    return torch.as_tensor(np.asarray(data, dtype=np.int64)).flatten()
+
+
 def decode_bytes(ids) -> str:
     """Text for display: invalid UTF-8 is shown with U+FFFD instead of failing."""
     return bytes(int(i) for i in ids).decode("utf-8", errors="replace")

@@ -18,17 +18,12 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .errors import PosvizError, PositionLimitError
+from .data import byte_ids
 from .model import GPT
 from .retrieval import copy_probe, evaluate_probes
 
 LN2 = math.log(2.0)
 DEFAULT_EVAL_BYTES = 1 << 17  # 131,072 bytes: every length scores the same bytes of text
-
-
-def _as_tensor(data) -> torch.Tensor:
-    if isinstance(data, torch.Tensor):
-        return data.long().flatten()
-    return torch.as_tensor(np.asarray(data, dtype=np.int64)).flatten()
 
 
 def check_length(length: int, n_bytes: int) -> None:
@@ -49,7 +44,7 @@ def position_losses(model: GPT, data, length: int, batch_tokens: int = 1 << 15, 
     of window w from the i + 1 bytes before it *in its window* (the ALiBi paper's non-overlapping
     evaluation). The model sees positions 0 .. length-1, exactly as in training at that length.
     """
-    data = _as_tensor(data)
+    data = byte_ids(data)
     check_length(length, data.numel())
     n_windows = (data.numel() - 1) // length
     if max_windows is not None:
@@ -72,7 +67,7 @@ def bits_per_byte(model: GPT, data, length: int, **kw) -> float:
 def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: bool = False) -> float:
     """Every byte scored once, with up to ``window`` bytes of context: windows advance by ``stride``
     and only their last ``stride`` predictions count (the first window counts all of its own)."""
-    data = _as_tensor(data)
+    data = byte_ids(data)
     check_length(window, data.numel())
     if window >= data.numel():  # a window of W predictions needs W + 1 bytes
         raise PosvizError(f"a sliding window of {window:,} bytes needs at least {window + 1:,} bytes of text, "
@@ -134,7 +129,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
         if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
             base_folder = Path(folder).parent / base_folder.name
     L_ref = read_config(base_folder)["model"]["train_length"] if finetuned else L
-    data = _as_tensor(data)
+    data = byte_ids(data)
     lengths = [int(m * L_ref) for m in multiples if int(m * L_ref) <= data.numel()]
     block, seconds = timed(eval_table, model, data, lengths, progress)
     block = {"nonoverlapping_bpb": block, "lengths_x_train": {str(n): n / L for n in lengths},

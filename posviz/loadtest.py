@@ -228,6 +228,21 @@ def wait_for_change(page, before: tuple[str, str], timeout_s: float = 60) -> tup
     raise AssertionError(f"nothing on the page changed within {timeout_s:.0f} s (URL {page.url})")
 
 
+def screenshot_whole_main(page, max_height: int, min_height: int | None = None, settle_ms: int = 300,
+                          restore_height: int | None = None) -> bytes:
+    """PNG of the page's main area with the window made tall enough to hold all of it (at most
+    ``max_height`` px, at least ``min_height``, default the window's height); then the window is
+    ``restore_height`` tall again (default: as it was). stMain is the scrolling box, so a shot of it
+    at the window's own height would hold only what the window shows."""
+    width, height = page.viewport_size["width"], page.viewport_size["height"]
+    full = page.evaluate("""() => document.querySelector('[data-testid="stMain"]').scrollHeight""")
+    page.set_viewport_size({"width": width, "height": int(min(max(full + 40, min_height or height), max_height))})
+    page.wait_for_timeout(settle_ms)  # charts re-lay out and draw at the new size
+    shot = page.locator(MAIN).screenshot()
+    page.set_viewport_size({"width": width, "height": restore_height or height})
+    return shot
+
+
 def exception_texts(page) -> list[str]:
     return [e.inner_text()[:2000] for e in page.query_selector_all(EXCEPTION)]
 

@@ -145,6 +145,12 @@ def block_elements(device) -> int:
 MASK_ALIGNMENT_BYTES = 16  # what the CUDA memory-efficient kernel reads at a time from an attention mask
 
 
+def _round_up(n: int, multiple: int = 16) -> int:
+    """``n`` rounded up to a multiple of ``multiple``: mask rows of 16 elements keep every row of a view
+    on an aligned start, whatever the dtype (16 >= the elements in 16 bytes)."""
+    return -(-n // multiple) * multiple
+
+
 def _mask_alignment(dtype: torch.dtype) -> int:
     """Elements per 16 bytes: a mask view read in place must start and step by multiples of this."""
     return max(1, MASK_ALIGNMENT_BYTES // torch.empty((), dtype=dtype).element_size())
@@ -409,7 +415,7 @@ class CausalSelfAttention(nn.Module):
             nk = seen - first
             near = min(Kb, nk)
             # strides a multiple of 16 elements, as for the blocks below
-            mask = band.new_zeros(B, H, 1, -(-nk // 16) * 16)[..., :nk]
+            mask = band.new_zeros(B, H, 1, _round_up(nk))[..., :nk]
             mask[..., nk - near:] = (band[..., :near] - band[..., K:]).flip(-1)  # key nk-1-d at distance d
             return F.scaled_dot_product_attention(q, k[:, :, first:seen], v[:, :, first:seen], attn_mask=mask,
                                                   dropout_p=dropout), None
@@ -422,7 +428,7 @@ class CausalSelfAttention(nn.Module):
         A = _mask_alignment(q.dtype)
         R = max(r1 - r0 for r0, r1, _, _ in plan.blocks)  # rows of the largest block
         width = max(max(seen - first for _, _, first, seen in plan.blocks), R + Kb - 1)
-        Rb, Wb = R + A - 1, -(-(width + A - 1) // 16) * 16  # rows, columns (16: so PyTorch reads a view in place)
+        Rb, Wb = R + A - 1, _round_up(width + A - 1)  # rows, columns (whole 16-element rows: PyTorch reads a view in place)
         key = ("band", B, H, R, width, K, q.dtype)
         buf = blocks.get(key)
         if buf is None:  # the 0 / -inf pattern, once per forward pass

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint import read_metrics
+from .data import byte_ids
 from .errors import PosvizError
 from .lab_inputs import length_cap
 from .model import GPT, KVCache
@@ -45,7 +46,7 @@ def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32,
     it can, if the model can still attend to the first copy. As the gap grows past what a method can
     reach, the second copy becomes as hard as the first.
     """
-    filler = filler.long().flatten() if torch.is_tensor(filler) else torch.as_tensor(np.asarray(filler, dtype=np.int64)).flatten()
+    filler = byte_ids(filler)
     gaps = list(gaps)
     if not isinstance(string_length, (int, np.integer)) or string_length < 2:
         raise PosvizError(f"the copied string needs at least 2 bytes, got {string_length!r}")
@@ -422,7 +423,7 @@ def copy_probe_live(model: GPT, filler, gaps: Sequence[int], string_length: int 
     if not 1 <= trials <= 32:
         raise PosvizError(f"Use 1 to 32 trials, got {trials}.")
     cap = length_cap(model)
-    filler = torch.as_tensor(np.asarray(filler, dtype=np.int64)).flatten()
+    filler = byte_ids(filler)
     out = {}
     for i, gap in enumerate(gaps):
         if 2 * string_length + gap > cap:

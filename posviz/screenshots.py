@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from .loadtest import MAIN, ROOT, StreamlitServer, app_pages, exception_texts, launch_chromium, wait_rendered
+from .loadtest import (ROOT, StreamlitServer, app_pages, exception_texts, launch_chromium, screenshot_whole_main,
+                       wait_rendered)
 from .look import ConsoleWatch, look_at
 
 OUT = ROOT / "docs" / "screenshots"
@@ -56,11 +57,8 @@ def take(out: Path, width: int, height: int, only: list[str] | None = None, mode
                 tab.wait_for_timeout(1000)  # charts draw after the script has finished
                 size = save_png(tab.screenshot(), out / f"{entry.url_path}.png")
                 # the whole page too (a lab's results are below its controls), at the same width
-                full = tab.evaluate("""() => document.querySelector('[data-testid="stMain"]').scrollHeight""")
-                tab.set_viewport_size({"width": width, "height": int(min(max(full + 40, height), MAX_FULL_HEIGHT))})
-                tab.wait_for_timeout(1500)  # charts re-lay out and draw once in view
-                size += save_png(tab.locator(MAIN).screenshot(), out / f"{entry.url_path}-full.png")
-                tab.set_viewport_size({"width": width, "height": height})
+                size += save_png(screenshot_whole_main(tab, MAX_FULL_HEIGHT, settle_ms=1500),
+                                 out / f"{entry.url_path}-full.png")
                 seen = look_at(tab, width, height)  # the whole page, not only what the window shows
                 found = ([f"exception: {e[:200]}" for e in exception_texts(tab)]
                          + [f"error box: {e}" for e in seen.error_boxes] + seen.cut_off() + console.errors)

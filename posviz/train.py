@@ -28,6 +28,7 @@ from .config import ModelConfig, require, strict_from_dict
 from .data import batch_offsets, get_batch, load_corpus, plant_repeats
 from .errors import PosvizError
 from .evaluate import bits_per_byte
+from .limits import resolve_device
 from .model import GPT
 from .retrieval import copy_check
 
@@ -114,16 +115,10 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def backend_for(device_name: str) -> str:
     """The process group's backend: NCCL only when training on CUDA (it cannot move CPU tensors, so
     ``--set device=cpu`` on a machine with a GPU needs gloo)."""
-    return "nccl" if pick_device(device_name).type == "cuda" else "gloo"
+    return "nccl" if resolve_device(device_name).type == "cuda" else "gloo"
 
 
 def _distributed(device_name: str = "auto") -> tuple[int, int, int]:
@@ -236,7 +231,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     stop_after: stop after this many steps of the run, saving the state (what an interrupted run leaves).
     """
     rank, world, local_rank = _distributed(cfg.device)
-    device = pick_device(cfg.device)
+    device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

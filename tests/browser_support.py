@@ -13,7 +13,7 @@ import pytest
 
 from posviz.look import ConsoleWatch, Sight, look_at, output_fingerprint, sight
 from posviz.loadtest import (EXCEPTION, MAIN, StreamlitServer, app_pages, exception_texts, launch_chromium,
-                             main_text, wait_for_change, wait_rendered)
+                             main_text, screenshot_whole_main, wait_for_change, wait_rendered)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
@@ -61,14 +61,8 @@ def alert_texts(tab) -> list[str]:
 def screenshot_main(tab, name: str) -> Path:
     """Screenshot of the page's main area, tall enough to hold all of it (capped at 8000 px)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    # stMain is the scrolling box: make the window as tall as its content so the shot holds all of it
-    height = tab.evaluate("""() => document.querySelector('[data-testid="stMain"]').scrollHeight""")
-    width = tab.viewport_size["width"]
-    tab.set_viewport_size({"width": width, "height": int(min(max(height + 40, 900), 8000))})
-    tab.wait_for_timeout(300)  # let charts re-lay out at the new size
     path = SCREENSHOTS / f"{name}.png"
-    tab.locator(MAIN).screenshot(path=str(path))
-    tab.set_viewport_size({"width": width, "height": 900})
+    path.write_bytes(screenshot_whole_main(tab, max_height=8000, min_height=900, restore_height=900))
     return path
 
 

@@ -165,12 +165,13 @@ class Fire(PositionMethod):
     def is_shift_invariant(cls) -> bool:
         return False  # past L the normaliser psi(i) depends on where the query sits
 
+    def _index(self, layer: int) -> int:
+        """Which of ``functions`` layer ``layer`` uses."""
+        return 0 if self.options.shared_across_layers else layer
+
     def function(self, layer: int) -> FireFunction:
         """The FIRE that layer ``layer`` uses."""
-        return self.functions[0 if self.options.shared_across_layers else layer]
-
-    def _index(self, layer: int) -> int:
-        return 0 if self.options.shared_across_layers else layer
+        return self.functions[self._index(layer)]
 
     def below_threshold(self, layer: int, q_pos: torch.Tensor) -> bool:
         """``below_threshold`` of the layer's FIRE, with L read once per weights, not once per pass (a
