@@ -12,6 +12,14 @@ MAX_GENERATE_MULTIPLE_CPU = 4  # bytes one model may write, as a multiple of tra
 MAX_GENERATE_MULTIPLE_GPU = 16  # to see what breaks; one forward pass per byte per model
 MAX_PROMPT_BYTES = 1_024  # a generation prompt: the opening of a text, not a whole file
 CACHE_ENTRIES = 32  # bound of every memoised result (models, evaluations) in the app
+# Live results shared by every session of a server (posviz.serving.SharedResults): at most this many,
+# holding at most this many bytes of arrays. A 4,096-byte score is ~70 kB and a pooled attention view
+# of four heads ~4 MB, so the bytes bind first only when many maps are kept.
+SHARED_RESULT_ENTRIES = 512
+SHARED_RESULT_BYTES = 192 * 2**20
+# Heavy computations (forward passes of the live labs) that run at once on one server; the rest queue.
+# One: a single forward pass already uses every core through torch's intra-op threads.
+HEAVY_SLOTS = 1
 
 
 def default_device() -> torch.device:

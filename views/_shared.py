@@ -5,6 +5,7 @@ No maths here: numbers come from ``posviz``. Everything a user types is shown as
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
@@ -187,16 +188,22 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | N
     row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
 
 
+def metric_cells(n: int, per_row: int = 4) -> list:
+    """``n`` empty cells for metrics, at most ``per_row`` to a row and rows of even length (eleven at
+    most 5 a row: 4, 4, 3): eleven in one row cut their labels and values to "2.0…" at 1366 px. A page
+    that streams its results fills each cell as its number arrives."""
+    rows = max(1, -(-n // per_row))
+    per_row = max(1, -(-n // rows))
+    cells = []
+    for start in range(0, n, per_row):
+        cells += st.columns(per_row)[: min(per_row, n - start)]
+    return cells
+
+
 def metric_rows(items: Sequence[dict], per_row: int = 4) -> None:
-    """``st.metric`` for each dict of its arguments, at most ``per_row`` to a row and rows of even
-    length (eleven at most 5 a row: 4, 4, 3): eleven in one row cut their labels and values to "2.0…"
-    at 1366 px."""
-    rows = max(1, -(-len(items) // per_row))
-    per_row = max(1, -(-len(items) // rows))
-    for start in range(0, len(items), per_row):
-        cols = st.columns(per_row)
-        for col, item in zip(cols, items[start:start + per_row]):
-            col.metric(**item)
+    """``st.metric`` for each dict of its arguments, in the rows of ``metric_cells``."""
+    for cell, item in zip(metric_cells(len(items), per_row), items):
+        cell.metric(**item)
 
 
 # A legend of line samples, for lines told apart by dash: the default symbol of a line with points is a
@@ -554,60 +561,77 @@ def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: floa
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Live work shared by every session of this server, queued (posviz.serving)
+# ---------------------------------------------------------------------------------------------
+@st.cache_resource(show_spinner=False)
+def shared_results():
+    """The server's one store of live results (bounded in entries and bytes, see posviz.limits)."""
+    from posviz.serving import SharedResults
+
+    return SharedResults()
+
+
+@st.cache_resource(show_spinner=False)
+def work_queue():
+    """The server's one queue of heavy computations (``HEAVY_SLOTS`` at once)."""
+    from posviz.serving import WorkQueue
+
+    return WorkQueue()
+
+
 def stored_result(name: str, key: tuple):
-    """(found, value) from the bounded store ``compute_once`` uses, for results a page computes itself
+    """(found, value) from the store ``compute_once`` uses, for results a page computes itself
     (e.g. streamed to the page as they are produced) and keeps with ``store_result``."""
-    return _store(name).get(key)
+    return shared_results().get((name, key))
 
 
 def store_result(name: str, key: tuple, value) -> None:
-    _store(name).put(key, value)
+    shared_results().put((name, key), value)
 
 
-class _BoundedStore:
-    """A thread-safe LRU dict of at most ``size`` results (see ``compute_once``)."""
-
-    def __init__(self, size: int):
-        import threading
-        from collections import OrderedDict
-
-        self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
-
-    def get(self, key):
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return True, self.items[key]
-            return False, None
-
-    def put(self, key, value) -> None:
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
+def _in_line_text(label: str, ahead: int) -> str:
+    return (f"{label} Waiting in line: {ahead} computation{'' if ahead == 1 else 's'} for other visitors "
+            "ahead of this one (this server runs one at a time so that each finishes sooner).")
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
-def _store(name: str) -> _BoundedStore:
-    return _BoundedStore(CACHE_ENTRIES)
+@contextmanager
+def heavy_turn(label: str, slot=None):
+    """Hold the server's work queue for a heavy computation the page runs itself (not through
+    ``compute_once``), showing this visitor's place in line in ``slot`` (or a new one) meanwhile."""
+    own = slot is None
+    slot = st.empty() if own else slot
+    try:
+        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead))):
+            if own:
+                slot.empty()
+            yield
+    finally:
+        if own:
+            slot.empty()
 
 
 def compute_once(name: str, key: tuple, compute, label: str):
-    """``compute(progress)`` once per ``key`` (bounded LRU shared by all sessions), with a progress bar.
+    """``compute(progress)`` once per ``key`` for the whole server, in the work queue, with a progress bar.
 
-    For long live computations that report progress: ``st.cache_data`` cannot drive a progress bar
-    from inside the cached function, so results go in a bounded store instead. ``progress`` takes
-    the fraction done (0..1). Exceptions are not stored: bad input is re-checked on every run.
+    Every session gets the same stored result (``posviz.serving.SharedResults``): a key that another
+    session is computing right now is waited for, not computed twice. While the computation waits
+    for its turn in the server's queue, the bar says how many are ahead. ``progress`` takes the
+    fraction done (0..1). Exceptions are not stored: bad input is re-checked on every run.
     """
-    store = _store(name)
-    found, value = store.get(key)
+    results = shared_results()
+    found, value = results.get((name, key))
     if found:
         return value
-    bar = st.progress(0.0, text=label)
+    slot = st.empty()
+
+    def run():
+        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead))):
+            slot.progress(0.0, text=label)
+            return compute(lambda f: slot.progress(min(max(float(f), 0.0), 1.0), text=label))
+
     try:
-        value = compute(lambda f: bar.progress(min(max(float(f), 0.0), 1.0), text=label))
+        return results.get_or_compute((name, key), run, lambda: slot.progress(
+            0.0, text=f"{label} Another visitor asked for the same just now: waiting for that result."))
     finally:
-        bar.empty()
-    store.put(key, value)
-    return value
+        slot.empty()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import altair as alt
 import numpy as np
@@ -9,9 +10,10 @@ import pandas as pd
 import streamlit as st
 
 from views._shared import (
-    metric_rows,
+    metric_cells,
     method_scales,
     choose_text,
+    compute_once,
     error_box,
     page_header,
     qp_choice,
@@ -38,25 +40,38 @@ page_header(
 
 
 # ------------------------------------------------------------------------------------------------
-# Cached live computations (keyed on the weights' file stamp so retrained checkpoints reload)
+# Live computations, once per server for every visitor (keyed on the weights' file stamp so a retrained
+# checkpoint reloads), in the server's work queue
 # ------------------------------------------------------------------------------------------------
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def live_score(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    return dataclasses.asdict(extrapolation.score_at_length(lab_inputs.get_model(folder), list(text), length))
+def live_score(name: str, length: int) -> dict:
+    folder = checkpoints[name]
+    return compute_once(
+        "extrapolation-score", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length),
+        lambda progress: dataclasses.asdict(extrapolation.score_at_length(lab_inputs.get_model(folder), list(text_bytes), length)),
+        f"Running {name} at {length:,} bytes…")
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def live_inspect(folder: str, stamp: int, text: bytes, length: int, layer: int,
-                 log_scale: bool) -> tuple[dict, attention_maps.AttentionView]:
+def live_inspect(name: str, length: int, layer: int, log_scale: bool) -> tuple[dict, attention_maps.AttentionView]:
     """Score and attention map from one forward pass (only used when the text holds a single window)."""
-    score, view = extrapolation.inspect_at_length(lab_inputs.get_model(folder), list(text), length, layer, log_scale=log_scale)
-    return dataclasses.asdict(score), view
+    folder = checkpoints[name]
+
+    def compute(progress):
+        score, view = extrapolation.inspect_at_length(lab_inputs.get_model(folder), list(text_bytes), length, layer,
+                                                      log_scale=log_scale)
+        return dataclasses.asdict(score), view
+
+    return compute_once("extrapolation-inspect", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length,
+                                                  layer, log_scale), compute,
+                        f"Running {name} at {length:,} bytes, with its layer {layer} attention…")
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def live_attention(folder: str, stamp: int, text: bytes, length: int, layer: int,
-                   log_scale: bool) -> attention_maps.AttentionView:
-    return attention_maps.attention_view(lab_inputs.get_model(folder), list(text), length, layer, log_scale=log_scale)
+def live_attention(name: str, length: int, layer: int, log_scale: bool) -> attention_maps.AttentionView:
+    folder = checkpoints[name]
+    return compute_once(
+        "extrapolation-attention", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length, layer, log_scale),
+        lambda progress: attention_maps.attention_view(lab_inputs.get_model(folder), list(text_bytes), length, layer,
+                                                       log_scale=log_scale),
+        f"Extracting layer {layer} attention of {name} at {length:,} bytes…")
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
@@ -165,37 +180,43 @@ planned_layers = list(range(facts[planned_inspect]["n_layer"]))
 planned_layer = int(planned("w_layer", "layer", planned_layers + [str(x) for x in planned_layers], planned_layers[-1]))
 planned_log = planned("w_scale", "scale", ["log", "prob"], "log") == "log"
 
+def metric_of(name: str) -> dict:
+    """The st.metric arguments of one checkpoint's live result (or of its failure)."""
+    if name not in scores:
+        return dict(label=name, value="—", help="Cannot run at this length: see the message below.")
+    ref = dict(extrapolation.shipped_bpb_curve(checkpoints[name])).get(train_length)
+    return dict(label=name, value=f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
+                delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
+                f"difference from the shipped bits per byte at the training length ({train_length:,}).")
+
+
+def live_frame() -> pd.DataFrame:
+    return pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
+                          "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"} for n, s in scores.items()],
+                        columns=["model", "length", "bits/byte", "source"])
+
+
+# Each checkpoint's number appears as soon as it is computed (its metric, and its dot on the chart);
+# results another visitor already asked for come from the server's store at once.
 scores, errors = {}, {}
-bar = st.progress(0.0, text=f"Running {len(chosen)} checkpoints at {length:,} bytes…")
-for i, name in enumerate(chosen):
-    folder = checkpoints[name]
-    bar.progress(i / len(chosen), text=f"Running {name} at {length:,} bytes ({i + 1}/{len(chosen)})…")
+cells = metric_cells(len(chosen), per_row=5)
+for i, (name, cell) in enumerate(zip(chosen, cells)):
+    started = time.perf_counter()
     try:
         if name == planned_inspect and single_window(name):
-            scores[name] = live_inspect(str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length, planned_layer,
-                                        planned_log)[0]
+            scores[name] = live_inspect(name, length, planned_layer, planned_log)[0]
         else:
-            scores[name] = live_score(str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length)
-    except PositionLimitError as exc:
+            scores[name] = live_score(name, length)
+    except PosvizError as exc:  # PositionLimitError included: learned past its table
         errors[name] = str(exc)
-    except PosvizError as exc:
-        errors[name] = str(exc)
-bar.empty()
+    cell.metric(**metric_of(name))
+    computed = time.perf_counter() - started > 0.05  # not a lookup in the store: the visitor waited for it
+    if computed and i + 1 < len(chosen) and not shipped.empty:
+        with curve_slot.container():
+            st.altair_chart(bpb_chart(live_frame()), width="stretch")
+            st.caption(f"Live: {i + 1} of {len(chosen)} checkpoints done; the rest are being computed…")
 
-live = pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
-                      "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"} for n, s in scores.items()],
-                    columns=["model", "length", "bits/byte", "source"])
-metrics_shown = []
-for name in chosen:
-    if name in scores:
-        ref = dict(extrapolation.shipped_bpb_curve(checkpoints[name])).get(train_length)
-        metrics_shown.append(dict(
-            label=name, value=f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
-            delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
-            f"difference from the shipped bits per byte at the training length ({train_length:,})."))
-    else:
-        metrics_shown.append(dict(label=name, value="—", help="Cannot run at this length: see the message below."))
-metric_rows(metrics_shown, per_row=5)  # eleven in one row read "2.0…" at 1366 px
+live = live_frame()
 with curve_slot.container():
     if shipped.empty and live.empty:
         st.info("Nothing to draw yet.")
@@ -249,85 +270,88 @@ show_chart(alt.layer(*layers).properties(height=320), pos_df, f"loss-by-position
 # ------------------------------------------------------------------------------------------------
 # 3. The text coloured by loss, and attention for one model
 # ------------------------------------------------------------------------------------------------
-st.subheader("Inside one model")
-live_names = list(scores)
-c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-inspect = c1.selectbox("Checkpoint to inspect", live_names,
-                       index=live_names.index(qp_choice("inspect", live_names[0], live_names)), key="w_inspect")
-n_layer, n_head = facts[inspect]["n_layer"], facts[inspect]["n_head"]
-layer = c2.selectbox("Layer", range(n_layer), index=qp_int("layer", n_layer - 1, 0, n_layer - 1), key="w_layer")
-head_options = ["all"] + [str(h) for h in range(n_head)]
-head = c3.selectbox("Head", head_options, index=head_options.index(qp_choice("head", "all", head_options)),
-                    format_func=lambda h: "all (grid)" if h == "all" else f"head {h}", key="w_head")
-scales = ["log", "prob"]
-scale = c4.radio("Colour", scales, index=scales.index(qp_choice("scale", "log", scales)), key="w_scale",
-                 format_func={"log": "log₁₀ probability", "prob": "probability"}.get, horizontal=True)
-sync_url(inspect=inspect, layer=layer, head=head, scale=scale)
+@st.fragment
+def inside_one_model() -> None:
+    """Sections 3 and 4: a change of checkpoint, layer, head or colour reruns only this part of the page."""
+    st.subheader("Inside one model")
+    live_names = list(scores)
+    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+    inspect = c1.selectbox("Checkpoint to inspect", live_names,
+                           index=live_names.index(qp_choice("inspect", live_names[0], live_names)), key="w_inspect")
+    n_layer, n_head = facts[inspect]["n_layer"], facts[inspect]["n_head"]
+    layer = c2.selectbox("Layer", range(n_layer), index=qp_int("layer", n_layer - 1, 0, n_layer - 1), key="w_layer")
+    head_options = ["all"] + [str(h) for h in range(n_head)]
+    head = c3.selectbox("Head", head_options, index=head_options.index(qp_choice("head", "all", head_options)),
+                        format_func=lambda h: "all (grid)" if h == "all" else f"head {h}", key="w_head")
+    scales = ["log", "prob"]
+    scale = c4.radio("Colour", scales, index=scales.index(qp_choice("scale", "log", scales)), key="w_scale",
+                     format_func={"log": "log₁₀ probability", "prob": "probability"}.get, horizontal=True)
+    sync_url(inspect=inspect, layer=layer, head=head, scale=scale)
 
-with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}", expanded=True):
-    s = scores[inspect]
-    shown = min(s["n_bytes"], 4096)
-    show_coloured_text(lab_inputs.characters_with_bits(list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)
-    st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
-               f"{length:,} bytes: the byte after a boundary is predicted from one byte of context.")
+    with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}", expanded=True):
+        s = scores[inspect]
+        shown = min(s["n_bytes"], 4096)
+        show_coloured_text(lab_inputs.characters_with_bits(list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)
+        st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
+                   f"{length:,} bytes: the byte after a boundary is predicted from one byte of context.")
 
-folder = checkpoints[inspect]
-stamp = lab_inputs.checkpoint_stamp(folder)
-with st.spinner(f"Extracting layer {layer} attention of {inspect} at {length:,} bytes…"):
-    view = (live_inspect(str(folder), stamp, text_bytes, length, layer, scale == "log")[1] if single_window(inspect)
-            else live_attention(str(folder), stamp, text_bytes, length, layer, scale == "log"))
-value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
-marks = [train_length] if train_length < length else []
-st.markdown(f"**Attention of {inspect}, layer {layer}, at {length:,} bytes** "
-            f"(computed in {view.seconds:.2f} s)")
-if head == "all":
-    cols = st.columns(min(n_head, 4))
-    for h in range(n_head):
-        with cols[h % len(cols)]:
-            show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
-                               "key byte", "query byte", value_title, marks=marks, mark_label="the training length",
-                               side=256, compact=True, title=f"head {h}")
-            st.caption(f"distance {view.distance[h]:,.1f} B · entropy {view.entropy[h]:.2f} bits")
-    lo, hi = min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)
-    st.caption(f"Rows: query byte 0–{length - 1:,} (top to bottom); columns: key byte 0–{length - 1:,} (left to right); "
-               f"colour (each map scaled to its own range): {value_title}, {lo:.3g} to {hi:.3g} overall; grey: future keys (masked)"
-               + (f"; each pixel averages {view.block}×{view.block} entries" if view.block > 1 else "")
-               + (f"; white lines: the training length ({train_length:,})" if marks else "")
-               + ". Distance: Σⱼ p·(i−j) averaged over queries; entropy: −Σⱼ p log₂ p.")
-else:
-    h = int(head)
-    col, _ = st.columns([3, 2])
-    with col:
-        if view.block == 1 and length <= 256:
-            show_matrix(view.maps[h], f"attention-{inspect}-l{layer}-h{h}-L{length}", "key byte", "query byte",
-                        value_title, marks=marks, mark_label="the training length")
-        else:
-            show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
-                               "key byte", "query byte", value_title, marks=marks, mark_label="the training length")
-    st.caption(f"Head {h}: mean attention distance {view.distance[h]:,.1f} bytes, entropy {view.entropy[h]:.2f} bits.")
+    view = (live_inspect(inspect, length, layer, scale == "log")[1] if single_window(inspect)
+            else live_attention(inspect, length, layer, scale == "log"))
+    value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
+    marks = [train_length] if train_length < length else []
+    st.markdown(f"**Attention of {inspect}, layer {layer}, at {length:,} bytes** "
+                f"(computed in {view.seconds:.2f} s)")
+    if head == "all":
+        cols = st.columns(min(n_head, 4))
+        for h in range(n_head):
+            with cols[h % len(cols)]:
+                show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
+                                   "key byte", "query byte", value_title, marks=marks, mark_label="the training length",
+                                   side=256, compact=True, title=f"head {h}")
+                st.caption(f"distance {view.distance[h]:,.1f} B · entropy {view.entropy[h]:.2f} bits")
+        lo, hi = min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)
+        st.caption(f"Rows: query byte 0–{length - 1:,} (top to bottom); columns: key byte 0–{length - 1:,} (left to right); "
+                   f"colour (each map scaled to its own range): {value_title}, {lo:.3g} to {hi:.3g} overall; grey: future keys (masked)"
+                   + (f"; each pixel averages {view.block}×{view.block} entries" if view.block > 1 else "")
+                   + (f"; white lines: the training length ({train_length:,})" if marks else "")
+                   + ". Distance: Σⱼ p·(i−j) averaged over queries; entropy: −Σⱼ p log₂ p.")
+    else:
+        h = int(head)
+        col, _ = st.columns([3, 2])
+        with col:
+            if view.block == 1 and length <= 256:
+                show_matrix(view.maps[h], f"attention-{inspect}-l{layer}-h{h}-L{length}", "key byte", "query byte",
+                            value_title, marks=marks, mark_label="the training length")
+            else:
+                show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
+                                   "key byte", "query byte", value_title, marks=marks, mark_label="the training length")
+        st.caption(f"Head {h}: mean attention distance {view.distance[h]:,.1f} bytes, entropy {view.entropy[h]:.2f} bits.")
 
-# ------------------------------------------------------------------------------------------------
-# 4. Attention distance and entropy per head as the length grows
-# ------------------------------------------------------------------------------------------------
-st.subheader("How far each head looks as the window grows")
-lengths = attention_maps.growth_lengths(length, train_length, facts[inspect]["limit"])
-# Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
-rows = attention_maps.prefix_growth(view, lengths)
-growth = pd.DataFrame(rows)
-growth["head"] = growth["head"].map(lambda h: f"head {h}")
-x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")
-rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(strokeDash=[4, 3], color="grey").encode(x="length:Q")
-g1, g2 = st.columns(2)
-with g1:
-    chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
-        x, alt.Y("distance:Q", title="mean attention distance (bytes)"), alt.Color("head:N", title=None),
-        tooltip=["head", "length", alt.Tooltip("distance:Q", format=".1f")]), rule).properties(height=280)
-    show_chart(chart, growth, f"attention-distance-{inspect}-l{layer}", "Σⱼ p(i→j)·(i−j), averaged over queries.")
-with g2:
-    chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
-        x, alt.Y("entropy:Q", title="mean attention entropy (bits)"), alt.Color("head:N", title=None),
-        tooltip=["head", "length", alt.Tooltip("entropy:Q", format=".2f")]), rule).properties(height=280)
-    show_chart(chart, growth, f"attention-entropy-{inspect}-l{layer}",
-               "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
-if facts[inspect]["limit"] is not None and facts[inspect]["limit"] < length:
-    st.caption(f"{inspect} stops at {facts[inspect]['limit']:,} bytes (its table has no later positions).")
+    # ------------------------------------------------------------------------------------------------
+    # 4. Attention distance and entropy per head as the length grows
+    # ------------------------------------------------------------------------------------------------
+    st.subheader("How far each head looks as the window grows")
+    lengths = attention_maps.growth_lengths(length, train_length, facts[inspect]["limit"])
+    # Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
+    rows = attention_maps.prefix_growth(view, lengths)
+    growth = pd.DataFrame(rows)
+    growth["head"] = growth["head"].map(lambda h: f"head {h}")
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")
+    rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(strokeDash=[4, 3], color="grey").encode(x="length:Q")
+    g1, g2 = st.columns(2)
+    with g1:
+        chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
+            x, alt.Y("distance:Q", title="mean attention distance (bytes)"), alt.Color("head:N", title=None),
+            tooltip=["head", "length", alt.Tooltip("distance:Q", format=".1f")]), rule).properties(height=280)
+        show_chart(chart, growth, f"attention-distance-{inspect}-l{layer}", "Σⱼ p(i→j)·(i−j), averaged over queries.")
+    with g2:
+        chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
+            x, alt.Y("entropy:Q", title="mean attention entropy (bits)"), alt.Color("head:N", title=None),
+            tooltip=["head", "length", alt.Tooltip("entropy:Q", format=".2f")]), rule).properties(height=280)
+        show_chart(chart, growth, f"attention-entropy-{inspect}-l{layer}",
+                   "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
+    if facts[inspect]["limit"] is not None and facts[inspect]["limit"] < length:
+        st.caption(f"{inspect} stops at {facts[inspect]['limit']:,} bytes (its table has no later positions).")
+
+
+inside_one_model()
