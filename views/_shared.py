@@ -4,6 +4,7 @@ No maths here: numbers come from ``posviz``. Everything a user types is shown as
 """
 from __future__ import annotations
 
+import copy
 import io
 from contextlib import contextmanager
 from pathlib import Path
@@ -179,13 +180,63 @@ def page_header(title: str, intro: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Charts: every chart gets its data as CSV; Altair's own menu (…) saves PNG and SVG.
 # ---------------------------------------------------------------------------------------------
+def csv_file(data: pd.DataFrame, index: bool = False):
+    """The CSV of ``data``, written when the visitor clicks its download button, not on every run:
+    a 4,096-byte page's tables took 0.8 s a run to write out as CSV that nobody had asked for."""
+    return lambda: data.to_csv(index=index).encode()
+
+
 def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None) -> None:
     st.altair_chart(chart, width="stretch")
     # A row that wraps (not fixed columns): in a narrow column a fifth of the width cut the button's label.
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.download_button("Data (CSV)", data.to_csv(index=False).encode(), file_name=f"{name}.csv",
-                        mime="text/csv", key=f"csv-{name}", width="content")
+    row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
+                        mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
     row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
+
+
+def show_cached_chart(key: tuple, build, name: str, caption: str | None = None) -> None:
+    """``show_chart`` of the (chart, data) that ``build()`` makes, built once per server for ``key``.
+
+    ``key`` must hold everything the chart depends on. Building an Altair chart and writing its
+    Vega-Lite spec (with the schema checks Altair runs) took 0.1–0.4 s a chart on every run, for
+    every visitor; the spec is kept with its datasets already in Arrow, as Streamlit sends them.
+    """
+    spec, data = shared("chart", key, lambda: _spec_and_data(*build()))
+    draw_spec(spec)
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
+                        mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+    row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
+
+
+def draw_spec(spec: dict) -> None:
+    """A stored Vega-Lite spec on the page (Streamlit moves the datasets out of the spec it is given,
+    so it gets a copy)."""
+    st.vega_lite_chart(spec={**copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"}),
+                             "datasets": dict(spec.get("datasets", {}))}, width="stretch")
+
+
+def cached_spec(key: tuple, build) -> dict:
+    """The Vega-Lite spec of the chart ``build()`` makes, built once per server for ``key``."""
+    return shared("chart", key, lambda: _spec_and_data(build(), None))[0]
+
+
+def _spec_and_data(chart: alt.TopLevelMixin, data: pd.DataFrame | None) -> tuple[dict, pd.DataFrame | None]:
+    import pyarrow as pa
+
+    with alt.data_transformers.enable("default", max_rows=None):
+        spec = chart.to_dict(validate=False)
+    datasets = {}
+    for name, records in spec.get("datasets", {}).items():
+        table = pa.Table.from_pandas(pd.DataFrame.from_records(records), preserve_index=False)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        datasets[name] = sink.getvalue().to_pybytes()
+    if datasets:
+        spec["datasets"] = datasets
+    return spec, data
 
 
 def metric_cells(n: int, per_row: int = 4) -> list:
@@ -333,9 +384,9 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
     image.save(buf, format="PNG")
     row = st.container(horizontal=True)
     row.download_button("Image (PNG)", buf.getvalue(), file_name=f"{name}.png", mime="image/png", key=f"png-{name}",
-                        width="content")
-    row.download_button("Data (CSV, downsampled)", pd.DataFrame(small).to_csv().encode(),
-                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content")
+                        width="content", on_click="ignore")
+    row.download_button("Data (CSV, downsampled)", csv_file(pd.DataFrame(small), index=True),
+                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
 
 
 NO_CHECKPOINTS = "No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload."
@@ -485,18 +536,8 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
     ``compact``: for grids of small maps: no caption (the caller writes one for the grid) and one
     row of small download buttons.
     """
-    from PIL import Image, ImageDraw
-
     h, w = full_shape
-    rgb = _colorize(np.asarray(pooled, dtype=float), scheme)
-    scale = max(1, side // max(rgb.shape[:2]))
-    image = Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
-    draw = ImageDraw.Draw(image)
-    sx, sy = image.width / w, image.height / h
-    for m in marks:
-        if 0 < m < max(h, w):
-            draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
-            draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
+    png = _pooled_png(np.asarray(pooled, dtype=float), full_shape, scheme, tuple(marks), side)
     finite = np.isfinite(pooled)
     lo, hi = (np.nanmin(pooled), np.nanmax(pooled)) if finite.any() else (float("nan"), float("nan"))
     caption = (f"{y_title} (rows, 0–{h - 1:,}, top to bottom) × {x_title} (columns, 0–{w - 1:,}, left to right); "
@@ -505,15 +546,34 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
                + (f"; white lines mark {mark_label}" if marks else "") + ".")
     if title:
         st.markdown(f"**{title}**")
-    st.image(image, caption=None if compact else caption, width="stretch")
+    st.image(png, caption=None if compact else caption, width="stretch")
+    row = st.container(horizontal=True)  # wraps in a narrow column instead of cutting the labels
+    row.download_button("PNG" if compact else "Image (PNG)", png, file_name=f"{name}.png",
+                        mime="image/png", key=f"png-{name}", width="content", on_click="ignore")
+    row.download_button("CSV" if compact else "Data (CSV" + (", pooled)" if block > 1 else ")"),
+                        csv_file(pd.DataFrame(pooled), index=True), file_name=f"{name}.csv", mime="text/csv",
+                        key=f"csv-{name}", width="content", on_click="ignore")
+
+
+@st.cache_data(max_entries=4 * CACHE_ENTRIES, show_spinner=False)
+def _pooled_png(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, marks: tuple[int, ...],
+                side: int) -> bytes:
+    """The PNG of a pooled map, encoded once per server: every visitor of the same map gets these bytes."""
+    from PIL import Image, ImageDraw
+
+    h, w = full_shape
+    rgb = _colorize(pooled, scheme)
+    scale = max(1, side // max(rgb.shape[:2]))
+    image = Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
+    draw = ImageDraw.Draw(image)
+    sx, sy = image.width / w, image.height / h
+    for m in marks:
+        if 0 < m < max(h, w):
+            draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
+            draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    row = st.container(horizontal=True)  # wraps in a narrow column instead of cutting the labels
-    row.download_button("PNG" if compact else "Image (PNG)", buf.getvalue(), file_name=f"{name}.png",
-                        mime="image/png", key=f"png-{name}", width="content")
-    row.download_button("CSV" if compact else "Data (CSV" + (", pooled)" if block > 1 else ")"),
-                        pd.DataFrame(pooled).to_csv().encode(), file_name=f"{name}.csv", mime="text/csv",
-                        key=f"csv-{name}", width="content")
+    return buf.getvalue()
 
 
 LOSS_RAMP = [(255, 255, 255), (255, 237, 160), (254, 178, 76), (240, 59, 32), (189, 0, 38)]
@@ -588,6 +648,13 @@ def stored_result(name: str, key: tuple):
 
 def store_result(name: str, key: tuple, value) -> None:
     shared_results().put((name, key), value)
+
+
+def shared(name: str, key: tuple, build):
+    """``build()`` once per server for ``key`` (no queue, no progress bar): for what a page derives
+    from live results to show them (chart specs, coloured text), which every visitor of the same
+    result would otherwise rebuild on every run."""
+    return shared_results().get_or_compute((name, key), build)
 
 
 def _in_line_text(label: str, ahead: int) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 
 import altair as alt
@@ -14,12 +15,16 @@ from views._shared import (
     method_scales,
     choose_text,
     compute_once,
+    draw_spec,
+    cached_spec,
     error_box,
+    folder_stamp,
     page_header,
     qp_choice,
     qp_int,
     qp_multi,
-    show_chart,
+    shared,
+    show_cached_chart,
     show_coloured_text,
     show_matrix,
     show_pooled_matrix,
@@ -153,13 +158,16 @@ def bpb_chart(live: pd.DataFrame) -> alt.LayerChart:
     return alt.layer(*layers).properties(height=360)
 
 
+# Everything the charts below depend on: visitors with the same choices share them (see show_cached_chart).
+view_key = ("extrapolation", tuple(chosen), length, hashlib.blake2b(text_bytes, digest_size=16).hexdigest(),
+            tuple(folder_stamp(checkpoints[n]) for n in chosen))
 curve_slot = st.empty()
 with curve_slot.container():
     if shipped.empty:
         st.info("The shipped checkpoints have no stored bpb-vs-length curve yet (run `python -m posviz.evaluate_all`). "
                 "Live numbers follow.")
     else:
-        st.altair_chart(bpb_chart(pd.DataFrame()), width="stretch")
+        draw_spec(cached_spec(view_key + ("shipped",), lambda: bpb_chart(pd.DataFrame())))
         st.caption("Shipped curves shown; live numbers are being computed…")
 
 def single_window(name: str) -> bool:
@@ -221,8 +229,8 @@ with curve_slot.container():
     if shipped.empty and live.empty:
         st.info("Nothing to draw yet.")
     else:
-        chart = bpb_chart(live)
-        show_chart(chart, pd.concat([shipped, live], ignore_index=True), f"bpb-vs-length-L{length}",
+        show_cached_chart(view_key + ("bpb",), lambda: (bpb_chart(live), pd.concat([shipped, live], ignore_index=True)),
+                          f"bpb-vs-length-L{length}",
                    "Dashed: the shipped curves (131 kB of validation text). Big dots: live, on this text at this length. "
                    "A different text gives a different level, so compare a dot with its own curve's shape.")
 for name, message in errors.items():
@@ -240,32 +248,40 @@ if not scores:
 # ------------------------------------------------------------------------------------------------
 st.subheader("Loss at each position in the window")
 smooth = max(1, length // 64)
-# Draw at most ~512 points a line (the smoothing window is wider than the gap between them); the CSV
-# keeps every position. Thousands of points per line made the browser, not the model, the slow part.
-drawn_every = max(1, length // 512)
-pos_rows = []
-for name, s in scores.items():
-    smoothed = lab_inputs.moving_average(s["position_bits"], smooth)
-    pos_rows += [{"model": name, "position": p, "bits": float(v), "raw bits": float(r)}
-                 for p, (v, r) in enumerate(zip(smoothed, s["position_bits"])) if np.isfinite(v)]
-pos_df = pd.DataFrame(pos_rows)
-drawn = pos_df[(pos_df["position"] % drawn_every == 0) | (pos_df["position"] == length - 1)]
-x = alt.X("position:Q", title="position in the window (the prediction made there sees position + 1 bytes)")
-lines = alt.Chart(drawn).mark_line().encode(
-    x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
-    alt.Color("model:N", scale=COLOURS, title="checkpoint"),
-    tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
-layers = [lines]
-if train_length < length:
-    mark = pd.DataFrame({"position": [train_length], "what": ["training length"]})
-    layers += [alt.Chart(mark).mark_rule(strokeDash=[4, 3], color="grey").encode(x="position:Q"),
-               alt.Chart(mark).mark_text(align="left", dx=4, color="grey", baseline="top").encode(
-                   x="position:Q", y=alt.value(0), text="what")]
 n_windows = max(s["n_windows"] for s in scores.values())
-show_chart(alt.layer(*layers).properties(height=320), pos_df, f"loss-by-position-L{length}",
-           f"Mean over {n_windows} window(s)" + (f", smoothed over {smooth} positions" if smooth > 1 else "") +
-           ". Past the dashed line the model predicts from more context than it ever had in training: relative "
-           "methods stay flat or improve, absolute ones often rise.")
+
+
+def loss_chart() -> tuple[alt.LayerChart, pd.DataFrame]:
+    # Draw at most ~512 points a line (the smoothing window is wider than the gap between them); the CSV
+    # keeps every position. Thousands of points per line made the browser, not the model, the slow part.
+    drawn_every = max(1, length // 512)
+    frames = []
+    for name, s in scores.items():
+        raw = np.asarray(s["position_bits"], dtype=float)
+        smoothed = lab_inputs.moving_average(raw, smooth)
+        keep = np.isfinite(smoothed)
+        frames.append(pd.DataFrame({"model": name, "position": np.arange(raw.size)[keep], "bits": smoothed[keep],
+                                    "raw bits": raw[keep]}))
+    pos_df = pd.concat(frames, ignore_index=True)
+    drawn = pos_df[(pos_df["position"] % drawn_every == 0) | (pos_df["position"] == length - 1)]
+    x = alt.X("position:Q", title="position in the window (the prediction made there sees position + 1 bytes)")
+    lines = alt.Chart(drawn).mark_line().encode(
+        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
+        alt.Color("model:N", scale=COLOURS, title="checkpoint"),
+        tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
+    layers = [lines]
+    if train_length < length:
+        mark = pd.DataFrame({"position": [train_length], "what": ["training length"]})
+        layers += [alt.Chart(mark).mark_rule(strokeDash=[4, 3], color="grey").encode(x="position:Q"),
+                   alt.Chart(mark).mark_text(align="left", dx=4, color="grey", baseline="top").encode(
+                       x="position:Q", y=alt.value(0), text="what")]
+    return alt.layer(*layers).properties(height=320), pos_df
+
+
+show_cached_chart(view_key + ("loss",), loss_chart, f"loss-by-position-L{length}",
+                  f"Mean over {n_windows} window(s)" + (f", smoothed over {smooth} positions" if smooth > 1 else "") +
+                  ". Past the dashed line the model predicts from more context than it ever had in training: relative "
+                  "methods stay flat or improve, absolute ones often rise.")
 
 # ------------------------------------------------------------------------------------------------
 # 3. The text coloured by loss, and attention for one model
@@ -291,7 +307,8 @@ def inside_one_model() -> None:
     with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}", expanded=True):
         s = scores[inspect]
         shown = min(s["n_bytes"], 4096)
-        show_coloured_text(lab_inputs.characters_with_bits(list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)
+        show_coloured_text(shared("coloured-text", view_key + (inspect,), lambda: lab_inputs.characters_with_bits(
+            list(text_bytes[:shown]), s["byte_bits"][:shown])), top=8.0)
         st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
                    f"{length:,} bytes: the byte after a boundary is predicted from one byte of context.")
 
@@ -332,24 +349,27 @@ def inside_one_model() -> None:
     # ------------------------------------------------------------------------------------------------
     st.subheader("How far each head looks as the window grows")
     lengths = attention_maps.growth_lengths(length, train_length, facts[inspect]["limit"])
-    # Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
-    rows = attention_maps.prefix_growth(view, lengths)
-    growth = pd.DataFrame(rows)
-    growth["head"] = growth["head"].map(lambda h: f"head {h}")
-    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")
-    rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(strokeDash=[4, 3], color="grey").encode(x="length:Q")
+
+    def growth_chart(value: str, title: str, fmt: str):
+        # Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
+        growth = pd.DataFrame(attention_maps.prefix_growth(view, lengths))
+        growth["head"] = growth["head"].map(lambda h: f"head {h}")
+        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")
+        rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(strokeDash=[4, 3], color="grey").encode(
+            x="length:Q")
+        return alt.layer(alt.Chart(growth).mark_line(point=True).encode(
+            x, alt.Y(f"{value}:Q", title=title), alt.Color("head:N", title=None),
+            tooltip=["head", "length", alt.Tooltip(f"{value}:Q", format=fmt)]), rule).properties(height=280), growth
+
+    growth_key = view_key + (inspect, layer, scale)
     g1, g2 = st.columns(2)
     with g1:
-        chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
-            x, alt.Y("distance:Q", title="mean attention distance (bytes)"), alt.Color("head:N", title=None),
-            tooltip=["head", "length", alt.Tooltip("distance:Q", format=".1f")]), rule).properties(height=280)
-        show_chart(chart, growth, f"attention-distance-{inspect}-l{layer}", "Σⱼ p(i→j)·(i−j), averaged over queries.")
+        show_cached_chart(growth_key + ("distance",), lambda: growth_chart("distance", "mean attention distance (bytes)", ".1f"),
+                          f"attention-distance-{inspect}-l{layer}", "Σⱼ p(i→j)·(i−j), averaged over queries.")
     with g2:
-        chart = alt.layer(alt.Chart(growth).mark_line(point=True).encode(
-            x, alt.Y("entropy:Q", title="mean attention entropy (bits)"), alt.Color("head:N", title=None),
-            tooltip=["head", "length", alt.Tooltip("entropy:Q", format=".2f")]), rule).properties(height=280)
-        show_chart(chart, growth, f"attention-entropy-{inspect}-l{layer}",
-                   "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
+        show_cached_chart(growth_key + ("entropy",), lambda: growth_chart("entropy", "mean attention entropy (bits)", ".2f"),
+                          f"attention-entropy-{inspect}-l{layer}",
+                          "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
     if facts[inspect]["limit"] is not None and facts[inspect]["limit"] < length:
         st.caption(f"{inspect} stops at {facts[inspect]['limit']:,} bytes (its table has no later positions).")
 
