@@ -7,6 +7,8 @@ this menu and without the wide layout.
 """
 import streamlit as st
 
+from views._shared import warm_the_store
+
 st.set_page_config(page_title="posviz — positional encodings, visualised", page_icon="🧭", layout="wide")
 
 
@@ -38,4 +40,5 @@ PAGES = {
 }
 
 page = st.navigation(PAGES)
+warm_the_store()  # once per server: the Extrapolation lab's default view, computed while nobody waits
 page.run()

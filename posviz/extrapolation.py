@@ -18,9 +18,12 @@ Conventions (shape legend as in ``model.py``: T bytes, H heads, L evaluation len
 """
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -130,3 +133,88 @@ def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool 
     score = _length_score(bits[None], length, time.perf_counter() - start)
     view = _view_from_probs(out.attention[0].float(), length, layer, log_scale, max_side, start)  # pooled where it is
     return score, view
+
+
+# ---------------------------------------------------------------------------------------------
+# The lab's live computations as jobs: a key in the server's store of results and how to compute
+# it. The page runs them for its visitor; ``warm_default_view`` runs the same ones ahead of time.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LiveJob:
+    name: str  # what it computes: "extrapolation-score" (a dict of LengthScore), "-inspect" ((dict, AttentionView)), "-attention"
+    key: tuple  # everything the result depends on: checkpoint folder and weights stamp, text, length, options
+    compute: Callable[[], object]
+
+
+def score_job(folder: str | Path, text: bytes, length: int) -> LiveJob:
+    from .lab_inputs import checkpoint_stamp, get_model
+
+    return LiveJob("extrapolation-score", (str(folder), checkpoint_stamp(folder), text, length),
+                   lambda: dataclasses.asdict(score_at_length(get_model(folder), list(text), length)))
+
+
+def inspect_job(folder: str | Path, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
+    """Score and attention map from one forward pass (for a text that holds a single window)."""
+    from .lab_inputs import checkpoint_stamp, get_model
+
+    def compute():
+        score, view = inspect_at_length(get_model(folder), list(text), length, layer, log_scale=log_scale)
+        return dataclasses.asdict(score), view
+
+    return LiveJob("extrapolation-inspect", (str(folder), checkpoint_stamp(folder), text, length, layer, log_scale), compute)
+
+
+def attention_job(folder: str | Path, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
+    from .lab_inputs import checkpoint_stamp, get_model
+
+    return LiveJob("extrapolation-attention", (str(folder), checkpoint_stamp(folder), text, length, layer, log_scale),
+                   lambda: attention_view(get_model(folder), list(text), length, layer, log_scale=log_scale))
+
+
+def scoring_job(folder: str | Path, text: bytes, length: int, inspected: bool, layer: int, log_scale: bool) -> LiveJob:
+    """The job that scores one checkpoint as the page does: the inspected one from its map's forward pass
+    when the text holds a single window at this length (the map is then free), the others plainly."""
+    from .lab_inputs import get_model
+
+    if inspected and single_window(length, len(text), length_cap(get_model(folder))):
+        return inspect_job(folder, text, length, layer, log_scale)
+    return score_job(folder, text, length)
+
+
+def warm_default_view(results, queue, folders: Sequence[str | Path], text: bytes, log_scale: bool = True,
+                      stop: threading.Event | None = None) -> int:
+    """Compute the lab's default view (these checkpoints on this text, the first inspected at its last
+    layer) at every slider stop, as background work of ``queue``, into ``results`` (a
+    ``serving.SharedResults``): the training length first, then the longer stops, then the shorter.
+
+    Visitors' computations go first (background work starts only when none waits), and a stop a
+    visitor asks for meanwhile is computed once for both. A checkpoint that cannot reach a length
+    (learned past its table) is skipped there. Returns the number of jobs run.
+    """
+    from .lab_inputs import get_model
+
+    if not folders:
+        return 0
+    first = get_model(folders[0])
+    train_length, layer = first.config.train_length, first.config.n_layer - 1
+    cap = min(length_cap(get_model(f)) for f in folders)
+    stops = length_options(train_length, min(cap, len(text)))
+    start = min(train_length, stops[-1])
+    order = [start] + [n for n in stops if n > start] + [n for n in reversed(stops) if n < start]
+    done = 0
+    for length in order:
+        for i, folder in enumerate(folders):
+            if stop is not None and stop.is_set():
+                return done
+            job = scoring_job(folder, text, length, i == 0, layer, log_scale)
+
+            def run(job=job):
+                with queue.turn(background=True):
+                    return job.compute()
+
+            try:
+                results.get_or_compute((job.name, job.key), run)
+                done += 1
+            except PosvizError:
+                continue
+    return done

@@ -156,7 +156,8 @@ class WorkQueue:
             raise ValueError(f"a work queue needs at least one slot, got {slots}")
         self.slots = slots
         self._cond = threading.Condition()
-        self._waiting: deque[object] = deque()
+        self._waiting: deque[object] = deque()  # visitors' computations, in arrival order
+        self._background: deque[object] = deque()  # work nobody waits for yet (warming the store)
         self._running = 0
         self._held = threading.local()
         self.served = 0
@@ -169,21 +170,26 @@ class WorkQueue:
         with self._cond:
             return self._running
 
-    def _take(self, ticket) -> bool:
-        """Under the lock: start ``ticket`` if a slot is free and it is first in line."""
-        if self._running < self.slots and self._waiting and self._waiting[0] is ticket:
-            self._waiting.popleft()
+    def _take(self, ticket, line: deque) -> bool:
+        """Under the lock: start ``ticket`` if a slot is free and it is first in its line (background
+        work only while no visitor waits)."""
+        if line is self._background and self._waiting:
+            return False
+        if self._running < self.slots and line and line[0] is ticket:
+            line.popleft()
             self._running += 1
             return True
         return False
 
     @contextmanager
-    def turn(self, on_wait: Callable[[int], None] = lambda ahead: None, poll_s: float = 0.25):
+    def turn(self, on_wait: Callable[[int], None] = lambda ahead: None, poll_s: float = 0.25,
+             background: bool = False):
         """Wait for a slot, run the body, give the slot back (also when the body raises).
 
         While it waits, ``on_wait(ahead)`` is called every ``poll_s`` with the number of
         computations ahead of this one (those running plus those queued earlier); it is called
-        outside the lock and may raise to leave the queue.
+        outside the lock and may raise to leave the queue. ``background``: work that no visitor is
+        waiting for; it starts only when no visitor's computation is waiting.
         """
         if getattr(self._held, "depth", 0):
             self._held.depth += 1
@@ -192,23 +198,23 @@ class WorkQueue:
             finally:
                 self._held.depth -= 1
             return
-        ticket = object()
+        ticket, line = object(), self._background if background else self._waiting
         with self._cond:
-            self._waiting.append(ticket)
+            line.append(ticket)
         try:
             while True:
                 with self._cond:
-                    if self._take(ticket):
+                    if self._take(ticket, line):
                         break
-                    ahead = self._running + self._waiting.index(ticket)
+                    ahead = self._running + line.index(ticket) + (len(self._waiting) if background else 0)
                 on_wait(ahead)
                 with self._cond:  # checked again before sleeping: a slot freed meanwhile is not missed
-                    if self._take(ticket) or (self._cond.wait(poll_s) and self._take(ticket)):
+                    if self._take(ticket, line) or (self._cond.wait(poll_s) and self._take(ticket, line)):
                         break
         except BaseException:
             with self._cond:
-                if ticket in self._waiting:
-                    self._waiting.remove(ticket)
+                if ticket in line:
+                    line.remove(ticket)
                 self._cond.notify_all()
             raise
         self._held.depth = 1

@@ -67,3 +67,48 @@ def test_one_pass_inspection_equals_score_and_map_run_apart(method, text_ids):
         np.testing.assert_allclose(score.byte_bits, apart_score.byte_bits, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(view.entropy, apart_view.entropy, rtol=1e-5)
         np.testing.assert_allclose(np.stack(view.maps), np.stack(apart_view.maps), rtol=1e-4, atol=1e-6)
+
+
+def test_warming_the_default_view_stores_what_the_page_asks_for(tiny_models_dir, corpus):
+    """The warm-up runs the page's own jobs (same keys) at every slider stop, visitors' work first;
+    its stored results equal a direct computation, and learned past its table is left out."""
+    import dataclasses
+
+    from posviz.serving import SharedResults, WorkQueue
+
+    folders = [str(tiny_models_dir / name) for name in ("nope", "learned", "rope")]
+    text = lab_inputs.prepare_text(corpus.eval_documents[0]).as_bytes()
+    results, queue = SharedResults(), WorkQueue()
+    done = extrapolation.warm_default_view(results, queue, folders, text)
+    model = lab_inputs.get_model(folders[0])
+    train_length, layer = model.config.train_length, model.config.n_layer - 1
+    stops = extrapolation.length_options(train_length, min(lab_inputs.length_cap(model), len(text)))
+    reachable = sum(1 for n in stops for f in folders if not (f.endswith("learned") and n > train_length))
+    assert done == reachable
+    assert queue.served == len(stops) * len(folders)  # learned's refusals took their turn too
+    for length in (stops[0], train_length, stops[-1]):
+        for i, folder in enumerate(folders):
+            job = extrapolation.scoring_job(folder, text, length, i == 0, layer, True)
+            found, value = results.get((job.name, job.key))
+            if folder.endswith("learned") and length > train_length:
+                assert not found
+                continue
+            assert found, (folder, length)
+            score = value[0] if job.name == "extrapolation-inspect" else value
+            direct = dataclasses.asdict(extrapolation.score_at_length(lab_inputs.get_model(folder), list(text), length))
+            assert score["bpb"] == pytest.approx(direct["bpb"], abs=1e-5)
+    top = extrapolation.scoring_job(folders[0], text, stops[-1], True, layer, True)
+    assert top.name == "extrapolation-inspect"  # at the cap the inspected model's map comes with its score
+
+
+def test_warming_stops_when_told(tiny_models_dir, corpus):
+    import threading
+
+    from posviz.serving import SharedResults, WorkQueue
+
+    stop = threading.Event()
+    stop.set()
+    text = lab_inputs.prepare_text(corpus.eval_documents[0]).as_bytes()
+    results = SharedResults()
+    assert extrapolation.warm_default_view(results, WorkQueue(), [str(tiny_models_dir / "nope")], text, stop=stop) == 0
+    assert len(results) == 0

@@ -182,3 +182,25 @@ def test_a_nested_turn_does_not_wait_for_its_own_slot():
 def test_a_queue_needs_a_slot():
     with pytest.raises(ValueError):
         WorkQueue(slots=0)
+
+
+def test_background_work_starts_only_when_no_visitor_waits():
+    queue, order, hold = WorkQueue(slots=1), [], threading.Event()
+
+    def job(name, background):
+        with queue.turn(poll_s=0.01, background=background):
+            if name == "first":
+                hold.wait(5)
+            order.append(name)
+
+    threads = [threading.Thread(target=job, args=("first", False))]
+    threads[0].start()
+    time.sleep(0.05)
+    for name, background in (("warm 1", True), ("warm 2", True), ("visitor", False)):
+        threads.append(threading.Thread(target=job, args=(name, background)))
+        threads[-1].start()
+        time.sleep(0.03)
+    hold.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["first", "visitor", "warm 1", "warm 2"]

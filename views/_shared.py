@@ -640,6 +640,43 @@ def work_queue():
     return WorkQueue()
 
 
+@st.cache_resource(show_spinner=False)
+def warm_the_store():
+    """Once per server (app.py calls it on every run; Streamlit runs it once): a background thread that
+    computes the Extrapolation lab's default view at every slider stop into the shared store, so the
+    first visitors who drag the slider find most stops ready. Background work of the work queue:
+    it runs only while no visitor's computation waits. ``POSVIZ_WARM=0`` turns it off (the bench
+    does, to time a first visitor on a server that has computed nothing)."""
+    import os
+    import threading
+
+    if os.environ.get("POSVIZ_WARM", "1") == "0":
+        return None
+    from posviz import extrapolation
+    from posviz.lab_inputs import prepare_text
+    from posviz.positions import POSITION_METHODS
+
+    folders = [str(folder) for name, folder in shipped_checkpoints().items() if name in POSITION_METHODS]
+    documents = validation_documents()
+    if not folders or not documents:
+        return None
+    try:
+        text = prepare_text(documents[0]).as_bytes()
+    except PosvizError:
+        return None
+    results, queue = shared_results(), work_queue()
+
+    def warm():
+        try:
+            extrapolation.warm_default_view(results, queue, folders, text)
+        except Exception as exc:  # a broken checkpoint is the pages' to report; the server goes on
+            print(f"posviz: warming the Extrapolation lab's default view stopped: {exc!r}", flush=True)
+
+    thread = threading.Thread(target=warm, name="posviz-warm", daemon=True)
+    thread.start()
+    return thread
+
+
 def stored_result(name: str, key: tuple):
     """(found, value) from the store ``compute_once`` uses, for results a page computes itself
     (e.g. streamed to the page as they are produced) and keeps with ``store_result``."""

@@ -48,35 +48,24 @@ page_header(
 # Live computations, once per server for every visitor (keyed on the weights' file stamp so a retrained
 # checkpoint reloads), in the server's work queue
 # ------------------------------------------------------------------------------------------------
-def live_score(name: str, length: int) -> dict:
-    folder = checkpoints[name]
-    return compute_once(
-        "extrapolation-score", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length),
-        lambda progress: dataclasses.asdict(extrapolation.score_at_length(lab_inputs.get_model(folder), list(text_bytes), length)),
-        f"Running {name} at {length:,} bytes…")
+def run_job(job: extrapolation.LiveJob, label: str):
+    return compute_once(job.name, job.key, lambda progress: job.compute(), label)
 
 
-def live_inspect(name: str, length: int, layer: int, log_scale: bool) -> tuple[dict, attention_maps.AttentionView]:
-    """Score and attention map from one forward pass (only used when the text holds a single window)."""
-    folder = checkpoints[name]
-
-    def compute(progress):
-        score, view = extrapolation.inspect_at_length(lab_inputs.get_model(folder), list(text_bytes), length, layer,
-                                                      log_scale=log_scale)
-        return dataclasses.asdict(score), view
-
-    return compute_once("extrapolation-inspect", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length,
-                                                  layer, log_scale), compute,
-                        f"Running {name} at {length:,} bytes, with its layer {layer} attention…")
+def live_score(name: str, length: int, inspected: bool = False, layer: int = 0, log_scale: bool = True) -> dict:
+    """One checkpoint's score at this length; for the inspected checkpoint, from its map's forward pass
+    where the text holds one window (see ``extrapolation.scoring_job``)."""
+    job = extrapolation.scoring_job(checkpoints[name], text_bytes, length, inspected, layer, log_scale)
+    result = run_job(job, f"Running {name} at {length:,} bytes…")
+    return result[0] if job.name == "extrapolation-inspect" else result
 
 
-def live_attention(name: str, length: int, layer: int, log_scale: bool) -> attention_maps.AttentionView:
-    folder = checkpoints[name]
-    return compute_once(
-        "extrapolation-attention", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, length, layer, log_scale),
-        lambda progress: attention_maps.attention_view(lab_inputs.get_model(folder), list(text_bytes), length, layer,
-                                                       log_scale=log_scale),
-        f"Extracting layer {layer} attention of {name} at {length:,} bytes…")
+def live_view(name: str, length: int, layer: int, log_scale: bool) -> attention_maps.AttentionView:
+    """The attention view of one layer: from the scoring pass when the text holds one window."""
+    job = (extrapolation.inspect_job if single_window(name) else extrapolation.attention_job)(
+        checkpoints[name], text_bytes, length, layer, log_scale)
+    result = run_job(job, f"Extracting layer {layer} attention of {name} at {length:,} bytes…")
+    return result[1] if job.name == "extrapolation-inspect" else result
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
@@ -211,10 +200,7 @@ cells = metric_cells(len(chosen), per_row=5)
 for i, (name, cell) in enumerate(zip(chosen, cells)):
     started = time.perf_counter()
     try:
-        if name == planned_inspect and single_window(name):
-            scores[name] = live_inspect(name, length, planned_layer, planned_log)[0]
-        else:
-            scores[name] = live_score(name, length)
+        scores[name] = live_score(name, length, name == planned_inspect, planned_layer, planned_log)
     except PosvizError as exc:  # PositionLimitError included: learned past its table
         errors[name] = str(exc)
     cell.metric(**metric_of(name))
@@ -312,8 +298,7 @@ def inside_one_model() -> None:
         st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
                    f"{length:,} bytes: the byte after a boundary is predicted from one byte of context.")
 
-    view = (live_inspect(inspect, length, layer, scale == "log")[1] if single_window(inspect)
-            else live_attention(inspect, length, layer, scale == "log"))
+    view = live_view(inspect, length, layer, scale == "log")
     value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
     marks = [train_length] if train_length < length else []
     st.markdown(f"**Attention of {inspect}, layer {layer}, at {length:,} bytes** "
