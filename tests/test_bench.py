@@ -19,18 +19,25 @@ def test_bench_writes_a_table_with_every_goal_and_method(tiny_models, tmp_path, 
                        "--out", str(out)]) == 0
     text = out.read_text()
     goals = text.split("## Goals", 1)[1].split("\n## ", 1)[0]
-    for goal in ("GPT-2 peer", "matmul peak", "extraction", "cached decoding", "length change", "first render"):
+    for goal in ("GPT-2 peer", "logit bias", "matmul peak", "extraction", "cached decoding", "length change",
+                 "first checkpoint's result", "first render"):
         rows = [line for line in goals.splitlines() if goal in line]
         assert rows, f"no goal row for {goal!r}"
         assert re.search(r"\| (met|\*\*MISSED\*\*|n/a) \|$", rows[0]), rows[0]
     for name in method_names():
-        assert re.search(rf"^\| {name} \| .* \| \d+\.\d\d \|$", text.split("length slider", 1)[1], re.M), name
+        assert re.search(rf"^\| {name} \| .* \| \d+\.\d\d \| (\d+\.\d\d|n/a) \|$", text.split("length slider", 1)[1], re.M), name
     # learned stops at its table (32 bytes here); every other method reaches 16 x train_length
     assert "| learned | 32 |" in text and "| rope | 512 |" in text
     assert "not measured (--no-pages)" in text
     # the bare eager step is timed beside the cached steps, and the goal row says what it allows
     assert re.search(r"^\| \*bare eager step \(floor\)\* \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\dx \|$", text, re.M)
-    assert re.search(r"a bare eager step at most \d+\.\dx", goals)
+    assert re.search(r"of a bare eager step's \d+\.\dx", goals)
+    # every goal out of reach by construction names its bound, measured in the same run
+    assert re.search(r"^\| \*free \(H, T, T\) bias \(floor\)\* \| nope's weights \|", text, re.M)
+    assert re.search(r"logit bias >= 90% of its bound .* \d+% of its bound", goals)
+    assert re.search(r"the first checkpoint's result < 1 s .* \| \d+\.\d\d s \| (met|\*\*MISSED\*\*) \|", goals)
+    assert re.search(r"the bare forward passes where even they take longer .* = \d+\.\d\dx the bare passes", goals)
+    assert re.search(r"its one forward pass with the map", goals)
 
 
 def test_cold_visit_verdicts_use_each_pages_menu_section():
