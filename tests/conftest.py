@@ -79,3 +79,16 @@ def tiny_models(tiny_models_dir, monkeypatch) -> Path:
     """Point the app and posviz.checkpoint.models_dir() at the tiny checkpoints."""
     monkeypatch.setenv("POSVIZ_MODELS", str(tiny_models_dir))
     return tiny_models_dir
+
+
+@pytest.fixture(autouse=True)
+def fresh_shared_results():
+    """Each test starts with an empty server-wide store of live results (views/_shared.py keeps one per
+    process, as a server does): a result left by another test would hide the computation a test checks."""
+    yield
+    import sys
+
+    shared = sys.modules.get("views._shared")
+    if shared is not None:
+        shared.shared_results.clear()
+        shared.work_queue.clear()
