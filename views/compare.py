@@ -32,9 +32,7 @@ page_header(
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
-    model = lab_inputs.get_model(folder)
-    return {"train_length": model.config.train_length, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
-            "cap": lab_inputs.length_cap(model), "limit": model.position.max_positions}
+    return lab_inputs.checkpoint_facts(folder)
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)

@@ -37,9 +37,7 @@ page_header(
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
-    model = lab_inputs.get_model(folder)
-    return {"train_length": model.config.train_length, "absolute": model.position.is_absolute,
-            "limit": model.position.max_positions}
+    return lab_inputs.checkpoint_facts(folder)
 
 
 GREEDY_LOOPS = (
