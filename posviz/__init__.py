@@ -7,3 +7,13 @@ import os
 # asks for huge pages (allocations of 2 MB and more) when this is set before its first large allocation,
 # so it is set when posviz is imported. Export THP_MEM_ALLOC_ENABLE=0 to opt out.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+# OpenMP threads that wait for work sleep instead of spinning. PyTorch runs many small parallel regions
+# (a decoding step's attention is one per layer, whatever its size), and by default an idle thread spins
+# for a while before it sleeps. On a 2-core server that shares its cores (another session, Streamlit's
+# own threads, a neighbour process) a spinning thread takes the core the working one needs: the
+# Generation lab's default took 43–158 s instead of 3 s, the retrieval probes 4–10 s instead of 1.6 s.
+# Sleeping waiters cost nothing measurable on an idle machine (1.0 s against 0.9–1.1 s for the probes).
+# libgomp reads this when PyTorch loads it, hence here, before any import of torch; export
+# OMP_WAIT_POLICY=ACTIVE to opt out.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -166,6 +166,35 @@ def get_model(folder: str | Path, position_overrides: Mapping | None = None,
     return model
 
 
+def checkpoint_facts(folder: str | Path) -> dict:
+    """What a page lays out its widgets with, from ``config.json`` alone: {train_length, n_layer, n_head,
+    absolute, limit (positions the method has, None: any), cap (``length_cap`` on the default device)}.
+
+    Why not ``get_model``: a page lists every shipped checkpoint, and loading all fourteen for these
+    numbers was 0.6–1.4 s of a first visit that then runs two or three of them. A config that cannot
+    be read or a missing weights file raises ``CheckpointError`` here; weights that are damaged
+    otherwise raise when the model is first run, which the pages report for that model.
+    """
+    from .checkpoint import CONFIG, read_config
+    from .config import ModelConfig
+    from .errors import CheckpointError
+    from .positions import ModelShape, build_position_method
+
+    folder = Path(folder)
+    config = read_config(folder)
+    try:
+        cfg = ModelConfig.from_dict(config.get("model") if isinstance(config.get("model"), dict) else {})
+        position = build_position_method(cfg.position, ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd,
+                                                                  cfg.train_length), cfg.position_options)
+    except PosvizError as exc:
+        raise CheckpointError(f"{folder / CONFIG}: {exc}") from exc
+    if not (folder / WEIGHTS).is_file():
+        raise CheckpointError(f"{folder / WEIGHTS}: file is missing.")
+    return {"train_length": cfg.train_length, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
+            "absolute": position.is_absolute, "limit": position.max_positions,
+            "cap": max_eval_length(cfg.train_length, default_device())}
+
+
 def cached_model_keys() -> list[tuple]:
     with _MODELS_LOCK:
         return list(_MODELS)

@@ -208,3 +208,28 @@ def test_tables_kept_across_passes_follow_parameter_changes(method):
         with reference_attention():
             ref = model(idx).logits
     torch.testing.assert_close(fast, ref, **TOL)
+
+
+@pytest.mark.parametrize("method", SHORTCUTS)
+def test_a_decoding_loop_computes_each_distance_table_once_per_step_of_distances(method, monkeypatch):
+    """A cached step asks for one more distance each time: the table is kept for a rounded-up range
+    (``DISTANCE_STEP``) and read as a view, with the reference path's numbers across each boundary."""
+    from posviz.positions.base import PositionMethod
+
+    monkeypatch.setattr(PositionMethod, "DISTANCE_STEP", 8)
+    model = model_for(method, BELOW_THRESHOLD.get(method))
+    idx = random_bytes(1, 30, seed=4)
+    computed = []
+    real = PositionMethod._kept
+
+    def counting(self, key, compute, params):
+        return real(self, key, lambda: computed.append(key) or compute(), params)
+
+    monkeypatch.setattr(PositionMethod, "_kept", counting)
+    fast, ref = _both(lambda: decode_in_chunks(model, idx, [1] * 30))
+    torch.testing.assert_close(fast, ref, **TOL)
+    distances = [key for key in computed if key[0] == "distance"]  # FIRE also keeps its threshold
+    tables = set(distances)
+    assert len(distances) == len(tables), "a table was computed twice"
+    per_table = len(tables) // len({key[:-2] for key in tables})  # distinct ranges of one layer's table
+    assert per_table == 30 // 8 + 1  # distances 0..29: tops 7, 15, 23, 31

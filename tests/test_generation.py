@@ -149,3 +149,28 @@ def test_one_pass_teacher_forcing_equals_the_byte_by_byte_cached_loop(method):
     assert one_pass.ids[:n] == loop.ids and one_pass.error == loop.error
     assert np.allclose(one_pass.surprisal[:n], loop.surprisal, atol=1e-4)
     assert np.allclose(one_pass.entropy[:n], loop.entropy, atol=1e-4)
+
+
+def test_a_step_runs_on_one_thread_and_gives_the_threads_back(monkeypatch):
+    """Decoding steps run single-threaded (a wake of the second thread cost more than a step's work on
+    a busy 2-core host); the thread count is restored after every step, a stop included."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = []
+    model = tiny_model("learned")
+    decoder = g.Decoder(model, [1, 2, 3], g.DecodeSettings(40))
+    real = decoder._advance
+
+    def advance(byte):
+        seen.append(torch.get_num_threads())
+        return real(byte)
+
+    monkeypatch.setattr(decoder, "_advance", advance)
+    try:
+        while decoder.step() is not None:
+            assert torch.get_num_threads() == 2
+        assert seen and set(seen) == {1}
+        assert decoder.error is not None and "Stopped after" in decoder.error  # learned stops past its table
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -68,6 +68,39 @@ def test_model_cache_is_keyed_and_bounded(tiny_models, monkeypatch):
     lab_inputs.clear_model_cache()
 
 
+def test_checkpoint_facts_match_the_loaded_model_without_loading_it(tiny_models_dir, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from posviz.checkpoint import shipped_checkpoints
+    from posviz.errors import CheckpointError
+
+    lab_inputs.clear_model_cache()
+    for name, folder in shipped_checkpoints(tiny_models_dir).items():
+        facts = lab_inputs.checkpoint_facts(folder)
+        assert not lab_inputs.cached_model_keys(), "checkpoint_facts must not load the weights"
+        model = lab_inputs.get_model(folder)
+        assert facts == {"train_length": model.config.train_length, "n_layer": model.config.n_layer,
+                         "n_head": model.config.n_head, "absolute": model.position.is_absolute,
+                         "limit": model.position.max_positions, "cap": lab_inputs.length_cap(model)}, name
+        lab_inputs.clear_model_cache()
+    # a config typo and a missing weights file are named as for a load; damaged weights wait for the load
+    for name in ("alibi", "t5", "rope"):
+        shutil.copytree(tiny_models_dir / name, tmp_path / name)
+    config = json.loads((tmp_path / "alibi" / "config.json").read_text())
+    config["model"]["max_distnace"] = 128
+    (tmp_path / "alibi" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="max_distnace"):
+        lab_inputs.checkpoint_facts(tmp_path / "alibi")
+    (tmp_path / "t5" / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        lab_inputs.checkpoint_facts(tmp_path / "t5")
+    (tmp_path / "rope" / "model.safetensors").write_bytes(b"truncated")
+    assert lab_inputs.checkpoint_facts(tmp_path / "rope")["train_length"] > 0
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        lab_inputs.get_model(tmp_path / "rope")
+
+
 @pytest.mark.parametrize("threads, label", [(1, "CPU (1 thread)"), (2, "CPU (2 threads)")])
 def test_the_cpu_label_counts_threads_in_words(threads, label, monkeypatch):
     import torch

@@ -32,9 +32,7 @@ page_header(
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def model_facts(folder: str, stamp: int) -> dict:
-    model = lab_inputs.get_model(folder)
-    return {"train_length": model.config.train_length, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
-            "cap": lab_inputs.length_cap(model), "limit": model.position.max_positions}
+    return lab_inputs.checkpoint_facts(folder)
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
@@ -129,6 +127,8 @@ if mode == "methods":
 
     st.subheader(f"Loss at each position: {a} vs {b} at {length:,} bytes")
     curves = {}
+    smooth = max(1, length // 64)
+    first_curve = st.empty()  # A's curve while B runs: the first chart does not wait for both models
     with st.spinner(f"Running {a} and {b} at {length:,} bytes…"):
         bar = st.progress(0.0, text=f"{a}…")
         for i, name in enumerate((a, b)):
@@ -136,11 +136,20 @@ if mode == "methods":
                 curves[name] = one_loss(str(checkpoints[name]), stamp(name), text_bytes, length)
             except PosvizError as exc:
                 error_box(exc, f"{name} cannot run at {length:,} bytes; the other model is still shown.")
+            if i == 0 and name in curves and b != a:
+                alone = pd.DataFrame({"model": a, "position": np.arange(length),
+                                      "bits": lab_inputs.moving_average(curves[a]["position_bits"], smooth)}).dropna()
+                first_curve.altair_chart(alt.Chart(alone).mark_line().encode(
+                    alt.X("position:Q", title="position in the window"),
+                    alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
+                    alt.Color("model:N", title=None, scale=method_scales([a])[0]),
+                    tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260),
+                    width="stretch")
             bar.progress((i + 1) / 2, text=f"{b}…")
         bar.empty()
+    first_curve.empty()
     if not curves:
         st.stop()
-    smooth = max(1, length // 64)
     rows = [{"model": n, "position": p, "bits": float(v)} for n, c in curves.items()
             for p, v in enumerate(lab_inputs.moving_average(c["position_bits"], smooth)) if np.isfinite(v)]
     metric_cols = st.columns(3)

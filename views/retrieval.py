@@ -270,6 +270,7 @@ if not gaps:
     st.stop()
 text_key = hashlib.sha256(text.as_bytes()).hexdigest()
 live_rows = []
+live_slot = st.empty()  # each checkpoint's curve appears as soon as it is computed, not after the last
 for name in chosen:
     folder = checkpoints[name]
     try:
@@ -283,10 +284,15 @@ for name in chosen:
         error_box(exc, f"{name} is skipped; the others keep going.")
         continue
     live_rows += [{**r, "model": name} for r in rows]
+    if live_rows and name != chosen[-1]:  # the chart alone for now: its download button (a keyed widget) is drawn once, below
+        live_slot.altair_chart(probe_chart(pd.DataFrame(live_rows), measure, "repeat"), width="stretch")
 live = pd.DataFrame(live_rows)
-if not live.empty:
-    show_chart(probe_chart(live, measure, "repeat"), live, f"repeat-probe-live-g{longest}",
-               f"Live: {chunks} chunks per gap from the text above. Missing points: the method cannot run that far.")
+if live.empty:
+    live_slot.empty()
+else:
+    with live_slot.container():
+        show_chart(probe_chart(live, measure, "repeat"), live, f"repeat-probe-live-g{longest}",
+                   f"Live: {chunks} chunks per gap from the text above. Missing points: the method cannot run that far.")
     shown = live.pivot(index="model", columns="gap", values="ratio" if measure != "gain" else "gain")
     st.dataframe(shown.style.format("{:.2f}", na_rep="cannot run"), width="stretch", height="content")
 

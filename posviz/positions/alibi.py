@@ -53,5 +53,5 @@ class ALiBi(PositionMethod):
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)  # (1, H, Tq, Tk)
 
     def distance_bias(self, layer, q_pos, lo, hi):
-        compute = lambda: -self.slopes[:, None] * torch.arange(lo, hi + 1, device=self.slopes.device).to(self.slopes.dtype)
-        return self._kept(("distance", lo, hi), compute, [self.slopes])  # (H, D), shared by every layer
+        compute = lambda lo, top: -self.slopes[:, None] * torch.arange(lo, top + 1, device=self.slopes.device).to(self.slopes.dtype)
+        return self._kept_distances(("distance",), lo, hi, compute, [self.slopes])  # (H, D), shared by every layer

@@ -186,6 +186,20 @@ class PositionMethod(nn.Module):
         kept[key] = (stamp, value)
         return value
 
+    DISTANCE_STEP: ClassVar[int] = 256
+
+    def _kept_distances(self, key: tuple, lo: int, hi: int, compute, params) -> torch.Tensor | None:
+        """``compute(lo, top)`` (H, top - lo + 1) kept by ``_kept`` for ``top`` = ``hi`` rounded up to a
+        whole number of ``DISTANCE_STEP`` distances, returned as the view of distances lo..hi.
+
+        A decoding loop asks for one more distance at every step: kept under (lo, hi), the table was
+        computed afresh for every byte (a quarter of a KERPLE step); this computes it once per 256.
+        Each entry is a function of its own distance alone, so the longer table holds the same values.
+        """
+        top = lo + -(-(hi - lo + 1) // self.DISTANCE_STEP) * self.DISTANCE_STEP - 1
+        table = self._kept((*key, lo, top), lambda: compute(lo, top), params)
+        return None if table is None else table[:, :hi - lo + 1]
+
     def forget(self) -> None:
         """Drop what ``_memoized`` holds; the model calls it at the end of every forward pass."""
         self._memo = None

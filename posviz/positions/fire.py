@@ -258,5 +258,5 @@ class Fire(PositionMethod):
         def compute():  # past L each query has its own normaliser: no per-distance vector then
             if not self.below_threshold(layer, q_pos):
                 return None
-            return self._kept(("distance", index, lo, hi), lambda: fn.distance_table(lo, hi), fn.parameters())
+            return self._kept_distances(("distance", index), lo, hi, fn.distance_table, fn.parameters())
         return self._memoized(q_pos, q_pos, compute, ("distance", index, lo, hi))

@@ -75,10 +75,10 @@ class Kerple(PositionMethod):
         return bias_from_distance_table(table, distance, lo).unsqueeze(0).to(q.dtype)  # (1, H, Tq, Tk)
 
     def distance_bias(self, layer, q_pos, lo, hi):
-        def compute():
+        def compute(lo, top):
             r1, r2 = self.parameters_of(layer)
-            return kerple_log_bias(r1, r2, torch.arange(lo, hi + 1, device=r1.device))  # (H, D)
-        return self._kept(("distance", layer, lo, hi), compute, [self.r1, self.r2])
+            return kerple_log_bias(r1, r2, torch.arange(lo, top + 1, device=r1.device))  # (H, D)
+        return self._kept_distances(("distance", layer), lo, hi, compute, [self.r1, self.r2])
 
 
 def _at_least(x: torch.Tensor, low: float) -> torch.Tensor:

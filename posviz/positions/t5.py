@@ -88,4 +88,4 @@ class T5RelativeBias(PositionMethod):
         return self._memoized(q_pos, k_pos, compute).to(q.dtype)
 
     def distance_bias(self, layer, q_pos, lo, hi):
-        return self._kept(("distance", lo, hi), lambda: self.table(lo, hi), [self.bucket_bias.weight])  # every layer
+        return self._kept_distances(("distance",), lo, hi, self.table, [self.bucket_bias.weight])  # every layer
