@@ -10,6 +10,7 @@ import streamlit as st
 from views._shared import (
     choose_text,
     compute_once,
+    heavy_turn,
     error_box,
     method_scales,
     page_header,
@@ -153,16 +154,17 @@ if pending:
     REFRESH = 64
     written = 0
     started = time.perf_counter()
-    while any(not d.done for d in decoders.values()):
-        for name, decoder in decoders.items():
-            decoder.step()
-        written += 1
-        if written % REFRESH == 0:
+    with heavy_turn(f"Writing with {', '.join(decoders)}…"):  # the server's work queue: one heavy job at a time
+        while any(not d.done for d in decoders.values()):
             for name, decoder in decoders.items():
-                slots[name]["text"].code(bytes(decoder.generated).decode("utf-8", errors="replace") + "▌",
-                                         language=None, wrap_lines=True)
-                rate = len(decoder.generated) / decoder.seconds if decoder.seconds else 0.0
-                slots[name]["stats"].caption(f"{len(decoder.generated):,} / {new_bytes:,} bytes · {rate:,.0f} bytes/s")
+                decoder.step()
+            written += 1
+            if written % REFRESH == 0:
+                for name, decoder in decoders.items():
+                    slots[name]["text"].code(bytes(decoder.generated).decode("utf-8", errors="replace") + "▌",
+                                             language=None, wrap_lines=True)
+                    rate = len(decoder.generated) / decoder.seconds if decoder.seconds else 0.0
+                    slots[name]["stats"].caption(f"{len(decoder.generated):,} / {new_bytes:,} bytes · {rate:,.0f} bytes/s")
     for name, decoder in decoders.items():
         results[name] = decoder.result()
         store_result("generation", keys[name], results[name])
