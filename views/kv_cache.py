@@ -232,9 +232,9 @@ show_tables(results, done=True)
 reencoded = results[results["strategy"] == "reencode"]["bytes timed"].dropna()
 speed_note.caption(
     "Shifted and cached strategies: every byte after the window filled, each a step of its own. Re-encode: "
-    + (f"{int(reencoded.max()):,} of those bytes, evenly spread, each re-encoded alone as a generator does; "
-       "its other bytes were re-encoded as batches of windows (the same numbers, fewer calls), which would "
-       "understate the cost of one byte. " if len(reencoded) and reencoded.max() > 0 else "")
+    + (f"the mean of {int(reencoded.max()):,} of those bytes, evenly spread, each re-encoded alone as a generator "
+       "does; its other bytes were re-encoded as batches of windows (the same bits, in fewer calls), whose time per "
+       "byte is not what one byte costs a generator. " if len(reencoded) and reencoded.max() > 0 else "")
     + "Measured on the first run; later views reuse it.")
 bpb_chart, speed_chart = bar_charts(results)
 with bpb_chart_slot.container():
