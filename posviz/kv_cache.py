@@ -26,8 +26,8 @@ from .positions.base import PositionMethod, mark_run
 
 STRATEGIES = ("reencode", "shifted_cache", "cached_window")
 # Re-encoding's steps after the first window are timed on this many of them, run one at a time; the
-# others run batched. 16 of 128 steps at the defaults: the mean moves by a few percent between runs, less
-# than a busy host moves it.
+# others run batched. Every such step is the same work (a window of W bytes at positions 0..W-1), so they
+# differ only by the host's noise, and 16 (of 64 at the page's defaults) give its mean.
 REENCODE_TIMED_STEPS = 16
 REENCODE_BATCH_TOKENS = 1 << 14  # windows per batched forward pass: this many bytes in all
 STRATEGY_TITLES = {
