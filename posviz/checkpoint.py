@@ -75,12 +75,12 @@ def load_checkpoint(folder: str | Path, position_overrides: Mapping[str, Any] | 
         raise CheckpointError(f"{folder / CONFIG}: has no 'model' section (an object with the model's shape).")
     model_dict = dict(config["model"])
     try:
-        model = GPT(ModelConfig.from_dict(model_dict))  # the file as stored must be valid on its own
+        GPT(ModelConfig.from_dict(model_dict))  # the file as stored must be valid on its own
     except PosvizError as exc:
         raise CheckpointError(f"{folder / CONFIG}: {exc}") from exc
     if position_overrides:  # a bad override is the caller's mistake, not the file's: plain PosvizError
         model_dict["position_options"] = {**model_dict.get("position_options", {}), **dict(position_overrides)}
-        model = GPT(ModelConfig.from_dict(model_dict))  # without overrides the one built above serves (~40 ms a load)
+    model = GPT(ModelConfig.from_dict(model_dict))
     path = folder / WEIGHTS
     if not path.is_file():
         raise CheckpointError(f"{path}: file is missing.")
