@@ -15,13 +15,18 @@ No plotting and no Streamlit here.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import torch
+import torch.nn.functional as F
+
 from .checkpoint import read_config, read_metrics
-from .errors import PosvizError
-from .extrapolation import score_at_length
-from .lab_inputs import Progress, _no_progress, get_model
+from .errors import PositionLimitError, PosvizError
+from .extrapolation import LengthScore, _length_score, score_at_length, windows_for
+from .lab_inputs import LN2, Progress, _ids_on, _no_progress, check_eval_length, get_model, length_cap
+from .model import GPT
 from .palette import rope_series
 from .positions import ModelShape, build_position_method
 from .positions.rope_scaling import ROPE_SCALINGS
@@ -106,20 +111,89 @@ def extension_lengths(train_length: int, cap: int, n_bytes: int) -> list[int]:
     return out
 
 
+def prefixes_hold(model: GPT, lengths: Sequence[int]) -> bool:
+    """Whether the first L positions of a longer window compute what a window of L computes, for every
+    L in ``lengths``: true of a causal model whose positions mean the same in every window. Not of a
+    RoPE scaling whose frequencies follow the window's length (dynamic NTK); the other methods' biases
+    depend on positions and distances only (tests check every registered method)."""
+    frequencies = getattr(model.position, "frequencies", None)
+    if frequencies is None:
+        return True
+    inv_freq, attention = frequencies(min(lengths))
+    return all(torch.equal(inv_freq, f) and attention == a for f, a in (frequencies(n) for n in lengths))
+
+
+@torch.inference_mode()
+def length_scores(model: GPT, ids, lengths: Sequence[int], progress: Progress = _no_progress) -> dict[int, LengthScore]:
+    """``score_at_length`` at each of ``lengths``, the same windows and numbers, from fewer positions.
+
+    A window of L at byte b is the first L positions of the longer windows that start at b (when
+    ``prefixes_hold``), so only the longest window at each start runs: for train_length x 1, 2, ...,
+    16 over 4,096 bytes, 12,288 positions instead of 20,480, and the shortest lengths ride free.
+    ``seconds`` of a length: the passes whose windows are that long.
+    """
+    ids = _ids_on(model, ids)
+    lengths = sorted(set(lengths))
+    for n in lengths:
+        check_eval_length(model, n, ids.numel())
+    if not prefixes_hold(model, lengths):
+        scores = {}
+        for i, n in enumerate(lengths):
+            scores[n] = score_at_length(model, ids, n)
+            progress((i + 1) / len(lengths))
+        return scores
+    budget = length_cap(model)
+    windows = {n: windows_for(n, ids.numel() - 1, budget) for n in lengths}
+    longest: dict[int, int] = {}  # start byte -> the longest window any length needs there
+    for n in lengths:
+        for w in range(windows[n]):
+            longest[w * n] = max(longest.get(w * n, 0), n)
+    bits_at, seconds, done, total = {}, {}, 0, sum(longest.values())
+    for n in lengths:
+        starts = [b for b, m in longest.items() if m == n]
+        start_time = time.perf_counter()
+        per_batch = max(1, (1 << 15) // n)  # as evaluate.position_losses
+        for k in range(0, len(starts), per_batch):
+            first = torch.tensor(starts[k : k + per_batch], device=ids.device)[:, None]
+            rows = first + torch.arange(n, device=ids.device)  # (b, n) byte indices of each window
+            logits = model(ids[rows]).logits.float()  # (b, n, V)
+            lost = F.cross_entropy(logits.transpose(1, 2), ids[rows + 1], reduction="none").cpu() / LN2  # (b, n)
+            bits_at.update(zip(starts[k : k + per_batch], lost))
+            done += n * len(starts[k : k + per_batch])
+            progress(done / total)
+        seconds[n] = time.perf_counter() - start_time
+    return {n: _length_score(torch.stack([bits_at[w * n][:n] for w in range(windows[n])]).numpy(), n, seconds[n])
+            for n in lengths}
+
+
 def rope_scaling_curves(folder: str | Path, factor: float, ids, lengths: Sequence[int],
                         scalings: Sequence[str] | None = None, progress: Progress = _no_progress) -> list[dict]:
     """Rows {scaling, factor, length, bpb} for the rope checkpoint under each scaling at ``factor``."""
     scalings = list(ROPE_SCALINGS) if scalings is None else list(scalings)
-    rows, total, done = [], len(scalings) * len(lengths), 0
-    for scaling in scalings:
+    rows = []
+    for i, scaling in enumerate(scalings):
         model = get_model(folder, scaling_overrides(scaling, factor) or None)
-        for n in lengths:
-            score = score_at_length(model, ids, n)
-            rows.append({"scaling": scaling, "factor": 1.0 if scaling == "none" else float(factor), "length": n,
-                         "bpb": score.bpb})
-            done += 1
-            progress(done / total)
+        scores = length_scores(model, ids, lengths, lambda f: progress((i + f) / len(scalings)))
+        rows += [{"scaling": scaling, "factor": 1.0 if scaling == "none" else float(factor), "length": n,
+                  "bpb": scores[n].bpb} for n in lengths]
     return rows
+
+
+def reference_curve(folder: str | Path, ids, lengths: Sequence[int], progress: Progress = _no_progress) -> list[dict]:
+    """Rows {length, bpb} of a checkpoint that needs no scaling; a length its method cannot represent (a
+    learned table past its rows) has no row."""
+    model = get_model(folder)
+    try:
+        scores = length_scores(model, ids, lengths, progress)
+    except PositionLimitError:  # some length is past what the method represents: each length on its own
+        scores = {}
+        for i, n in enumerate(lengths):
+            try:
+                scores[n] = score_at_length(model, ids, n)
+            except PosvizError:
+                pass
+            progress((i + 1) / len(lengths))
+    return [{"length": n, "bpb": scores[n].bpb} for n in lengths if n in scores]
 
 
 def shipped_scaling_curves(folder: str | Path) -> list[dict]:

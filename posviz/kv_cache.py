@@ -15,13 +15,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .checkpoint import read_config
+from .config import ModelConfig
 from .errors import PosvizError, PositionLimitError
 from .lab_inputs import LN2, Progress, _ids_on, _no_progress
 from .limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
 from .model import GPT, KVCache
-from .positions.base import mark_run
+from .positions import ModelShape, build_position_method
+from .positions.base import PositionMethod, mark_run
 
 STRATEGIES = ("reencode", "shifted_cache", "cached_window")
+# Re-encoding's steps after the first window are timed on this many of them, run one at a time; the
+# others run batched. Every such step is the same work (a window of W bytes at positions 0..W-1), so they
+# differ only by the host's noise, and 16 (of 64 at the page's defaults) give its mean.
+REENCODE_TIMED_STEPS = 16
+REENCODE_BATCH_TOKENS = 1 << 14  # windows per batched forward pass: this many bytes in all
 STRATEGY_TITLES = {
     "reencode": "Re-encode the window",
     "shifted_cache": "Shifted KV cache",
@@ -40,8 +48,23 @@ STRATEGY_HOW = {
 
 def strategy_verdict(model: GPT, strategy: str) -> str:
     """What to expect from ``strategy`` for this model's position method, in one sentence."""
-    pos = model.position
-    name = model.config.position
+    return _verdict(model.position, model.config.position, strategy)
+
+
+def checkpoint_verdicts(folder) -> dict:
+    """{train_length, verdicts: {strategy: sentence}} of a checkpoint from its config.json alone.
+
+    The verdicts depend only on the position method, which needs no weights: the page asks this of
+    every shipped checkpoint, and loading all fourteen cost a first visitor about a second.
+    A config the model cannot be built from raises as ``load_checkpoint`` would.
+    """
+    cfg = ModelConfig.from_dict(read_config(folder)["model"])
+    shape = ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.train_length)
+    pos = build_position_method(cfg.position, shape, cfg.position_options)
+    return {"train_length": cfg.train_length, "verdicts": {s: _verdict(pos, cfg.position, s) for s in STRATEGIES}}
+
+
+def _verdict(pos: PositionMethod, name: str, strategy: str) -> str:
     if strategy == "reencode":
         return "Correct for every method: positions are always 0..W-1, as in training."
     if strategy == "shifted_cache":
@@ -53,8 +76,8 @@ def strategy_verdict(model: GPT, strategy: str) -> str:
         return (f"Broken: {name} baked each key's position in when it was computed ({pos.acts_on}), so cached keys "
                 "disagree with the positions the window now claims.")
     if strategy == "cached_window":
-        if model.position.max_positions is not None:
-            return (f"Cannot run past byte {model.position.max_positions:,}: the {name} table has no rows for "
+        if pos.max_positions is not None:
+            return (f"Cannot run past byte {pos.max_positions:,}: the {name} table has no rows for "
                     "later positions.")
         if pos.is_absolute:
             return (f"Runs, but {name} then sees absolute positions it never saw in training (up to the document "
@@ -77,6 +100,7 @@ class SlidingResult:
     n_scored: int  # predictions made (bytes 1..n)
     byte_bits: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # (n_scored,)
     error: str | None = None
+    timed_steps: int = 0  # steps ms_per_byte was measured on, each run alone as a generator runs it (0: the prefix)
 
 
 def check_sliding(model: GPT, ids: torch.Tensor, window: int, n_bytes: int | None) -> int:
@@ -98,7 +122,8 @@ def _sync(model: GPT) -> None:
 
 @torch.inference_mode()
 def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | None = None,
-                  progress: Progress = _no_progress, one_pass_prefix: bool = True) -> SlidingResult:
+                  progress: Progress = _no_progress, one_pass_prefix: bool = True,
+                  timed_steps: int | None = REENCODE_TIMED_STEPS) -> SlidingResult:
     """Score bytes 1..n-1 of ``ids`` one at a time, each from (at most) the ``window`` bytes ending
     just before it, under ``strategy`` (see STRATEGY_HOW).
 
@@ -106,6 +131,12 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
     positions, so with ``one_pass_prefix`` those first ``window`` predictions come from one forward
     pass (which also fills the cache); only the steps after it run byte by byte. ``ms_per_byte``
     times those steady-state steps, where the strategies differ in cost.
+
+    Re-encoding's steps after the prefix do not depend on each other (each reads only the text), so
+    with the prefix in one pass and ``timed_steps`` set, ``timed_steps`` of them, evenly spaced, run
+    one at a time as a generator runs them and give ``ms_per_byte``; the rest run as a batch of
+    windows, the same numbers (tests) for about the same arithmetic in far fewer calls. None: every
+    step one at a time.
     """
     if strategy not in STRATEGIES:
         raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -132,6 +163,14 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
         except PositionLimitError:  # the method cannot hold the window: step, to say where it stops
             cache = fresh_cache()
         progress(first / steps)
+    if strategy == "reencode" and first == min(window, steps) and first < steps and timed_steps:
+        seconds, timed = _reencode_batched(model, ids, window, first, steps, bits, timed_steps, progress)
+        bits = bits.cpu().numpy()
+        progress(1.0)
+        done = int(np.isfinite(bits).sum())
+        full = bits[window:]
+        return SlidingResult(strategy, window, float(np.nanmean(bits)), None if full.size == 0 else float(full.mean()),
+                             1000 * seconds / timed, done, bits, None, timed)
     _sync(model)
     loop_start = time.perf_counter()
     for t in range(first, steps):  # step t predicts byte t + 1 from bytes up to t
@@ -163,7 +202,34 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
     full = bits[window:]  # step t >= W: the window has evicted at least one byte
     return SlidingResult(strategy, window, None if error else float(np.nanmean(bits)),
                          None if error or full.size == 0 else float(full.mean()),
-                         1000 * seconds / per, done, bits, error)
+                         1000 * seconds / per, done, bits, error, max(0, stepped))
+
+
+def _reencode_batched(model: GPT, ids: torch.Tensor, window: int, first: int, steps: int, bits: torch.Tensor,
+                      timed_steps: int, progress: Progress) -> tuple[float, int]:
+    """Fill ``bits[first:steps]`` for re-encoding (every step a full window at 0..W-1, as t >= W);
+    return (seconds, steps) of the steps run alone, for ``ms_per_byte``."""
+    dev = model.device
+    todo = np.arange(first, steps)
+    alone = np.unique(np.linspace(first, steps - 1, min(timed_steps, todo.size)).round().astype(int))
+    seconds = 0.0
+    for i, t in enumerate(alone.tolist()):
+        _sync(model)
+        start = time.perf_counter()
+        logits = model(ids[None, t - window + 1 : t + 1]).logits[0, -1]
+        _sync(model)
+        seconds += time.perf_counter() - start
+        bits[t] = F.cross_entropy(logits.float()[None], ids[t + 1 : t + 2]).double() / LN2
+    batched = torch.as_tensor(np.setdiff1d(todo, alone), device=dev)
+    progress((first + alone.size) / steps)
+    per_batch = max(1, REENCODE_BATCH_TOKENS // window)
+    offsets = torch.arange(-window + 1, 1, device=dev)
+    for k in range(0, batched.numel(), per_batch):
+        ts = batched[k : k + per_batch]  # (b,) steps, each reading the W bytes ending at its byte
+        logits = model(ids[ts[:, None] + offsets]).logits[:, -1].float()  # (b, V)
+        bits[ts] = F.cross_entropy(logits, ids[ts + 1], reduction="none").double() / LN2
+        progress((first + alone.size + k + ts.numel()) / steps)
+    return seconds, alone.size
 
 
 def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:
@@ -199,13 +265,19 @@ def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:
 
 @torch.inference_mode()
 def cache_check(model: GPT, ids, length: int, time_reencode: bool = True,
-                progress: Progress = _no_progress) -> dict:
+                progress: Progress = _no_progress, reencode_samples: int | None = REENCODE_TIMED_STEPS) -> dict:
     """Cached byte-by-byte decoding vs one full forward pass over the first ``length`` bytes.
 
     Returns {max_abs_diff (largest logit difference), full_ms (one forward of ``length``),
     cached_ms_per_byte, reencode_ms_per_byte (re-running the whole prefix per byte, or None),
-    length}. For T5 this shows a relative bias works with a KV cache: the bias is looked up from
-    the query's and each cached key's positions, so nothing needs recomputing.
+    reencode_timed (how many prefixes that mean is from), length}. For T5 this shows a relative
+    bias works with a KV cache: the bias is looked up from the query's and each cached key's
+    positions, so nothing needs recomputing.
+
+    Re-running the prefix is only timed (its logits are the full pass's), so with
+    ``reencode_samples`` only that many prefixes are run, one in the middle of each of as many equal
+    stretches of 1..length: their mean estimates the mean over all ``length`` (a prefix's cost grows
+    smoothly with its length). None: every prefix.
     """
     ids = _ids_on(model, ids)
     if not 2 <= length <= min(ids.numel(), MAX_KV_CACHE_POSITIONS):
@@ -228,15 +300,16 @@ def cache_check(model: GPT, ids, length: int, time_reencode: bool = True,
     _sync(model)
     cached_ms = 1000 * (time.perf_counter() - start) / length
     diff = float((torch.stack(rows) - full).abs().max())
-    reencode_ms = None
+    reencode_ms, prefixes = None, []
     if time_reencode:
+        k = length if not reencode_samples else min(reencode_samples, length)
+        prefixes = [min(length, int((i + 0.5) * length / k) + 1) for i in range(k)]  # bytes in each timed prefix
         start = time.perf_counter()
-        for t in range(length):
-            model(x[:, : t + 1])
-            if t % max(1, length // 25) == 0:
-                progress(0.5 + 0.5 * (t + 1) / length)
+        for i, p in enumerate(prefixes):
+            model(x[:, :p])
+            progress(0.5 + 0.5 * (i + 1) / k)
         _sync(model)
-        reencode_ms = 1000 * (time.perf_counter() - start) / length
+        reencode_ms = 1000 * (time.perf_counter() - start) / k
     progress(1.0)
     return {"length": length, "max_abs_diff": diff, "logit_scale": float(full.abs().max()), "full_ms": full_ms,
-            "cached_ms_per_byte": cached_ms, "reencode_ms_per_byte": reencode_ms}
+            "cached_ms_per_byte": cached_ms, "reencode_ms_per_byte": reencode_ms, "reencode_timed": len(prefixes)}

@@ -6,11 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from maths_support import text_ids  # noqa: F401  (text_ids: a fixture)
+from conftest import tiny_model
+from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
 from posviz import context_extension, extrapolation, lab_inputs
 from posviz.errors import PosvizError
 from posviz.limits import max_eval_length
+from posviz.positions import method_names
 from posviz.positions.rope_scaling import ROPE_SCALINGS, base_inv_freq
 
 
@@ -31,6 +33,45 @@ def test_rope_scaling_curves_cover_the_registry(tiny_models, text_ids):
     assert bpb[("linear", 64)] != pytest.approx(bpb[("none", 64)], abs=1e-7)
     with pytest.raises(PosvizError, match="Unknown RoPE scaling"):
         context_extension.scaling_overrides("magic", 2.0)
+
+
+def assert_same_scores(fast: dict, model, text_ids, lengths):
+    for n in lengths:
+        slow = extrapolation.score_at_length(model, text_ids, n)
+        got = fast[n]
+        assert (got.n_windows, got.n_bytes) == (slow.n_windows, slow.n_bytes), n
+        assert np.allclose(got.byte_bits, slow.byte_bits, atol=1e-5, equal_nan=True), (n, np.nanmax(abs(got.byte_bits - slow.byte_bits)))
+        assert got.bpb == pytest.approx(slow.bpb, abs=1e-5) and np.allclose(got.position_bits, slow.position_bits, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_length_scores_equal_scoring_each_length_alone(method, text_ids):
+    """Every length's windows read from the longest window at each start: the numbers of score_at_length."""
+    model = sharp(tiny_model(method))
+    lengths = [8, 16, 32] if model.position.max_positions is not None else [32, 64, 128, 256, 512]  # learned: 32 rows
+    assert context_extension.prefixes_hold(model, lengths)
+    assert_same_scores(context_extension.length_scores(model, text_ids, lengths), model, text_ids, lengths)
+    short = text_ids[:300]  # shorter than the budget: fewer windows at each length, not a power of two of them
+    assert_same_scores(context_extension.length_scores(model, short, lengths[:3]), model, short, lengths[:3])
+
+
+@pytest.mark.parametrize("scaling", list(ROPE_SCALINGS))
+def test_length_scores_under_every_rope_scaling(scaling, text_ids):
+    """Dynamic NTK picks its frequencies by the window's length, so a prefix is not a shorter window:
+    each length then runs on its own. The static scalings share the passes."""
+    model = sharp(tiny_model("rope", position_options=context_extension.scaling_overrides(scaling, 4.0)))
+    lengths = [32, 64, 128, 256, 512]
+    assert context_extension.prefixes_hold(model, lengths) == (scaling != "dynamic")
+    assert_same_scores(context_extension.length_scores(model, text_ids, lengths), model, text_ids, lengths)
+
+
+def test_reference_curve_leaves_out_lengths_the_method_cannot_represent(tiny_models, text_ids):
+    rows = context_extension.reference_curve(tiny_models / "learned", text_ids, [16, 32, 64])
+    assert [r["length"] for r in rows] == [16, 32]  # a table of 32 rows
+    learned = lab_inputs.get_model(tiny_models / "learned")
+    assert rows[1]["bpb"] == pytest.approx(extrapolation.score_at_length(learned, text_ids, 32).bpb, abs=1e-5)
+    alibi = context_extension.reference_curve(tiny_models / "alibi", text_ids, [32, 64])
+    assert [r["length"] for r in alibi] == [32, 64]
 
 
 def test_rope_wavelengths(tiny_models):

@@ -59,6 +59,32 @@ def test_strategies_agree_until_the_window_is_full(method, text_ids):
 
 
 @pytest.mark.parametrize("method", method_names())
+@pytest.mark.parametrize("timed", [1, 5])
+def test_batched_reencode_equals_reencoding_byte_by_byte(method, timed, text_ids, monkeypatch):
+    """Re-encoding's steps after the first window read only the text, so the lab runs most of them as a
+    batch of windows and times a few alone: the same bits as running every step alone. Batches of 3
+    windows, so the steps split over several batches and around the timed ones."""
+    monkeypatch.setattr(kv_cache, "REENCODE_BATCH_TOKENS", 3 * 8)
+    model = sharp(tiny_model(method))
+    window, n = 8, 40
+    stepped = kv_cache.sliding_score(model, text_ids, window, "reencode", n, timed_steps=None)
+    batched = kv_cache.sliding_score(model, text_ids, window, "reencode", n, timed_steps=timed)
+    assert stepped.error is None and batched.error is None and batched.n_scored == stepped.n_scored == n - 1
+    assert np.allclose(batched.byte_bits, stepped.byte_bits, atol=1e-5), np.abs(batched.byte_bits - stepped.byte_bits).max()
+    assert batched.bpb_full == pytest.approx(stepped.bpb_full, abs=1e-5)
+    assert stepped.timed_steps == n - 1 - window and batched.timed_steps == timed and batched.ms_per_byte > 0
+
+
+def test_batched_reencode_steps_like_the_loop_where_the_window_does_not_fit(text_ids):
+    """A learned table of 32 rows cannot hold a window of 40: no batch, the steps stop where the table ends."""
+    model = tiny_model("learned")
+    stepped = kv_cache.sliding_score(model, text_ids, 40, "reencode", 60, timed_steps=None)
+    batched = kv_cache.sliding_score(model, text_ids, 40, "reencode", 60)
+    assert batched.error == stepped.error and batched.error.startswith("Stopped at byte 32")
+    assert np.allclose(batched.byte_bits, stepped.byte_bits, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("method", method_names())
 def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, text_ids):
     """One layer, so re-encoding is the exact reference. A shifted cache relabels the window 0..W-1:
     harmless when positions enter only at attention time, wrong when they were baked into the keys."""
@@ -156,3 +182,11 @@ def test_cache_check_matches_full_forward(method, text_ids):
     assert check["full_ms"] > 0 and check["cached_ms_per_byte"] > 0
     if method == "t5":
         assert check["reencode_ms_per_byte"] > 0
+
+
+def test_cache_check_times_a_sample_of_prefixes(text_ids):
+    model = tiny_model("t5")
+    assert kv_cache.cache_check(model, text_ids, 32)["reencode_timed"] == kv_cache.REENCODE_TIMED_STEPS
+    every = kv_cache.cache_check(model, text_ids, 32, reencode_samples=None)
+    assert every["reencode_timed"] == 32 and every["reencode_ms_per_byte"] > 0
+    assert kv_cache.cache_check(model, text_ids, 32, time_reencode=False)["reencode_timed"] == 0

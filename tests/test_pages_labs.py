@@ -173,6 +173,19 @@ def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
     assert at2.select_slider(key="w_W").value == 32
 
 
+def test_kv_cache_tables_are_whole_for_the_first_visitor_and_the_next(tiny_models):
+    """The first run fills the tables as it scores (cells read "…" until then); the next finds every
+    result stored and draws the same finished tables at once."""
+    params = dict(models="alibi,rope", W="16", n="40", dw="4", cl="16")
+    first = run(page("kv_cache", **params))
+    again = run(page("kv_cache", **params))
+    for at in (first, again):
+        for table in at.main.dataframe[1:3]:
+            assert not (table.value == "…").any().any(), table.value
+    pd.testing.assert_frame_equal(first.main.dataframe[1].value, again.main.dataframe[1].value)
+    assert "the mean of 16 of those bytes" in texts(first.caption)
+
+
 # ------------------------------------------------------------------------------------------------
 # Context extension
 # ------------------------------------------------------------------------------------------------

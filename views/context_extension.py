@@ -17,6 +17,7 @@ from views._shared import (
     qp_choice,
     qp_multi,
     show_chart,
+    stored_result,
     sync_url,
 )
 from posviz import context_extension, extrapolation, lab_inputs
@@ -200,6 +201,7 @@ with c1:
 with c2:
     live_slot = st.empty()
     live_slot.info("Live curves are being computed…")
+    working = st.container()  # progress bars, under the chart they fill
 
 try:
     rope_model = lab_inputs.get_model(rope_folder)
@@ -217,35 +219,51 @@ if not lengths:
                   "Pick a validation document or paste a longer text.")
     st.stop()
 text_bytes = text.as_bytes()
-live_rows = []
-for scaling in scalings:
-    stamp = lab_inputs.checkpoint_stamp(rope_folder)
-    live_rows += compute_once(
-        "rope_scaling", (str(rope_folder), stamp, text_bytes, scaling, factor, tuple(lengths)),
-        lambda progress, scaling=scaling: context_extension.rope_scaling_curves(rope_folder, factor, list(text_bytes), lengths,
-                                                                   [scaling], progress),
-        f"rope + {scaling} at s = {factor:g}: {len(lengths)} lengths…")
-live = pd.DataFrame(live_rows).rename(columns={"scaling": "curve"})
-live["kind"] = "rope + scaling"
-for name in references:
-    folder = checkpoints[name]
+LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
 
-    def reference(progress, folder=folder):
-        model, out = lab_inputs.get_model(folder), []
-        for i, n in enumerate(lengths):
-            try:
-                out.append({"curve": name, "length": n, "bpb": extrapolation.score_at_length(model, list(text_bytes), n).bpb})
-            except PosvizError:
-                pass  # a method that cannot run at this length simply has no point there
-            progress((i + 1) / len(lengths))
-        return out
 
-    live = pd.concat([live, pd.DataFrame(compute_once(
-        "reference_curve", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, tuple(lengths)), reference,
-        f"{name}: {len(lengths)} lengths…")).assign(kind="no scaling needed", factor=None)], ignore_index=True)
-with c2:
-    live_slot.empty()
-    show_chart(curve_chart(live, f"Live on this text: every scaling at s = {factor:g}"), live,
+def scaling_key(scaling: str) -> tuple:
+    # "none" is the checkpoint as trained whatever the factor: one result for every s
+    return (str(rope_folder), lab_inputs.checkpoint_stamp(rope_folder), text_bytes, scaling,
+            1.0 if scaling == "none" else factor, tuple(lengths))
+
+
+def reference_key(folder) -> tuple:
+    return (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, tuple(lengths))
+
+
+def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame]) -> pd.DataFrame:
+    live = pd.DataFrame(scaling_rows, columns=["scaling", "factor", "length", "bpb"]).rename(columns={"scaling": "curve"})
+    live["kind"] = "rope + scaling"
+    return pd.concat([live, *reference_frames], ignore_index=True)
+
+
+# A first visitor sees each curve join the chart as it is computed; one whose curves are all stored gets it whole.
+streaming = not (all(stored_result("rope_scaling", scaling_key(s))[0] for s in scalings)
+                 and all(stored_result("reference_curve", reference_key(checkpoints[n]))[0] for n in references))
+live_rows, reference_frames = [], []
+jobs = [("scaling", s) for s in scalings] + [("reference", n) for n in references]
+for i, (kind, name) in enumerate(jobs):
+    with working:
+        if kind == "scaling":
+            live_rows += compute_once(
+                "rope_scaling", scaling_key(name),
+                lambda progress, scaling=name: context_extension.rope_scaling_curves(
+                    rope_folder, factor, list(text_bytes), lengths, [scaling], progress),
+                f"rope + {name} at s = {factor:g}: {len(lengths)} lengths…")
+        else:
+            folder = checkpoints[name]
+            rows = compute_once("reference_curve", reference_key(folder),
+                                lambda progress, folder=folder: context_extension.reference_curve(
+                                    folder, list(text_bytes), lengths, progress),
+                                f"{name}: {len(lengths)} lengths…")
+            reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
+                curve=name, kind="no scaling needed", factor=None))
+    if streaming and i < len(jobs) - 1:  # the last one is drawn below, with its download
+        live_slot.altair_chart(curve_chart(live_frame(live_rows, reference_frames), LIVE_TITLE), width="stretch")
+live = live_frame(live_rows, reference_frames)
+with live_slot.container():
+    show_chart(curve_chart(live, LIVE_TITLE), live,
                f"context-extension-live-s{factor:g}",
                f"Computed now on {device_label()}. A single factor for every length: below s × {train_length:,} the "
                "scalings give up some short-range precision; past it they run out of stretch.")

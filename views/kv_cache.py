@@ -9,12 +9,14 @@ from views._shared import (
     choose_text,
     compute_once,
     error_box,
+    folder_stamp,
     metric_rows,
     page_header,
     qp_choice,
     qp_int,
     qp_multi,
     show_chart,
+    stored_result,
     sync_url,
     usable_checkpoints,
 )
@@ -39,13 +41,11 @@ with st.expander("The three strategies", expanded=True):
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def model_facts(folder: str, stamp: int) -> dict:
-    model = lab_inputs.get_model(folder)
-    return {"train_length": model.config.train_length,
-            "verdicts": {s: kv_cache.strategy_verdict(model, s) for s in kv_cache.STRATEGIES}}
+def model_facts(folder: str, stamp: tuple) -> dict:
+    return kv_cache.checkpoint_verdicts(folder)  # config.json only: a checkpoint's weights load when it is scored
 
 
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
+checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), folder_stamp(folder)))
 names = list(facts)
 train_length = facts[names[0]]["train_length"]
 
@@ -77,7 +77,10 @@ if most < window + 2:
                           f"{window + 2:,}."), "Choose a smaller window or a longer text.")
     st.stop()
 low = min(window + 2, most)
-n_bytes = st.slider("Bytes to score, one at a time", low, most, value=qp_int("n", min(window + 128, most), low, most),
+# 64 bytes past the window by default (was 128): each re-encoded byte is a forward pass of W bytes, most of a first
+# visit's wait. 64 still tell the story on the default document at W = 256: the shifted cache costs sinusoidal and
+# RoPE 2.6 and 3.7 bits per byte more than re-encoding, ALiBi 0.005 (at 128: 2.7, 3.5 and 0.01).
+n_bytes = st.slider("Bytes to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
                     step=1, key="w_n", help="The first W predictions come from one forward pass (nothing is evicted yet, "
                     "so the strategies agree); every byte after that is a step of its own. "
                     f"Capped at {MAX_SLIDING_BYTES:,} bytes.")
@@ -85,35 +88,40 @@ sync_url(n=n_bytes)
 text_bytes = text.as_bytes()
 
 # ------------------------------------------------------------------------------------------------
-# The two-pass diagram (no model needed: shown at once)
+# The two-pass diagram (no model needed: shown at once; its slider reruns only this section)
 # ------------------------------------------------------------------------------------------------
-st.subheader("Which position each byte gets, pass t and pass t + 1")
-diagram_window = st.slider("Window drawn in the diagram", 4, 16, value=qp_int("dw", 8, 4, 16), key="w_dw",
-                           help="A small window keeps the numbers readable; the pattern is the same for any W.")
-sync_url(dw=diagram_window)
-diagram = pd.DataFrame(kv_cache.two_pass_diagram(diagram_window))
-diagram["row"] = diagram["strategy"].map(TITLES) + " · pass " + diagram["pass"]
-diagram["key"] = diagram.apply(lambda r: "recomputed now" if r["recomputed"] else
-                               ("cached, position unchanged" if r["consistent"] else "cached, computed at another position"),
-                               axis=1)
-diagram["computed at"] = diagram.apply(lambda r: "" if r["recomputed"] else f"@{r['baked']}", axis=1)
-order = [f"{TITLES[s]} · pass {p}" for s in kv_cache.STRATEGIES for p in ("t", "t+1")]
-base = alt.Chart(diagram).encode(
-    x=alt.X("byte:O", title="byte of the document"), y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)))
-cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
-    color=alt.Color("key:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400), scale=alt.Scale(
-        domain=["recomputed now", "cached, position unchanged", "cached, computed at another position"],
-        range=["#59a14f", "#a0cbe8", "#e15759"])),
-    tooltip=["row", "byte", alt.Tooltip("position:Q", title="position used in this pass"),
-             alt.Tooltip("baked:Q", title="position its cached key was computed at"), "key"])
-labels = base.mark_text(fontSize=15, fontWeight="bold", dy=-5).encode(text="position:Q")
-baked = base.mark_text(fontSize=10, dy=10, color="#333").encode(text="computed at:N")
-t = 2 * diagram_window
-show_chart(alt.layer(cells, labels, baked).properties(height=330), diagram, f"two-pass-diagram-W{diagram_window}",
-           f"Window of {diagram_window} bytes, passes t = {t} and t + 1 = {t + 1}. Big number: the position attention "
-           "uses for that byte in that pass. Small @p: the position the byte's cached key and value were computed at. "
-           "Red cells are where the shifted cache lies: fine for methods that add position only at attention time "
-           "(ALiBi, T5, Shaw, NoPE), wrong for methods that bake it into the keys (learned, sinusoidal, RoPE).")
+@st.fragment
+def two_pass_section() -> None:
+    st.subheader("Which position each byte gets, pass t and pass t + 1")
+    diagram_window = st.slider("Window drawn in the diagram", 4, 16, value=qp_int("dw", 8, 4, 16), key="w_dw",
+                               help="A small window keeps the numbers readable; the pattern is the same for any W.")
+    sync_url(dw=diagram_window)
+    diagram = pd.DataFrame(kv_cache.two_pass_diagram(diagram_window))
+    diagram["row"] = diagram["strategy"].map(TITLES) + " · pass " + diagram["pass"]
+    diagram["key"] = diagram.apply(lambda r: "recomputed now" if r["recomputed"] else
+                                   ("cached, position unchanged" if r["consistent"] else "cached, computed at another position"),
+                                   axis=1)
+    diagram["computed at"] = diagram.apply(lambda r: "" if r["recomputed"] else f"@{r['baked']}", axis=1)
+    order = [f"{TITLES[s]} · pass {p}" for s in kv_cache.STRATEGIES for p in ("t", "t+1")]
+    base = alt.Chart(diagram).encode(
+        x=alt.X("byte:O", title="byte of the document"), y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)))
+    cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
+        color=alt.Color("key:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400), scale=alt.Scale(
+            domain=["recomputed now", "cached, position unchanged", "cached, computed at another position"],
+            range=["#59a14f", "#a0cbe8", "#e15759"])),
+        tooltip=["row", "byte", alt.Tooltip("position:Q", title="position used in this pass"),
+                 alt.Tooltip("baked:Q", title="position its cached key was computed at"), "key"])
+    labels = base.mark_text(fontSize=15, fontWeight="bold", dy=-5).encode(text="position:Q")
+    baked = base.mark_text(fontSize=10, dy=10, color="#333").encode(text="computed at:N")
+    t = 2 * diagram_window
+    show_chart(alt.layer(cells, labels, baked).properties(height=330), diagram, f"two-pass-diagram-W{diagram_window}",
+               f"Window of {diagram_window} bytes, passes t = {t} and t + 1 = {t + 1}. Big number: the position attention "
+               "uses for that byte in that pass. Small @p: the position the byte's cached key and value were computed at. "
+               "Red cells are where the shifted cache lies: fine for methods that add position only at attention time "
+               "(ALiBi, T5, Shaw, NoPE), wrong for methods that bake it into the keys (learned, sinusoidal, RoPE).")
+
+
+two_pass_section()
 
 # ------------------------------------------------------------------------------------------------
 # Score the document under each strategy
@@ -124,97 +132,164 @@ expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: facts[n]["verdicts"][s]
 with st.expander("What to expect for each checkpoint", expanded=False):
     st.dataframe(expected, hide_index=True, height="content")
 
-rows = []
-for name in chosen:
-    folder = checkpoints[name]
-    stamp = lab_inputs.checkpoint_stamp(folder)
-    for strategy in kv_cache.STRATEGIES:
-        def compute(progress, folder=folder, strategy=strategy):
-            r = kv_cache.sliding_score(lab_inputs.get_model(folder), list(text_bytes), window, strategy, n_bytes, progress)
-            return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error}
+BPB = "bits/byte after the window fills"
+COLUMNS = [TITLES[s] for s in kv_cache.STRATEGIES]
 
-        try:
-            r = compute_once("sliding", (str(folder), stamp, text_bytes, window, strategy, n_bytes), compute,
-                             f"{name}: {TITLES[strategy].lower()} over {n_bytes:,} bytes…")
-        except PosvizError as exc:
-            r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc)}
-        rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
-                     "bits/byte after the window fills": r["bpb_full"], "bits/byte, all bytes": r["bpb"],
-                     "ms/byte": r["ms"], "bytes scored": r["n"],
-                     "note": r["error"] or facts[name]["verdicts"][strategy]})
-results = pd.DataFrame(rows)
-for column in ("bits/byte after the window fills", "bits/byte, all bytes", "ms/byte"):
-    results[column] = pd.to_numeric(results[column])
 
-table = results.pivot(index="checkpoint", columns="how", values="bits/byte after the window fills").reindex(chosen)
-table = table[[TITLES[s] for s in kv_cache.STRATEGIES]]
-st.markdown(f"**Bits per byte on bytes {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
-            "can differ; blank = cannot run)")
-# Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
-st.dataframe(table.map(lambda v: "cannot run" if pd.isna(v) else f"{v:.3f}"), width="stretch", height="content")
-speed = results.pivot(index="checkpoint", columns="how", values="ms/byte").reindex(chosen)[[TITLES[s] for s in kv_cache.STRATEGIES]]
-st.markdown(f"**Milliseconds per byte**, measured on this page ({device_label()})")
-st.dataframe(speed.map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"), width="stretch", height="content")
+def results_frame(rows: list[dict]) -> pd.DataFrame:
+    results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", "ms/byte",
+                                          "bytes scored", "bytes timed", "note"])
+    for column in (BPB, "bits/byte, all bytes", "ms/byte"):
+        results[column] = pd.to_numeric(results[column])
+    return results
 
-plot = results.dropna(subset=["bits/byte after the window fills"])
-c1, c2 = st.columns(2)
-with c1:
-    chart = alt.Chart(plot).mark_bar().encode(
+
+def show_tables(results: pd.DataFrame, done: bool) -> None:
+    """The two tables so far; a cell not computed yet reads "…" (until ``done``: then "cannot run")."""
+    def pivot(column: str) -> pd.DataFrame:
+        table = results.pivot(index="checkpoint", columns="how", values=column) if len(results) else pd.DataFrame()
+        return table.reindex(index=chosen, columns=COLUMNS)
+
+    computed = {(r["checkpoint"], r["how"]) for _, r in results.iterrows()}
+
+    def cell(table: pd.DataFrame, missing: str, fmt: str) -> pd.DataFrame:
+        return pd.DataFrame([[f"{v:{fmt}}" if not pd.isna(v) else missing if (name, how) in computed or done else "…"
+                              for how, v in zip(COLUMNS, table.loc[name])] for name in chosen],
+                            index=pd.Index(chosen, name="checkpoint"), columns=pd.Index(COLUMNS, name="how"))
+
+    # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
+    bpb_slot.dataframe(cell(pivot(BPB), "cannot run", ".3f"), width="stretch", height="content")
+    speed_slot.dataframe(cell(pivot("ms/byte"), "—", ".2f"), width="stretch", height="content")
+
+
+def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
+    bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
         x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
-        y=alt.Y("bits/byte after the window fills:Q", title="bits per byte (lower is better)"),
+        y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
         color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
                         labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
                                   "'cached_window': 'Cached, true positions'}[datum.label]")),
-        tooltip=["checkpoint", "how", alt.Tooltip("bits/byte after the window fills:Q", format=".3f"), "note"],
+        tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
     ).properties(height=320)
-    show_chart(chart, results, f"sliding-bpb-W{window}-n{n_bytes}", "Missing bars: the strategy cannot run (see notes).")
-with c2:
-    chart = alt.Chart(results.dropna(subset=["ms/byte"])).mark_bar().encode(
+    speed = alt.Chart(results.dropna(subset=["ms/byte"])).mark_bar().encode(
         x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
         y=alt.Y("ms/byte:Q", title="milliseconds per byte (lower is faster)"),
         color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
-        tooltip=["checkpoint", "how", alt.Tooltip("ms/byte:Q", format=".2f")],
+        tooltip=["checkpoint", "how", alt.Tooltip("ms/byte:Q", format=".2f"), "bytes timed"],
     ).properties(height=320)
-    show_chart(chart, results, f"sliding-speed-W{window}-n{n_bytes}",
-               "Wall-clock time per byte of the steps after the window filled, one byte at a time, as a generator "
-               "runs (first run; later views reuse it).")
+    return bpb, speed
+
+
+st.markdown(f"**Bits per byte on bytes {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
+            "can differ; blank = cannot run)")
+bpb_slot = st.empty()
+st.markdown(f"**Milliseconds per byte**, measured on this page ({device_label()})")
+speed_slot = st.empty()
+speed_note = st.empty()
+working = st.container()  # progress bars of the computations, under the tables they fill
+c1, c2 = st.columns(2)
+bpb_chart_slot, speed_chart_slot = c1.empty(), c2.empty()
+notes = st.container()
+
+
+def sliding_key(folder, strategy: str) -> tuple:
+    return (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, window, strategy, n_bytes)
+
+
+# A first visitor sees each number as it is computed (the tables at once, the bars checkpoint by checkpoint);
+# a visitor whose results are all stored gets the finished page in one go.
+streaming = not all(stored_result("sliding", sliding_key(checkpoints[n], s))[0]
+                    for n in chosen for s in kv_cache.STRATEGIES)
+rows = []
+if streaming:
+    show_tables(results_frame(rows), done=False)
+for i, name in enumerate(chosen):
+    folder = checkpoints[name]
+    for strategy in kv_cache.STRATEGIES:
+        def compute(progress, folder=folder, strategy=strategy):
+            r = kv_cache.sliding_score(lab_inputs.get_model(folder), list(text_bytes), window, strategy, n_bytes, progress)
+            return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error,
+                    "timed": r.timed_steps}
+
+        try:
+            with working:
+                r = compute_once("sliding", sliding_key(folder, strategy), compute,
+                                 f"{name}: {TITLES[strategy].lower()} over {n_bytes:,} bytes…")
+        except PosvizError as exc:
+            r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
+        rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
+                     BPB: r["bpb_full"], "bits/byte, all bytes": r["bpb"],
+                     "ms/byte": r["ms"], "bytes scored": r["n"], "bytes timed": r.get("timed"),
+                     "note": r["error"] or facts[name]["verdicts"][strategy]})
+        if streaming:
+            show_tables(results_frame(rows), done=False)
+    if streaming and i < len(chosen) - 1:  # the last checkpoint's bars are drawn with their downloads below
+        bpb_chart, speed_chart = bar_charts(results_frame(rows))
+        bpb_chart_slot.altair_chart(bpb_chart, width="stretch")
+        speed_chart_slot.altair_chart(speed_chart, width="stretch")
+results = results_frame(rows)
+show_tables(results, done=True)
+reencoded = results[results["strategy"] == "reencode"]["bytes timed"].dropna()
+speed_note.caption(
+    "Shifted and cached strategies: every byte after the window filled, each a step of its own. Re-encode: "
+    + (f"the mean of {int(reencoded.max()):,} of those bytes, evenly spread, each re-encoded alone as a generator "
+       "does; its other bytes were re-encoded as batches of windows (the same bits, in fewer calls), whose time per "
+       "byte is not what one byte costs a generator. " if len(reencoded) and reencoded.max() > 0 else "")
+    + "Measured on the first run; later views reuse it.")
+bpb_chart, speed_chart = bar_charts(results)
+with bpb_chart_slot.container():
+    show_chart(bpb_chart, results, f"sliding-bpb-W{window}-n{n_bytes}", "Missing bars: the strategy cannot run (see notes).")
+with speed_chart_slot.container():
+    show_chart(speed_chart, results, f"sliding-speed-W{window}-n{n_bytes}",
+               "Wall-clock milliseconds per byte of the steps after the window filled, one byte at a time, as a "
+               "generator runs (first run; later views reuse it).")
 
 for _, r in results.iterrows():
-    if pd.isna(r["bits/byte after the window fills"]):
-        st.warning(f"**{r['checkpoint']} · {r['how']}** — {r['note']}", icon="⚠️")
+    if pd.isna(r[BPB]):
+        notes.warning(f"**{r['checkpoint']} · {r['how']}** — {r['note']}", icon="⚠️")
+
 
 # ------------------------------------------------------------------------------------------------
 # T5 with a KV cache
 # ------------------------------------------------------------------------------------------------
-st.subheader("A T5 relative bias works with a KV cache")
-st.markdown(
-    "Some tutorials say T5's relative position bias rules out a KV cache, because the bias depends on the query. "
-    "It depends on the query's *position* only: each cached key keeps the position it was written at, and the bias "
-    "for a new query is looked up from the distances. Below, the same bytes are run once as a full forward pass and "
-    "once byte by byte through a cache; the logits agree to float precision."
-)
 default_check = "t5" if "t5" in names else names[0]
-c1, c2 = st.columns(2)
-check_model = c1.selectbox("Checkpoint", names, index=names.index(qp_choice("check", default_check, names)), key="w_check")
-check_cap = min(MAX_KV_CACHE_POSITIONS, len(text), 1024)
-check_length = c2.slider("Bytes", 16, max(16, check_cap), value=qp_int("cl", min(128, check_cap), 16, max(16, check_cap)),
-                         key="w_cl", help="Cached decoding of this many bytes vs one forward pass over them.")
-sync_url(check=check_model, cl=check_length)
-folder = checkpoints[check_model]
-try:
-    check = compute_once(
-        "cache_check", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes[:check_length], check_length),
-        lambda progress: kv_cache.cache_check(lab_inputs.get_model(folder), list(text_bytes), check_length, progress=progress),
-        f"{check_model}: cached vs full forward over {check_length:,} bytes…")
-except PosvizError as exc:
-    error_box(exc, "Choose fewer bytes, or a model that can represent this many positions.")
-else:
-    metric_rows([
-        dict(label="max |cached − full| logit", value=f"{check['max_abs_diff']:.1e}",
-             help=f"Largest logit is {check['logit_scale']:.1f}; float32 rounding is about 1e-6 of that."),
-        dict(label="full forward pass", value=f"{check['full_ms']:.1f} ms", help=f"all {check_length:,} bytes at once"),
-        dict(label="cached, per byte", value=f"{check['cached_ms_per_byte']:.2f} ms"),
-        dict(label="no cache (re-run the prefix), per byte", value=f"{check['reencode_ms_per_byte']:.2f} ms"),
-    ], per_row=2)  # long labels: four in a row were cut in presentation mode
-    st.caption("Generation cannot use the full forward pass (it does not know the future bytes); the fair comparison is "
-               "the cached decoder against re-running the prefix for every new byte.")
+
+
+@st.fragment  # its two widgets rerun only this section
+def cache_check_section() -> None:
+    st.subheader("A T5 relative bias works with a KV cache")
+    st.markdown(
+        "Some tutorials say T5's relative position bias rules out a KV cache, because the bias depends on the query. "
+        "It depends on the query's *position* only: each cached key keeps the position it was written at, and the bias "
+        "for a new query is looked up from the distances. Below, the same bytes are run once as a full forward pass and "
+        "once byte by byte through a cache; the logits agree to float precision."
+    )
+    c1, c2 = st.columns(2)
+    check_model = c1.selectbox("Checkpoint", names, index=names.index(qp_choice("check", default_check, names)), key="w_check")
+    check_cap = min(MAX_KV_CACHE_POSITIONS, len(text), 1024)
+    check_length = c2.slider("Bytes", 16, max(16, check_cap), value=qp_int("cl", min(128, check_cap), 16, max(16, check_cap)),
+                             key="w_cl", help="Cached decoding of this many bytes vs one forward pass over them.")
+    sync_url(check=check_model, cl=check_length)
+    folder = checkpoints[check_model]
+    try:
+        check = compute_once(
+            "cache_check", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes[:check_length], check_length),
+            lambda progress: kv_cache.cache_check(lab_inputs.get_model(folder), list(text_bytes), check_length, progress=progress),
+            f"{check_model}: cached vs full forward over {check_length:,} bytes…")
+    except PosvizError as exc:
+        error_box(exc, "Choose fewer bytes, or a model that can represent this many positions.")
+    else:
+        metric_rows([
+            dict(label="max |cached − full| logit", value=f"{check['max_abs_diff']:.1e}",
+                 help=f"Largest logit is {check['logit_scale']:.1f}; float32 rounding is about 1e-6 of that."),
+            dict(label="full forward pass", value=f"{check['full_ms']:.1f} ms", help=f"all {check_length:,} bytes at once"),
+            dict(label="cached, per byte", value=f"{check['cached_ms_per_byte']:.2f} ms"),
+            dict(label="no cache (re-run the prefix), per byte", value=f"{check['reencode_ms_per_byte']:.2f} ms",
+                 help=f"Mean time of re-running {check['reencode_timed']:,} of the {check_length:,} prefixes, one in "
+                      f"each of {check['reencode_timed']:,} equal stretches of 1–{check_length:,} bytes."),
+        ], per_row=2)  # long labels: four in a row were cut in presentation mode
+        st.caption("Generation cannot use the full forward pass (it does not know the future bytes); the fair comparison is "
+                   "the cached decoder against re-running the prefix for every new byte.")
+
+
+cache_check_section()
