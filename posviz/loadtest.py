@@ -94,6 +94,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def browser_cpu_seconds() -> float:
+    """CPU seconds used so far by every Chromium process on this machine (the load test's browser)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().startswith("chrom"):
+                    total += cpu_seconds(int(entry.name))
+            except OSError:
+                continue
+    return total
+
+
 def peak_rss_mb(pid: int) -> float | None:
     """The process's peak resident memory (VmHWM), in MB; None when /proc cannot tell."""
     try:
@@ -321,6 +343,17 @@ class LoadResult:
     errors: list[str]  # sessions that stopped answering, with why
     peak_rss_mb: float | None
     healthy_after: bool
+    server_cpu_s: float = 0.0  # CPU the server used while the sessions moved their widgets
+    browser_cpu_s: float = 0.0  # and the browser drawing every answer, on the same cores
+
+    def answer_bound(self) -> float | None:
+        """The most answers per session the machine's cores allow at the CPU each answer cost here (server
+        and browser together), had nothing else run: all cores busy for the whole run."""
+        total = sum(self.answers)
+        if not total or not (self.server_cpu_s + self.browser_cpu_s):
+            return None
+        per_answer = (self.server_cpu_s + self.browser_cpu_s) / total
+        return (os.cpu_count() or 1) * self.seconds / per_answer / self.sessions
 
     def summary(self) -> str:
         total = sum(self.answers)
@@ -329,6 +362,12 @@ class LoadResult:
                  f"exceptions shown: {len(self.exceptions)}; sessions that stopped answering: {len(self.errors)}",
                  f"server peak RSS (VmHWM): {self.peak_rss_mb:.0f} MB" if self.peak_rss_mb else "server peak RSS: n/a",
                  f"health endpoint after the load: {'ok' if self.healthy_after else 'FAILED'}"]
+        bound = self.answer_bound()
+        if bound is not None:
+            total = sum(self.answers)
+            lines.append(f"CPU per answer: server {self.server_cpu_s / total:.2f} s, browser {self.browser_cpu_s / total:.2f} s "
+                         f"(the browser shares the server's {os.cpu_count()} cores); at that cost the cores allow at most "
+                         f"{bound:.0f} answers per session in {self.seconds:.0f} s")
         return "\n".join(lines + [f"  {e}" for e in self.errors + self.exceptions])
 
 
@@ -377,6 +416,7 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
     from playwright.sync_api import sync_playwright
 
     answers, errors, exceptions = [0] * sessions, [], []
+    server_cpu = browser_cpu = 0.0
     with sync_playwright() as p:
         browser = launch_chromium(p)
         try:
@@ -389,6 +429,7 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
             for tab in tabs:  # all ten first renders run on the server at the same time
                 wait_rendered(tab, (answer_timeout_s + grace_s) * 1000)
             alive = set(range(sessions))
+            server_cpu, browser_cpu = cpu_seconds(server.process.pid), browser_cpu_seconds()
             deadline = time.monotonic() + seconds
             hard_deadline = deadline + grace_s
             while time.monotonic() < deadline and alive:
@@ -408,9 +449,12 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
                     else:
                         errors.append(f"session {i}: no answer: {outcome}")
                         alive.discard(i)
+            server_cpu = cpu_seconds(server.process.pid) - server_cpu
+            browser_cpu = browser_cpu_seconds() - browser_cpu
         finally:
             browser.close()
-    return LoadResult(sessions, seconds, answers, exceptions, errors, server.peak_rss_mb(), server.healthy())
+    return LoadResult(sessions, seconds, answers, exceptions, errors, server.peak_rss_mb(), server.healthy(),
+                      server_cpu, browser_cpu)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,3 +37,6 @@ def test_ten_sessions_on_the_extrapolation_lab(tiny_models_dir):
     assert all(n >= 1 for n in result.answers), report
     assert result.healthy_after, report
     assert result.peak_rss_mb is not None and result.peak_rss_mb < MAX_PEAK_RSS_MB, report
+    # the report says what an answer cost the server and the browser, and what the cores allow at that cost
+    assert result.server_cpu_s > 0 and result.browser_cpu_s > 0, report
+    assert "CPU per answer: server" in report and result.answer_bound() >= min(result.answers) * 0.5, report
