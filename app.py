@@ -39,6 +39,10 @@ PAGES = {
     ],
 }
 
+# What the server opens by itself, once, to have every default view ready: the labs first (their default
+# views are the computations a visitor would wait for), then the rest.
+WARM_ORDER = tuple(p.url_path for p in PAGES["Live labs"] + PAGES["Explore"] + PAGES["About"] if p.url_path != "home")
+
 page = st.navigation(PAGES)
-warm_the_store()  # once per server: the Extrapolation lab's default view, computed while nobody waits
+warm_the_store(WARM_ORDER)  # once per server, in the background, behind every visitor's computations
 page.run()

@@ -144,6 +144,9 @@ def server_command(port: int, address: str) -> list[str]:
     return [sys.executable, "-m", *APP_COMMAND, "--server.port", str(port), "--server.address", address]
 
 
+WARM_DONE = "posviz: warm-up done"  # the line views/_shared.warm_the_store prints when it has finished
+
+
 class StreamlitServer:
     """``streamlit run app.py`` on a free 127.0.0.1 port, stopped (with its log kept) on exit."""
 
@@ -194,6 +197,20 @@ class StreamlitServer:
 
     def peak_rss_mb(self) -> float | None:
         return peak_rss_mb(self.process.pid)
+
+    def wait_warm(self, timeout: float = 600.0) -> float:
+        """Wait until the server's warm-up (every page's default view, then the Extrapolation lab's
+        slider stops; ``views/_shared.warm_the_store``) has finished, as on a demo that has been up a
+        while. It starts with the first visit, so open one page first. Returns the seconds waited."""
+        start = deadline = time.monotonic()
+        deadline += timeout
+        while time.monotonic() < deadline:
+            if WARM_DONE in self.log_tail(n=1 << 16):
+                return time.monotonic() - start
+            if self.process.poll() is not None:
+                raise RuntimeError(f"streamlit exited with code {self.process.returncode}:\n{self.log_tail()}")
+            time.sleep(0.5)
+        raise TimeoutError(f"the server's warm-up did not finish within {timeout:.0f} s:\n{self.log_tail()}")
 
     def log_tail(self, n: int = 4000) -> str:
         try:
@@ -404,14 +421,16 @@ def wait_all_answered(tabs: dict, before: dict, timeout_s: float, quiet_ms: int 
 
 
 def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: float,
-             slider_label: str | None = None, answer_timeout_s: float = 60, grace_s: float = 60) -> LoadResult:
+             slider_label: str | None = None, answer_timeout_s: float = 60, grace_s: float = 60,
+             warm_first: bool = False) -> LoadResult:
     """``sessions`` tabs on ``page_path`` moving a widget in turn until ``seconds`` have passed.
 
     One Chromium with one context per session. The tabs are driven round-robin from this thread
     (Playwright's sync API is single-threaded): each round moves a widget in every tab without
     waiting, so the server always has reruns from several sessions at once, then collects the
     answers. Bounded: no new round starts after ``seconds``, and a session that has not answered
-    ``grace_s`` after that counts as stopped.
+    ``grace_s`` after that counts as stopped. ``warm_first``: one visit of ``page_path`` first, then
+    wait for the server's warm-up to finish (a demo that has been up a while before its crowd comes).
     """
     from playwright.sync_api import sync_playwright
 
@@ -420,6 +439,12 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
     with sync_playwright() as p:
         browser = launch_chromium(p)
         try:
+            if warm_first:
+                tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                tab.goto(server.url + page_path, wait_until="commit")
+                wait_rendered(tab, (answer_timeout_s + grace_s) * 1000)
+                tab.context.close()
+                print(f"warm-up done {server.wait_warm():.0f} s after the first visit", flush=True)
             tabs = []
             for _ in range(sessions):
                 tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
@@ -466,13 +491,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_MODELS or models/)")
     parser.add_argument("--max-rss-mb", type=float, default=1536, help="fail if the server's peak RSS exceeds this")
     parser.add_argument("--min-answers", type=int, default=1, help="fail if a session got fewer answers than this")
+    parser.add_argument("--cold", action="store_true", help="start the load on the new server at once, without "
+                        "waiting for its warm-up (by default one visit starts it and the load waits until it is done)")
     args = parser.parse_args(argv)
     paths = {p.url_path: p.url for p in app_pages()}
     if args.page not in paths:
         parser.error(f"unknown page {args.page!r}; pages: {', '.join(paths)}")
     with StreamlitServer(models=args.models) as server:
         print(f"server {server.url} (pid {server.process.pid}); loading {paths[args.page]} ...", flush=True)
-        result = run_load(server, paths[args.page], args.sessions, args.seconds, args.slider or None)
+        result = run_load(server, paths[args.page], args.sessions, args.seconds, args.slider or None,
+                          warm_first=not args.cold)
     print(result.summary())
     ok = (not result.exceptions and not result.errors and result.healthy_after
           and min(result.answers) >= max(1, args.min_answers)

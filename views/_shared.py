@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import io
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
@@ -641,40 +642,62 @@ def work_queue():
 
 
 @st.cache_resource(show_spinner=False)
-def warm_the_store():
-    """Once per server (app.py calls it on every run; Streamlit runs it once): a background thread that
-    computes the Extrapolation lab's default view at every slider stop into the shared store, so the
-    first visitors who drag the slider find most stops ready. Background work of the work queue:
-    it runs only while no visitor's computation waits. ``POSVIZ_WARM=0`` turns it off (the bench
-    does, to time a first visitor on a server that has computed nothing)."""
+def warm_the_store(pages: tuple[str, ...]):
+    """Once per server, from the first visitor's run (app.py calls it on every run; Streamlit runs it
+    once): a background thread that makes the server its own first visitor. It opens each of
+    ``pages`` (URL paths, in this order) at its default settings in a session of its own
+    (``views/_warm.py``), so every page's default view is in the shared store before most visitors
+    arrive; then it computes the Extrapolation lab's default view at every other slider stop. All of
+    it is background work of the work queue: a visitor's computation always goes first.
+
+    ``POSVIZ_WARM=0`` turns it off (the bench does, to time a first visitor on a server that has
+    computed nothing). Not under ``AppTest``, which has no server to visit.
+    """
     import os
     import threading
 
-    if os.environ.get("POSVIZ_WARM", "1") == "0":
+    if os.environ.get("POSVIZ_WARM", "1") == "0" or not st.context.headers.get("Host"):
         return None
     from posviz import extrapolation
     from posviz.lab_inputs import prepare_text
     from posviz.positions import POSITION_METHODS
+    from views._warm import server_stream_url, visit
 
+    url = server_stream_url(st.get_option("server.address"), int(st.get_option("server.port")),
+                            st.get_option("server.baseUrlPath"))
     folders = [str(folder) for name, folder in shipped_checkpoints().items() if name in POSITION_METHODS]
     documents = validation_documents()
-    if not folders or not documents:
-        return None
-    try:
-        text = prepare_text(documents[0]).as_bytes()
-    except PosvizError:
-        return None
     results, queue = shared_results(), work_queue()
 
     def warm():
+        start = time.perf_counter()
+        for page in pages:
+            try:
+                how = visit(url, page)
+            except Exception as exc:  # a page that fails is the page's to report to its visitors; go on
+                how = repr(exc)
+            if how != "ok":
+                print(f"posviz: warm-up: page /{page} did not finish: {how}", flush=True)
+        print(f"posviz: warm-up: every page's default view computed in {time.perf_counter() - start:.1f} s "
+              f"({len(results)} results, {results.bytes / 2**20:.0f} MiB stored)", flush=True)
         try:
-            extrapolation.warm_default_view(results, queue, folders, text)
+            if folders and documents:
+                extrapolation.warm_default_view(results, queue, folders, prepare_text(documents[0]).as_bytes())
         except Exception as exc:  # a broken checkpoint is the pages' to report; the server goes on
-            print(f"posviz: warming the Extrapolation lab's default view stopped: {exc!r}", flush=True)
+            print(f"posviz: warm-up: the Extrapolation lab's slider stops stopped: {exc!r}", flush=True)
+        print(f"posviz: warm-up done in {time.perf_counter() - start:.1f} s ({len(results)} results, "
+              f"{results.bytes / 2**20:.0f} MiB stored)", flush=True)
 
     thread = threading.Thread(target=warm, name="posviz-warm", daemon=True)
     thread.start()
     return thread
+
+
+def _warming() -> bool:
+    """True in the server's own warm-up session, whose computations wait behind every visitor's."""
+    from views._warm import WARM_HEADER
+
+    return st.context.headers.get(WARM_HEADER) == "1"
 
 
 def stored_result(name: str, key: tuple):
@@ -706,7 +729,8 @@ def heavy_turn(label: str, slot=None):
     own = slot is None
     slot = st.empty() if own else slot
     try:
-        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead))):
+        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead)),
+                               background=_warming()):
             if own:
                 slot.empty()
             yield
@@ -730,7 +754,8 @@ def compute_once(name: str, key: tuple, compute, label: str):
     slot = st.empty()
 
     def run():
-        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead))):
+        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead)),
+                               background=_warming()):
             slot.progress(0.0, text=label)
             return compute(lambda f: slot.progress(min(max(float(f), 0.0), 1.0), text=label))
 

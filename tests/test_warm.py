@@ -1,0 +1,73 @@
+"""The server's warm-up (views/_shared.warm_the_store, views/_warm.py): it opens every page itself at its
+defaults, so a visitor of a server that has been up a while finds every lab's default view computed."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from browser_support import OUTPUT, StreamlitServer, browser, exception_texts, new_tab, wait_rendered  # noqa: F401
+from posviz.loadtest import WARM_DONE, app_pages
+from views._warm import server_stream_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("address, port, base, url", [
+    (None, 8501, None, "ws://127.0.0.1:8501/_stcore/stream"),
+    ("", 8501, "", "ws://127.0.0.1:8501/_stcore/stream"),
+    ("0.0.0.0", 7860, None, "ws://127.0.0.1:7860/_stcore/stream"),  # the Docker Space listens on every interface
+    ("::", 7860, None, "ws://127.0.0.1:7860/_stcore/stream"),
+    ("10.1.2.3", 80, "/demo/posviz/", "ws://10.1.2.3:80/demo/posviz/_stcore/stream"),
+    ("::1", 8501, "app", "ws://[::1]:8501/app/_stcore/stream"),
+])
+def test_the_warm_up_reaches_its_own_server(address, port, base, url):
+    assert server_stream_url(address, port, base) == url
+
+
+def test_no_warm_up_without_a_server(tiny_models):
+    """Under AppTest there is no server to visit (and a test's process must not compute in the background)."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title, "the home page did not render"
+    assert not [t for t in threading.enumerate() if t.name == "posviz-warm"]
+
+
+@pytest.mark.browser
+def test_a_warm_server_has_every_labs_default_view_ready(tiny_models_dir, browser):
+    """One visit starts the warm-up; once it is done, a new session on a lab computes nothing: no progress
+    bar ever shows (each computation would show one for as long as it runs), and the page is complete."""
+    labs = [p for p in app_pages() if p.section == "Live labs"]
+    with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-warm.log") as server:
+        tab = new_tab(browser)
+        tab.goto(server.url + "/")
+        wait_rendered(tab)
+        tab.context.close()
+        server.wait_warm(timeout=300)
+        log = server.log_tail(1 << 16)
+        assert "every page's default view computed" in log and WARM_DONE in log, log
+        assert "did not finish" not in log and "stopped" not in log, log
+        for entry in labs:
+            tab = new_tab(browser)
+            try:
+                tab.goto(server.url + entry.url, wait_until="commit")
+                # watch the whole run: until the script has stayed idle for half a second
+                progress_seen, idle_since, deadline = 0, None, time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    progress_seen += tab.locator('[data-testid="stProgress"]').count()
+                    app = tab.locator('[data-testid="stApp"]')
+                    idle = app.count() and app.get_attribute("data-test-script-state") == "notRunning"
+                    if not idle:
+                        idle_since = None
+                    elif (idle_since := idle_since or time.monotonic()) < time.monotonic() - 0.5:
+                        break
+                    tab.wait_for_timeout(25)
+                wait_rendered(tab)
+                assert not exception_texts(tab), (entry.url_path, exception_texts(tab))
+                assert progress_seen == 0, f"{entry.url_path}: computed for its visitor after the warm-up"
+            finally:
+                tab.context.close()
