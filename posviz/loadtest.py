@@ -385,6 +385,10 @@ class LoadResult:
             lines.append(f"CPU per answer: server {self.server_cpu_s / total:.2f} s, browser {self.browser_cpu_s / total:.2f} s "
                          f"(the browser shares the server's {os.cpu_count()} cores); at that cost the cores allow at most "
                          f"{bound:.0f} answers per session in {self.seconds:.0f} s")
+            if self.server_cpu_s:  # where each visitor's browser runs on the visitor's own machine
+                server_only = (os.cpu_count() or 1) * self.seconds / (self.server_cpu_s / total) / self.sessions
+                lines.append(f"the server's share alone would allow at most {server_only:.0f} answers per session "
+                             f"(browsers on the visitors' own machines)")
         return "\n".join(lines + [f"  {e}" for e in self.errors + self.exceptions])
 
 
@@ -412,8 +416,10 @@ def wait_all_answered(tabs: dict, before: dict, timeout_s: float, quiet_ms: int 
                         quiet_since.pop(i, None)
                     elif now - quiet_since.setdefault(i, now) >= quiet_ms / 1000:
                         outcome[i] = None
-            except Exception as exc:  # a tab that cannot be read counts as not answering
-                outcome[i] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            except Exception as exc:
+                if type(exc).__name__ == "TimeoutError":  # the browser is too busy to read this tab now: not yet
+                    continue
+                outcome[i] = f"{type(exc).__name__}: {str(exc)[:300]}"  # a tab that cannot be read: not answering
         next(iter(tabs.values())).wait_for_timeout(step_ms)
     for i in tabs:
         outcome.setdefault(i, "nothing on the page changed" if i not in changed else "the page did not settle")
