@@ -38,7 +38,7 @@ import torch
 from .checkpoint import load_checkpoint, shipped_checkpoints
 from .config import ModelConfig
 from .errors import PosvizError
-from .loadtest import MAIN
+from .loadtest import DRAWN, MAIN
 from .model import GPT, KVCache
 from .positions import method_names
 from .positions.base import PositionMethod
@@ -425,7 +425,7 @@ def _time_page(tab, url: str, timeout_s: float, quiet_s: float = 0.5) -> tuple[f
             first_content = now
         app = tab.locator('[data-testid="stApp"]')
         state = app.get_attribute("data-test-script-state") if app.count() else None
-        if state == "notRunning" and tab.locator(MAIN).count():
+        if state == "notRunning" and tab.locator(DRAWN).count():  # not the new tab's state before its first run
             idle_since = now if idle_since is None else idle_since
             if now - idle_since >= quiet_s and first_content is not None:
                 return max(idle_since, first_content), first_content

@@ -33,6 +33,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 RENDERED = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 EXCEPTION = '[data-testid="stException"]'
 MAIN = '[data-testid="stMain"]'
+DRAWN = MAIN + ' [data-testid="stElementContainer"]'  # anything a page script has drawn
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,10 +243,14 @@ def launch_chromium(playwright):
 def wait_rendered(page, timeout_ms: float = 60_000, quiet_ms: int = 500) -> None:
     """Wait until Streamlit has run the page script and stayed idle for ``quiet_ms``.
 
-    The script state goes initial -> running -> notRunning, and a widget change or a page's own
-    rerun passes through notRunning briefly, so one sighting of notRunning is not enough.
+    A fresh tab reads notRunning before its first run has even started (Streamlit's initial state),
+    and a widget change or a page's own rerun passes through notRunning briefly, so one sighting of
+    notRunning is not enough: the main area must hold at least one element drawn by a run, and the
+    state must stay notRunning for ``quiet_ms``. (A busy server can take longer than ``quiet_ms``
+    to start a new tab's first run.)
     """
     page.wait_for_selector(RENDERED, timeout=timeout_ms)
+    page.wait_for_selector(DRAWN, state="attached", timeout=timeout_ms)
     deadline, quiet, step = time.monotonic() + timeout_ms / 1000, 0, 100
     while quiet < quiet_ms:
         if time.monotonic() > deadline:

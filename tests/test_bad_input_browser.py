@@ -63,6 +63,7 @@ def paste(tab, text: str) -> str:
     if len(text) < 10_000:
         box.fill(text)
     else:
+        box.wait_for(state="visible")  # evaluate, unlike fill, does not wait for the box
         tab.evaluate(SET_TEXTAREA, text)
     box.press("Control+Enter")
     return wait_for_change(tab, before)[1]
