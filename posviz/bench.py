@@ -38,7 +38,7 @@ import torch
 from .checkpoint import load_checkpoint, shipped_checkpoints
 from .config import ModelConfig
 from .errors import PosvizError
-from .loadtest import DRAWN, MAIN
+from .loadtest import DRAWN, MAIN, exception_texts
 from .model import GPT, KVCache
 from .positions import method_names
 from .positions.base import PositionMethod
@@ -435,6 +435,16 @@ def _time_page(tab, url: str, timeout_s: float, quiet_s: float = 0.5) -> tuple[f
     raise TimeoutError(f"{url} did not finish, or drew no chart, table or metric, within {timeout_s:.0f} s")
 
 
+def _visit(browser, url: str, timeout_s: float) -> tuple[float, float, list[str]]:
+    """A new browser session opens ``url``: (complete s, first content s, exception texts shown)."""
+    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    try:
+        finished, content = _time_page(tab, url, timeout_s)
+        return finished, content, exception_texts(tab)
+    finally:
+        tab.context.close()
+
+
 def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: float = 180.0):
     """First render of every page in a new browser session, on running servers, three ways.
 
@@ -454,7 +464,7 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
         return {}, None, f"not measured: Playwright is not installed ({exc}); `pip install -r requirements-test.txt`", None
-    from .loadtest import StreamlitServer, app_pages, exception_texts, launch_chromium
+    from .loadtest import StreamlitServer, app_pages, launch_chromium
 
     if not Path("/usr/bin/chromium").exists():
         return {}, None, "not measured: /usr/bin/chromium is missing (apt-get install chromium)", None
@@ -474,14 +484,9 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
                     colds.append(cold)
                     print(f"  pass {run + 1}/{repeats}: cold start (first visit of a new server) {cold:.2f} s", flush=True)
                     for entry in pages:
-                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                        finished, content = _time_page(tab, server.url + entry.url, timeout_s)
-                        errors = exception_texts(tab)
-                        tab.context.close()
-                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                        later, later_content = _time_page(tab, server.url + entry.url, timeout_s)  # a later visitor
-                        errors += exception_texts(tab)
-                        tab.context.close()
+                        finished, content, errors = _visit(browser, server.url + entry.url, timeout_s)
+                        later, later_content, later_errors = _visit(browser, server.url + entry.url, timeout_s)
+                        errors += later_errors
                         runs.setdefault(entry.url_path, []).append(
                             (float("nan") if errors else finished, content, float("nan") if errors else later, later_content))
                         suffix = f"  EXCEPTION: {errors[0][:200]}" if errors else ""
@@ -495,10 +500,7 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
                     warmups.append(server.wait_warm())
                     print(f"  pass {run + 1}/{repeats}: warm-up done {warmups[-1]:.1f} s after the first visit", flush=True)
                     for entry in pages:
-                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                        finished, content = _time_page(tab, server.url + entry.url, timeout_s)
-                        errors = exception_texts(tab)
-                        tab.context.close()
+                        finished, content, errors = _visit(browser, server.url + entry.url, timeout_s)
                         warm.setdefault(entry.url_path, []).append((float("nan") if errors else finished, content))
                         print(f"  warm server  {entry.url_path:>18}: {finished:.2f} s (first chart {content:.2f} s)"
                               + (f"  EXCEPTION: {errors[0][:200]}" if errors else ""), flush=True)
@@ -533,7 +535,7 @@ def measure_cold_visits(models_dir: str | None, timeout_s: float = 180.0):
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
         return {}, f"not measured: Playwright is not installed ({exc})"
-    from .loadtest import StreamlitServer, app_pages, exception_texts, launch_chromium
+    from .loadtest import StreamlitServer, app_pages, launch_chromium
 
     if not Path("/usr/bin/chromium").exists():
         return {}, "not measured: /usr/bin/chromium is missing (apt-get install chromium)"
