@@ -2,7 +2,8 @@
 ``python -m posviz.screenshots``).
 
 - ``sight(page)``: the charts drawn (Vega-Lite renders SVG here, so marks and legends are elements),
-  error boxes, text cut off (an element narrower than its text, an SVG label outside its chart),
+  error boxes, text cut off (an element narrower than its text, an SVG label outside its chart or
+  past the edge of the chart's box),
   tables that hide rows or columns behind a scroll, legends that do not name every series drawn.
 - ``output_fingerprint(page)``: what the page *shows*, without its widgets: the numbers in its text,
   the marks of its charts and its images. A widget move that changes only the URL or the widget's
@@ -72,7 +73,11 @@ SIGHT_JS = r"""
       out.charts.push({drawn, cut: [], legend: [], canvas: true});
       continue;
     }
-    const box = svg.getBoundingClientRect();
+    // the part of the chart a visitor sees: its SVG, clipped to the chart's own box (a chart drawn wider
+    // than its column spills past the box's right edge and is cut there)
+    const drawnBox = svg.getBoundingClientRect(), frame = chart.getBoundingClientRect();
+    const box = {left: Math.max(drawnBox.left, frame.left), right: Math.min(drawnBox.right, frame.right),
+                 top: drawnBox.top, bottom: drawnBox.bottom};
     const title = (svg.querySelector('.role-axis-title text, .role-title-text text') || {}).textContent || '';
     const cut = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim()).filter(t => {
       const r = t.getBoundingClientRect();

@@ -314,7 +314,7 @@ def test_compare_methods_and_lengths(tiny_models, doc_ids):
     run(at)
     nope = extrapolation.score_at_length(lab_inputs.get_model(folders["nope"]), doc_ids, 64).bpb
     assert metrics(at)["rope − nope"] == f"{rope - nope:+.3f}"
-    assert len(at.get("vega_lite_chart")) == 4  # the loss chart; maps of A, B and B − A as heatmaps at 64 bytes
+    assert len(at.get("vega_lite_chart")) == 5  # the loss chart and B − A under it; maps of A, B and B − A as heatmaps at 64 bytes
     # the maps open on the log colour scale, as in the Extrapolation lab: log10 probability, at most 0
     assert at.query_params["scale"] == "log"
     a_map = next(f for f in chart_frames(at) if "value" in f.columns)

@@ -188,7 +188,13 @@ def csv_file(data: pd.DataFrame, index: bool = False):
 
 
 def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None) -> None:
-    st.altair_chart(chart, width="stretch")
+    # Streamlit stretches every view of a vertically concatenated chart to the column's width and then
+    # adds its axis and legend, so the chart spills past the column's right edge and its legend is cut
+    # off. Each view is drawn as a chart of its own instead, one under the other; a y-axis of a fixed
+    # minimum width keeps their x-axes aligned.
+    parts = chart.vconcat if isinstance(chart, alt.VConcatChart) else [chart]
+    for part in parts:
+        st.altair_chart(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, width="stretch")
     # A row that wraps (not fixed columns): in a narrow column a fifth of the width cut the button's label.
     row = st.container(horizontal=True, vertical_alignment="center")
     row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",

@@ -161,9 +161,10 @@ if mode == "methods":
         rows += [{"model": f"{b} − {a}", "position": p, "bits": float(v)} for p, v in enumerate(diff) if np.isfinite(v)]
         metric_cols[2].metric(f"{b} − {a}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
     df = pd.DataFrame(rows)
-    x = alt.X("position:Q", title="position in the window")
+    # one x domain for both stacked charts, so a position sits at the same place in each
+    x = alt.X("position:Q", title="position in the window", scale=alt.Scale(domain=[0, int(df["position"].max())], nice=False))
     layers = [alt.Chart(df[df["model"].isin(curves)]).mark_line().encode(
-        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None, scale=method_scales(list(curves))[0]),
+        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None, scale=method_scales(list(curves))[0], legend=alt.Legend(orient="top")),
         tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
     if marks:
         layers.append(alt.Chart(pd.DataFrame({"position": marks})).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
@@ -172,12 +173,13 @@ if mode == "methods":
         diff_df = df[df["model"] == f"{b} − {a}"]
         bottom = alt.layer(
             alt.Chart(diff_df).mark_area(opacity=0.5, color="#b07aa1").encode(
-                x, alt.Y("bits:Q", title=f"{b} − {a} (bits; below 0: {b} better)"),
+                x, alt.Y("bits:Q", title="difference (bits)"),
                 tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
             alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"),
             *layers[1:]).properties(height=180)
-        show_chart(alt.vconcat(top, bottom).resolve_scale(x="shared"), df, f"compare-loss-{a}-{b}-L{length}",
-                   "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "") + ".")
+        show_chart(alt.vconcat(top, bottom), df, f"compare-loss-{a}-{b}-L{length}",
+                   "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")
+                   + f". Below: {b} minus {a}; below 0, {b} predicts better.")
     else:
         show_chart(top, df, f"compare-loss-{a}-{b}-L{length}")
         if a == b:
@@ -242,20 +244,21 @@ else:
         rows += [{"curve": label, "position": p, "bits": float(v)}
                  for p, v in enumerate(lab_inputs.moving_average(result[key], smooth)) if np.isfinite(v)]
     df = pd.DataFrame(rows)
-    x = alt.X("position:Q", title=f"position in the 2L window (0–{2 * length - 1:,}); the prediction there sees position + 1 bytes")
+    x = alt.X("position:Q", title=f"position in the 2L window (0–{2 * length - 1:,}); the prediction there sees position + 1 bytes",
+              scale=alt.Scale(domain=[0, 2 * length - 1], nice=False))  # one domain for both stacked charts
     marks_df = pd.DataFrame({"position": [length] + ([train_length] if train_length < 2 * length else []),
                              "what": ["L: second half starts"] + (["training length"] if train_length < 2 * length else [])})
     rules = alt.Chart(marks_df).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q", tooltip=["what"])
     top = alt.layer(alt.Chart(df[df["curve"] != "2L − L"]).mark_line().encode(
-        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("curve:N", title=None),
+        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("curve:N", title=None, legend=alt.Legend(orient="top")),
         tooltip=["curve", "position", alt.Tooltip("bits:Q", format=".3f")]), rules).properties(height=260)
     bottom = alt.layer(
         alt.Chart(df[df["curve"] == "2L − L"]).mark_area(opacity=0.5, color="#b07aa1").encode(
-            x, alt.Y("bits:Q", title="2L − L (bits; below 0: the extra context helped)"),
+            x, alt.Y("bits:Q", title="2L − L (bits)"),
             tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
         alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"), rules).properties(height=180)
-    show_chart(alt.vconcat(top, bottom).resolve_scale(x="shared"), df, f"compare-lengths-{model_name}-L{length}",
-               f"Each byte is scored twice: in windows of 2L and in windows of L over the same bytes. In the first half "
+    show_chart(alt.vconcat(top, bottom), df, f"compare-lengths-{model_name}-L{length}",
+               f"Below: 2L − L; below 0, the extra context helped. Each byte is scored twice: in windows of 2L and in windows of L over the same bytes. In the first half "
                f"the two agree exactly (same context). In the second half the 2L window gives {length:,} more bytes of "
                f"context, at positions {length:,}–{2 * length - 1:,}" +
                (f", past the training length of {train_length:,}" if 2 * length > train_length else "") + ".")
@@ -281,7 +284,7 @@ else:
     chart = alt.Chart(far).mark_line(color="#4e79a7").encode(
         x=alt.X("query:Q", title="query byte in the 2L window"),
         y=alt.Y("mass on the first L bytes:Q", title="attention on the first L bytes", scale=alt.Scale(domain=[0, 1])),
-        tooltip=["query", alt.Tooltip("mass on the first L bytes:Q", format=".3f")]).properties(height=200)
+        tooltip=["query", alt.Tooltip("mass on the first L bytes:Q", format=".3f")]).properties(height=240)
     show_chart(chart, far, f"far-mass-{model_name}-l{layer}-h{head}-L{length}",
                "How much of each second-half query's attention goes to the extra context. A relative method's map of the "
                "same bytes changes only because the extra keys take some of the mass; an absolute method's changes "
