@@ -38,7 +38,7 @@ import torch
 from .checkpoint import load_checkpoint, shipped_checkpoints
 from .config import ModelConfig
 from .errors import PosvizError
-from .loadtest import DRAWN, MAIN, exception_texts
+from .loadtest import MAIN, exception_texts, script_idle
 from .model import GPT, KVCache
 from .positions import method_names
 from .positions.base import PositionMethod
@@ -423,9 +423,7 @@ def _time_page(tab, url: str, timeout_s: float, quiet_s: float = 0.5) -> tuple[f
         now = time.perf_counter() - t0
         if first_content is None and tab.locator(CONTENT).count():
             first_content = now
-        app = tab.locator('[data-testid="stApp"]')
-        state = app.get_attribute("data-test-script-state") if app.count() else None
-        if state == "notRunning" and tab.locator(DRAWN).count():  # not the new tab's state before its first run
+        if script_idle(tab):
             idle_since = now if idle_since is None else idle_since
             if now - idle_since >= quiet_s and first_content is not None:
                 return max(idle_since, first_content), first_content
@@ -478,9 +476,7 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
                 # POSVIZ_WARM=0: nothing computed ahead, so each page's first visitor computes all it shows
                 with StreamlitServer(models=models_dir, torch_threads=None,
                                      env={**os.environ, "POSVIZ_WARM": "0"}) as server:
-                    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                    cold, _ = _time_page(tab, server.url + home.url, timeout_s)
-                    tab.context.close()
+                    cold = _visit(browser, server.url + home.url, timeout_s)[0]
                     colds.append(cold)
                     print(f"  pass {run + 1}/{repeats}: cold start (first visit of a new server) {cold:.2f} s", flush=True)
                     for entry in pages:
@@ -494,9 +490,7 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
                               f"{content:.2f} s); a later visitor {later:.2f} s (first chart {later_content:.2f} s)"
                               f"{suffix}", flush=True)
                 with StreamlitServer(models=models_dir, torch_threads=None) as server:  # as the README starts it
-                    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                    _time_page(tab, server.url + home.url, timeout_s)  # the first visit starts the warm-up
-                    tab.context.close()
+                    _visit(browser, server.url + home.url, timeout_s)  # the first visit starts the warm-up
                     warmups.append(server.wait_warm())
                     print(f"  pass {run + 1}/{repeats}: warm-up done {warmups[-1]:.1f} s after the first visit", flush=True)
                     for entry in pages:
@@ -546,19 +540,14 @@ def measure_cold_visits(models_dir: str | None, timeout_s: float = 180.0):
             for entry in app_pages():
                 # POSVIZ_WARM=0: the page's own cost, not shared with the server warming every page beside it
                 with StreamlitServer(models=models_dir, torch_threads=None, env={**os.environ, "POSVIZ_WARM": "0"}) as server:
-                    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                    cold = _time_page(tab, server.url + entry.url, timeout_s)
-                    broken = exception_texts(tab)
-                    tab.context.close()
+                    complete, first, broken = _visit(browser, server.url + entry.url, timeout_s)
+                    cold = (complete, first)
                     new = new_later = None
                     if entry.url_path in NEW_SETTING:
-                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                        new = _time_page(tab, f"{server.url}/{entry.url_path}?{NEW_SETTING[entry.url_path]}", timeout_s)
-                        broken += exception_texts(tab)
-                        tab.context.close()
-                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()  # a later visitor of it
-                        new_later = _time_page(tab, f"{server.url}/{entry.url_path}?{NEW_SETTING[entry.url_path]}", timeout_s)
-                        tab.context.close()
+                        url = f"{server.url}/{entry.url_path}?{NEW_SETTING[entry.url_path]}"
+                        complete, first, errors = _visit(browser, url, timeout_s)
+                        new, broken = (complete, first), broken + errors
+                        new_later = _visit(browser, url, timeout_s)[:2]  # a later visitor of it
                 out[entry.url_path] = {"section": entry.section, "cold": cold, "new": new, "new_later": new_later,
                                        "exception": broken[:1]}
                 print(f"  cold {entry.url_path:>18}: complete {cold[0]:.2f} s, first chart {cold[1]:.2f} s; new setting "
@@ -600,9 +589,7 @@ def measure_cold_floor(timeout_s: float = 60.0, repeats: int = 2) -> tuple[dict[
                     shutil.copy(ROOT / ".streamlit" / "config.toml", root / ".streamlit" / "config.toml")
                     (root / "app.py").write_text(f"import streamlit as st\n{imports}st.metric('bytes', 1)\n")
                     with StreamlitServer(root=root, torch_threads=None) as server:
-                        tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                        times[label].append(_time_page(tab, server.url, timeout_s)[0])
-                        tab.context.close()
+                        times[label].append(_visit(browser, server.url, timeout_s)[0])
         finally:
             browser.close()
     floor = {label: statistics.median(t) for label, t in times.items()}
@@ -633,14 +620,17 @@ def measure_new_session_floor(timeout_s: float = 60.0, sessions: int = 4) -> flo
             (root / "app.py").write_text("import streamlit as st\nimport pandas, altair, torch\nst.metric('bytes', 1)\n")
             with StreamlitServer(root=root, torch_threads=None) as server:
                 for _ in range(sessions):
-                    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                    times.append(_time_page(tab, server.url, timeout_s)[1])
-                    tab.context.close()
+                    times.append(_visit(browser, server.url, timeout_s)[1])
         finally:
             browser.close()
     floor = statistics.median(times[1:])
     print(f"  new-session floor (warm server, one metric): {floor:.2f} s", flush=True)
     return floor
+
+
+def _slowest(values: dict[str, float]) -> str:
+    """The key of the largest value; a page that failed (NaN) counts as the slowest."""
+    return max(values, key=lambda k: values[k] if values[k] == values[k] else float("inf"))
 
 
 def page_verdicts(renders: dict, labs: set[str], session_floor_s: float = 0.0) -> list[str]:
@@ -654,10 +644,9 @@ def page_verdicts(renders: dict, labs: set[str], session_floor_s: float = 0.0) -
     def column(i: int, only_labs: bool | None = None) -> dict[str, float]:
         return {k: v[i] for k, v in renders.items() if len(v) > i and (only_labs is None or (k in labs) == only_labs)}
 
-    base = session_floor_s
-    plus = (f" + the new-session floor ({base:.2f} s: a page with one metric, in a new browser session on a "
-            "running server; no page can appear sooner)") if base else ""
-    first_goal, done_goal = GOALS["lab_page_first_s"] + base, GOALS["lab_page_complete_s"]
+    plus = (f" + the new-session floor ({session_floor_s:.2f} s: a page with one metric, in a new browser session "
+            "on a running server; no page can appear sooner)") if session_floor_s else ""
+    first_goal, done_goal = GOALS["lab_page_first_s"] + session_floor_s, GOALS["lab_page_complete_s"]
 
     def drawn_at_once(complete: dict[str, float]):
         """Why a page whose results are all stored shows its first chart no sooner: nothing is left to
@@ -678,7 +667,7 @@ def page_verdicts(renders: dict, labs: set[str], session_floor_s: float = 0.0) -
              done_goal, None)):
         if not values:
             continue
-        slow = max(values, key=lambda k: values[k] if values[k] == values[k] else float("inf"))
+        slow = _slowest(values)
         late = [k for k, v in values.items() if not (v == v and v <= goal)]
         over = ", ".join(f"{k} {fmt(values[k], '.2f')} s{why(k) if why else ''}" for k in late) or "none"
         lines.append(f"| {label} | slowest: {slow} {fmt(values[slow], '.2f')} s; over: {over} | {verdict(not late)} |")
@@ -686,7 +675,7 @@ def page_verdicts(renders: dict, labs: set[str], session_floor_s: float = 0.0) -
     # a goal: that computation is what the warm-up and the shared store spare every visitor after it.
     first, later = column(0, True), column(2, True)
     if first:
-        slow = max(first, key=lambda k: first[k] if first[k] == first[k] else float("inf"))
+        slow = _slowest(first)
         lines.append(f"| (measured, no goal) a lab's first visitor on a server that computed nothing (`POSVIZ_WARM=0`): "
                      f"it computes the default view | slowest: {slow} {fmt(first[slow], '.2f')} s complete; each lab "
                      "first visitor / later visitor: " + ", ".join(f"{k} {fmt(first[k], '.2f')} / {fmt(later.get(k), '.2f')} s"

@@ -240,14 +240,18 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
 
 
-def wait_rendered(page, timeout_ms: float = 60_000, quiet_ms: int = 500) -> None:
-    """Wait until Streamlit has run the page script and stayed idle for ``quiet_ms``.
+def script_idle(page) -> bool:
+    """The page's script has run and is not running now: its state reads notRunning and the main area
+    holds something a run drew. (A fresh tab reads notRunning before its first run has even started,
+    Streamlit's initial state, and a busy server can take a while to start that run.)"""
+    app = page.locator('[data-testid="stApp"]')
+    return bool(app.count() and app.get_attribute("data-test-script-state") == "notRunning"
+                and page.locator(DRAWN).count())
 
-    A fresh tab reads notRunning before its first run has even started (Streamlit's initial state),
-    and a widget change or a page's own rerun passes through notRunning briefly, so one sighting of
-    notRunning is not enough: the main area must hold at least one element drawn by a run, and the
-    state must stay notRunning for ``quiet_ms``. (A busy server can take longer than ``quiet_ms``
-    to start a new tab's first run.)
+
+def wait_rendered(page, timeout_ms: float = 60_000, quiet_ms: int = 500) -> None:
+    """Wait until Streamlit has run the page script and stayed idle (``script_idle``) for ``quiet_ms``:
+    a widget change or a page's own rerun passes through notRunning briefly, so one sighting is not enough.
     """
     page.wait_for_selector(RENDERED, timeout=timeout_ms)
     page.wait_for_selector(DRAWN, state="attached", timeout=timeout_ms)
@@ -256,8 +260,7 @@ def wait_rendered(page, timeout_ms: float = 60_000, quiet_ms: int = 500) -> None
         if time.monotonic() > deadline:
             raise TimeoutError(f"the page script did not settle within {timeout_ms / 1000:.0f} s")
         page.wait_for_timeout(step)
-        state = page.get_attribute('[data-testid="stApp"]', "data-test-script-state")
-        quiet = quiet + step if state == "notRunning" else 0
+        quiet = quiet + step if script_idle(page) else 0
     page.wait_for_selector(MAIN, timeout=timeout_ms)
 
 

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from browser_support import OUTPUT, StreamlitServer, browser, exception_texts, new_tab, wait_rendered  # noqa: F401
-from posviz.loadtest import DRAWN, WARM_DONE, app_pages
+from posviz.loadtest import WARM_DONE, app_pages, script_idle
 from views._warm import server_stream_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,10 +59,7 @@ def test_a_warm_server_has_every_labs_default_view_ready(tiny_models_dir, browse
                 progress_seen, idle_since, deadline = 0, None, time.monotonic() + 120
                 while time.monotonic() < deadline:
                     progress_seen += tab.locator('[data-testid="stProgress"]').count()
-                    app = tab.locator('[data-testid="stApp"]')
-                    idle = (app.count() and app.get_attribute("data-test-script-state") == "notRunning"
-                            and tab.locator(DRAWN).count())  # a new tab reads notRunning before its first run
-                    if not idle:
+                    if not script_idle(tab):
                         idle_since = None
                     elif (idle_since := idle_since or time.monotonic()) < time.monotonic() - 0.5:
                         break

@@ -723,9 +723,14 @@ def shared(name: str, key: tuple, build):
     return shared_results().get_or_compute((name, key), build)
 
 
-def _in_line_text(label: str, ahead: int) -> str:
-    return (f"{label} Waiting in line: {ahead} computation{'' if ahead == 1 else 's'} for other visitors "
-            "ahead of this one (this server runs one at a time so that each finishes sooner).")
+def _queue_turn(label: str, slot):
+    """This session's turn in the server's work queue, its place in line shown in ``slot`` meanwhile
+    (the warm-up's own session waits behind every visitor's)."""
+    def in_line(ahead: int) -> None:
+        slot.progress(0.0, text=f"{label} Waiting in line: {ahead} computation{'' if ahead == 1 else 's'} for "
+                                "other visitors ahead of this one (this server runs one at a time so that each "
+                                "finishes sooner).")
+    return work_queue().turn(in_line, background=_warming())
 
 
 @contextmanager
@@ -735,8 +740,7 @@ def heavy_turn(label: str, slot=None):
     own = slot is None
     slot = st.empty() if own else slot
     try:
-        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead)),
-                               background=_warming()):
+        with _queue_turn(label, slot):
             if own:
                 slot.empty()
             yield
@@ -760,8 +764,7 @@ def compute_once(name: str, key: tuple, compute, label: str):
     slot = st.empty()
 
     def run():
-        with work_queue().turn(lambda ahead: slot.progress(0.0, text=_in_line_text(label, ahead)),
-                               background=_warming()):
+        with _queue_turn(label, slot):
             slot.progress(0.0, text=label)
             return compute(lambda f: slot.progress(min(max(float(f), 0.0), 1.0), text=label))
 
