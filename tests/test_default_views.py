@@ -1,0 +1,62 @@
+"""Every live lab's default view on the shipped checkpoints shows the numbers it showed before the
+labs ran through the model interface: bits per byte, the cache check, the context-extension curves,
+the retrieval ratios, the generated text at its seed and the compare deltas, to 1e-6.
+
+The record (tests/data/default_views.json) was made by ``python tests/default_views.py`` on the code
+before the refactor; see that module for what is read off each page.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from default_views import LABS, RECORD, default_text_sha, fingerprint
+
+TOLERANCE = 1e-6
+
+
+def differences(expected, got, where: str = "") -> list[str]:
+    """Where two fingerprints differ: numbers by more than 1e-6 (relative to the larger, or absolute
+    below 1), anything else at all."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        out = [f"{where}/{k}: {'missing' if k not in got else 'new'}" for k in set(expected) ^ set(got)]
+        for k in expected.keys() & got.keys():
+            out += differences(expected[k], got[k], f"{where}/{k}")
+        return out
+    if isinstance(expected, list) and isinstance(got, list):
+        if len(expected) != len(got):
+            return [f"{where}: {len(expected)} items recorded, {len(got)} shown"]
+        return [d for i, (e, g) in enumerate(zip(expected, got)) for d in differences(e, g, f"{where}[{i}]")]
+    if isinstance(expected, float) or isinstance(got, float):
+        if not isinstance(got, (int, float)) or math.isnan(expected) != math.isnan(got):
+            return [f"{where}: {expected!r} recorded, {got!r} shown"]
+        if not math.isnan(expected) and abs(expected - got) > TOLERANCE * max(1.0, abs(expected), abs(got)):
+            return [f"{where}: {expected!r} recorded, {got!r} shown"]
+        return []
+    return [] if expected == got else [f"{where}: {expected!r} recorded, {got!r} shown"]
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    record = json.loads(RECORD.read_text())
+    assert record["text_sha"] == default_text_sha(), (
+        f"The record was made on Python {record['python']}'s standard library, whose first held-out document "
+        "differs from this interpreter's: the numbers cannot be compared.")
+    return record["pages"]
+
+
+@pytest.mark.parametrize("page", LABS)
+def test_default_view_shows_the_recorded_numbers(page, recorded):
+    shown = fingerprint(page)
+    assert shown["charts"] or shown["tables"] or shown["code"], f"{page}: nothing drawn"
+    diff = differences(recorded[page], shown)
+    assert not diff, f"{page}: {len(diff)} differences, e.g. {diff[:8]}"
+
+
+def test_the_comparison_catches_a_changed_number():
+    base = {"charts": [{"bits": {"sum": 12.5, "n": 3}}], "code": ["def f"]}
+    assert not differences(base, json.loads(json.dumps(base)))
+    assert differences(base, {"charts": [{"bits": {"sum": 12.5 + 1e-4, "n": 3}}], "code": ["def f"]})
+    assert differences(base, {"charts": [{"bits": {"sum": 12.5, "n": 3}}], "code": ["def g"]})
+    assert differences(base, {"charts": [], "code": ["def f"]})
