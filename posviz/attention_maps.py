@@ -19,17 +19,18 @@ import torch
 import torch.nn.functional as F
 
 from .errors import PosvizError
-from .lab_inputs import LN2, Progress, _ids_on, _no_progress, check_eval_length
-from .model import GPT, block_elements
+from .lab_inputs import LN2, Progress, _no_progress
+from .lab_model import LabModel
+from .model import block_elements
 
 
 @torch.inference_mode()
-def attention_probs(model: GPT, ids, length: int, layer: int, on_device: bool = False) -> torch.Tensor:
+def attention_probs(model: LabModel, ids, length: int, layer: int, on_device: bool = False) -> torch.Tensor:
     """Attention probabilities of every head of ``layer`` over the first ``length`` bytes: (H, T, T), on
     the CPU, or where the model is with ``on_device`` (for statistics and pooling: at the GPU cap the
     maps are 1 GiB, and only the pooled image and per-head numbers need to come to the CPU)."""
-    ids = _ids_on(model, ids)
-    check_eval_length(model, length, ids.numel())
+    ids = model.ids_on_device(ids)
+    model.check_length(length, ids.numel())
     out = model(ids[None, :length], attention_layer=layer)
     return out.attention[0].float() if on_device else out.attention[0].float().cpu()
 
@@ -154,7 +155,7 @@ def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bo
                          distance.numpy(), entropy.numpy())
 
 
-def attention_view(model: GPT, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
+def attention_view(model: LabModel, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
     start = time.perf_counter()
     return _view_from_probs(attention_probs(model, ids, length, layer, on_device=True), length, layer, log_scale,
                             max_side, start)
@@ -188,7 +189,7 @@ def growth_lengths(length: int, train_length: int, limit: int | None = None, min
     return sorted(x for x in out if x >= min(minimum, length) and (limit is None or x <= limit))
 
 
-def attention_growth(model: GPT, ids, lengths: Iterable[int], layer: int,
+def attention_growth(model: LabModel, ids, lengths: Iterable[int], layer: int,
                      progress: Progress = _no_progress) -> list[dict]:
     """Rows {length, head, distance, entropy} for each length (one forward pass per length)."""
     lengths = list(lengths)

@@ -12,18 +12,17 @@ import numpy as np
 
 from .attention_maps import attention_probs, display_attention, pool_matrix
 from .extrapolation import score_at_length, windows_for
-from .lab_inputs import _ids_on, check_eval_length, length_cap
-from .model import GPT
+from .lab_model import LabModel
 
 
-def compare_methods(model_a: GPT, model_b: GPT, ids, length: int) -> dict:
+def compare_methods(model_a: LabModel, model_b: LabModel, ids, length: int) -> dict:
     """Per-position mean loss (bits) of A and B on the same windows, and B - A."""
     a, b = score_at_length(model_a, ids, length), score_at_length(model_b, ids, length)
     return {"length": length, "position": np.arange(length), "a": a.position_bits, "b": b.position_bits,
             "diff": b.position_bits - a.position_bits, "bpb_a": a.bpb, "bpb_b": b.bpb, "n_windows": a.n_windows}
 
 
-def compare_lengths(model: GPT, ids, length: int) -> dict:
+def compare_lengths(model: LabModel, ids, length: int) -> dict:
     """Each byte scored in windows of 2L and of L over the same bytes; by position in the 2L window:
     the mean loss both ways and their difference (2L - L).
 
@@ -31,9 +30,9 @@ def compare_lengths(model: GPT, ids, length: int) -> dict:
     positions L..2L-1 the 2L window gives L more bytes of context, at positions past what the
     method saw in training when 2L > train_length.
     """
-    ids = _ids_on(model, ids)
-    check_eval_length(model, 2 * length, ids.numel())
-    budget = length_cap(model)
+    ids = model.ids_on_device(ids)
+    model.check_length(2 * length, ids.numel())
+    budget = model.length_cap
     n = windows_for(2 * length, ids.numel() - 1, budget) * 2 * length  # predictions scored both ways
     long = score_at_length(model, ids[: n + 1], 2 * length, budget=n)
     short = score_at_length(model, ids[: n + 1], length, budget=n)
@@ -53,7 +52,7 @@ def _col_mean(x: np.ndarray) -> np.ndarray:
         return np.nanmean(x, axis=0)
 
 
-def attention_difference(model_a: GPT, model_b: GPT, ids, length: int, layer: int, head: int,
+def attention_difference(model_a: LabModel, model_b: LabModel, ids, length: int, layer: int, head: int,
                          max_side: int = 512, log_scale: bool = False) -> dict:
     """One head's attention maps of A and of B on the same ``length`` bytes, and B - A, each pooled to
     at most ``max_side`` a side (masked future entries NaN). ``block``: entries per pooled cell.
@@ -67,7 +66,7 @@ def attention_difference(model_a: GPT, model_b: GPT, ids, length: int, layer: in
             "max_abs_diff": float(np.nanmax(np.abs(b - a)))}
 
 
-def length_attention_difference(model: GPT, ids, length: int, layer: int, head: int, max_side: int = 512,
+def length_attention_difference(model: LabModel, ids, length: int, layer: int, head: int, max_side: int = 512,
                                 log_scale: bool = False) -> dict:
     """How one head's attention on the same L bytes changes when L more bytes come before them.
 
@@ -77,8 +76,8 @@ def length_attention_difference(model: GPT, ids, length: int, layer: int, head: 
     attention the 2L window puts on the first L bytes, i.e. what the extra context draws away.
     ``log_scale``: ``short`` and ``long`` as log10 probability; ``diff`` stays a difference of probabilities.
     """
-    ids = _ids_on(model, ids)
-    check_eval_length(model, 2 * length, ids.numel())
+    ids = model.ids_on_device(ids)
+    model.check_length(2 * length, ids.numel())
     long = attention_probs(model, ids, 2 * length, layer)[head]  # (2L, 2L)
     short = display_attention(attention_probs(model, ids[length:], length, layer)[head], False)  # (L, L)
     block = display_attention(long[length:, length:], False)

@@ -22,70 +22,54 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import read_config, read_metrics
 from .errors import PositionLimitError, PosvizError
 from .extrapolation import LengthScore, _length_score, score_at_length, windows_for
-from .lab_inputs import LN2, Progress, _ids_on, _no_progress, check_eval_length, get_model, length_cap
-from .model import GPT
+from .lab_inputs import LN2, Progress, _no_progress
+from .lab_model import LabModel
 from .palette import rope_series
-from .positions import ModelShape, build_position_method
 from .positions.rope_scaling import ROPE_SCALINGS
 
 
-def finetuned_checkpoints(folders: Mapping[str, Path]) -> dict[str, dict]:
-    """{name: config.json} of the checkpoints that were fine-tuned from another (``finetuned_from``)."""
-    out = {}
-    for name, folder in folders.items():
-        try:
-            config = read_config(folder)
-        except PosvizError:
-            continue
-        if config.get("finetuned_from"):
-            out[name] = config
-    return out
+def finetuned_models(models: Mapping[str, LabModel]) -> dict[str, LabModel]:
+    """{name: model} of the models that were fine-tuned from another (``finetuned_from``)."""
+    return {name: model for name, model in models.items() if model.finetuned_from()}
 
 
-def before_label(config: Mapping) -> str:
+def before_label(model: LabModel) -> str:
     """The curve name of the same scaling without fine-tuning: "rope", "rope+linear", "rope+yarn"."""
-    return rope_series(config["model"].get("position_options", {}).get("scaling", "none"))
+    return rope_series(model.position_options.get("scaling", "none"))
 
 
-def finetuning_rows(folders: Mapping[str, Path]) -> list[dict]:
+def finetuning_rows(models: Mapping[str, LabModel]) -> list[dict]:
     """Rows {curve, length, bpb, stage, of} for every fine-tuned checkpoint: "after" (its own curve) and
     "before" (the base checkpoint with the same options). ``of`` names the fine-tuned checkpoint."""
     rows = []
-    for name, config in finetuned_checkpoints(folders).items():
-        try:
-            block = read_metrics(folders[name]).get("eval", {})
-        except PosvizError:
-            continue
+    for name, model in finetuned_models(models).items():
+        block = model.stored_metrics().get("eval", {})
         for stage, table, curve in (("after fine-tuning", block.get("nonoverlapping_bpb", {}), name),
                                     ("before fine-tuning", block.get("before_finetuning", {}).get("nonoverlapping_bpb", {}),
-                                     before_label(config))):
+                                     before_label(model))):
             for length, bpb in table.items():
                 if bpb is not None:
                     rows.append({"curve": curve, "length": int(length), "bpb": float(bpb), "stage": stage, "of": name})
     return rows
 
 
-def finetuning_curves(folders: Mapping[str, Path]) -> list[dict]:
+def finetuning_curves(models: Mapping[str, LabModel]) -> list[dict]:
     """Rows {checkpoint, tokens, train_bpb} of each fine-tuning run's training loss at the new length:
     how fast each scaling adapts (a scaling that starts closer to the old model needs fewer bytes)."""
     rows = []
-    for name in finetuned_checkpoints(folders):
-        try:
-            curve = read_metrics(folders[name]).get("train_curve", [])
-        except PosvizError:
-            continue
+    for name, model in finetuned_models(models).items():
+        curve = model.stored_metrics().get("train_curve", [])
         rows += [{"checkpoint": name, "tokens": int(r["tokens"]), "train_bpb": float(r["train_bpb"])} for r in curve]
     return rows
 
 
-def finetuning_facts(folders: Mapping[str, Path]) -> list[dict]:
+def finetuning_facts(models: Mapping[str, LabModel]) -> list[dict]:
     """One row per fine-tuned checkpoint: base, scaling, factor, length and byte budget."""
     rows = []
-    for name, config in finetuned_checkpoints(folders).items():
-        f = config["finetuned_from"]
+    for name, model in finetuned_models(models).items():
+        f = model.finetuned_from()
         opts = f.get("position_options", {})
         rows.append({"checkpoint": name, "from": Path(f["checkpoint"]).name, "scaling": opts.get("scaling", "none"),
                      "factor": opts.get("factor", 1.0), "length (bytes)": f["train_length"], "bytes": f["tokens"]})
@@ -111,20 +95,19 @@ def extension_lengths(train_length: int, cap: int, n_bytes: int) -> list[int]:
     return out
 
 
-def prefixes_hold(model: GPT, lengths: Sequence[int]) -> bool:
+def prefixes_hold(model: LabModel, lengths: Sequence[int]) -> bool:
     """Whether the first L positions of a longer window compute what a window of L computes, for every
     L in ``lengths``: true of a causal model whose positions mean the same in every window. Not of a
     RoPE scaling whose frequencies follow the window's length (dynamic NTK); the other methods' biases
     depend on positions and distances only (tests check every registered method)."""
-    frequencies = getattr(model.position, "frequencies", None)
-    if frequencies is None:
+    if model.frequencies(min(lengths)) is None:
         return True
-    inv_freq, attention = frequencies(min(lengths))
-    return all(torch.equal(inv_freq, f) and attention == a for f, a in (frequencies(n) for n in lengths))
+    inv_freq, attention = model.frequencies(min(lengths))
+    return all(torch.equal(inv_freq, f) and attention == a for f, a in (model.frequencies(n) for n in lengths))
 
 
 @torch.inference_mode()
-def length_scores(model: GPT, ids, lengths: Sequence[int], progress: Progress = _no_progress) -> dict[int, LengthScore]:
+def length_scores(model: LabModel, ids, lengths: Sequence[int], progress: Progress = _no_progress) -> dict[int, LengthScore]:
     """``score_at_length`` at each of ``lengths``, the same windows and numbers, from fewer positions.
 
     A window of L at byte b is the first L positions of the longer windows that start at b (when
@@ -132,17 +115,17 @@ def length_scores(model: GPT, ids, lengths: Sequence[int], progress: Progress = 
     16 over 4,096 bytes, 12,288 positions instead of 20,480, and the shortest lengths ride free.
     ``seconds`` of a length: the passes whose windows are that long.
     """
-    ids = _ids_on(model, ids)
+    ids = model.ids_on_device(ids)
     lengths = sorted(set(lengths))
     for n in lengths:
-        check_eval_length(model, n, ids.numel())
+        model.check_length(n, ids.numel())
     if not prefixes_hold(model, lengths):
         scores = {}
         for i, n in enumerate(lengths):
             scores[n] = score_at_length(model, ids, n)
             progress((i + 1) / len(lengths))
         return scores
-    budget = length_cap(model)
+    budget = model.length_cap
     windows = {n: windows_for(n, ids.numel() - 1, budget) for n in lengths}
     longest: dict[int, int] = {}  # start byte -> the longest window any length needs there
     for n in lengths:
@@ -166,23 +149,22 @@ def length_scores(model: GPT, ids, lengths: Sequence[int], progress: Progress = 
             for n in lengths}
 
 
-def rope_scaling_curves(folder: str | Path, factor: float, ids, lengths: Sequence[int],
+def rope_scaling_curves(model: LabModel, factor: float, ids, lengths: Sequence[int],
                         scalings: Sequence[str] | None = None, progress: Progress = _no_progress) -> list[dict]:
     """Rows {scaling, factor, length, bpb} for the rope checkpoint under each scaling at ``factor``."""
     scalings = list(ROPE_SCALINGS) if scalings is None else list(scalings)
     rows = []
     for i, scaling in enumerate(scalings):
-        model = get_model(folder, scaling_overrides(scaling, factor) or None)
-        scores = length_scores(model, ids, lengths, lambda f: progress((i + f) / len(scalings)))
+        scaled = model.with_position_options(scaling_overrides(scaling, factor))
+        scores = length_scores(scaled, ids, lengths, lambda f: progress((i + f) / len(scalings)))
         rows += [{"scaling": scaling, "factor": 1.0 if scaling == "none" else float(factor), "length": n,
                   "bpb": scores[n].bpb} for n in lengths]
     return rows
 
 
-def reference_curve(folder: str | Path, ids, lengths: Sequence[int], progress: Progress = _no_progress) -> list[dict]:
-    """Rows {length, bpb} of a checkpoint that needs no scaling; a length its method cannot represent (a
+def reference_curve(model: LabModel, ids, lengths: Sequence[int], progress: Progress = _no_progress) -> list[dict]:
+    """Rows {length, bpb} of a model that needs no scaling; a length its method cannot represent (a
     learned table past its rows) has no row."""
-    model = get_model(folder)
     try:
         scores = length_scores(model, ids, lengths, progress)
     except PositionLimitError:  # some length is past what the method represents: each length on its own
@@ -196,13 +178,10 @@ def reference_curve(folder: str | Path, ids, lengths: Sequence[int], progress: P
     return [{"length": n, "bpb": scores[n].bpb} for n in lengths if n in scores]
 
 
-def shipped_scaling_curves(folder: str | Path) -> list[dict]:
-    """Rows {scaling, length, bpb, factor} from the rope checkpoint's metrics.json (static scalings
+def shipped_scaling_curves(model: LabModel) -> list[dict]:
+    """Rows {scaling, length, bpb, factor} from the rope model's stored evaluation (static scalings
     were stored at factor = length / train_length, dynamic at 2)."""
-    try:
-        ev = read_metrics(folder).get("eval", {})
-    except PosvizError:
-        return []
+    ev = model.stored_metrics().get("eval", {})
     rows = [{"scaling": "none", "length": int(n), "bpb": v, "factor": 1.0}
             for n, v in ev.get("nonoverlapping_bpb", {}).items() if v is not None]
     for scaling, block in ev.get("rope_scalings", {}).items():
@@ -213,23 +192,18 @@ def shipped_scaling_curves(folder: str | Path) -> list[dict]:
     return sorted(rows, key=lambda r: (r["scaling"], r["length"]))
 
 
-def rope_wavelengths(folder: str | Path, factor: float, seq_len: int | None = None,
+def rope_wavelengths(model: LabModel, factor: float, seq_len: int | None = None,
                      scalings: Sequence[str] | None = None) -> list[dict]:
     """Rows {scaling, pair, wavelength (positions per full turn = 2 pi / theta_i), attention_factor}.
 
-    Built from the checkpoint's config through ``Rotary.frequencies``: no weights needed.
+    From the rotary model's frequencies under each scaling (``LabModel.frequencies``): no weights needed.
     ``seq_len`` matters only for dynamic NTK (defaults to factor x train_length).
     """
-    model_cfg = read_config(folder)["model"]
-    n_embd, n_head = model_cfg["n_embd"], model_cfg["n_head"]
-    shape = ModelShape(model_cfg["n_layer"], n_head, n_embd // n_head, n_embd, model_cfg["train_length"])
-    seq_len = seq_len or int(factor * shape.train_length)
+    seq_len = seq_len or int(factor * model.train_length)
     rows = []
     for scaling in (list(ROPE_SCALINGS) if scalings is None else scalings):
-        options = {**model_cfg.get("position_options", {}), "scaling": scaling,
-                   "factor": 1.0 if scaling == "none" else float(factor)}
-        rotary = build_position_method("rope", shape, options)
-        inv_freq, attention = rotary.frequencies(seq_len)
+        scaled = model.with_position_options({"scaling": scaling, "factor": 1.0 if scaling == "none" else float(factor)})
+        inv_freq, attention = scaled.frequencies(seq_len)
         for i, theta in enumerate(inv_freq.tolist()):
             rows.append({"scaling": scaling, "pair": i, "wavelength": 2 * math.pi / theta,
                          "attention_factor": float(attention)})

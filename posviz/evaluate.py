@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from .errors import PosvizError, PositionLimitError
 from .data import byte_ids
 from .model import GPT
+from .checkpoint_model import as_lab_model
 from .retrieval import copy_probe, evaluate_probes
 
 LN2 = math.log(2.0)
@@ -136,7 +137,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
              "eval_bytes": int(data.numel()), "seconds": round(seconds, 2)}
     if validation is not None:
         block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
-    block["copy_probe"] = copy_probe(model, data, [g for g in copy_gaps if 64 + g < data.numel()])
+    block["copy_probe"] = copy_probe(as_lab_model(model), data, [g for g in copy_gaps if 64 + g < data.numel()])
     block["retrieval"] = retrieval_block(model, data if validation is None else validation, probe_chunks, L_ref)
     if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
         base = load_checkpoint(base_folder, model.config.position_options, device=device)
@@ -163,7 +164,8 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
 def retrieval_block(model: GPT, text, chunks: int = 16, reference_length: int | None = None) -> dict:
     """The far-context probes (``posviz.retrieval``) for metrics.json, with the seconds they took; gaps
     are multiples of ``reference_length`` (default: the model's training length)."""
-    block, seconds = timed(evaluate_probes, model, text, reference_length or model.config.train_length, chunks=chunks)
+    block, seconds = timed(evaluate_probes, as_lab_model(model), text, reference_length or model.config.train_length,
+                           chunks=chunks)
     return {**block, "held_out_bytes": int(np.asarray(text).size), "seconds": round(seconds, 1)}
 
 
@@ -211,7 +213,7 @@ def main(argv=None) -> None:
         w, s = args.sliding
         result["sliding_bpb"] = {f"W={w},s={s}": round(sliding_window_bpb(model, data[: 1 << 14], w, s, progress=True), 4)}
     if args.copy_gaps:
-        result["copy_probe"] = copy_probe(model, data, args.copy_gaps)
+        result["copy_probe"] = copy_probe(as_lab_model(model), data, args.copy_gaps)
         print("copy probe (bits/byte on the second copy, by gap):", result["copy_probe"])
     if args.write:
         metrics = read_metrics(args.checkpoint)

@@ -30,11 +30,10 @@ import torch
 import torch.nn.functional as F
 
 from .attention_maps import AttentionView, _view_from_probs, attention_view
-from .checkpoint import read_metrics
 from .errors import PosvizError
 from .evaluate import position_losses
-from .lab_inputs import LN2, _ids_on, check_eval_length, length_cap
-from .model import GPT
+from .lab_inputs import LN2
+from .lab_model import LabModel, open_model
 
 
 @dataclass
@@ -61,36 +60,40 @@ def single_window(length: int, text_bytes: int, budget: int) -> bool:
     return windows_for(length, text_bytes - 1, budget) == 1
 
 
-def _length_score(bits: np.ndarray, length: int, seconds: float) -> LengthScore:
-    """A LengthScore from the bits of every prediction, (n_windows, length)."""
+def _length_score(bits: np.ndarray, length: int, seconds: float, id_bytes: np.ndarray | None = None) -> LengthScore:
+    """A LengthScore from the bits of every prediction, (n_windows, length); ``id_bytes``: the bytes each
+    predicted id covers (None: one each), so that bits per byte compare across tokenizers."""
     byte_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # byte 0 has no context; byte j is predicted at j-1
-    return LengthScore(length, bits.shape[0], bits.shape[0] * length + 1, float(bits.mean()), bits.mean(axis=0),
-                       byte_bits, seconds)
+    bpb = float(bits.mean()) if id_bytes is None else float(bits.sum(dtype=np.float64) / id_bytes.sum())
+    return LengthScore(length, bits.shape[0], bits.shape[0] * length + 1, bpb, bits.mean(axis=0), byte_bits, seconds)
+
+
+def _predicted_bytes(model: LabModel, ids: torch.Tensor, n: int) -> np.ndarray | None:
+    """Bytes covered by ids 1..n (the predicted ones); None when every id is one byte (the plain mean)."""
+    sizes = model.bytes_per_id(ids[1 : n + 1].tolist())
+    return None if (sizes == 1).all() else sizes
 
 
 @torch.inference_mode()
-def score_at_length(model: GPT, ids, length: int, budget: int | None = None) -> LengthScore:
+def score_at_length(model: LabModel, ids, length: int, budget: int | None = None) -> LengthScore:
     """Bits per byte of ``ids`` at evaluation length ``length`` (see the module docstring).
 
     Raises PosvizError for a length past the cap or the text, and the model's own
     PositionLimitError when the method cannot represent the positions (learned past its table).
     """
-    ids = _ids_on(model, ids)
-    check_eval_length(model, length, ids.numel())
-    budget = budget or length_cap(model)
+    ids = model.ids_on_device(ids)
+    model.check_length(length, ids.numel())
+    budget = budget or model.length_cap
     n_windows = windows_for(length, ids.numel() - 1, budget)
     start = time.perf_counter()
     # the same code as the shipped curves: windows of `length` positions, each predicting the next byte
     bits = position_losses(model, ids[: n_windows * length + 1], length).numpy() / LN2  # (n, L)
-    return _length_score(bits, length, time.perf_counter() - start)
+    return _length_score(bits, length, time.perf_counter() - start, _predicted_bytes(model, ids, n_windows * length))
 
 
-def shipped_bpb_curve(folder: str | Path) -> list[tuple[int, float | None]]:
-    """The checkpoint's stored bpb vs length ([(length, bpb or None)], sorted); [] when absent."""
-    try:
-        table = read_metrics(folder).get("eval", {}).get("nonoverlapping_bpb", {})
-    except PosvizError:
-        return []
+def shipped_bpb_curve(model: LabModel) -> list[tuple[int, float | None]]:
+    """The model's stored bpb vs length ([(length, bpb or None)], sorted); [] when absent."""
+    table = model.stored_metrics().get("eval", {}).get("nonoverlapping_bpb", {})
     out = []
     for key, value in table.items():
         try:
@@ -115,7 +118,7 @@ def length_options(train_length: int, cap: int, minimum: int = 4) -> list[int]:
 
 
 @torch.inference_mode()
-def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool = True,
+def inspect_at_length(model: LabModel, ids, length: int, layer: int, log_scale: bool = True,
                       max_side: int = 512) -> tuple[LengthScore, AttentionView]:
     """``score_at_length`` and ``attention_view`` together, for the model a page inspects.
 
@@ -123,14 +126,14 @@ def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool 
     16 x train_length on a CPU), the map's forward pass over the first ``length`` bytes *is* the
     score's forward pass: it runs once and gives both. Otherwise the two run separately.
     """
-    ids = _ids_on(model, ids)
-    check_eval_length(model, length, ids.numel())
-    if not single_window(length, ids.numel(), length_cap(model)):
+    ids = model.ids_on_device(ids)
+    model.check_length(length, ids.numel())
+    if not single_window(length, ids.numel(), model.length_cap):
         return score_at_length(model, ids, length), attention_view(model, ids, length, layer, log_scale, max_side)
     start = time.perf_counter()
     out = model(ids[None, :length], attention_layer=layer)
     bits = (F.cross_entropy(out.logits[0].float(), ids[1:length + 1], reduction="none") / LN2).cpu().numpy()  # (L,)
-    score = _length_score(bits[None], length, time.perf_counter() - start)
+    score = _length_score(bits[None], length, time.perf_counter() - start, _predicted_bytes(model, ids, length))
     view = _view_from_probs(out.attention[0].float(), length, layer, log_scale, max_side, start)  # pooled where it is
     return score, view
 
@@ -142,46 +145,38 @@ def inspect_at_length(model: GPT, ids, length: int, layer: int, log_scale: bool 
 @dataclass(frozen=True)
 class LiveJob:
     name: str  # what it computes: "extrapolation-score" (a dict of LengthScore), "-inspect" ((dict, AttentionView)), "-attention"
-    key: tuple  # everything the result depends on: checkpoint folder and weights stamp, text, length, options
+    key: tuple  # everything the result depends on: the model's key (identity and weights' stamp), text, length, options
     compute: Callable[[], object]
 
 
-def score_job(folder: str | Path, text: bytes, length: int) -> LiveJob:
-    from .lab_inputs import checkpoint_stamp, get_model
-
-    return LiveJob("extrapolation-score", (str(folder), checkpoint_stamp(folder), text, length),
-                   lambda: dataclasses.asdict(score_at_length(get_model(folder), list(text), length)))
+def score_job(model: LabModel, text: bytes, length: int) -> LiveJob:
+    return LiveJob("extrapolation-score", model.key + (text, length),
+                   lambda: dataclasses.asdict(score_at_length(model, model.encode(text), length)))
 
 
-def inspect_job(folder: str | Path, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
+def inspect_job(model: LabModel, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
     """Score and attention map from one forward pass (for a text that holds a single window)."""
-    from .lab_inputs import checkpoint_stamp, get_model
-
     def compute():
-        score, view = inspect_at_length(get_model(folder), list(text), length, layer, log_scale=log_scale)
+        score, view = inspect_at_length(model, model.encode(text), length, layer, log_scale=log_scale)
         return dataclasses.asdict(score), view
 
-    return LiveJob("extrapolation-inspect", (str(folder), checkpoint_stamp(folder), text, length, layer, log_scale), compute)
+    return LiveJob("extrapolation-inspect", model.key + (text, length, layer, log_scale), compute)
 
 
-def attention_job(folder: str | Path, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
-    from .lab_inputs import checkpoint_stamp, get_model
-
-    return LiveJob("extrapolation-attention", (str(folder), checkpoint_stamp(folder), text, length, layer, log_scale),
-                   lambda: attention_view(get_model(folder), list(text), length, layer, log_scale=log_scale))
+def attention_job(model: LabModel, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
+    return LiveJob("extrapolation-attention", model.key + (text, length, layer, log_scale),
+                   lambda: attention_view(model, model.encode(text), length, layer, log_scale=log_scale))
 
 
-def scoring_job(folder: str | Path, text: bytes, length: int, inspected: bool, layer: int, log_scale: bool) -> LiveJob:
-    """The job that scores one checkpoint as the page does: the inspected one from its map's forward pass
+def scoring_job(model: LabModel, text: bytes, length: int, inspected: bool, layer: int, log_scale: bool) -> LiveJob:
+    """The job that scores one model as the page does: the inspected one from its map's forward pass
     when the text holds a single window at this length (the map is then free), the others plainly."""
-    from .lab_inputs import get_model
-
-    if inspected and single_window(length, len(text), length_cap(get_model(folder))):
-        return inspect_job(folder, text, length, layer, log_scale)
-    return score_job(folder, text, length)
+    if inspected and single_window(length, len(model.encode(text)), model.length_cap):
+        return inspect_job(model, text, length, layer, log_scale)
+    return score_job(model, text, length)
 
 
-def warm_default_view(results, queue, folders: Sequence[str | Path], text: bytes, log_scale: bool = True,
+def warm_default_view(results, queue, refs: Sequence[str | Path], text: bytes, log_scale: bool = True,
                       stop: threading.Event | None = None) -> int:
     """Compute the lab's default view (these checkpoints on this text, the first inspected at its last
     layer) at every slider stop, as background work of ``queue``, into ``results`` (a
@@ -191,22 +186,20 @@ def warm_default_view(results, queue, folders: Sequence[str | Path], text: bytes
     visitor asks for meanwhile is computed once for both. A checkpoint that cannot reach a length
     (learned past its table) is skipped there. Returns the number of jobs run.
     """
-    from .lab_inputs import get_model
-
-    if not folders:
+    if not refs:
         return 0
-    first = get_model(folders[0])
-    train_length, layer = first.config.train_length, first.config.n_layer - 1
-    cap = min(length_cap(get_model(f)) for f in folders)
+    models = [open_model(ref) for ref in refs]
+    train_length, layer = models[0].train_length, models[0].n_layer - 1
+    cap = min(m.length_cap for m in models)
     stops = length_options(train_length, min(cap, len(text)))
     start = min(train_length, stops[-1])
     order = [start] + [n for n in stops if n > start] + [n for n in reversed(stops) if n < start]
     done = 0
     for length in order:
-        for i, folder in enumerate(folders):
+        for i in range(len(models)):
             if stop is not None and stop.is_set():
                 return done
-            job = scoring_job(folder, text, length, i == 0, layer, log_scale)
+            job = scoring_job(models[i], text, length, i == 0, layer, log_scale)
 
             def run(job=job):
                 with queue.turn(background=True):

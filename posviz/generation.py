@@ -33,7 +33,8 @@ import torch
 
 from .errors import PosvizError, PositionLimitError
 from .limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
-from .model import GPT, KVCache
+from .lab_model import LabModel
+from .model import KVCache
 from .positions.base import mark_run
 
 LN2 = math.log(2.0)
@@ -157,24 +158,24 @@ class Decoder:
     (same cache, same window strategy) scores a real continuation; at most ``len(forced)`` steps.
     """
 
-    def __init__(self, model: GPT, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None):
-        cap = max_new_bytes(model.config.train_length, model.device)
+    def __init__(self, model: LabModel, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None):
+        cap = max_new_bytes(model.train_length, model.device)
         if settings.new_bytes > cap:
-            raise PosvizError(f"At most {cap:,} new bytes per model on this device ({cap // model.config.train_length} "
+            raise PosvizError(f"At most {cap:,} new bytes per model on this device ({cap // model.train_length} "
                               f"× the training length); {settings.new_bytes:,} were asked for.")
         self.model, self.settings = model, settings
         self.prompt = check_prompt(prompt)
         self.forced = None if forced is None else [int(b) for b in forced]
-        self.window = model.config.train_length
+        self.window = model.train_length
         # Relative methods always keep every byte at its true position; the choice is for absolute ones.
-        self.strategy = settings.strategy if model.position.is_absolute else "stop"
+        self.strategy = settings.strategy if model.is_absolute else "stop"
         self.seq: list[int] = list(self.prompt)
         self.steps: list[Step] = []
         self.error: str | None = None
         self.seconds = 0.0
         self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)
         # re-encode keeps a cache only until the window is full (nothing to re-encode before that)
-        self.cache: KVCache | None = KVCache(model.config.n_layer, max_size=self.window if self.strategy == "shift" else None)
+        self.cache: KVCache | None = model.new_cache(max_size=self.window if self.strategy == "shift" else None)
         self._logits: torch.Tensor | None = None  # prediction for the byte after self.seq
         self._limit = settings.new_bytes if self.forced is None else min(settings.new_bytes, len(self.forced))
 
@@ -252,7 +253,7 @@ class Decoder:
         return step
 
     def result(self) -> "Generation":
-        return Generation(self.model.config.position, len(self.prompt), self.window, self.strategy,
+        return Generation(self.model.method, len(self.prompt), self.window, self.strategy,
                           self.generated, np.array([s.surprisal for s in self.steps]),
                           np.array([s.entropy for s in self.steps]), self.error, self.seconds)
 
@@ -286,7 +287,7 @@ class Generation:
         return float(np.mean(self.surprisal)) if len(self.surprisal) else float("nan")
 
 
-def generate(model: GPT, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None,
+def generate(model: LabModel, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None,
              progress: Callable[[float], None] = lambda f: None) -> Generation:
     decoder = Decoder(model, prompt, settings, forced)
     every = max(1, settings.new_bytes // 50)
@@ -297,7 +298,7 @@ def generate(model: GPT, prompt, settings: DecodeSettings, forced: Sequence[int]
     return decoder.result()
 
 
-def teacher_forced(model: GPT, prompt, continuation: Sequence[int], strategy: str) -> Generation:
+def teacher_forced(model: LabModel, prompt, continuation: Sequence[int], strategy: str) -> Generation:
     """The model's loss on a real continuation, read through the same cache and window strategy.
 
     With true positions throughout ("stop", and every relative method) the bytes are known in advance,
@@ -305,13 +306,13 @@ def teacher_forced(model: GPT, prompt, continuation: Sequence[int], strategy: st
     (by causality), in a fraction of the time. Window strategies, and a method that runs out of
     positions, go through the loop.
     """
-    n = min(len(continuation), max_new_bytes(model.config.train_length, model.device))
+    n = min(len(continuation), max_new_bytes(model.train_length, model.device))
     if n < 1:
         raise PosvizError("There is no real continuation to score after this prompt.")
     settings = DecodeSettings(n, strategy=strategy)
     prompt_ids, forced = check_prompt(prompt), [int(b) for b in continuation[:n]]
-    limit = model.position.max_positions
-    if (strategy == "stop" or not model.position.is_absolute) and (limit is None or len(prompt_ids) + n - 1 <= limit):
+    limit = model.max_positions
+    if (strategy == "stop" or not model.is_absolute) and (limit is None or len(prompt_ids) + n - 1 <= limit):
         start = time.perf_counter()
         with torch.inference_mode():
             ids = torch.tensor([prompt_ids + forced[:-1]], dtype=torch.long, device=model.device)
@@ -319,7 +320,7 @@ def teacher_forced(model: GPT, prompt, continuation: Sequence[int], strategy: st
         target = torch.tensor(forced, device=logp.device)
         surprisal = (-logp.gather(1, target[:, None])[:, 0] / LN2).cpu().numpy()
         entropy = (-(logp.exp() * logp).nansum(-1) / LN2).cpu().numpy()
-        return Generation(model.config.position, len(prompt_ids), model.config.train_length, "stop", forced,
+        return Generation(model.method, len(prompt_ids), model.train_length, "stop", forced,
                           surprisal, entropy, None, time.perf_counter() - start)
     return generate(model, prompt_ids, settings, forced=forced)
 

@@ -15,14 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import read_config
-from .config import ModelConfig
 from .errors import PosvizError, PositionLimitError
-from .lab_inputs import LN2, Progress, _ids_on, _no_progress
+from .lab_inputs import LN2, Progress, _no_progress
+from .lab_model import LabModel
 from .limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
-from .model import GPT, KVCache
-from .positions import ModelShape, build_position_method
-from .positions.base import PositionMethod, mark_run
+from .positions.base import mark_run
 
 STRATEGIES = ("reencode", "shifted_cache", "cached_window")
 # Re-encoding's steps after the first window are timed on this many of them, run one at a time; the
@@ -46,43 +43,37 @@ STRATEGY_HOW = {
 }
 
 
-def strategy_verdict(model: GPT, strategy: str) -> str:
+def strategy_verdict(model: LabModel, strategy: str) -> str:
     """What to expect from ``strategy`` for this model's position method, in one sentence."""
-    return _verdict(model.position, model.config.position, strategy)
+    return _verdict(model, strategy)
 
 
-def checkpoint_verdicts(folder) -> dict:
-    """{train_length, verdicts: {strategy: sentence}} of a checkpoint from its config.json alone.
-
-    The verdicts depend only on the position method, which needs no weights: the page asks this of
-    every shipped checkpoint, and loading all fourteen cost a first visitor about a second.
-    A config the model cannot be built from raises as ``load_checkpoint`` would.
-    """
-    cfg = ModelConfig.from_dict(read_config(folder)["model"])
-    shape = ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.train_length)
-    pos = build_position_method(cfg.position, shape, cfg.position_options)
-    return {"train_length": cfg.train_length, "verdicts": {s: _verdict(pos, cfg.position, s) for s in STRATEGIES}}
+def strategy_verdicts(model: LabModel) -> dict:
+    """{train_length, verdicts: {strategy: sentence}}: the verdicts depend only on the position method,
+    which a model describes without loading its weights (the page asks this of every shipped checkpoint)."""
+    return {"train_length": model.train_length, "verdicts": {s: _verdict(model, s) for s in STRATEGIES}}
 
 
-def _verdict(pos: PositionMethod, name: str, strategy: str) -> str:
+def _verdict(model: LabModel, strategy: str) -> str:
+    name = model.method
     if strategy == "reencode":
         return "Correct for every method: positions are always 0..W-1, as in training."
     if strategy == "shifted_cache":
-        if pos.acts_on == "nothing":
+        if model.acts_on == "nothing":
             return "Correct: NoPE has no positions, so relabelling the window changes nothing."
-        if pos.acts_on == "logits":
+        if model.acts_on == "logits":
             return (f"Correct: {name} adds its bias at attention time from the positions, and shifting every "
                     "position by one keeps every distance.")
-        return (f"Broken: {name} baked each key's position in when it was computed ({pos.acts_on}), so cached keys "
+        return (f"Broken: {name} baked each key's position in when it was computed ({model.acts_on}), so cached keys "
                 "disagree with the positions the window now claims.")
     if strategy == "cached_window":
-        if pos.max_positions is not None:
-            return (f"Cannot run past byte {pos.max_positions:,}: the {name} table has no rows for "
+        if model.max_positions is not None:
+            return (f"Cannot run past byte {model.max_positions:,}: the {name} table has no rows for "
                     "later positions.")
-        if pos.is_absolute:
+        if model.is_absolute:
             return (f"Runs, but {name} then sees absolute positions it never saw in training (up to the document "
                     "length), as in the Extrapolation lab past the training length.")
-        if pos.is_shift_invariant():
+        if model.is_shift_invariant():
             return "Correct: only distances matter and they are the true ones (0..W-1)."
         return (f"Runs with the true distances (0..W-1), but past its threshold {name} also divides them by a "
                 "function of the query's true position (up to the document length), so it differs from re-encoding "
@@ -103,7 +94,7 @@ class SlidingResult:
     timed_steps: int = 0  # steps ms_per_byte was measured on, each run alone as a generator runs it (0: the prefix)
 
 
-def check_sliding(model: GPT, ids: torch.Tensor, window: int, n_bytes: int | None) -> int:
+def check_sliding(model: LabModel, ids: torch.Tensor, window: int, n_bytes: int | None) -> int:
     n = ids.numel() if n_bytes is None else min(n_bytes, ids.numel())
     if n < 2:
         raise PosvizError("Sliding-window scoring needs a text of at least 2 bytes.")
@@ -115,13 +106,13 @@ def check_sliding(model: GPT, ids: torch.Tensor, window: int, n_bytes: int | Non
     return n
 
 
-def _sync(model: GPT) -> None:
+def _sync(model: LabModel) -> None:
     if model.device.type == "cuda":
         torch.cuda.synchronize()
 
 
 @torch.inference_mode()
-def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | None = None,
+def sliding_score(model: LabModel, ids, window: int, strategy: str, n_bytes: int | None = None,
                   progress: Progress = _no_progress, one_pass_prefix: bool = True,
                   timed_steps: int | None = REENCODE_TIMED_STEPS) -> SlidingResult:
     """Score bytes 1..n-1 of ``ids`` one at a time, each from (at most) the ``window`` bytes ending
@@ -140,14 +131,14 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
     """
     if strategy not in STRATEGIES:
         raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    ids = _ids_on(model, ids)
+    ids = model.ids_on_device(ids)
     n = check_sliding(model, ids, window, n_bytes)
     dev = model.device
     steps = n - 1
     # filled on the model's device and read once at the end: a read per byte would make every step
     # wait for the GPU to finish the one before it
     bits = torch.full((steps,), float("nan"), dtype=torch.float64, device=dev)
-    fresh_cache = lambda: KVCache(model.config.n_layer, max_size=window) if strategy != "reencode" else None
+    fresh_cache = lambda: model.new_cache(max_size=window) if strategy != "reencode" else None
     cache = fresh_cache()
     error = None
     every = max(1, steps // 50)
@@ -205,7 +196,7 @@ def sliding_score(model: GPT, ids, window: int, strategy: str, n_bytes: int | No
                          1000 * seconds / per, done, bits, error, max(0, stepped))
 
 
-def _reencode_batched(model: GPT, ids: torch.Tensor, window: int, first: int, steps: int, bits: torch.Tensor,
+def _reencode_batched(model: LabModel, ids: torch.Tensor, window: int, first: int, steps: int, bits: torch.Tensor,
                       timed_steps: int, progress: Progress) -> tuple[float, int]:
     """Fill ``bits[first:steps]`` for re-encoding (every step a full window at 0..W-1, as t >= W);
     return (seconds, steps) of the steps run alone, for ``ms_per_byte``."""
@@ -264,7 +255,7 @@ def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:
 
 
 @torch.inference_mode()
-def cache_check(model: GPT, ids, length: int, time_reencode: bool = True,
+def cache_check(model: LabModel, ids, length: int, time_reencode: bool = True,
                 progress: Progress = _no_progress, reencode_samples: int | None = REENCODE_TIMED_STEPS) -> dict:
     """Cached byte-by-byte decoding vs one full forward pass over the first ``length`` bytes.
 
@@ -279,7 +270,7 @@ def cache_check(model: GPT, ids, length: int, time_reencode: bool = True,
     stretches of 1..length: their mean estimates the mean over all ``length`` (a prefix's cost grows
     smoothly with its length). None: every prefix.
     """
-    ids = _ids_on(model, ids)
+    ids = model.ids_on_device(ids)
     if not 2 <= length <= min(ids.numel(), MAX_KV_CACHE_POSITIONS):
         raise PosvizError(f"The cache check length must be between 2 and {min(ids.numel(), MAX_KV_CACHE_POSITIONS):,} "
                           f"bytes (the text and the {MAX_KV_CACHE_POSITIONS:,}-position cache cap), got {length}.")
@@ -290,7 +281,7 @@ def cache_check(model: GPT, ids, length: int, time_reencode: bool = True,
     full = model(x).logits[0].float()
     _sync(model)
     full_ms = 1000 * (time.perf_counter() - start)
-    cache = KVCache(model.config.n_layer)
+    cache = model.new_cache()
     rows = []
     start = time.perf_counter()
     for t in range(length):

@@ -1,33 +1,24 @@
-"""Plumbing shared by the live labs (Extrapolation, KV cache, Context extension, Far-context retrieval,
-Generation, Compare): the text a lab reads, the models it runs, and the limits on both.
+"""The text the live labs (Extrapolation, KV cache, Context extension, Far-context retrieval, Generation,
+Compare) read, and what a page draws of per-byte losses. The models they run are ``posviz.lab_model``'s.
 
-No plotting and no Streamlit here: pages turn the labs' results into charts, and ``posviz.bench``
-times the same functions. Everything is capped by ``posviz.limits`` so a visitor cannot stall a server.
+No plotting and no Streamlit here. Everything is capped by ``posviz.limits`` so a visitor cannot stall a server.
 
-* A text becomes byte ids through ``prepare_text`` (capped, with notices for anything odd);
-  ``characters_with_bits`` and ``moving_average`` turn per-byte losses into what a page draws.
-* Models come from a bounded LRU cache (``get_model``) keyed on the checkpoint folder, the position
-  overrides, the device and the weights file's stamp, so a retrained checkpoint is reloaded.
-* ``length_cap`` / ``check_eval_length``: the longest evaluation length a lab runs on this device
-  (16 x train_length on a CPU) and the checks every lab applies before running one.
+* A visitor's text becomes bytes through ``prepare_text`` (capped, with notices for anything odd); a
+  model turns bytes into its own ids (``LabModel.encode``).
+* ``characters_with_bits`` and ``moving_average`` turn per-byte losses into what a page draws.
 * Losses are in bits (nats / ln 2); "bpb" is the mean bits per predicted byte.
 """
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from .checkpoint import WEIGHTS, load_checkpoint
 from .errors import PosvizError
-from .limits import CACHE_ENTRIES, MAX_TEXT_BYTES, default_device, max_eval_length
-from .model import GPT
+from .limits import MAX_TEXT_BYTES
 
 LN2 = math.log(2.0)
 Progress = Callable[[float], None]  # called with the fraction done, 0..1
@@ -124,110 +115,3 @@ def moving_average(values: np.ndarray, width: int) -> np.ndarray:
     count = np.convolve(finite.astype(float), kernel, mode="same")
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / count, np.nan)
-
-
-# ---------------------------------------------------------------------------------------------
-# Models: a bounded LRU cache keyed on (folder, position overrides, device, file stamp)
-# ---------------------------------------------------------------------------------------------
-_MODELS: OrderedDict[tuple, GPT] = OrderedDict()
-_MODELS_LOCK = threading.Lock()
-
-
-def checkpoint_stamp(folder: str | Path) -> int:
-    """Changes whenever the weights file is rewritten, so a retrained checkpoint is reloaded."""
-    path = Path(folder) / WEIGHTS
-    return path.stat().st_mtime_ns if path.is_file() else 0
-
-
-def _overrides_key(overrides: Mapping | None) -> tuple:
-    return tuple(sorted((overrides or {}).items()))
-
-
-def get_model(folder: str | Path, position_overrides: Mapping | None = None,
-              device: str | torch.device | None = None) -> GPT:
-    """Load a checkpoint once; later calls with the same arguments return the same model.
-
-    At most ``CACHE_ENTRIES`` models are kept (least recently used dropped first). Models are in
-    eval mode and must not be modified by callers.
-    """
-    device = torch.device(device) if device is not None else default_device()
-    folder = Path(folder).resolve()
-    key = (str(folder), _overrides_key(position_overrides), str(device), checkpoint_stamp(folder))
-    with _MODELS_LOCK:
-        if key in _MODELS:
-            _MODELS.move_to_end(key)
-            return _MODELS[key]
-    model = load_checkpoint(folder, dict(position_overrides) if position_overrides else None, device=device)
-    with _MODELS_LOCK:
-        _MODELS[key] = model
-        _MODELS.move_to_end(key)
-        while len(_MODELS) > CACHE_ENTRIES:
-            _MODELS.popitem(last=False)
-    return model
-
-
-def checkpoint_facts(folder: str | Path) -> dict:
-    """What a page lays out its widgets with, from ``config.json`` alone: {train_length, n_layer, n_head,
-    absolute, limit (positions the method has, None: any), cap (``length_cap`` on the default device)}.
-
-    Why not ``get_model``: a page lists every shipped checkpoint, and loading all fourteen for these
-    numbers was 0.6–1.4 s of a first visit that then runs two or three of them. A config that cannot
-    be read or a missing weights file raises ``CheckpointError`` here; weights that are damaged
-    otherwise raise when the model is first run, which the pages report for that model.
-    """
-    from .checkpoint import CONFIG, read_config
-    from .config import ModelConfig
-    from .errors import CheckpointError
-    from .positions import ModelShape, build_position_method
-
-    folder = Path(folder)
-    config = read_config(folder)
-    try:
-        cfg = ModelConfig.from_dict(config.get("model") if isinstance(config.get("model"), dict) else {})
-        position = build_position_method(cfg.position, ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd,
-                                                                  cfg.train_length), cfg.position_options)
-    except PosvizError as exc:
-        raise CheckpointError(f"{folder / CONFIG}: {exc}") from exc
-    if not (folder / WEIGHTS).is_file():
-        raise CheckpointError(f"{folder / WEIGHTS}: file is missing.")
-    return {"train_length": cfg.train_length, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
-            "absolute": position.is_absolute, "limit": position.max_positions,
-            "cap": max_eval_length(cfg.train_length, default_device())}
-
-
-def cached_model_keys() -> list[tuple]:
-    with _MODELS_LOCK:
-        return list(_MODELS)
-
-
-def clear_model_cache() -> None:
-    with _MODELS_LOCK:
-        _MODELS.clear()
-
-
-def length_cap(model: GPT) -> int:
-    """Longest live evaluation length for this model on its device (16 x train_length on a CPU)."""
-    return max_eval_length(model.config.train_length, model.device)
-
-
-def check_eval_length(model: GPT, length: int, n_bytes: int | None = None) -> None:
-    """Reject lengths the lab will not run: too short, past the device cap, or longer than the text.
-
-    A length the *method* cannot represent (learned past its table) is not rejected here: the model
-    raises its own PositionLimitError, which the labs show as it is.
-    """
-    cap = length_cap(model)
-    if not isinstance(length, (int, np.integer)) or length < 2:
-        raise PosvizError(f"The evaluation length must be a whole number of at least 2 bytes, got {length!r}.")
-    if length > cap:
-        raise PosvizError(f"The evaluation length {length:,} is past this device's cap of {cap:,} bytes "
-                          f"({cap // model.config.train_length} × the training length). Choose a shorter length.")
-    if n_bytes is not None and length + 1 > n_bytes:
-        raise PosvizError(f"The evaluation length {length:,} needs {length + 1:,} bytes of text, but the text has "
-                          f"{n_bytes:,} bytes. "
-                          "Choose a shorter length or a longer text.")
-
-
-def _ids_on(model: GPT, ids) -> torch.Tensor:
-    ids = torch.as_tensor(ids, dtype=torch.long).flatten()
-    return ids.to(model.device)

@@ -28,17 +28,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import read_metrics
 from .data import byte_ids
 from .errors import PosvizError
-from .lab_inputs import length_cap
-from .model import GPT, KVCache
+from .lab_model import LabModel
 from .positions.alibi import alibi_slopes
 
 LN2 = math.log(2)
 
 
-def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32, trials: int = 8,
+def copy_probe(model: LabModel, filler, gaps: Iterable[int], string_length: int = 32, trials: int = 8,
                seed: int = 0) -> dict[str, float | None]:
     """Loss (bits/byte) on the second copy of a random string, by the gap of ordinary text between copies.
 
@@ -58,7 +56,7 @@ def copy_probe(model: GPT, filler, gaps: Iterable[int], string_length: int = 32,
                               f"{filler.numel():,} bytes), got {gap!r}")
     gen = torch.Generator().manual_seed(seed)
     alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz0123456789"))
-    limit = model.position.max_positions
+    limit = model.max_positions
     result = {}
     for gap in gaps:
         total = 2 * string_length + gap
@@ -103,13 +101,13 @@ def _held_out(text: np.ndarray | bytes | Sequence[int] | torch.Tensor) -> torch.
     return data
 
 
-def _fits(model: GPT, total: int) -> bool:
-    limit = model.position.max_positions
+def _fits(model: LabModel, total: int) -> bool:
+    limit = model.max_positions
     return limit is None or total <= limit
 
 
 @torch.inference_mode()
-def _losses(model: GPT, batch: torch.Tensor) -> torch.Tensor:
+def _losses(model: LabModel, batch: torch.Tensor) -> torch.Tensor:
     """(B, T-1) loss in nats of predicting byte t+1 from bytes 0..t."""
     logits = model(batch[:, :-1].to(model.device)).logits.float()
     return F.cross_entropy(logits.transpose(1, 2), batch[:, 1:].to(model.device), reduction="none").cpu()
@@ -167,7 +165,7 @@ def repeat_batch(text: torch.Tensor, gap: int, chunk: int, chunks: int, seed: in
     return torch.stack(rows)
 
 
-def repeat_probe(model: GPT, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 16, seed: int = 0,
+def repeat_probe(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 16, seed: int = 0,
                  batch_bytes: int = 1 << 16, progress: Progress = _no_progress) -> list[GapResult | None]:
     """The repeat probe at each gap; None where the method cannot represent the positions.
 
@@ -231,7 +229,7 @@ def key_value_batch(text: torch.Tensor, gap: int, trials: int, seed: int, digits
     return torch.stack(rows), first_at, second_at
 
 
-def key_value_probe(model: GPT, text, gaps: Sequence[int], trials: int = 16, seed: int = 0,
+def key_value_probe(model: LabModel, text, gaps: Sequence[int], trials: int = 16, seed: int = 0,
                     progress: Progress = _no_progress) -> list[GapResult | None]:
     """Bits per digit of a 5-digit value when it is first bound (``first``: about log2(10) = 3.3, it
     is random) and when the name is used again after the gap (``second``: low if recalled)."""
@@ -255,7 +253,7 @@ def key_value_probe(model: GPT, text, gaps: Sequence[int], trials: int = 16, see
 
 # -- induction heads ---------------------------------------------------------------------------------------
 @torch.inference_mode()
-def induction_scores(model: GPT, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 8, seed: int = 0,
+def induction_scores(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 8, seed: int = 0,
                      progress: Progress = _no_progress) -> dict[int, np.ndarray | None]:
     """{gap: (n_layer, H) mean attention from second-copy byte t to first-copy byte t+1}, None where the
     method cannot run. An induction head puts most of its weight there: "what came after this, last time?".
@@ -264,7 +262,7 @@ def induction_scores(model: GPT, text, gaps: Sequence[int], chunk: int = 64, chu
     then ask for a map (n x T per layer, not T x T), so long gaps stay cheap.
     """
     data = _held_out(text)
-    L, H = model.config.n_layer, model.config.n_head
+    L, H = model.n_layer, model.n_head
     out: dict[int, np.ndarray | None] = {}
     for i, gap in enumerate(gaps):
         total = 2 * chunk + gap
@@ -278,7 +276,7 @@ def induction_scores(model: GPT, text, gaps: Sequence[int], chunk: int = 64, chu
         targets = t + 1  # ... look at first-copy bytes 1..n-1
         scores = np.zeros((L, H))
         for layer in range(L):
-            cache = KVCache(L)
+            cache = model.new_cache()
             model(prefix, cache=cache)
             probs = model(second, cache=cache, attention_layer=layer).attention  # (B, H, n, T)
             scores[layer] = probs[:, :, t, targets].float().mean(dim=(0, 2)).cpu().numpy()
@@ -306,21 +304,24 @@ def as_rows(results: Sequence[GapResult | None], gaps: Sequence[int]) -> list[di
 COPY_CHECK_BYTES = 200_000  # held-out bytes the training-time check draws its chunks from
 
 
-def copy_check(model: GPT, validation) -> dict | None:
+def copy_check(model, validation) -> dict | None:
     """The repeat probe at gap 0 (16 chunks of 64 bytes from the first 200,000 held-out bytes): does
-    the model copy yet? Training runs it at every saved state, so each checkpoint's metrics show when
-    copying formed. None when the model cannot hold two chunks (a learned table shorter than 128)."""
+    the model (a ``posviz.model.GPT`` in training) copy yet? Training runs it at every saved state, so
+    each checkpoint's metrics show when copying formed. None when the model cannot hold two chunks (a
+    learned table shorter than 128)."""
+    from .checkpoint_model import as_lab_model
+
     text = _held_out(np.asarray(validation)[:COPY_CHECK_BYTES])
     was_training = model.training
     model.eval()
     try:
-        result = repeat_probe(model, text, [0], chunks=16, seed=0)[0]
+        result = repeat_probe(as_lab_model(model), text, [0], chunks=16, seed=0)[0]
     finally:
         model.train(was_training)
     return None if result is None else {"ratio": result.ratio, "gain": result.gain}
 
 
-def evaluate_probes(model: GPT, text, train_length: int, chunks: int = 16, seed: int = 0) -> dict:
+def evaluate_probes(model: LabModel, text, train_length: int, chunks: int = 16, seed: int = 0) -> dict:
     """The "retrieval" block of a checkpoint's metrics.json: all three probes at the ``default_gaps`` the
     held-out text is long enough for."""
     text = _held_out(text)
@@ -412,7 +413,7 @@ def probe_gaps(max_total: int, string_length: int) -> list[int]:
     return gaps
 
 
-def copy_probe_live(model: GPT, filler, gaps: Sequence[int], string_length: int = 32, trials: int = 4,
+def copy_probe_live(model: LabModel, filler, gaps: Sequence[int], string_length: int = 32, trials: int = 4,
                     progress: Progress = _no_progress) -> dict[int, float | None]:
     """``copy_probe`` gap by gap (for a progress bar), capped at the device's length cap.
 
@@ -422,7 +423,7 @@ def copy_probe_live(model: GPT, filler, gaps: Sequence[int], string_length: int 
         raise PosvizError(f"The random string must have 4 to 256 bytes, got {string_length}.")
     if not 1 <= trials <= 32:
         raise PosvizError(f"Use 1 to 32 trials, got {trials}.")
-    cap = length_cap(model)
+    cap = model.length_cap
     filler = byte_ids(filler)
     out = {}
     for i, gap in enumerate(gaps):
@@ -437,11 +438,8 @@ def copy_probe_live(model: GPT, filler, gaps: Sequence[int], string_length: int 
     return out
 
 
-def shipped_copy_probe(folder: str | Path) -> list[tuple[int, float | None]]:
-    try:
-        table = read_metrics(folder).get("eval", {}).get("copy_probe", {})
-    except PosvizError:
-        return []
+def shipped_copy_probe(model: LabModel) -> list[tuple[int, float | None]]:
+    table = model.stored_metrics().get("eval", {}).get("copy_probe", {})
     return sorted((int(g), None if v is None else float(v)) for g, v in table.items())
 
 

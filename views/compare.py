@@ -20,6 +20,7 @@ from views._shared import (
     usable_checkpoints,
 )
 from posviz import compare, extrapolation, lab_inputs
+from posviz.lab_model import LabModel, open_model
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
 
@@ -30,32 +31,27 @@ page_header(
 )
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def model_facts(folder: str, stamp: int) -> dict:
-    return lab_inputs.checkpoint_facts(folder)
-
-
+# Cached per process on the models' keys (identity and weights' stamp); the models themselves are not hashed.
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def one_loss(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    s = extrapolation.score_at_length(lab_inputs.get_model(folder), list(text), length)
+def one_loss(key: tuple, _model: LabModel, text: bytes, length: int) -> dict:
+    s = extrapolation.score_at_length(_model, _model.encode(text), length)
     return {"position_bits": s.position_bits, "bpb": s.bpb}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def methods_attention(folder_a: str, stamp_a: int, folder_b: str, stamp_b: int, text: bytes, length: int, layer: int,
-                      head: int, log_scale: bool) -> dict:
-    return compare.attention_difference(lab_inputs.get_model(folder_a), lab_inputs.get_model(folder_b), list(text), length,
-                                        layer, head, log_scale=log_scale)
+def methods_attention(key_a: tuple, _model_a: LabModel, key_b: tuple, _model_b: LabModel, text: bytes, length: int,
+                      layer: int, head: int, log_scale: bool) -> dict:
+    return compare.attention_difference(_model_a, _model_b, _model_a.encode(text), length, layer, head, log_scale=log_scale)
 
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def lengths_losses(folder: str, stamp: int, text: bytes, length: int) -> dict:
-    return compare.compare_lengths(lab_inputs.get_model(folder), list(text), length)
+def lengths_losses(key: tuple, _model: LabModel, text: bytes, length: int) -> dict:
+    return compare.compare_lengths(_model, _model.encode(text), length)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def lengths_attention(folder: str, stamp: int, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
-    return compare.length_attention_difference(lab_inputs.get_model(folder), list(text), length, layer, head,
+def lengths_attention(key: tuple, _model: LabModel, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
+    return compare.length_attention_difference(_model, _model.encode(text), length, layer, head,
                                                log_scale=log_scale)
 
 
@@ -71,12 +67,8 @@ def colour_scale(where) -> bool:
     return scale == "log"
 
 
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
-names = list(facts)
-
-
-def stamp(name: str) -> int:
-    return lab_inputs.checkpoint_stamp(checkpoints[name])
+checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
+names = list(models)
 
 
 def map_panel(matrix: np.ndarray, block: int, length: int, name: str, title: str, value_title: str, scheme: str,
@@ -106,8 +98,8 @@ if mode == "methods":
     c1, c2, c3 = st.columns(3)
     a = c1.selectbox("Method A", names, index=names.index(qp_choice("a", names[0], names)), key="w_a")
     b = c2.selectbox("Method B", names, index=names.index(qp_choice("b", names[-1], names)), key="w_b")
-    train_length = facts[a]["train_length"]
-    usable = min(facts[a]["cap"], facts[b]["cap"], len(text))
+    train_length = models[a].train_length
+    usable = min(models[a].length_cap, models[b].length_cap, len(text))
     options = extrapolation.length_options(train_length, usable)
     if len(options) < 2:
         error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
@@ -117,7 +109,7 @@ if mode == "methods":
     length = c3.select_slider("Length L (bytes)", options, value=int(qp_choice("L", str(default), [str(o) for o in options])),
                               key="w_L", format_func=lambda n: f"{n:,}")
     c4, c5, c6 = st.columns(3)
-    n_layer, n_head = min(facts[a]["n_layer"], facts[b]["n_layer"]), min(facts[a]["n_head"], facts[b]["n_head"])
+    n_layer, n_head = min(models[a].n_layer, models[b].n_layer), min(models[a].n_head, models[b].n_head)
     layer = c4.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
     head = c5.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
     log_scale = colour_scale(c6)
@@ -133,7 +125,7 @@ if mode == "methods":
         bar = st.progress(0.0, text=f"{a}…")
         for i, name in enumerate((a, b)):
             try:
-                curves[name] = one_loss(str(checkpoints[name]), stamp(name), text_bytes, length)
+                curves[name] = one_loss(models[name].key, models[name], text_bytes, length)
             except PosvizError as exc:
                 error_box(exc, f"{name} cannot run at {length:,} bytes; the other model is still shown.")
             if i == 0 and name in curves and b != a:
@@ -188,7 +180,7 @@ if mode == "methods":
     if len(curves) == 2 and a != b:
         st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
         with st.spinner("Extracting attention maps…"):
-            maps = methods_attention(str(checkpoints[a]), stamp(a), str(checkpoints[b]), stamp(b), text_bytes, length,
+            maps = methods_attention(models[a].key, models[a], models[b].key, models[b], text_bytes, length,
                                      layer, head, log_scale)
         cols = st.columns(3)
         with cols[0]:
@@ -206,9 +198,9 @@ if mode == "methods":
 else:
     c1, c2 = st.columns(2)
     model_name = c1.selectbox("Method", names, index=names.index(qp_choice("model", names[-1], names)), key="w_model")
-    f = facts[model_name]
-    train_length = f["train_length"]
-    usable = min(f["cap"], len(text)) // 2
+    model = models[model_name]
+    train_length = model.train_length
+    usable = min(model.length_cap, len(text)) // 2
     options = extrapolation.length_options(train_length, usable)
     if len(options) < 2:
         error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
@@ -219,17 +211,16 @@ else:
                               value=int(qp_choice("L", str(default), [str(o) for o in options])), key="w_L2",
                               format_func=lambda n: f"L = {n:,}, 2L = {2 * n:,}")
     c3, c4, c5 = st.columns(3)
-    layer = c3.selectbox("Layer", range(f["n_layer"]), index=qp_int("layer", 0, 0, f["n_layer"] - 1), key="w_layer")
-    head = c4.selectbox("Head", range(f["n_head"]), index=qp_int("head", 0, 0, f["n_head"] - 1), key="w_head")
+    layer = c3.selectbox("Layer", range(model.n_layer), index=qp_int("layer", 0, 0, model.n_layer - 1), key="w_layer")
+    head = c4.selectbox("Head", range(model.n_head), index=qp_int("head", 0, 0, model.n_head - 1), key="w_head")
     log_scale = colour_scale(c5)
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(model=model_name, L=length, layer=layer, head=head)
-    folder = str(checkpoints[model_name])
 
     st.subheader(f"{model_name}: the same bytes with L = {length:,} vs 2L = {2 * length:,} bytes of window")
     try:
         with st.spinner("Scoring at L and 2L…"):
-            result = lengths_losses(folder, stamp(model_name), text_bytes, length)
+            result = lengths_losses(model.key, model, text_bytes, length)
     except PosvizError as exc:
         error_box(exc, "Choose a shorter L, or another method.")
         st.stop()
@@ -266,7 +257,7 @@ else:
     st.subheader(f"Attention on the same {length:,} bytes, alone vs after {length:,} more")
     try:
         with st.spinner("Extracting attention maps…"):
-            maps = lengths_attention(folder, stamp(model_name), text_bytes, length, layer, head, log_scale)
+            maps = lengths_attention(model.key, model, text_bytes, length, layer, head, log_scale)
     except PosvizError as exc:
         error_box(exc, "Choose a shorter L, or another method.")
         st.stop()

@@ -21,7 +21,8 @@ from views._shared import (
     sync_url,
 )
 from posviz import context_extension, extrapolation, lab_inputs
-from posviz.checkpoint import read_config, shipped_checkpoints
+from posviz.checkpoint import shipped_checkpoints
+from posviz.lab_model import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label
 from posviz.palette import rope_series
@@ -34,22 +35,21 @@ page_header(
     "checkpoint runs under each of them, next to ALiBi and T5, which need no stretching.",
 )
 
-checkpoints = shipped_checkpoints()
-configs = {}
-for name, folder in checkpoints.items():
+models = {}  # each resolved once for this run; weights load when run
+for name, folder in shipped_checkpoints().items():
     try:
-        configs[name] = read_config(folder)["model"]
+        models[name] = open_model(folder)
     except (PosvizError, KeyError) as exc:
         error_box(PosvizError(f"Checkpoint {name!r} cannot be read: {exc}"), "Rebuild it with `make checkpoints`.")
-tuned = context_extension.finetuned_checkpoints(checkpoints)  # rope fine-tuned at a longer length: a section of their own
-rope_names = [n for n, c in configs.items() if c.get("position") == "rope" and n not in tuned]
+tuned = context_extension.finetuned_models(models)  # rope fine-tuned at a longer length: a section of their own
+rope_names = [n for n, m in models.items() if m.method == "rope" and n not in tuned]
 if not rope_names:
     st.warning("No RoPE checkpoint found in models/. Run `make checkpoints` (or `python -m posviz.train --method rope`).")
     st.stop()
 rope_name = rope_names[0]
-rope_folder = checkpoints[rope_name]
-train_length = configs[rope_name]["train_length"]
-others = [n for n in configs if n != rope_name and n not in tuned]
+rope = models[rope_name]
+train_length = rope.train_length
+others = [n for n in models if n != rope_name and n not in tuned]
 SCALINGS = list(ROPE_SCALINGS)
 # The curves are named by scaling ("linear") or checkpoint ("alibi"); colours are the app's, per method,
 # and each chart's legend lists only the series it draws (all eleven methods would not fit beside a chart).
@@ -76,7 +76,7 @@ sync_url(factor=factor, scalings=scalings, refs=references)
 # Wavelengths: what each scaling does to the rotation of every pair (no text needed)
 # ------------------------------------------------------------------------------------------------
 st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
-waves = pd.DataFrame(context_extension.rope_wavelengths(rope_folder, factor, scalings=scalings or SCALINGS))
+waves = pd.DataFrame(context_extension.rope_wavelengths(rope, factor, scalings=scalings or SCALINGS))
 wave_colours, wave_dashes = method_scales(scalings or SCALINGS, ALIASES)
 marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
                       "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
@@ -108,14 +108,14 @@ st.markdown(
     "ways, with the same small budget each: no scaling, linear interpolation, YaRN. Dashed: the same scaling "
     "before fine-tuning; solid: after. The methods that need no stretching are drawn for reference."
 )
-ft_rows = pd.DataFrame(context_extension.finetuning_rows(checkpoints), columns=["curve", "length", "bpb", "stage", "of"])
+ft_rows = pd.DataFrame(context_extension.finetuning_rows(models), columns=["curve", "length", "bpb", "stage", "of"])
 if ft_rows.empty:
     st.info("No fine-tuned RoPE checkpoints in models/ yet. `scripts/finetune_rope.sh` makes them "
             "(part of `make checkpoints`); then `python -m posviz.evaluate_all` stores their curves.", icon="ℹ️")
 else:
     ft_refs = [n for n in ("alibi", "t5", "kerple", "fire") if n in others]
     refs = pd.DataFrame([{"curve": n, "length": L, "bpb": v, "stage": "no fine-tuning needed", "of": n}
-                         for n in ft_refs for L, v in extrapolation.shipped_bpb_curve(checkpoints[n]) if v is not None],
+                         for n in ft_refs for L, v in extrapolation.shipped_bpb_curve(models[n]) if v is not None],
                         columns=ft_rows.columns)
     ft_all = pd.concat([ft_rows, refs], ignore_index=True)
     ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
@@ -134,7 +134,7 @@ else:
         show_chart(alt.layer(ft_chart, ft_rules).properties(height=340), ft_all, "context-extension-finetuned",
                    f"Dotted: the training length ({train_length:,}) and the fine-tuning length ({target:,}).")
     with right:
-        facts = pd.DataFrame(context_extension.finetuning_facts(checkpoints))
+        facts = pd.DataFrame(context_extension.finetuning_facts(models))
         st.dataframe(facts, hide_index=True, height="content")
         at_target = ft_all[ft_all["length"] == target]
         if not at_target.empty:
@@ -146,7 +146,7 @@ else:
                                   for of in dict.fromkeys(at_target["of"])])
             st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
             st.dataframe(table, hide_index=True, width="stretch", height="content")
-        curves = pd.DataFrame(context_extension.finetuning_curves(checkpoints))
+        curves = pd.DataFrame(context_extension.finetuning_curves(models))
         if not curves.empty:
             ft_train = alt.Chart(curves).mark_line().encode(
                 x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
@@ -167,11 +167,11 @@ if not scalings:
 # bits per byte vs length: shipped (stored factors) and live (the chosen factor)
 # ------------------------------------------------------------------------------------------------
 st.subheader("Bits per byte vs evaluation length")
-shipped = pd.DataFrame(context_extension.shipped_scaling_curves(rope_folder), columns=["scaling", "length", "bpb", "factor"])
+shipped = pd.DataFrame(context_extension.shipped_scaling_curves(rope), columns=["scaling", "length", "bpb", "factor"])
 shipped = shipped[shipped["scaling"].isin(scalings)].rename(columns={"scaling": "curve"})
 shipped["kind"] = "rope + scaling"
 ref_rows = [{"curve": n, "length": L, "bpb": v, "factor": None, "kind": "no scaling needed"}
-            for n in references for L, v in extrapolation.shipped_bpb_curve(checkpoints[n]) if v is not None]
+            for n in references for L, v in extrapolation.shipped_bpb_curve(models[n]) if v is not None]
 shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], ignore_index=True)
 
 
@@ -204,14 +204,14 @@ with c2:
     working = st.container()  # progress bars, under the chart they fill
 
 try:
-    rope_model = lab_inputs.get_model(rope_folder)
+    rope.load()
 except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
     with c2:
         live_slot.empty()
         error_box(exc, "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
                        "`python -m posviz.train --method rope`.")
     st.stop()
-lengths = context_extension.extension_lengths(train_length, lab_inputs.length_cap(rope_model), len(text))
+lengths = context_extension.extension_lengths(train_length, rope.length_cap, len(text))
 if not lengths:
     with c2:
         live_slot.empty()
@@ -224,12 +224,11 @@ LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
 
 def scaling_key(scaling: str) -> tuple:
     # "none" is the checkpoint as trained whatever the factor: one result for every s
-    return (str(rope_folder), lab_inputs.checkpoint_stamp(rope_folder), text_bytes, scaling,
-            1.0 if scaling == "none" else factor, tuple(lengths))
+    return rope.key + (text_bytes, scaling, 1.0 if scaling == "none" else factor, tuple(lengths))
 
 
-def reference_key(folder) -> tuple:
-    return (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, tuple(lengths))
+def reference_key(model) -> tuple:
+    return model.key + (text_bytes, tuple(lengths))
 
 
 def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -240,7 +239,7 @@ def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame]) -
 
 # A first visitor sees each curve join the chart as it is computed; one whose curves are all stored gets it whole.
 streaming = not (all(stored_result("rope_scaling", scaling_key(s))[0] for s in scalings)
-                 and all(stored_result("reference_curve", reference_key(checkpoints[n]))[0] for n in references))
+                 and all(stored_result("reference_curve", reference_key(models[n]))[0] for n in references))
 live_rows, reference_frames = [], []
 jobs = [("scaling", s) for s in scalings] + [("reference", n) for n in references]
 for i, (kind, name) in enumerate(jobs):
@@ -249,13 +248,13 @@ for i, (kind, name) in enumerate(jobs):
             live_rows += compute_once(
                 "rope_scaling", scaling_key(name),
                 lambda progress, scaling=name: context_extension.rope_scaling_curves(
-                    rope_folder, factor, list(text_bytes), lengths, [scaling], progress),
+                    rope, factor, rope.encode(text_bytes), lengths, [scaling], progress),
                 f"rope + {name} at s = {factor:g}: {len(lengths)} lengths…")
         else:
-            folder = checkpoints[name]
-            rows = compute_once("reference_curve", reference_key(folder),
-                                lambda progress, folder=folder: context_extension.reference_curve(
-                                    folder, list(text_bytes), lengths, progress),
+            model = models[name]
+            rows = compute_once("reference_curve", reference_key(model),
+                                lambda progress, model=model: context_extension.reference_curve(
+                                    model, model.encode(text_bytes), lengths, progress),
                                 f"{name}: {len(lengths)} lengths…")
             reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
                 curve=name, kind="no scaling needed", factor=None))

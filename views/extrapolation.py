@@ -32,6 +32,7 @@ from views._shared import (
     usable_checkpoints,
 )
 from posviz import attention_maps, extrapolation, lab_inputs
+from posviz.lab_model import open_model
 from posviz.positions import POSITION_METHODS
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import CACHE_ENTRIES, device_label
@@ -55,7 +56,7 @@ def run_job(job: extrapolation.LiveJob, label: str):
 def live_score(name: str, length: int, inspected: bool = False, layer: int = 0, log_scale: bool = True) -> dict:
     """One checkpoint's score at this length; for the inspected checkpoint, from its map's forward pass
     where the text holds one window (see ``extrapolation.scoring_job``)."""
-    job = extrapolation.scoring_job(checkpoints[name], text_bytes, length, inspected, layer, log_scale)
+    job = extrapolation.scoring_job(models[name], text_bytes, length, inspected, layer, log_scale)
     result = run_job(job, f"Running {name} at {length:,} bytes…")
     return result[0] if job.name == "extrapolation-inspect" else result
 
@@ -63,20 +64,13 @@ def live_score(name: str, length: int, inspected: bool = False, layer: int = 0, 
 def live_view(name: str, length: int, layer: int, log_scale: bool) -> attention_maps.AttentionView:
     """The attention view of one layer: from the scoring pass when the text holds one window."""
     job = (extrapolation.inspect_job if single_window(name) else extrapolation.attention_job)(
-        checkpoints[name], text_bytes, length, layer, log_scale)
+        models[name], text_bytes, length, layer, log_scale)
     result = run_job(job, f"Extracting layer {layer} attention of {name} at {length:,} bytes…")
     return result[1] if job.name == "extrapolation-inspect" else result
 
 
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def model_facts(folder: str, stamp: int) -> dict:
-    model = lab_inputs.get_model(folder)
-    return {"train_length": model.config.train_length, "n_layer": model.config.n_layer,
-            "n_head": model.config.n_head, "cap": lab_inputs.length_cap(model), "limit": model.position.max_positions}
-
-
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
-names = list(facts)
+checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
+names = list(models)
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -95,8 +89,8 @@ if not chosen:
 if text is None:
     st.stop()
 
-train_length = facts[chosen[0]]["train_length"]
-cap = min(facts[n]["cap"] for n in chosen)
+train_length = models[chosen[0]].train_length
+cap = min(models[n].length_cap for n in chosen)
 usable = min(cap, len(text))
 options = extrapolation.length_options(train_length, usable)
 if len(options) < 2:
@@ -122,7 +116,7 @@ text_bytes = text.as_bytes()
 st.subheader(f"Bits per byte at {length:,} bytes")
 shipped_rows = []
 for name in chosen:
-    for n, bpb in extrapolation.shipped_bpb_curve(checkpoints[name]):
+    for n, bpb in extrapolation.shipped_bpb_curve(models[name]):
         if bpb is not None:
             shipped_rows.append({"model": name, "length": n, "bits/byte": bpb, "source": "shipped (131 kB of validation text)"})
 shipped = pd.DataFrame(shipped_rows, columns=["model", "length", "bits/byte", "source"])
@@ -149,7 +143,7 @@ def bpb_chart(live: pd.DataFrame) -> alt.LayerChart:
 
 # Everything the charts below depend on: visitors with the same choices share them (see show_cached_chart).
 view_key = ("extrapolation", tuple(chosen), length, hashlib.blake2b(text_bytes, digest_size=16).hexdigest(),
-            tuple(folder_stamp(checkpoints[n]) for n in chosen))
+            tuple(models[n].key for n in chosen))
 curve_slot = st.empty()
 with curve_slot.container():
     if shipped.empty:
@@ -161,7 +155,7 @@ with curve_slot.container():
 
 def single_window(name: str) -> bool:
     """At the top lengths the text and the cap hold one window: the map's forward pass is the score's."""
-    return extrapolation.single_window(length, len(text_bytes), facts[name]["cap"])
+    return extrapolation.single_window(length, len(text_bytes), models[name].length_cap)
 
 
 def planned(widget_key: str, link_key: str, options: list, default):
@@ -173,7 +167,7 @@ def planned(widget_key: str, link_key: str, options: list, default):
 # The checkpoint, layer and colour scale the "Inside one model" section will show, so that model's
 # score and attention map come from one forward pass where they can.
 planned_inspect = planned("w_inspect", "inspect", chosen, chosen[0])
-planned_layers = list(range(facts[planned_inspect]["n_layer"]))
+planned_layers = list(range(models[planned_inspect].n_layer))
 planned_layer = int(planned("w_layer", "layer", planned_layers + [str(x) for x in planned_layers], planned_layers[-1]))
 planned_log = planned("w_scale", "scale", ["log", "prob"], "log") == "log"
 
@@ -181,7 +175,7 @@ def metric_of(name: str) -> dict:
     """The st.metric arguments of one checkpoint's live result (or of its failure)."""
     if name not in scores:
         return dict(label=name, value="—", help="Cannot run at this length: see the message below.")
-    ref = dict(extrapolation.shipped_bpb_curve(checkpoints[name])).get(train_length)
+    ref = dict(extrapolation.shipped_bpb_curve(models[name])).get(train_length)
     return dict(label=name, value=f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
                 delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
                 f"difference from the shipped bits per byte at the training length ({train_length:,}).")
@@ -221,9 +215,9 @@ with curve_slot.container():
                    "A different text gives a different level, so compare a dot with its own curve's shape.")
 for name, message in errors.items():
     st.error(f"**{name}** — {message}", icon="🚫")
-    if facts[name]["limit"] is not None:
+    if models[name].max_positions is not None:
         st.caption(f"Why {name} stops: its positions are rows of a trained table, and the table has "
-                   f"{facts[name]['limit']:,} rows. A sinusoidal model can *compute* position {length - 1:,} (it has just "
+                   f"{models[name].max_positions:,} rows. A sinusoidal model can *compute* position {length - 1:,} (it has just "
                    "never seen it); a learned table has nothing to look up. The other checkpoints keep going.")
 
 if not scores:
@@ -280,7 +274,7 @@ def inside_one_model() -> None:
     c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
     inspect = c1.selectbox("Checkpoint to inspect", live_names,
                            index=live_names.index(qp_choice("inspect", live_names[0], live_names)), key="w_inspect")
-    n_layer, n_head = facts[inspect]["n_layer"], facts[inspect]["n_head"]
+    n_layer, n_head = models[inspect].n_layer, models[inspect].n_head
     layer = c2.selectbox("Layer", range(n_layer), index=qp_int("layer", n_layer - 1, 0, n_layer - 1), key="w_layer")
     head_options = ["all"] + [str(h) for h in range(n_head)]
     head = c3.selectbox("Head", head_options, index=head_options.index(qp_choice("head", "all", head_options)),
@@ -333,7 +327,7 @@ def inside_one_model() -> None:
     # 4. Attention distance and entropy per head as the length grows
     # ------------------------------------------------------------------------------------------------
     st.subheader("How far each head looks as the window grows")
-    lengths = attention_maps.growth_lengths(length, train_length, facts[inspect]["limit"])
+    lengths = attention_maps.growth_lengths(length, train_length, models[inspect].max_positions)
 
     def growth_chart(value: str, title: str, fmt: str):
         # Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
@@ -355,8 +349,8 @@ def inside_one_model() -> None:
         show_cached_chart(growth_key + ("entropy",), lambda: growth_chart("entropy", "mean attention entropy (bits)", ".2f"),
                           f"attention-entropy-{inspect}-l{layer}",
                           "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
-    if facts[inspect]["limit"] is not None and facts[inspect]["limit"] < length:
-        st.caption(f"{inspect} stops at {facts[inspect]['limit']:,} bytes (its table has no later positions).")
+    if models[inspect].max_positions is not None and models[inspect].max_positions < length:
+        st.caption(f"{inspect} stops at {models[inspect].max_positions:,} bytes (its table has no later positions).")
 
 
 inside_one_model()

@@ -26,6 +26,7 @@ from views._shared import (
     usable_checkpoints,
 )
 from posviz import generation, lab_inputs
+from posviz.lab_model import open_model
 from posviz.errors import PosvizError
 from posviz.limits import MAX_PROMPT_BYTES, default_device, device_label
 
@@ -36,20 +37,15 @@ page_header(
 )
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def model_facts(folder: str, stamp: int) -> dict:
-    return lab_inputs.checkpoint_facts(folder)
-
-
 GREEDY_LOOPS = (
     "Why sampling by default: greedy decoding always takes the single most likely byte, and for a small model the "
     "most likely next phrase is one it has just written, so every checkpoint soon loops (\u201cthe contains of the "
     "contains of \u2026\u201d) and they all look alike. Sampling with a fixed seed (the same link writes the same "
     "text) shows what each model writes once its text passes the training length.")
 
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), lab_inputs.checkpoint_stamp(folder)))
-names = list(facts)
-train_length = facts[names[0]]["train_length"]
+checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
+names = list(models)
+train_length = models[names[0]].train_length
 cap = generation.max_new_bytes(train_length, default_device())
 
 with st.expander("When the window is full (absolute methods)", expanded=False):
@@ -125,8 +121,7 @@ with st.expander(f"Prompt ({len(prompt):,} bytes)", expanded=False):
 st.subheader("Side by side")
 marker = (f"the context passes the training length ({train_length:,} bytes): this byte is the first predicted "
           f"from more than {train_length:,} bytes")
-keys = {name: (str(checkpoints[name]), lab_inputs.checkpoint_stamp(checkpoints[name]), bytes(prompt), settings)
-        for name in chosen}
+keys = {name: models[name].key + (bytes(prompt), settings) for name in chosen}
 results: dict[str, generation.Generation] = {}
 for name in chosen:
     found, value = stored_result("generation", keys[name])
@@ -146,7 +141,7 @@ if pending:
     decoders = {}
     for name in pending:
         try:
-            decoders[name] = generation.Decoder(lab_inputs.get_model(checkpoints[name]), prompt, settings)
+            decoders[name] = generation.Decoder(models[name], prompt, settings)
         except PosvizError as exc:
             slots[name]["note"].error(str(exc), icon="🚫")
     # Bytes between page updates: often enough to watch; each update resends every byte so far, and at 24
@@ -177,7 +172,7 @@ for name in chosen:
     own = f"{r.mean_bits:.2f} bits/byte on its own text" if r.ids else "nothing written"
     rate = f"{r.bytes_per_second:,.0f} bytes/s" if r.ids else "— bytes/s"
     slots[name]["stats"].caption(f"{len(r.ids):,} bytes · {rate} · {own}"
-                                 + ("" if facts[name]["absolute"] else " · true positions (not an absolute method)"))
+                                 + ("" if models[name].is_absolute else " · true positions (not an absolute method)"))
     if r.error:
         slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
     values = r.surprisal if colour_by == "surprisal" else r.entropy
@@ -201,11 +196,11 @@ if from_document and real:
     st.subheader("Its own text against the document's real continuation")
     rows, notes = [], []
     for name in done:
-        folder = checkpoints[name]
+        model = models[name]
         try:
             forced = compute_once(
-                "teacher_forced", (str(folder), lab_inputs.checkpoint_stamp(folder), bytes(prompt), bytes(real), strategy),
-                lambda progress, folder=folder: generation.teacher_forced(lab_inputs.get_model(folder), prompt, real, strategy),
+                "teacher_forced", model.key + (bytes(prompt), bytes(real), strategy),
+                lambda progress, model=model: generation.teacher_forced(model, prompt, real, strategy),
                 f"{name}: scoring the real continuation…")
         except PosvizError as exc:
             error_box(exc)

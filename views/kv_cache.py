@@ -21,6 +21,7 @@ from views._shared import (
     usable_checkpoints,
 )
 from posviz import kv_cache, lab_inputs
+from posviz.lab_model import open_model
 
 from posviz.errors import PosvizError
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES, device_label
@@ -40,14 +41,9 @@ with st.expander("The three strategies", expanded=True):
         st.markdown(f"**{TITLES[strategy]}** (`{strategy}`) — {kv_cache.STRATEGY_HOW[strategy]}")
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def model_facts(folder: str, stamp: tuple) -> dict:
-    return kv_cache.checkpoint_verdicts(folder)  # config.json only: a checkpoint's weights load when it is scored
-
-
-checkpoints, facts = usable_checkpoints(lambda folder: model_facts(str(folder), folder_stamp(folder)))
-names = list(facts)
-train_length = facts[names[0]]["train_length"]
+checkpoints, models = usable_checkpoints(open_model)  # each resolved once; weights load when one is scored
+names = list(models)
+train_length = models[names[0]].train_length
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -127,7 +123,7 @@ two_pass_section()
 # Score the document under each strategy
 # ------------------------------------------------------------------------------------------------
 st.subheader(f"Scoring {n_bytes:,} bytes with a {window:,}-byte window")
-expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: facts[n]["verdicts"][s] for s in kv_cache.STRATEGIES}}
+expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: kv_cache.strategy_verdict(models[n], s) for s in kv_cache.STRATEGIES}}
                          for n in chosen])
 with st.expander("What to expect for each checkpoint", expanded=False):
     st.dataframe(expected, hide_index=True, height="content")
@@ -192,35 +188,35 @@ bpb_chart_slot, speed_chart_slot = c1.empty(), c2.empty()
 notes = st.container()
 
 
-def sliding_key(folder, strategy: str) -> tuple:
-    return (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes, window, strategy, n_bytes)
+def sliding_key(model, strategy: str) -> tuple:
+    return model.key + (text_bytes, window, strategy, n_bytes)
 
 
 # A first visitor sees each number as it is computed (the tables at once, the bars checkpoint by checkpoint);
 # a visitor whose results are all stored gets the finished page in one go.
-streaming = not all(stored_result("sliding", sliding_key(checkpoints[n], s))[0]
+streaming = not all(stored_result("sliding", sliding_key(models[n], s))[0]
                     for n in chosen for s in kv_cache.STRATEGIES)
 rows = []
 if streaming:
     show_tables(results_frame(rows), done=False)
 for i, name in enumerate(chosen):
-    folder = checkpoints[name]
+    model = models[name]
     for strategy in kv_cache.STRATEGIES:
-        def compute(progress, folder=folder, strategy=strategy):
-            r = kv_cache.sliding_score(lab_inputs.get_model(folder), list(text_bytes), window, strategy, n_bytes, progress)
+        def compute(progress, model=model, strategy=strategy):
+            r = kv_cache.sliding_score(model, model.encode(text_bytes), window, strategy, n_bytes, progress)
             return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error,
                     "timed": r.timed_steps}
 
         try:
             with working:
-                r = compute_once("sliding", sliding_key(folder, strategy), compute,
+                r = compute_once("sliding", sliding_key(model, strategy), compute,
                                  f"{name}: {TITLES[strategy].lower()} over {n_bytes:,} bytes…")
         except PosvizError as exc:
             r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
         rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
                      BPB: r["bpb_full"], "bits/byte, all bytes": r["bpb"],
                      "ms/byte": r["ms"], "bytes scored": r["n"], "bytes timed": r.get("timed"),
-                     "note": r["error"] or facts[name]["verdicts"][strategy]})
+                     "note": r["error"] or kv_cache.strategy_verdict(models[name], strategy)})
         if streaming:
             show_tables(results_frame(rows), done=False)
     if streaming and i < len(chosen) - 1:  # the last checkpoint's bars are drawn with their downloads below
@@ -270,11 +266,11 @@ def cache_check_section() -> None:
     check_length = c2.slider("Bytes", 16, max(16, check_cap), value=qp_int("cl", min(128, check_cap), 16, max(16, check_cap)),
                              key="w_cl", help="Cached decoding of this many bytes vs one forward pass over them.")
     sync_url(check=check_model, cl=check_length)
-    folder = checkpoints[check_model]
+    model = models[check_model]
     try:
         check = compute_once(
-            "cache_check", (str(folder), lab_inputs.checkpoint_stamp(folder), text_bytes[:check_length], check_length),
-            lambda progress: kv_cache.cache_check(lab_inputs.get_model(folder), list(text_bytes), check_length, progress=progress),
+            "cache_check", model.key + (text_bytes[:check_length], check_length),
+            lambda progress: kv_cache.cache_check(model, model.encode(text_bytes), check_length, progress=progress),
             f"{check_model}: cached vs full forward over {check_length:,} bytes…")
     except PosvizError as exc:
         error_box(exc, "Choose fewer bytes, or a model that can represent this many positions.")

@@ -24,7 +24,7 @@ from views._shared import (
     usable_checkpoints,
 )
 from posviz import lab_inputs, retrieval
-from posviz.checkpoint import read_config, read_metrics
+from posviz.lab_model import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
 from posviz.positions.alibi import alibi_slopes
@@ -35,12 +35,11 @@ page_header(
     "far back — a chunk of code it will see again, a value bound to a name — and measure whether it still gets used.",
 )
 
-checkpoints, facts = usable_checkpoints(lambda folder: (read_config(folder), read_metrics(folder)))
-names = list(facts)
-configs = {n: facts[n][0]["model"] for n in names}
-metrics = {n: facts[n][1] for n in names}
-tuned = {n for n in names if facts[n][0].get("finetuned_from")}  # fine-tuned from another checkpoint
-train_length = configs[names[0]]["train_length"]
+checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
+names = list(models)
+metrics = {n: models[n].stored_metrics() for n in names}
+tuned = {n for n in names if models[n].finetuned_from()}  # fine-tuned from another checkpoint
+train_length = models[names[0]].train_length
 COLOURS, DASHES = method_scales(names)
 
 st.markdown(
@@ -181,7 +180,7 @@ else:
 # ALiBi: where each head's penalty overwhelms the match
 # ------------------------------------------------------------------------------------------------
 st.header("ALiBi: the distance at which each head's penalty beats the match")
-n_head = configs[names[0]]["n_head"]
+n_head = models[names[0]].n_head
 margin = st.slider("how much better the copied key matches, in logits (Δ)", 1.0, 30.0,
                    qp_float("delta", 8.0, 1.0, 30.0), step=0.5, key="w_delta",
                    help="A match worth Δ logits loses to a non-matching neighbour once slope × distance exceeds Δ.")
@@ -272,12 +271,12 @@ text_key = hashlib.sha256(text.as_bytes()).hexdigest()
 live_rows = []
 live_slot = st.empty()  # each checkpoint's curve appears as soon as it is computed, not after the last
 for name in chosen:
-    folder = checkpoints[name]
+    model = models[name]
     try:
         rows = compute_once(
-            "repeat_probe", (str(folder), lab_inputs.checkpoint_stamp(folder), tuple(gaps), chunks, text_key),
-            lambda progress, folder=folder: retrieval.results_rows(
-                name, "repeat", retrieval.repeat_probe(lab_inputs.get_model(folder), text.as_bytes(), gaps, chunks=chunks,
+            "repeat_probe", model.key + (tuple(gaps), chunks, text_key),
+            lambda progress, model=model: retrieval.results_rows(
+                name, "repeat", retrieval.repeat_probe(model, model.encode(text.as_bytes()), gaps, chunks=chunks,
                                                         progress=progress), gaps),
             f"{name}: repeat probe at {len(gaps)} gaps…")
     except PosvizError as exc:
@@ -301,7 +300,7 @@ else:
 # ------------------------------------------------------------------------------------------------
 with st.expander("The earlier probe (a random string), and why it shows nothing here"):
     old = pd.DataFrame([{"model": n, "gap": g, "bits/byte": v} for n in names
-                        for g, v in retrieval.shipped_copy_probe(checkpoints[n])])
+                        for g, v in retrieval.shipped_copy_probe(models[n])])
     st.markdown(
         f"It asked every checkpoint to copy a random 32-byte string of letters and digits. None of these small "
         f"byte models learned to copy text unlike their training data: the second copy costs more than a blind guess "

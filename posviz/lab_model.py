@@ -1,0 +1,209 @@
+"""A model a lab can run: the one interface every live lab talks to, and how a name becomes one.
+
+The labs (Extrapolation, KV cache, Context extension, Far-context retrieval, Generation, Compare) never
+ask which kind of model they run. They take a ``LabModel`` and use only what it answers here:
+
+* who it is: ``name``, its position ``method``, its ``train_length`` in its own units (ids), its shape;
+* text in its units: ``encode`` / ``decode`` and ``bytes_per_id``, so bits per byte stay comparable
+  between a byte model and a tokenizer's;
+* a forward pass, ``model(ids, positions=, cache=, attention_layer=, attention_head=)`` -> ``ModelOutput``
+  (logits, and one layer's attention probabilities per head when asked), with a cache from ``new_cache``;
+* what it cannot do, in words a page shows (``cannot_run``: a learned table past its rows);
+* ``length_cap`` on its device, ``position`` (the parameters the explore pages draw), ``device``, ``dtype``;
+* ``key``: what the server's shared store keys a result on (identity, options and the weights' stamp).
+
+``open_model(ref)`` resolves a name once (a shipped checkpoint's name or a folder) into a LabModel; the
+same ref, options and weights give the same object, from a bounded LRU. Resolving is cheap: a kind reads
+what it needs to describe the model, and loads weights on the first forward pass. A kind of model is one
+class registered in ``MODEL_KINDS``; ``posviz.checkpoint_model`` is the shipped checkpoints' kind.
+
+Shape legend as in ``model.py``: B batch, T ids, H heads, V vocabulary.
+"""
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from .errors import PosvizError
+from .limits import CACHE_ENTRIES, default_device, max_eval_length
+
+
+class LabModel(ABC):
+    """What every lab asks of a model (see the module docstring)."""
+
+    name: str  # as the model picker lists it
+    method: str  # position method, e.g. "rope", "alibi", "learned"
+    train_length: int  # the context it was trained on, in its own ids
+    n_layer: int
+    n_head: int
+    max_positions: int | None  # positions it can represent at all (None: any)
+    is_absolute: bool  # positions are baked into the input or keys (a cache cannot relabel them)
+    position_options: dict  # the method's options in effect (a RoPE scaling and its factor, ...)
+    acts_on: str  # where positions enter: "input", "q/k", "logits" or "nothing"
+    key: tuple  # what a stored result depends on: identity, options and weights' stamp
+
+    # -- text in the model's units ------------------------------------------------------------------
+    @abstractmethod
+    def encode(self, text: bytes) -> torch.Tensor:
+        """(T,) int64 ids of ``text``, on the CPU."""
+
+    @abstractmethod
+    def decode(self, ids) -> bytes:
+        """The bytes ``ids`` stand for."""
+
+    @abstractmethod
+    def bytes_per_id(self, ids) -> np.ndarray:
+        """(T,) how many bytes of text each id covers (1 for a byte model)."""
+
+    # -- running ------------------------------------------------------------------------------------
+    @abstractmethod
+    def __call__(self, ids: torch.Tensor, positions=None, cache=None, attention_layer: int | None = None,
+                 attention_head: int | None = None):
+        """The forward pass on ids (B, T): ``ModelOutput(logits (B, T, V), attention (B, H, T, Tk) or None)``."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the weights now (they load on the first forward pass anyway): a damaged file raises here."""
+
+    @abstractmethod
+    def new_cache(self, max_size: int | None = None):
+        """An empty KV cache for this model (keeping at most ``max_size`` positions, None: all)."""
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device: ...
+
+    @property
+    @abstractmethod
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    @abstractmethod
+    def position(self):
+        """The position method's parameters, as the explore pages draw them."""
+
+    @abstractmethod
+    def is_shift_invariant(self) -> bool:
+        """Whether scores depend on distances only, so a cached window equals re-encoding it."""
+
+    @abstractmethod
+    def with_position_options(self, overrides: Mapping) -> "LabModel":
+        """The same weights with position options replaced, e.g. ``{"scaling": "yarn", "factor": 4}``."""
+
+    @abstractmethod
+    def frequencies(self, seq_len: int):
+        """(inv_freq, attention_factor) of a rotary model at ``seq_len``; None for other methods."""
+
+    # -- what it can do -----------------------------------------------------------------------------
+    def cannot_run(self, n_positions: int) -> str | None:
+        """Why ``n_positions`` positions are out of this model's reach, in a page's words; None if they are not."""
+        if self.max_positions is not None and n_positions > self.max_positions:
+            return (f"{self.name} cannot run {n_positions:,} positions: its {self.method} table has "
+                    f"{self.max_positions:,} rows (positions 0–{self.max_positions - 1:,}).")
+        return None
+
+    @property
+    def length_cap(self) -> int:
+        """Longest live evaluation length on its device (16 x train_length on a CPU)."""
+        return max_eval_length(self.train_length, self.device)
+
+    def check_length(self, length: int, n_ids: int | None = None) -> None:
+        """Reject lengths a lab will not run: too short, past the device cap, or longer than the text.
+
+        A length the *method* cannot represent (learned past its table) is not rejected here: the forward
+        pass raises its own PositionLimitError, which the labs show as it is.
+        """
+        cap = self.length_cap
+        if not isinstance(length, (int, np.integer)) or length < 2:
+            raise PosvizError(f"The evaluation length must be a whole number of at least 2 bytes, got {length!r}.")
+        if length > cap:
+            raise PosvizError(f"The evaluation length {length:,} is past this device's cap of {cap:,} bytes "
+                              f"({cap // self.train_length} × the training length). Choose a shorter length.")
+        if n_ids is not None and length + 1 > n_ids:
+            raise PosvizError(f"The evaluation length {length:,} needs {length + 1:,} bytes of text, but the text has "
+                              f"{n_ids:,} bytes. Choose a shorter length or a longer text.")
+
+    def ids_on_device(self, ids) -> torch.Tensor:
+        """(T,) ids, already encoded, on the model's device."""
+        return torch.as_tensor(ids, dtype=torch.long).flatten().to(self.device)
+
+    # -- what it stored when it was made (shipped checkpoints: metrics.json) -------------------------
+    def stored_metrics(self) -> dict:
+        """The evaluation stored with the model ({} when none)."""
+        return {}
+
+    def finetuned_from(self) -> dict | None:
+        """{checkpoint, train_length, tokens, position_options} when fine-tuned from another model."""
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resolving a ref into a LabModel: the kinds, and a bounded cache of the models resolved
+# ---------------------------------------------------------------------------------------------------
+# A kind of model: does this ref name one of mine; the key of what it names now (cheap: no weights read,
+# the weights' stamp included); build it (weights load on its first forward pass).
+class ModelKind(ABC):
+    @abstractmethod
+    def recognises(self, ref: str) -> bool: ...
+
+    @abstractmethod
+    def identify(self, ref: str, position_overrides: Mapping) -> tuple: ...
+
+    @abstractmethod
+    def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel: ...
+
+
+MODEL_KINDS: dict[str, ModelKind] = {}
+
+_OPEN: OrderedDict[tuple, LabModel] = OrderedDict()
+_OPEN_LOCK = threading.Lock()
+
+
+def _kind_of(ref: str) -> ModelKind:
+    from . import checkpoint_model  # noqa: F401  (registers the shipped checkpoints' kind)
+
+    for kind in MODEL_KINDS.values():
+        if kind.recognises(ref):
+            return kind
+    raise PosvizError(f"No model called {ref!r}: give a shipped checkpoint's name or a checkpoint folder.")
+
+
+def open_model(ref: str | Path, position_overrides: Mapping | None = None,
+               device: str | torch.device | None = None) -> LabModel:
+    """The model ``ref`` names (a shipped checkpoint or a folder), with ``position_overrides`` applied.
+
+    The same ref, overrides, device and weights give the same object (at most ``CACHE_ENTRIES`` are
+    kept, least recently used dropped first), so a model's weights load once per server. Callers must
+    not modify the model.
+    """
+    ref, overrides = str(ref), dict(position_overrides or {})
+    device = torch.device(device) if device is not None else default_device()
+    kind = _kind_of(ref)
+    key = kind.identify(ref, overrides)
+    with _OPEN_LOCK:
+        if (key, str(device)) in _OPEN:
+            _OPEN.move_to_end((key, str(device)))
+            return _OPEN[(key, str(device))]
+    model = kind.build(ref, overrides, device, key)
+    with _OPEN_LOCK:
+        model = _OPEN.setdefault((key, str(device)), model)  # another thread may have built it meanwhile
+        _OPEN.move_to_end((key, str(device)))
+        while len(_OPEN) > CACHE_ENTRIES:
+            _OPEN.popitem(last=False)
+    return model
+
+
+def opened_models() -> list[tuple]:
+    with _OPEN_LOCK:
+        return list(_OPEN)
+
+
+def forget_models() -> None:
+    with _OPEN_LOCK:
+        _OPEN.clear()
