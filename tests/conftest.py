@@ -92,3 +92,10 @@ def fresh_shared_results():
     if shared is not None:
         shared.shared_results.clear()
         shared.work_queue.clear()
+
+
+def tiny_lab(method: str, seed: int = 0, **overrides):
+    """``tiny_model`` as the labs take it: a LabModel (posviz.lab_model) around the GPT."""
+    from posviz.checkpoint_model import as_lab_model
+
+    return as_lab_model(tiny_model(method, seed, **overrides))

@@ -18,10 +18,12 @@ from posviz import lab_inputs
 
 
 def sharp(model, gain: float = 12.0):
-    """Scale the query/key projections so a random model's attention is peaked, not uniform."""
+    """Scale the query/key projections so a random model's attention is peaked, not uniform (a GPT, or
+    the GPT inside a shipped-kind LabModel)."""
+    net = getattr(model, "net", model)
     with torch.no_grad():
-        for block in model.blocks:
-            C = model.config.n_embd
+        for block in net.blocks:
+            C = net.config.n_embd
             block.attn.c_attn.weight[: 2 * C] *= gain
     return model
 

@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import tiny_lab, tiny_model
 from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
+from posviz.checkpoint_model import as_lab_model
 from posviz import attention_maps
 from posviz.errors import PosvizError
 from posviz.positions import method_names
@@ -21,7 +22,7 @@ from posviz.positions import method_names
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", method_names())
 def test_attention_rows_are_causal_distributions(method, text_ids):
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     probs = attention_maps.attention_probs(model, text_ids, 32, layer=1)
     assert probs.shape == (4, 32, 32)
     assert torch.allclose(probs.sum(-1), torch.ones(4, 32), atol=1e-5)
@@ -40,7 +41,7 @@ def test_attention_stats_on_known_matrices():
 
 
 def test_attention_view_pools_long_maps(text_ids):
-    model = tiny_model("alibi")
+    model = tiny_lab("alibi")
     view = attention_maps.attention_view(model, text_ids, 512, layer=0, log_scale=True, max_side=128)
     assert view.block == 4 and len(view.maps) == 4 and view.maps[0].shape == (128, 128)
     finite = np.concatenate([m[np.isfinite(m)] for m in view.maps])
@@ -56,7 +57,7 @@ def test_attention_view_pools_long_maps(text_ids):
 @pytest.mark.parametrize("method", method_names())
 def test_growth_read_off_one_long_pass_equals_one_pass_per_length(method, text_ids):
     """Causality: the first n queries of a long window attend as a window of n bytes would."""
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     limit = model.position.max_positions
     length = 96 if limit is None else min(96, limit)
     lengths = attention_maps.growth_lengths(length, 32, limit)
@@ -88,7 +89,7 @@ def test_pooled_attention_equals_the_nan_aware_block_mean(T, max_side):
 
 def test_a_shared_bias_does_not_outlive_the_forward_pass(text_ids):
     """ALiBi's (1, H, T, T) bias is memoised across layers; keeping it would hold 256 MB per model at 4,096 bytes."""
-    model = tiny_model("alibi")
+    model = tiny_lab("alibi")
     with torch.no_grad():
         model(torch.as_tensor(text_ids[:64])[None])
     assert model.position._memo is None
@@ -97,7 +98,7 @@ def test_a_shared_bias_does_not_outlive_the_forward_pass(text_ids):
 def test_attention_growth_stops_at_the_method_limit(text_ids):
     assert attention_maps.growth_lengths(512, 32, limit=32) == [16, 32]
     assert attention_maps.growth_lengths(512, 32) == [16, 32, 64, 128, 256, 512]
-    rows = attention_maps.attention_growth(tiny_model("rope"), text_ids, [16, 64], layer=0)
+    rows = attention_maps.attention_growth(tiny_lab("rope"), text_ids, [16, 64], layer=0)
     assert [(r["length"], r["head"]) for r in rows] == [(16, h) for h in range(4)] + [(64, h) for h in range(4)]
 
 

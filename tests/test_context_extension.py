@@ -6,9 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from conftest import tiny_model
+from conftest import tiny_lab, tiny_model
 from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
+from posviz.checkpoint_model import as_lab_model
+from posviz.lab_model import open_model
 from posviz import context_extension, extrapolation, lab_inputs
 from posviz.errors import PosvizError
 from posviz.limits import max_eval_length
@@ -26,9 +28,9 @@ def test_rope_scaling_curves_cover_the_registry(tiny_models, text_ids):
     rows = context_extension.rope_scaling_curves(folder, 4.0, text_ids, lengths[:3])
     assert {r["scaling"] for r in rows} == set(ROPE_SCALINGS)
     bpb = {(r["scaling"], r["length"]): r["bpb"] for r in rows}
-    plain = lab_inputs.get_model(folder)
+    plain = open_model(folder)
     assert bpb[("none", 64)] == pytest.approx(extrapolation.score_at_length(plain, text_ids, 64).bpb, abs=1e-6)
-    linear = lab_inputs.get_model(folder, {"scaling": "linear", "factor": 4.0})
+    linear = open_model(folder, {"scaling": "linear", "factor": 4.0})
     assert bpb[("linear", 64)] == pytest.approx(extrapolation.score_at_length(linear, text_ids, 64).bpb, abs=1e-6)
     assert bpb[("linear", 64)] != pytest.approx(bpb[("none", 64)], abs=1e-7)
     with pytest.raises(PosvizError, match="Unknown RoPE scaling"):
@@ -47,7 +49,7 @@ def assert_same_scores(fast: dict, model, text_ids, lengths):
 @pytest.mark.parametrize("method", method_names())
 def test_length_scores_equal_scoring_each_length_alone(method, text_ids):
     """Every length's windows read from the longest window at each start: the numbers of score_at_length."""
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     lengths = [8, 16, 32] if model.position.max_positions is not None else [32, 64, 128, 256, 512]  # learned: 32 rows
     assert context_extension.prefixes_hold(model, lengths)
     assert_same_scores(context_extension.length_scores(model, text_ids, lengths), model, text_ids, lengths)
@@ -59,7 +61,7 @@ def test_length_scores_equal_scoring_each_length_alone(method, text_ids):
 def test_length_scores_under_every_rope_scaling(scaling, text_ids):
     """Dynamic NTK picks its frequencies by the window's length, so a prefix is not a shorter window:
     each length then runs on its own. The static scalings share the passes."""
-    model = sharp(tiny_model("rope", position_options=context_extension.scaling_overrides(scaling, 4.0)))
+    model = as_lab_model(sharp(tiny_model("rope", position_options=context_extension.scaling_overrides(scaling, 4.0))))
     lengths = [32, 64, 128, 256, 512]
     assert context_extension.prefixes_hold(model, lengths) == (scaling != "dynamic")
     assert_same_scores(context_extension.length_scores(model, text_ids, lengths), model, text_ids, lengths)
@@ -68,7 +70,7 @@ def test_length_scores_under_every_rope_scaling(scaling, text_ids):
 def test_reference_curve_leaves_out_lengths_the_method_cannot_represent(tiny_models, text_ids):
     rows = context_extension.reference_curve(tiny_models / "learned", text_ids, [16, 32, 64])
     assert [r["length"] for r in rows] == [16, 32]  # a table of 32 rows
-    learned = lab_inputs.get_model(tiny_models / "learned")
+    learned = open_model(tiny_models / "learned")
     assert rows[1]["bpb"] == pytest.approx(extrapolation.score_at_length(learned, text_ids, 32).bpb, abs=1e-5)
     alibi = context_extension.reference_curve(tiny_models / "alibi", text_ids, [32, 64])
     assert [r["length"] for r in alibi] == [32, 64]

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import tiny_model
+from conftest import tiny_lab, tiny_model
 from maths_support import full_forward_bits, sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
+from posviz.checkpoint_model import as_lab_model
+from posviz.lab_model import open_model
 from posviz import attention_maps, extrapolation, lab_inputs
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.evaluate import bits_per_byte
@@ -24,7 +26,7 @@ def test_length_options_span_a_few_bytes_to_the_cap():
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", method_names())
 def test_score_at_length_matches_evaluate(method, text_ids):
-    model = tiny_model(method)
+    model = tiny_lab(method)
     length = 32  # the tiny models' training length: every method can run it
     score = extrapolation.score_at_length(model, text_ids, length)
     budget = max_eval_length(32)
@@ -39,11 +41,11 @@ def test_score_at_length_matches_evaluate(method, text_ids):
 
 
 def test_score_at_length_limits(text_ids):
-    learned = tiny_model("learned")
+    learned = tiny_lab("learned")
     with pytest.raises(PositionLimitError, match="32 rows"):
         extrapolation.score_at_length(learned, text_ids, 64)
-    rope = tiny_model("rope")
-    cap = lab_inputs.length_cap(rope)
+    rope = tiny_lab("rope")
+    cap = rope.length_cap
     assert cap == max_eval_length(32)
     with pytest.raises(PosvizError, match="cap"):
         extrapolation.score_at_length(rope, text_ids, cap * 2)
@@ -56,13 +58,13 @@ def test_score_at_length_limits(text_ids):
 @pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if m != "learned"])
 def test_one_pass_inspection_equals_score_and_map_run_apart(method, text_ids):
     """At the cap (one window) the map's forward pass gives the score too; below it the two run apart."""
-    model = sharp(tiny_model(method))
-    for length in (lab_inputs.length_cap(model), 64):
+    model = as_lab_model(sharp(tiny_model(method)))
+    for length in (model.length_cap, 64):
         score, view = extrapolation.inspect_at_length(model, text_ids, length, layer=1)
         apart_score = extrapolation.score_at_length(model, text_ids, length)
         apart_view = attention_maps.attention_view(model, text_ids, length, layer=1)
         assert (score.n_windows, score.n_bytes) == (apart_score.n_windows, apart_score.n_bytes)
-        assert score.n_windows == (1 if length == lab_inputs.length_cap(model) else lab_inputs.length_cap(model) // 64)
+        assert score.n_windows == (1 if length == model.length_cap else model.length_cap // 64)
         assert score.bpb == pytest.approx(apart_score.bpb, rel=1e-5)
         np.testing.assert_allclose(score.byte_bits, apart_score.byte_bits, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(view.entropy, apart_view.entropy, rtol=1e-5)
@@ -80,9 +82,9 @@ def test_warming_the_default_view_stores_what_the_page_asks_for(tiny_models_dir,
     text = lab_inputs.prepare_text(corpus.eval_documents[0]).as_bytes()
     results, queue = SharedResults(), WorkQueue()
     done = extrapolation.warm_default_view(results, queue, folders, text)
-    model = lab_inputs.get_model(folders[0])
+    model = open_model(folders[0])
     train_length, layer = model.config.train_length, model.config.n_layer - 1
-    stops = extrapolation.length_options(train_length, min(lab_inputs.length_cap(model), len(text)))
+    stops = extrapolation.length_options(train_length, min(model.length_cap, len(text)))
     reachable = sum(1 for n in stops for f in folders if not (f.endswith("learned") and n > train_length))
     assert done == reachable
     assert queue.served == len(stops) * len(folders)  # learned's refusals took their turn too
@@ -95,7 +97,7 @@ def test_warming_the_default_view_stores_what_the_page_asks_for(tiny_models_dir,
                 continue
             assert found, (folder, length)
             score = value[0] if job.name == "extrapolation-inspect" else value
-            direct = dataclasses.asdict(extrapolation.score_at_length(lab_inputs.get_model(folder), list(text), length))
+            direct = dataclasses.asdict(extrapolation.score_at_length(open_model(folder), list(text), length))
             assert score["bpb"] == pytest.approx(direct["bpb"], abs=1e-5)
     top = extrapolation.scoring_job(folders[0], text, stops[-1], True, layer, True)
     assert top.name == "extrapolation-inspect"  # at the cap the inspected model's map comes with its score

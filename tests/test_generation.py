@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from conftest import tiny_lab
 
 from posviz import generation as g
 from posviz import kv_cache
@@ -26,7 +26,7 @@ def full_forward_bits(model, ids: list[int]) -> np.ndarray:
 
 
 def test_same_seed_same_text_and_another_seed_another():
-    model = tiny_model("rope")
+    model = tiny_lab("rope")
     settings = g.DecodeSettings(60, temperature=1.0, top_k=40, seed=7)
     first = g.generate(model, PROMPT, settings)
     again = g.generate(model, PROMPT, settings)
@@ -38,7 +38,7 @@ def test_same_seed_same_text_and_another_seed_another():
 
 @pytest.mark.parametrize("method", ["rope", "alibi", "t5", "sinusoidal", "nope"])
 def test_greedy_picks_the_full_forward_argmax_and_cached_losses_match_it(method):
-    model = tiny_model(method)
+    model = tiny_lab(method)
     greedy = g.generate(model, PROMPT, g.DecodeSettings(40))
     assert greedy.ids == g.generate(model, PROMPT, g.DecodeSettings(40)).ids
     text = PROMPT + greedy.ids
@@ -53,7 +53,7 @@ def test_greedy_picks_the_full_forward_argmax_and_cached_losses_match_it(method)
 
 
 def test_teacher_forcing_through_the_cache_equals_the_full_forward_pass():
-    model = tiny_model("t5")
+    model = tiny_lab("t5")
     real = list(b"    if a > b:\n        return a\n    return b\n")
     scored = g.teacher_forced(model, PROMPT, real, "stop")
     assert scored.ids == real
@@ -63,7 +63,7 @@ def test_teacher_forcing_through_the_cache_equals_the_full_forward_pass():
 @pytest.mark.parametrize("strategy,kv_cache_strategy", [("reencode", "reencode"), ("shift", "shifted_cache")])
 def test_window_strategies_past_the_training_length_match_the_sliding_window_scorer(strategy, kv_cache_strategy):
     """For an absolute method, past W: re-encode and shift give exactly the losses of kv_cache.sliding_score."""
-    model = tiny_model("sinusoidal")
+    model = tiny_lab("sinusoidal")
     rng = np.random.default_rng(0)
     text = [int(b) for b in rng.integers(32, 127, size=len(PROMPT) + 3 * W)]
     prompt, real = text[:len(PROMPT)], text[len(PROMPT):]
@@ -78,18 +78,18 @@ def test_window_strategies_past_the_training_length_match_the_sliding_window_sco
 
 
 def test_stop_raises_the_learned_tables_own_error_past_its_length_and_the_others_keep_writing():
-    learned = g.Decoder(tiny_model("learned"), PROMPT, g.DecodeSettings(4 * W))
+    learned = g.Decoder(tiny_lab("learned"), PROMPT, g.DecodeSettings(4 * W))
     while learned.step() is not None:
         pass
     assert learned.error and "learned absolute table has 32 rows" in learned.error
     # it wrote every byte it had a position for: up to the byte predicted from W bytes of context
     assert len(learned.generated) == W + 1 - len(PROMPT) == learned.first_past_train_length
-    reencoded = g.generate(tiny_model("learned"), PROMPT, g.DecodeSettings(4 * W, strategy="reencode"))
+    reencoded = g.generate(tiny_lab("learned"), PROMPT, g.DecodeSettings(4 * W, strategy="reencode"))
     assert reencoded.error is None and len(reencoded.ids) == 4 * W
-    alibi = g.generate(tiny_model("alibi"), PROMPT, g.DecodeSettings(4 * W))
+    alibi = g.generate(tiny_lab("alibi"), PROMPT, g.DecodeSettings(4 * W))
     assert alibi.error is None and len(alibi.ids) == 4 * W
     # relative methods always keep true positions: the choice of strategy is for absolute ones
-    shifted = g.generate(tiny_model("alibi"), PROMPT, g.DecodeSettings(4 * W, strategy="shift"))
+    shifted = g.generate(tiny_lab("alibi"), PROMPT, g.DecodeSettings(4 * W, strategy="shift"))
     assert shifted.strategy == "stop" and shifted.ids == alibi.ids
 
 
@@ -100,7 +100,7 @@ def test_sampling_respects_top_k_and_top_1_is_greedy():
     assert float(probs.sum()) == pytest.approx(1.0)
     cold = g.next_byte_distribution(logits, 0.1, 0)
     assert float(cold[1]) > 0.99  # a low temperature sharpens towards the top byte
-    model = tiny_model("rope")
+    model = tiny_lab("rope")
     top1 = g.generate(model, PROMPT, g.DecodeSettings(30, temperature=1.5, top_k=1, seed=3))
     assert top1.ids == g.generate(model, PROMPT, g.DecodeSettings(30)).ids
     # with top-k = 5 every drawn byte was among the 5 most likely at its step
@@ -113,7 +113,7 @@ def test_sampling_respects_top_k_and_top_1_is_greedy():
 
 
 def test_bad_settings_and_prompts_are_refused_in_words():
-    model = tiny_model("rope")
+    model = tiny_lab("rope")
     for bad in (dict(new_bytes=0), dict(new_bytes=10, temperature=-1.0), dict(new_bytes=10, temperature=float("nan")),
                 dict(new_bytes=10, top_k=999), dict(new_bytes=10, strategy="warp"), dict(new_bytes=10, seed=-1)):
         with pytest.raises(PosvizError):
@@ -132,7 +132,7 @@ def test_window_means_and_csv_rows():
     rows = g.window_means(np.array([1.0, 3.0, 5.0, 7.0, 9.0]), start_position=6, width=4)
     assert rows == [{"window start": 4, "window end": 7, "mean": 2.0, "bytes": 2},
                     {"window start": 8, "window end": 11, "mean": 7.0, "bytes": 3}]
-    result = g.generate(tiny_model("nope"), PROMPT, g.DecodeSettings(20))
+    result = g.generate(tiny_lab("nope"), PROMPT, g.DecodeSettings(20))
     csv = g.per_byte_rows("nope", result)
     assert [r["position"] for r in csv] == list(range(len(PROMPT), len(PROMPT) + 20))
     assert [r["byte"] for r in csv] == result.ids
@@ -141,7 +141,7 @@ def test_window_means_and_csv_rows():
 
 @pytest.mark.parametrize("method", method_names())
 def test_one_pass_teacher_forcing_equals_the_byte_by_byte_cached_loop(method):
-    model = tiny_model(method, seed=5)
+    model = tiny_lab(method, seed=5)
     real = list(b"    for item in items:\n        total += item\n")[: W - len(PROMPT) + 8]
     one_pass = g.teacher_forced(model, PROMPT, real, "stop")
     loop = g.generate(model, PROMPT, g.DecodeSettings(len(real), strategy="stop"), forced=real)
@@ -157,7 +157,7 @@ def test_a_step_runs_on_one_thread_and_gives_the_threads_back(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     seen = []
-    model = tiny_model("learned")
+    model = tiny_lab("learned")
     decoder = g.Decoder(model, [1, 2, 3], g.DecodeSettings(40))
     real = decoder._advance
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import tiny_lab, tiny_model
 from maths_support import full_forward_bits, sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
+from posviz.checkpoint_model import as_lab_model
 from posviz import kv_cache
 from posviz.errors import PosvizError
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
@@ -25,7 +26,7 @@ from posviz.positions import POSITION_METHODS, method_names
 @pytest.mark.parametrize("method", method_names())
 def test_reencode_equals_the_full_forward_pass_inside_the_window(method, text_ids):
     """With the window as long as the text, re-encoding the prefix at each step is the full forward pass."""
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     n = 32
     r = kv_cache.sliding_score(model, text_ids, window=n, strategy="reencode", n_bytes=n, one_pass_prefix=False)
     assert r.error is None and r.n_scored == n - 1
@@ -36,7 +37,7 @@ def test_reencode_equals_the_full_forward_pass_inside_the_window(method, text_id
 def test_cached_window_equals_reencode_for_relative_methods(method, text_ids):
     """One layer: cached keys depend only on their byte and position, so keeping them with their true
     positions is exactly re-encoding the window (relative methods see only distances)."""
-    model = sharp(tiny_model(method, n_layer=1))
+    model = as_lab_model(sharp(tiny_model(method, n_layer=1)))
     window, n = 8, 40
     cached = kv_cache.sliding_score(model, text_ids, window, "cached_window", n)
     reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
@@ -46,7 +47,7 @@ def test_cached_window_equals_reencode_for_relative_methods(method, text_ids):
 
 @pytest.mark.parametrize("method", method_names())
 def test_strategies_agree_until_the_window_is_full(method, text_ids):
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     window, n = 8, 30
     results = {s: kv_cache.sliding_score(model, text_ids, window, s, n, one_pass_prefix=False) for s in kv_cache.STRATEGIES}
     for s in kv_cache.STRATEGIES:  # steps 0..W-1 never evict: same context, same positions
@@ -65,7 +66,7 @@ def test_batched_reencode_equals_reencoding_byte_by_byte(method, timed, text_ids
     batch of windows and times a few alone: the same bits as running every step alone. Batches of 3
     windows, so the steps split over several batches and around the timed ones."""
     monkeypatch.setattr(kv_cache, "REENCODE_BATCH_TOKENS", 3 * 8)
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     window, n = 8, 40
     stepped = kv_cache.sliding_score(model, text_ids, window, "reencode", n, timed_steps=None)
     batched = kv_cache.sliding_score(model, text_ids, window, "reencode", n, timed_steps=timed)
@@ -77,7 +78,7 @@ def test_batched_reencode_equals_reencoding_byte_by_byte(method, timed, text_ids
 
 def test_batched_reencode_steps_like_the_loop_where_the_window_does_not_fit(text_ids):
     """A learned table of 32 rows cannot hold a window of 40: no batch, the steps stop where the table ends."""
-    model = tiny_model("learned")
+    model = tiny_lab("learned")
     stepped = kv_cache.sliding_score(model, text_ids, 40, "reencode", 60, timed_steps=None)
     batched = kv_cache.sliding_score(model, text_ids, 40, "reencode", 60)
     assert batched.error == stepped.error and batched.error.startswith("Stopped at byte 32")
@@ -88,7 +89,7 @@ def test_batched_reencode_steps_like_the_loop_where_the_window_does_not_fit(text
 def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, text_ids):
     """One layer, so re-encoding is the exact reference. A shifted cache relabels the window 0..W-1:
     harmless when positions enter only at attention time, wrong when they were baked into the keys."""
-    model = sharp(tiny_model(method, n_layer=1))
+    model = as_lab_model(sharp(tiny_model(method, n_layer=1)))
     window, n = 8, 40
     shifted = kv_cache.sliding_score(model, text_ids, window, "shifted_cache", n)
     reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
@@ -106,7 +107,7 @@ def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, te
                                     if cls.acts_on in ("nothing", "logits") and cls.is_shift_invariant()])
 def test_shifted_cache_equals_cached_window_for_attention_time_methods(method, text_ids):
     """Any depth: both strategies attend over the same cached keys; relabelling keeps every distance."""
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
     cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
     assert np.allclose(shifted.byte_bits, cached.byte_bits, atol=1e-5)
@@ -117,7 +118,7 @@ def test_a_cached_window_keeps_fires_true_query_positions(text_ids):
     """FIRE adds its bias at attention time, but past its threshold L it divides each distance by psi of
     the query's own position: a cached window keeps the true positions, so it differs from relabelling
     the window to 0..W-1 (the shifted cache, which is what re-encoding does)."""
-    model = sharp(tiny_model("fire"))  # training length 32: L = 8
+    model = as_lab_model(sharp(tiny_model("fire")))  # training length 32: L = 8
     shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
     cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
     assert np.allclose(shifted.byte_bits[:8], cached.byte_bits[:8], atol=1e-5)  # no eviction yet: same positions
@@ -126,25 +127,25 @@ def test_a_cached_window_keeps_fires_true_query_positions(text_ids):
 
 
 def test_cached_window_for_absolute_methods(text_ids):
-    learned = tiny_model("learned")
+    learned = tiny_lab("learned")
     r = kv_cache.sliding_score(learned, text_ids, 8, "cached_window", 60)
     assert r.bpb is None and r.bpb_full is None and r.n_scored == 32
     assert r.error.startswith("Stopped at byte 32") and "32 rows" in r.error
     assert "Cannot run past byte 32" in kv_cache.strategy_verdict(learned, "cached_window")
-    sinusoidal = tiny_model("sinusoidal")
+    sinusoidal = tiny_lab("sinusoidal")
     r = kv_cache.sliding_score(sinusoidal, text_ids, 8, "cached_window", 60)
     assert r.error is None and np.isfinite(r.bpb)
     assert "never saw" in kv_cache.strategy_verdict(sinusoidal, "cached_window")
 
 
 def test_sliding_result_fields(text_ids):
-    r = kv_cache.sliding_score(tiny_model("nope"), text_ids, 8, "cached_window", 30)
+    r = kv_cache.sliding_score(tiny_lab("nope"), text_ids, 8, "cached_window", 30)
     assert r.n_scored == 29 and r.ms_per_byte > 0
     assert r.bpb == pytest.approx(r.byte_bits.mean()) and r.bpb_full == pytest.approx(r.byte_bits[8:].mean())
 
 
 def test_sliding_caps(text_ids):
-    model = tiny_model("nope")
+    model = tiny_lab("nope")
     long_text = torch.cat([text_ids] * 2)
     with pytest.raises(PosvizError, match=f"{MAX_SLIDING_BYTES:,}"):
         kv_cache.sliding_score(model, long_text, 8, "reencode", MAX_SLIDING_BYTES + 1)
@@ -176,7 +177,7 @@ def test_two_pass_diagram():
 
 @pytest.mark.parametrize("method", method_names())
 def test_cache_check_matches_full_forward(method, text_ids):
-    model = sharp(tiny_model(method))
+    model = as_lab_model(sharp(tiny_model(method)))
     check = kv_cache.cache_check(model, text_ids, 32, time_reencode=method == "t5")
     assert check["max_abs_diff"] < 1e-4 * max(1.0, check["logit_scale"])
     assert check["full_ms"] > 0 and check["cached_ms_per_byte"] > 0
@@ -185,7 +186,7 @@ def test_cache_check_matches_full_forward(method, text_ids):
 
 
 def test_cache_check_times_a_sample_of_prefixes(text_ids):
-    model = tiny_model("t5")
+    model = tiny_lab("t5")
     assert kv_cache.cache_check(model, text_ids, 32)["reencode_timed"] == kv_cache.REENCODE_TIMED_STEPS
     every = kv_cache.cache_check(model, text_ids, 32, reencode_samples=None)
     assert every["reencode_timed"] == 32 and every["reencode_ms_per_byte"] > 0

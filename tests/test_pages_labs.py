@@ -16,9 +16,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import tiny_lab
 from streamlit.testing.v1 import AppTest
 
+from posviz.lab_model import open_model
 from posviz import attention_maps, compare, context_extension, extrapolation, kv_cache, lab_inputs, retrieval
 from posviz.checkpoint import read_metrics, shipped_checkpoints
 from posviz.data import load_corpus
@@ -73,7 +74,7 @@ def test_extrapolation_numbers_match_labs_and_learned_stops_alone(tiny_models, d
         if name == "learned":
             assert shown[name] == "—"
         else:
-            assert shown[name] == f"{extrapolation.score_at_length(lab_inputs.get_model(folder), doc_ids, 128).bpb:.3f}", name
+            assert shown[name] == f"{extrapolation.score_at_length(open_model(folder), doc_ids, 128).bpb:.3f}", name
     errors = texts(at.error)
     assert "learned" in errors and "32 rows" in errors and "position 127" in errors
     assert at.query_params["L"] == "128"
@@ -83,7 +84,7 @@ def test_extrapolation_numbers_match_labs_and_learned_stops_alone(tiny_models, d
     at.select_slider(key="w_L").set_value(32)
     run(at)
     shown = metrics(at)
-    assert shown["learned"] == f"{extrapolation.score_at_length(lab_inputs.get_model(folders['learned']), doc_ids, 32).bpb:.3f}"
+    assert shown["learned"] == f"{extrapolation.score_at_length(open_model(folders['learned']), doc_ids, 32).bpb:.3f}"
     assert not at.error
     assert at.query_params["L"] == "32"
 
@@ -92,14 +93,14 @@ def test_extrapolation_numbers_match_labs_and_learned_stops_alone(tiny_models, d
     run(at)
     assert len(at.image) == 0  # one head at 32 bytes: an interactive heatmap instead of an image
     assert "Head 1: mean attention distance" in texts(at.caption)
-    view = attention_maps.attention_view(lab_inputs.get_model(folders["alibi"]), doc_ids, 32, layer=1)
+    view = attention_maps.attention_view(open_model(folders["alibi"]), doc_ids, 32, layer=1)
     assert f"{view.distance[1]:,.1f} bytes" in texts(at.caption)
 
 
 def test_extrapolation_at_the_cap_scores_the_inspected_model_from_its_map_pass(tiny_models, doc_ids):
     """At 16 x train_length one window fills the cap: the inspected model's number comes from the
     attention map's forward pass, and must be the number the scorer gives; the others are scored."""
-    cap = lab_inputs.length_cap(tiny_model("rope"))
+    cap = tiny_lab("rope").length_cap
     calls = []
     with pytest.MonkeyPatch.context() as spy:  # its own patch: the fixture's $POSVIZ_MODELS must stay
         for module, fn in ((extrapolation, "score_at_length"), (extrapolation, "inspect_at_length"),
@@ -112,9 +113,9 @@ def test_extrapolation_at_the_cap_scores_the_inspected_model_from_its_map_pass(t
     assert calls == [("inspect_at_length", "rope"), ("score_at_length", "alibi")]  # one pass for rope, no second map
     folders = shipped_checkpoints()
     for name in ("rope", "alibi"):
-        expected = extrapolation.score_at_length(lab_inputs.get_model(folders[name]), doc_ids, cap).bpb
+        expected = extrapolation.score_at_length(open_model(folders[name]), doc_ids, cap).bpb
         assert metrics(at)[name] == f"{expected:.3f}", name
-    view = attention_maps.attention_view(lab_inputs.get_model(folders["rope"]), doc_ids, cap, layer=0)
+    view = attention_maps.attention_view(open_model(folders["rope"]), doc_ids, cap, layer=0)
     assert f"distance {view.distance[0]:,.1f} B" in texts(at.caption)
 
 
@@ -136,7 +137,7 @@ def test_extrapolation_pasted_text(tiny_models):
     run(at)
     shown = metrics(at)
     ids = lab_inputs.prepare_text(snippet).ids
-    assert shown["rope"] == f"{extrapolation.score_at_length(lab_inputs.get_model(shipped_checkpoints()['rope']), ids, 32).bpb:.3f}"
+    assert shown["rope"] == f"{extrapolation.score_at_length(open_model(shipped_checkpoints()['rope']), ids, 32).bpb:.3f}"
     at.text_area(key="w_paste").input("x" * (MAX_TEXT_BYTES + 5) + "\x01")
     run(at)
     assert f"only the first {MAX_TEXT_BYTES:,} are used" in texts(at.info)
@@ -155,17 +156,17 @@ def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
 
     for name in ("alibi", "rope"):
         for strategy in kv_cache.STRATEGIES:
-            expected = kv_cache.sliding_score(lab_inputs.get_model(folders[name]), doc_ids, 16, strategy, 60).bpb_full
+            expected = kv_cache.sliding_score(open_model(folders[name]), doc_ids, 16, strategy, 60).bpb_full
             assert table.loc[name, kv_cache.STRATEGY_TITLES[strategy]] == f"{expected:.3f}", (name, strategy)
     assert "Stopped at byte 32" in texts(at.warning)
     # ALiBi's bias is added at attention time: the shifted cache gives the cached-window result
-    alibi = lab_inputs.get_model(folders["alibi"])
+    alibi = open_model(folders["alibi"])
     assert np.allclose(kv_cache.sliding_score(alibi, doc_ids, 16, "shifted_cache", 60).byte_bits,
                        kv_cache.sliding_score(alibi, doc_ids, 16, "cached_window", 60).byte_bits, atol=1e-5)
     shown = metrics(at)
     assert float(shown["max |cached − full| logit"]) < 1e-4
     assert shown["cached, per byte"].endswith(" ms")
-    check = kv_cache.cache_check(lab_inputs.get_model(folders["t5"]), doc_ids, 40)
+    check = kv_cache.cache_check(open_model(folders["t5"]), doc_ids, 40)
     assert check["max_abs_diff"] < 1e-4
 
     at2 = run(page("kv_cache", W="7", n="40", models="nope", cl="16"))
@@ -197,7 +198,7 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
     rows = context_extension.rope_scaling_curves(folders["rope"], 2.0, doc_ids, [longest], ["none", "linear"])
     for r in rows:
         assert shown[r["scaling"]] == f"{r['bpb']:.3f}"
-    assert shown["alibi"] == f"{extrapolation.score_at_length(lab_inputs.get_model(folders['alibi']), doc_ids, longest).bpb:.3f}"
+    assert shown["alibi"] == f"{extrapolation.score_at_length(open_model(folders['alibi']), doc_ids, longest).bpb:.3f}"
     assert set(shown) == {"none", "linear", "alibi"}
     # each legend names only what its chart draws (not every checkpoint in models/)
     for chart in at.get("vega_lite_chart"):
@@ -289,7 +290,7 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
     live = at.main.dataframe[-2].value  # the live table (the last one is the retired probe's)
     text = bytes(load_corpus().eval_documents[0])
     gaps = [g for g in retrieval.default_gaps(32) if g <= 64]
-    expected = retrieval.repeat_probe(lab_inputs.get_model(folders["alibi"]), text, gaps, chunks=2)
+    expected = retrieval.repeat_probe(open_model(folders["alibi"]), text, gaps, chunks=2)
     assert [live.loc["alibi", g] for g in gaps] == pytest.approx([r.gain for r in expected])  # the default measure
     assert all(math.isnan(live.loc["learned", g]) for g in gaps)  # 32 positions: no room for two 64-byte chunks
     at.select_slider(key="w_hgap").set_value(64)
@@ -307,12 +308,12 @@ def test_compare_methods_and_lengths(tiny_models, doc_ids):
     folders = shipped_checkpoints()
     at = run(page("compare", a="learned", b="rope", L="64"))
     assert "32 rows" in texts(at.error)  # learned cannot run at 64 ...
-    rope = extrapolation.score_at_length(lab_inputs.get_model(folders["rope"]), doc_ids, 64).bpb
+    rope = extrapolation.score_at_length(open_model(folders["rope"]), doc_ids, 64).bpb
     assert metrics(at)["rope: bits/byte"] == f"{rope:.3f}"  # ... while rope is still shown
 
     at.selectbox(key="w_a").set_value("nope")
     run(at)
-    nope = extrapolation.score_at_length(lab_inputs.get_model(folders["nope"]), doc_ids, 64).bpb
+    nope = extrapolation.score_at_length(open_model(folders["nope"]), doc_ids, 64).bpb
     assert metrics(at)["rope − nope"] == f"{rope - nope:+.3f}"
     assert len(at.get("vega_lite_chart")) == 5  # the loss chart and B − A under it; maps of A, B and B − A as heatmaps at 64 bytes
     # the maps open on the log colour scale, as in the Extrapolation lab: log10 probability, at most 0
@@ -332,7 +333,7 @@ def test_compare_methods_and_lengths(tiny_models, doc_ids):
     at.selectbox(key="w_model").set_value("alibi")
     at.select_slider(key="w_L2").set_value(32)
     run(at)
-    result = compare.compare_lengths(lab_inputs.get_model(folders["alibi"]), doc_ids, 32)
+    result = compare.compare_lengths(open_model(folders["alibi"]), doc_ids, 32)
     shown = metrics(at)
     assert shown["bits/byte at L = 32"] == f"{result['bpb_short']:.3f}"
     assert shown["bits/byte at 2L = 64"] == f"{result['bpb_long']:.3f}"
@@ -349,7 +350,7 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
     assert found, f"no checkpoints in {ROOT / 'models'}: run `make checkpoints`"
     at = run(page("extrapolation"))
     shown = metrics(at)
-    train_length = lab_inputs.get_model(next(iter(found.values()))).config.train_length
+    train_length = open_model(next(iter(found.values()))).config.train_length
     pretrained = [n for n in found if n in POSITION_METHODS]  # selected by default; fine-tuned ones on request
     for name in pretrained:
         # trained byte-level models on Python source: well under the 8 bits/byte of a uniform guess
@@ -379,7 +380,7 @@ def test_generation_same_seed_same_text_and_learned_stops_with_its_explanation(t
     folders = shipped_checkpoints()
     prompt = doc_ids[:16].tolist()
     settings = generation.DecodeSettings(96, temperature=1.0, top_k=20, seed=5)
-    expected = {name: generation.generate(lab_inputs.get_model(folders[name]), prompt, settings)
+    expected = {name: generation.generate(open_model(folders[name]), prompt, settings)
                 for name in ("learned", "alibi")}
     learned, alibi = shown_texts(at)
     assert learned == plain(expected["learned"]) and alibi == plain(expected["alibi"])
@@ -400,13 +401,13 @@ def test_generation_same_seed_same_text_and_learned_stops_with_its_explanation(t
     # re-encoding the window lets learned write past its table; the real continuation is scored next to it
     at.radio(key="w_window").set_value("reencode")
     run(at)
-    reencoded = generation.generate(lab_inputs.get_model(folders["learned"]), prompt,
+    reencoded = generation.generate(open_model(folders["learned"]), prompt,
                                     generation.DecodeSettings(96, temperature=1.0, top_k=20, seed=5, strategy="reencode"))
     assert shown_texts(at)[0] == plain(reencoded) and len(reencoded.ids) == 96
     assert "learned** stopped" not in texts(at.warning)
     table = at.main.dataframe[-1].value
     real = doc_ids[16:16 + 96].tolist()
-    forced = generation.teacher_forced(lab_inputs.get_model(folders["alibi"]), prompt, real, "reencode")
+    forced = generation.teacher_forced(open_model(folders["alibi"]), prompt, real, "reencode")
     assert table.loc["alibi", "bits/byte, the real continuation"] == pytest.approx(forced.mean_bits)
     assert table.loc["learned", "bits/byte, its own text"] == pytest.approx(reencoded.mean_bits)
 
@@ -419,7 +420,7 @@ def test_generation_opens_on_sampling_greedy_one_click_away_and_junk_params(tiny
     assert at.query_params["decode"] == "sample" and at.query_params["models"] == "kerple,sinusoidal"
     assert (at.query_params["temp"], at.query_params["topk"], at.query_params["seed"]) == ("0.7", "40", "0")
     folders, prompt = shipped_checkpoints(), doc_ids[:8].tolist()
-    sampled = {name: generation.generate(lab_inputs.get_model(folders[name]), prompt,
+    sampled = {name: generation.generate(open_model(folders[name]), prompt,
                                          generation.DecodeSettings(40, temperature=0.7, top_k=40, seed=0))
                for name in ("kerple", "sinusoidal")}
     assert shown_texts(at) == [plain(sampled["kerple"]), plain(sampled["sinusoidal"])]
@@ -428,7 +429,7 @@ def test_generation_opens_on_sampling_greedy_one_click_away_and_junk_params(tiny
     # greedy: one click away
     at.radio(key="w_decode").set_value("greedy")
     run(at)
-    greedy = generation.generate(lab_inputs.get_model(folders["sinusoidal"]), prompt, generation.DecodeSettings(40))
+    greedy = generation.generate(open_model(folders["sinusoidal"]), prompt, generation.DecodeSettings(40))
     assert shown_texts(at)[1] == plain(greedy) and at.query_params["decode"] == "greedy"
     junk = run(page("generation", n="99999", temp="abc", topk="-3", window="warp", models="bogus", seed="x", colour="red"))
     notices = texts(junk.warning)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import tiny_lab
 from posviz import retrieval
 from posviz.errors import PosvizError
 from posviz.evaluate import copy_probe
@@ -44,7 +44,7 @@ def text(corpus):
 
 
 def copier():
-    model = tiny_model("nope")
+    model = tiny_lab("nope")
     model.__class__ = SuffixCopier
     return model
 
@@ -58,7 +58,7 @@ def test_a_model_that_copies_scores_near_zero_on_the_second_copy_at_every_gap(te
 
 
 def test_a_model_that_cannot_copy_gains_nothing_from_the_first_copy(text):
-    model = tiny_model("alibi", seed=3)  # untrained: its predictions do not depend on a far copy
+    model = tiny_lab("alibi", seed=3)  # untrained: its predictions do not depend on a far copy
     results = retrieval.repeat_probe(model, text, [64, 512], chunk=32, chunks=8)
     for r in results:
         assert r.gain == pytest.approx(1.0, abs=0.05)  # second copy costs what the same bytes cost without it
@@ -67,7 +67,7 @@ def test_a_model_that_cannot_copy_gains_nothing_from_the_first_copy(text):
 def test_key_value_probe_recalls_the_number_only_for_a_copier(text):
     recalled = retrieval.key_value_probe(copier(), text, [0, 300], trials=8)
     assert all(r.first_bits > 6.0 and r.second_bits < 1.0 for r in recalled)
-    blind = retrieval.key_value_probe(tiny_model("rope", seed=2), text, [300], trials=8)[0]
+    blind = retrieval.key_value_probe(tiny_lab("rope", seed=2), text, [300], trials=8)[0]
     assert blind.ratio == pytest.approx(1.0, abs=0.1)
     rows, a, b = retrieval.key_value_batch(torch.tensor(list(b"x = 1\n" * 300)), 40, 3, seed=0)
     for row in rows:  # the digits at both offsets are the same 5-digit number
@@ -75,7 +75,7 @@ def test_key_value_probe_recalls_the_number_only_for_a_copier(text):
 
 
 def test_probes_say_none_where_the_method_cannot_run(text):
-    model = tiny_model("learned")  # 32 positions
+    model = tiny_lab("learned")  # 32 positions
     results = retrieval.repeat_probe(model, text, [0, 100], chunk=8, chunks=2)
     assert results[0] is not None and results[1] is None
     rows = retrieval.as_rows(results, [0, 100])
@@ -84,7 +84,7 @@ def test_probes_say_none_where_the_method_cannot_run(text):
 
 
 def test_induction_scores_are_read_off_the_full_attention_map(text):
-    model = tiny_model("shaw", seed=1)
+    model = tiny_lab("shaw", seed=1)
     with torch.no_grad():
         for p in model.position.parameters():
             p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(4))
@@ -103,21 +103,21 @@ def test_default_gaps_and_bad_settings(text):
     assert retrieval.default_gaps(256) == [0, 64, 128, 256, 512, 1024, 2048, 4096]
     assert [r["reach"] for r in retrieval.alibi_reach([0.5, 0.25], 5.0)] == [10.0, 20.0]
     with pytest.raises(PosvizError, match="chunk must have 8 to 1,024 bytes"):
-        retrieval.repeat_probe(tiny_model("nope"), text, [0], chunk=4)
+        retrieval.repeat_probe(tiny_lab("nope"), text, [0], chunk=4)
     with pytest.raises(PosvizError, match="too short for a gap"):
-        retrieval.repeat_probe(tiny_model("nope"), text[:2000], [5000], chunk=16)
+        retrieval.repeat_probe(tiny_lab("nope"), text[:2000], [5000], chunk=16)
 
 
 # ------------------------------------------------------------------------------------------------
 # Copy probe and ALiBi's reach
 # ------------------------------------------------------------------------------------------------
 def test_copy_probe_live_matches_evaluate(corpus):
-    model = tiny_model("alibi")
+    model = tiny_lab("alibi")
     filler = corpus.eval_stream(4096)
     live = retrieval.copy_probe_live(model, filler, [0, 16], string_length=8, trials=2)
     for gap in (0, 16):
         assert live[gap] == copy_probe(model, filler, [gap], string_length=8, trials=2, seed=gap)[str(gap)]
-    learned = retrieval.copy_probe_live(tiny_model("learned"), filler, [0, 64], string_length=8, trials=2)
+    learned = retrieval.copy_probe_live(tiny_lab("learned"), filler, [0, 64], string_length=8, trials=2)
     assert learned[0] is not None and learned[64] is None  # 8 + 64 + 8 > 32 positions
     assert retrieval.probe_gaps(max_eval_length(32), 32) == [0, 16, 32, 64, 128, 256]
     with pytest.raises(PosvizError, match="cap"):
