@@ -7,7 +7,7 @@ this menu and without the wide layout.
 """
 import streamlit as st
 
-from views._shared import warm_the_store
+from views._serving import warm_the_store
 
 st.set_page_config(page_title="posviz — positional encodings, visualised", page_icon="🧭", layout="wide")
 

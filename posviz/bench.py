@@ -447,7 +447,7 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
     """First render of every page in a new browser session, on running servers, three ways.
 
     *Warm server*: a server started as the README does, whose first visit (the home page) started its
-    warm-up (``views/_shared.warm_the_store``: it opens every page at its defaults itself, then the
+    warm-up (``views/_serving.warm_the_store``: it opens every page at its defaults itself, then the
     Extrapolation lab's slider stops); once that is done, each page opens in a new browser session, as
     a visitor of a demo that has been up a while. *First visitor*: a server started with
     ``POSVIZ_WARM=0`` (nothing computed ahead), home page opened once (that cold start is reported on

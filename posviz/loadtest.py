@@ -145,7 +145,7 @@ def server_command(port: int, address: str) -> list[str]:
     return [sys.executable, "-m", *APP_COMMAND, "--server.port", str(port), "--server.address", address]
 
 
-WARM_DONE = "posviz: warm-up done"  # the line views/_shared.warm_the_store prints when it has finished
+WARM_DONE = "posviz: warm-up done"  # the line views/_serving.warm_the_store prints when it has finished
 
 
 class StreamlitServer:
@@ -201,7 +201,7 @@ class StreamlitServer:
 
     def wait_warm(self, timeout: float = 600.0) -> float:
         """Wait until the server's warm-up (every page's default view, then the Extrapolation lab's
-        slider stops; ``views/_shared.warm_the_store``) has finished, as on a demo that has been up a
+        slider stops; ``views/_serving.warm_the_store``) has finished, as on a demo that has been up a
         while. It starts with the first visit, so open one page first. Returns the seconds waited."""
         start = deadline = time.monotonic()
         deadline += timeout

@@ -4,7 +4,7 @@ Defined once so that a method reads the same on every page (a talk's screenshots
 must agree). The hues are Okabe & Ito's colour-blind-safe set, extended with Paul Tol's "muted"
 scheme for the methods beyond eight. RoPE's scalings and fine-tuned variants are dashed (plain RoPE
 is solid), each with its own hue and its own dash pattern, so which one reads from either.
-No Streamlit or Altair here: pages turn these into scales (``views._shared.method_scale``).
+No Streamlit or Altair here: pages turn these into scales (``views._charts.method_scales``).
 """
 from __future__ import annotations
 

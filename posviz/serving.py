@@ -1,7 +1,7 @@
 """How one server serves many visitors: a bounded store of results shared by every session, and a
 queue for heavy computations.
 
-No Streamlit here (``views/_shared.py`` draws the waiting and the progress). Two pieces:
+No Streamlit here (``views/_serving.py`` draws the waiting and the progress). Two pieces:
 
 * ``SharedResults``: the result of a live computation, keyed on everything it depends on
   (checkpoint, its stamp, the text, the length, the options), computed **once per server**. The

@@ -83,12 +83,12 @@ def tiny_models(tiny_models_dir, monkeypatch) -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh_shared_results():
-    """Each test starts with an empty server-wide store of live results (views/_shared.py keeps one per
+    """Each test starts with an empty server-wide store of live results (views/_serving.py keeps one per
     process, as a server does): a result left by another test would hide the computation a test checks."""
     yield
     import sys
 
-    shared = sys.modules.get("views._shared")
+    shared = sys.modules.get("views._serving")
     if shared is not None:
         shared.shared_results.clear()
         shared.work_queue.clear()

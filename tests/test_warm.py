@@ -1,4 +1,4 @@
-"""The server's warm-up (views/_shared.warm_the_store, views/_warm.py): it opens every page itself at its
+"""The server's warm-up (views/_serving.warm_the_store, views/_warm.py): it opens every page itself at its
 defaults, so a visitor of a server that has been up a while finds every lab's default view computed."""
 from __future__ import annotations
 

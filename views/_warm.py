@@ -7,7 +7,7 @@ under exactly the keys a visitor's run asks for (the page script itself computes
 knows what a page shows). Its computations go to the back of the server's queue (``WARM_HEADER``):
 a visitor's computation always starts before the next one of the warm-up.
 
-Only the Streamlit wire protocol lives here; what to warm and when is ``_shared.warm_the_store``.
+Only the Streamlit wire protocol lives here; what to warm and when is ``_serving.warm_the_store``.
 """
 from __future__ import annotations
 

@@ -3,7 +3,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._shared import legend_for, method_scales, page_header, repo_root, shipped_checkpoint_json, show_chart
+from views._charts import legend_for, method_scales, show_chart
+from views._checkpoints import shipped_checkpoint_json
+from views._page import page_header, repo_root
 from posviz import about, home
 from posviz.checkpoint import models_dir
 from posviz.positions import POSITION_METHODS, method_names

@@ -4,8 +4,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._shared import (folder_stamp, metric_rows, method_scales, page_header, qp_bool, qp_choice, qp_float, qp_int, show_chart, show_matrix,
-                           shipped_checkpoint_json, shipped_model, sync_url)
+from views._charts import method_scales, metric_rows, show_chart
+from views._checkpoints import folder_stamp, shipped_checkpoint_json, shipped_model
+from views._matrices import show_matrix
+from views._page import page_header
+from views._url import qp_bool, qp_choice, qp_float, qp_int, sync_url
 from posviz import attention_biases
 from posviz.checkpoint import shipped_checkpoints
 from posviz.positions import POSITION_METHODS

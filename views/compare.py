@@ -6,19 +6,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._shared import (
-    method_scales,
-    choose_text,
-    error_box,
-    page_header,
-    qp_choice,
-    qp_int,
-    show_chart,
-    show_matrix,
-    show_pooled_matrix,
-    sync_url,
-    usable_checkpoints,
-)
+from views._charts import method_scales, show_chart
+from views._matrices import show_matrix, show_pooled_matrix
+from views._page import error_box, page_header, usable_checkpoints
+from views._text import choose_text
+from views._url import qp_choice, qp_int, sync_url
 from posviz import compare, extrapolation, lab_inputs
 from posviz.lab_model import LabModel, open_model
 from posviz.errors import PosvizError

@@ -5,21 +5,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._shared import (
-    DASHED_LEGEND,
-    metric_rows,
-    legend_for,
-    method_scales,
-    choose_text,
-    compute_once,
-    error_box,
-    page_header,
-    qp_choice,
-    qp_multi,
-    show_chart,
-    stored_result,
-    sync_url,
-)
+from views._charts import DASHED_LEGEND, legend_for, method_scales, metric_rows, show_chart
+from views._page import error_box, page_header
+from views._serving import compute_once, stored_result
+from views._text import choose_text
+from views._url import qp_choice, qp_multi, sync_url
 from posviz import context_extension, extrapolation, lab_inputs
 from posviz.checkpoint import shipped_checkpoints
 from posviz.lab_model import open_model

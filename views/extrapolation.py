@@ -10,27 +10,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._shared import (
-    metric_cells,
-    method_scales,
-    choose_text,
-    compute_once,
-    draw_spec,
-    cached_spec,
-    error_box,
-    folder_stamp,
-    page_header,
-    qp_choice,
-    qp_int,
-    qp_multi,
-    shared,
-    show_cached_chart,
-    show_coloured_text,
-    show_matrix,
-    show_pooled_matrix,
-    sync_url,
-    usable_checkpoints,
-)
+from views._charts import cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
+from views._checkpoints import folder_stamp
+from views._matrices import show_matrix, show_pooled_matrix
+from views._page import error_box, page_header, usable_checkpoints
+from views._serving import compute_once, shared
+from views._text import choose_text, show_coloured_text
+from views._url import qp_choice, qp_int, qp_multi, sync_url
 from posviz import attention_maps, extrapolation, lab_inputs
 from posviz.lab_model import open_model
 from posviz.positions import POSITION_METHODS

@@ -7,24 +7,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._shared import (
-    choose_text,
-    compute_once,
-    heavy_turn,
-    error_box,
-    method_scales,
-    page_header,
-    qp_choice,
-    qp_float,
-    qp_int,
-    qp_multi,
-    show_chart,
-    show_coloured_text,
-    store_result,
-    stored_result,
-    sync_url,
-    usable_checkpoints,
-)
+from views._charts import method_scales, show_chart
+from views._page import error_box, page_header, usable_checkpoints
+from views._serving import compute_once, heavy_turn, store_result, stored_result
+from views._text import choose_text, show_coloured_text
+from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
 from posviz import generation, lab_inputs
 from posviz.lab_model import open_model
 from posviz.errors import PosvizError

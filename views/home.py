@@ -3,7 +3,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._shared import method_scales, page_header, qp_choice, shipped_checkpoint_json, show_chart, sync_url
+from views._charts import method_scales, show_chart
+from views._checkpoints import shipped_checkpoint_json
+from views._page import page_header
+from views._url import qp_choice, sync_url
 from posviz import home
 from posviz.positions import POSITION_METHODS, method_names
 

@@ -7,22 +7,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._shared import (
-    choose_text,
-    compute_once,
-    error_box,
-    legend_for,
-    method_scales,
-    page_header,
-    qp_choice,
-    qp_float,
-    qp_int,
-    qp_multi,
-    show_chart,
-    split_title,
-    sync_url,
-    usable_checkpoints,
-)
+from views._charts import legend_for, method_scales, show_chart, split_title
+from views._page import error_box, page_header, usable_checkpoints
+from views._serving import compute_once
+from views._text import choose_text
+from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
 from posviz import lab_inputs, retrieval
 from posviz.lab_model import open_model
 from posviz.errors import PosvizError

@@ -4,8 +4,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._shared import (DASHED_LEGEND, method_scales, page_header, qp_choice, qp_float, qp_int, show_chart, show_matrix, shipped_checkpoint_json,
-                           sync_url)
+from views._charts import DASHED_LEGEND, method_scales, show_chart
+from views._checkpoints import shipped_checkpoint_json
+from views._matrices import show_matrix
+from views._page import page_header
+from views._url import qp_choice, qp_float, qp_int, sync_url
 from posviz import rope
 from posviz.limits import CACHE_ENTRIES
 from posviz.palette import rope_series

@@ -5,8 +5,11 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from views._shared import (folder_stamp, page_header, qp_choice, qp_int, qp_multi, show_chart, show_matrix,
-                           shipped_model, sync_url)
+from views._charts import show_chart
+from views._checkpoints import folder_stamp, shipped_model
+from views._matrices import show_matrix
+from views._page import page_header
+from views._url import qp_choice, qp_int, qp_multi, sync_url
 from posviz import sinusoidal_learned
 from posviz.checkpoint import shipped_checkpoints
 from posviz.errors import PositionLimitError

@@ -1,0 +1,134 @@
+"""Charts: every chart gets its data as CSV; Altair's own menu (…) saves PNG and SVG. Also the pieces
+the pages build charts from (method colours and dashes, legends, axis titles) and rows of metrics.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from views._serving import shared
+
+
+def csv_file(data: pd.DataFrame, index: bool = False):
+    """The CSV of ``data``, written when the visitor clicks its download button, not on every run:
+    a 4,096-byte page's tables took 0.8 s a run to write out as CSV that nobody had asked for."""
+    return lambda: data.to_csv(index=index).encode()
+
+
+def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None) -> None:
+    # Streamlit stretches every view of a vertically concatenated chart to the column's width and then
+    # adds its axis and legend, so the chart spills past the column's right edge and its legend is cut
+    # off. Each view is drawn as a chart of its own instead, one under the other; a y-axis of a fixed
+    # minimum width keeps their x-axes aligned.
+    parts = chart.vconcat if isinstance(chart, alt.VConcatChart) else [chart]
+    for part in parts:
+        st.altair_chart(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, width="stretch")
+    # A row that wraps (not fixed columns): in a narrow column a fifth of the width cut the button's label.
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
+                        mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+    row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
+
+
+def show_cached_chart(key: tuple, build, name: str, caption: str | None = None) -> None:
+    """``show_chart`` of the (chart, data) that ``build()`` makes, built once per server for ``key``.
+
+    ``key`` must hold everything the chart depends on. Building an Altair chart and writing its
+    Vega-Lite spec (with the schema checks Altair runs) took 0.1–0.4 s a chart on every run, for
+    every visitor; the spec is kept with its datasets already in Arrow, as Streamlit sends them.
+    """
+    spec, data = shared("chart", key, lambda: _spec_and_data(*build()))
+    draw_spec(spec)
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
+                        mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+    row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
+
+
+def draw_spec(spec: dict) -> None:
+    """A stored Vega-Lite spec on the page (Streamlit moves the datasets out of the spec it is given,
+    so it gets a copy)."""
+    st.vega_lite_chart(spec={**copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"}),
+                             "datasets": dict(spec.get("datasets", {}))}, width="stretch")
+
+
+def cached_spec(key: tuple, build) -> dict:
+    """The Vega-Lite spec of the chart ``build()`` makes, built once per server for ``key``."""
+    return shared("chart", key, lambda: _spec_and_data(build(), None))[0]
+
+
+def _spec_and_data(chart: alt.TopLevelMixin, data: pd.DataFrame | None) -> tuple[dict, pd.DataFrame | None]:
+    import pyarrow as pa
+
+    with alt.data_transformers.enable("default", max_rows=None):
+        spec = chart.to_dict(validate=False)
+    datasets = {}
+    for name, records in spec.get("datasets", {}).items():
+        table = pa.Table.from_pandas(pd.DataFrame.from_records(records), preserve_index=False)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        datasets[name] = sink.getvalue().to_pybytes()
+    if datasets:
+        spec["datasets"] = datasets
+    return spec, data
+
+
+def metric_cells(n: int, per_row: int = 4) -> list:
+    """``n`` empty cells for metrics, at most ``per_row`` to a row and rows of even length (eleven at
+    most 5 a row: 4, 4, 3): eleven in one row cut their labels and values to "2.0…" at 1366 px. A page
+    that streams its results fills each cell as its number arrives."""
+    rows = max(1, -(-n // per_row))
+    per_row = max(1, -(-n // rows))
+    cells = []
+    for start in range(0, n, per_row):
+        cells += st.columns(per_row)[: min(per_row, n - start)]
+    return cells
+
+
+def metric_rows(items: Sequence[dict], per_row: int = 4) -> None:
+    """``st.metric`` for each dict of its arguments, in the rows of ``metric_cells``."""
+    for cell, item in zip(metric_cells(len(items), per_row), items):
+        cell.metric(**item)
+
+
+# A legend of line samples, for lines told apart by dash: the default symbol of a line with points is a
+# circle, which draws the dash pattern as a blob.
+DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
+
+
+def legend_for(n_series: int, **options) -> alt.Legend:
+    """A legend beside the chart that lists every series: past 8 entries in two columns, since one
+    column of 14 (30 px each) is taller than a 300 px chart and Vega cuts the rest off."""
+    return alt.Legend(columns=2 if n_series > 8 else 1, **options)
+
+
+def split_title(title: str, width: int = 32) -> str | list[str]:
+    """An axis title on two lines when it is longer than ``width`` characters (a y title longer than
+    its chart is cut at both ends)."""
+    if len(title) <= width:
+        return title
+    middle = len(title) // 2
+    spaces = [i for i, c in enumerate(title) if c == " "]
+    if not spaces:
+        return title
+    cut = min(spaces, key=lambda i: abs(i - middle))
+    return [title[:cut], title[cut + 1:]]
+
+
+def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:
+    """(colour, dash) scales for series named after methods, from ``posviz.palette`` (one colour per
+    method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}."""
+    from posviz import palette
+
+    aliases = aliases or {}
+    shown = list(dict.fromkeys(names))
+    by_palette = {aliases.get(n, n): n for n in shown}
+    order = [by_palette[n] for n in palette.ordered(by_palette)]
+    colours = [palette.colour(aliases.get(n, n)) for n in order]
+    dashes = [palette.dash(aliases.get(n, n)) for n in order]
+    return alt.Scale(domain=order, range=colours), alt.Scale(domain=order, range=dashes)

@@ -1,0 +1,80 @@
+"""The shipped checkpoints as the pages read them: their config and metrics files, their validation
+bits per byte for the sidebar, and their models, each read once per change on disk (training may
+rewrite them while the app runs). Nothing is drawn here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from posviz.checkpoint import read_metrics, shipped_checkpoints
+from posviz.errors import PosvizError
+from posviz.limits import CACHE_ENTRIES
+
+
+def folder_stamp(folder: str | Path) -> tuple:
+    """(name, size, mtime) of each file in a checkpoint folder: a cache key that changes on rewrite."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return ()
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file())
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def _checkpoint_summary(folders: tuple[tuple[str, str], ...], stamps: tuple) -> pd.DataFrame:
+    rows = []
+    for name, folder in folders:
+        try:
+            m = read_metrics(folder)
+            rows.append({"checkpoint": name, "val bits/byte @ train length": m.get("val_bpb_at_train_length"),
+                         "parameters": m.get("parameters")})
+        except PosvizError as exc:
+            rows.append({"checkpoint": name, "val bits/byte @ train length": None, "parameters": None,
+                         "problem": str(exc)})
+    return pd.DataFrame(rows)
+
+
+def checkpoint_summary() -> pd.DataFrame:
+    """Validation bpb and size of every shipped checkpoint; recomputed when the models folder
+    (``$POSVIZ_MODELS``) or any of its files change."""
+    folders = tuple((name, str(folder)) for name, folder in shipped_checkpoints().items())
+    return _checkpoint_summary(folders, tuple(folder_stamp(folder) for _, folder in folders))
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
+def _checkpoint_json(folder: str, stamp: tuple) -> tuple[dict | None, dict | None, str | None]:
+    from posviz.checkpoint import read_config
+
+    try:
+        return read_config(folder), read_metrics(folder), None
+    except PosvizError as exc:
+        return None, None, str(exc)
+
+
+def shipped_checkpoint_json() -> dict[str, tuple[dict | None, dict | None, str | None]]:
+    """{name: (config.json, metrics.json, problem)} of every shipped checkpoint, in display order.
+
+    A missing or corrupt file gives (None, None, message) for that checkpoint; the others still load.
+    """
+    return {name: _checkpoint_json(str(folder), folder_stamp(folder)) for name, folder in shipped_checkpoints().items()}
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner="Loading checkpoint…")
+def _cached_checkpoint(folder: str, stamp: tuple):
+    from posviz.checkpoint import load_checkpoint
+
+    return load_checkpoint(folder)
+
+
+def shipped_model(name: str):
+    """(model, None) for the shipped checkpoint ``name``, or (None, message saying what to do)."""
+    folder = shipped_checkpoints().get(name)
+    if folder is None:
+        from posviz.checkpoint import models_dir
+
+        return None, (f"No '{name}' checkpoint in {models_dir()}. "
+                      "Run `make checkpoints` to train the shipped set.")
+    try:
+        return _cached_checkpoint(str(folder), folder_stamp(folder)), None
+    except PosvizError as exc:
+        return None, f"{exc} Run `make checkpoints` (or `python -m posviz.train --method {name}`) to rebuild it."

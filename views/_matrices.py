@@ -1,0 +1,159 @@
+"""Matrices drawn as heatmaps: an Altair chart with tooltips when small, else a block-averaged PNG
+whose caption states the real axes, with the PNG and the values to download.
+"""
+from __future__ import annotations
+
+import io
+from typing import Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from posviz.limits import CACHE_ENTRIES
+from views._charts import csv_file, show_chart
+
+
+ALTAIR_MAX_CELLS = 256 * 256
+
+
+def _colour_legend(scheme: str, lo: float, hi: float) -> str:
+    """How a PNG map's colours read, for its caption (``_colorize`` draws red-blue centred on 0)."""
+    if scheme == "viridis":
+        return f"from {lo:.3g} (dark) to {hi:.3g} (bright)"
+    return f"blue below 0, white at 0, red above (range {lo:.3g} to {hi:.3g})"
+
+
+def _colorize(matrix: np.ndarray, scheme: str = "viridis") -> np.ndarray:
+    """(h, w) floats to (h, w, 3) uint8 with a perceptual colour ramp; NaN (masked) is light grey."""
+    ramps = {
+        "viridis": [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)],
+        "redblue": [(33, 102, 172), (146, 197, 222), (247, 247, 247), (244, 165, 130), (178, 24, 43)],
+    }
+    stops = np.array(ramps[scheme], dtype=float)
+    finite = np.isfinite(matrix)
+    lo, hi = (np.nanmin(matrix[finite]), np.nanmax(matrix[finite])) if finite.any() else (0.0, 1.0)
+    if scheme == "redblue":  # diverging: white is 0, so the sign of a difference or weight reads at a glance
+        lo, hi = -max(abs(lo), abs(hi)), max(abs(lo), abs(hi))
+    t = np.zeros_like(matrix, dtype=float) if hi == lo else (np.nan_to_num(matrix, nan=lo) - lo) / (hi - lo)
+    x = t * (len(stops) - 1)
+    i = np.clip(x.astype(int), 0, len(stops) - 2)
+    frac = (x - i)[..., None]
+    rgb = stops[i] * (1 - frac) + stops[i + 1] * frac
+    rgb[~finite] = (230, 230, 230)
+    return rgb.astype(np.uint8)
+
+
+def downsample(matrix: np.ndarray, max_side: int) -> tuple[np.ndarray, int]:
+    """Block-mean down to at most ``max_side`` per side; returns the matrix and the block size."""
+    h, w = matrix.shape
+    block = max(1, int(np.ceil(max(h, w) / max_side)))
+    if block == 1:
+        return matrix, 1
+    H, W = -(-h // block) * block, -(-w // block) * block
+    padded = np.full((H, W), np.nan)
+    padded[:h, :w] = matrix
+    with np.errstate(all="ignore"):
+        out = np.nanmean(padded.reshape(H // block, block, W // block, block), axis=(1, 3))
+    return out, block
+
+
+def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value_title: str,
+                scheme: str = "viridis", marks: Sequence[int] = (), mark_label: str = "") -> None:
+    """A matrix as an Altair heatmap with tooltips when small, else as a downsampled image.
+
+    Altair in the browser takes minutes at 2048² and fails at 4096², so large matrices are
+    block-averaged to at most 512 px a side and drawn as a PNG with the axes stated in the caption.
+    ``marks``: rows/columns to outline (e.g. the training length).
+    """
+    matrix = np.asarray(matrix, dtype=float)
+    h, w = matrix.shape
+    if h * w <= ALTAIR_MAX_CELLS:
+        df = pd.DataFrame({"row": np.repeat(np.arange(h), w), "col": np.tile(np.arange(w), h), "value": matrix.ravel()})
+        plot = df.dropna()
+        chart = alt.Chart(plot).mark_rect().encode(
+            x=alt.X("col:O", title=x_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, w, max(1, w // 16))))),
+            y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, h, max(1, h // 16))))),
+            color=alt.Color("value:Q", title=value_title,
+                            scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0) if scheme == "redblue"
+                            else alt.Scale(scheme="viridis")),
+            tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
+                     alt.Tooltip("value:Q", title=value_title, format=".4g")],
+        ).properties(height=min(520, max(220, 6 * h)))
+        show_chart(chart, df, name)
+        return
+    small, block = downsample(matrix, 512)
+    rgb = _colorize(small, scheme)
+    from PIL import Image, ImageDraw
+
+    image = Image.fromarray(rgb).resize((rgb.shape[1] * max(1, 512 // rgb.shape[1]),
+                                         rgb.shape[0] * max(1, 512 // rgb.shape[0])), Image.NEAREST)
+    draw = ImageDraw.Draw(image)
+    sx, sy = image.width / w, image.height / h
+    for m in marks:
+        if 0 <= m < max(h, w):
+            draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
+            draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
+    lo, hi = np.nanmin(matrix), np.nanmax(matrix)
+    st.image(image, caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
+                             f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
+                             f"each pixel averages {block}×{block} cells"
+                             + (f"; white lines mark {mark_label}" if marks else "") + "."))
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    row = st.container(horizontal=True)
+    row.download_button("Image (PNG)", buf.getvalue(), file_name=f"{name}.png", mime="image/png", key=f"png-{name}",
+                        width="content", on_click="ignore")
+    row.download_button("Data (CSV, downsampled)", csv_file(pd.DataFrame(small), index=True),
+                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+
+
+def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, int], name: str, x_title: str,
+                       y_title: str, value_title: str, scheme: str = "viridis", marks: Sequence[int] = (),
+                       mark_label: str = "", side: int = 512, title: str | None = None, compact: bool = False) -> None:
+    """A matrix already block-averaged by ``block`` (from a ``full_shape`` one) drawn as a PNG.
+
+    For maps too large to send whole (e.g. a 4,096² attention map): the caption states the real axes,
+    ``marks`` are in full-matrix coordinates, and both the PNG and the pooled values download.
+    ``compact``: for grids of small maps: no caption (the caller writes one for the grid) and one
+    row of small download buttons.
+    """
+    h, w = full_shape
+    png = _pooled_png(np.asarray(pooled, dtype=float), full_shape, scheme, tuple(marks), side)
+    finite = np.isfinite(pooled)
+    lo, hi = (np.nanmin(pooled), np.nanmax(pooled)) if finite.any() else (float("nan"), float("nan"))
+    caption = (f"{y_title} (rows, 0–{h - 1:,}, top to bottom) × {x_title} (columns, 0–{w - 1:,}, left to right); "
+               f"colour = {value_title} {_colour_legend(scheme, lo, hi)}; grey = masked"
+               + (f"; each pixel averages {block}×{block} entries" if block > 1 else "")
+               + (f"; white lines mark {mark_label}" if marks else "") + ".")
+    if title:
+        st.markdown(f"**{title}**")
+    st.image(png, caption=None if compact else caption, width="stretch")
+    row = st.container(horizontal=True)  # wraps in a narrow column instead of cutting the labels
+    row.download_button("PNG" if compact else "Image (PNG)", png, file_name=f"{name}.png",
+                        mime="image/png", key=f"png-{name}", width="content", on_click="ignore")
+    row.download_button("CSV" if compact else "Data (CSV" + (", pooled)" if block > 1 else ")"),
+                        csv_file(pd.DataFrame(pooled), index=True), file_name=f"{name}.csv", mime="text/csv",
+                        key=f"csv-{name}", width="content", on_click="ignore")
+
+
+@st.cache_data(max_entries=4 * CACHE_ENTRIES, show_spinner=False)
+def _pooled_png(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, marks: tuple[int, ...],
+                side: int) -> bytes:
+    """The PNG of a pooled map, encoded once per server: every visitor of the same map gets these bytes."""
+    from PIL import Image, ImageDraw
+
+    h, w = full_shape
+    rgb = _colorize(pooled, scheme)
+    scale = max(1, side // max(rgb.shape[:2]))
+    image = Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
+    draw = ImageDraw.Draw(image)
+    sx, sy = image.width / w, image.height / h
+    for m in marks:
+        if 0 < m < max(h, w):
+            draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
+            draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()

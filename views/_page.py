@@ -1,0 +1,83 @@
+"""The frame every page draws around its content: the title, the shared sidebar, presentation mode, the
+URL notices, error boxes and the stop when no shipped checkpoint can be used.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from posviz.checkpoint import shipped_checkpoints
+from posviz.errors import PosvizError
+from posviz.limits import device_label
+from views._checkpoints import checkpoint_summary
+from views._url import qp_bool, show_url_notices, sync_url
+
+# Larger prose in the main area only (st.markdown's paragraphs and lists): enlarging every text also
+# cut the sidebar's menu entries, widget options and metric labels in their columns.
+PRESENTATION_CSS = """
+<style>
+[data-testid="stMain"] [data-testid="stMarkdown"] p,
+[data-testid="stMain"] [data-testid="stMarkdown"] li { font-size: 1.25rem !important; }
+[data-testid="stMain"] h1 { font-size: 3rem !important; } [data-testid="stMain"] h2 { font-size: 2.2rem !important; }
+[data-testid="stToolbar"], [data-testid="stDecoration"], footer { display: none !important; }
+</style>
+"""
+
+
+def page_header(title: str, intro: str) -> None:
+    """Title, intro, the shared sidebar, presentation mode and any URL notices."""
+    st.session_state.pop("_url_notice_slot", None)  # the previous run's slot is gone
+    presentation = st.sidebar.toggle("Presentation mode", value=qp_bool("present", False),
+                                     help="Larger fonts and less chrome, for screenshots and talks.")
+    sync_url(present=presentation)
+    if presentation:
+        st.html(PRESENTATION_CSS)  # our own constant stylesheet, never user text
+    st.sidebar.markdown(f"**Device:** {device_label()}")
+    summary = checkpoint_summary()
+    if summary.empty:
+        st.sidebar.warning("No checkpoints found in models/. Run `make checkpoints` to train them.")
+    else:
+        st.sidebar.markdown("**Shipped checkpoints**")
+        # Short header: the sidebar's default width cut the full one to "val bits/byte @ train lengt".
+        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch", height="content",
+                             column_config={"val bits/byte @ train length": st.column_config.NumberColumn(
+                                 "val bits/byte", format="%.3f",
+                                 help="Validation bits per byte at the training length (lower is better).")})
+    st.title(title)
+    if not presentation:
+        st.caption(intro)
+    show_url_notices()
+
+
+NO_CHECKPOINTS = "No checkpoints found in models/. Run `make checkpoints` to train the shipped set, then reload."
+REBUILD = "Rebuild it with `make checkpoints`; the other checkpoints keep working."
+
+
+def usable_checkpoints(read) -> tuple[dict, dict]:
+    """({name: folder}, {name: read(folder)}) for every shipped checkpoint ``read`` can open.
+
+    Each one it cannot open gets an error box naming it and what to do; the page goes on with the
+    rest, and stops with a notice when there is none at all.
+    """
+    checkpoints, facts = shipped_checkpoints(), {}
+    if not checkpoints:
+        st.warning(NO_CHECKPOINTS)
+        st.stop()
+    for name, folder in checkpoints.items():
+        try:
+            facts[name] = read(folder)
+        except (PosvizError, KeyError) as exc:
+            error_box(PosvizError(f"Checkpoint {name!r} cannot be loaded: {exc}"), REBUILD)
+    if not facts:
+        st.stop()
+    return checkpoints, facts
+
+
+def error_box(exc: Exception, what_next: str | None = None) -> None:
+    """A bad-input message on the page; the app keeps running."""
+    st.error(f"{exc}" + (f"\n\n{what_next}" if what_next else ""), icon="🚫")
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

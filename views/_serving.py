@@ -1,0 +1,157 @@
+"""Live work shared by every session of this server, queued (``posviz.serving``): the one store of
+results, the one work queue, the progress and place in line a visitor sees meanwhile, and the
+server's warm-up.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import streamlit as st
+
+from posviz.checkpoint import shipped_checkpoints
+from views._text import validation_documents
+
+
+@st.cache_resource(show_spinner=False)
+def shared_results():
+    """The server's one store of live results (bounded in entries and bytes, see posviz.limits)."""
+    from posviz.serving import SharedResults
+
+    return SharedResults()
+
+
+@st.cache_resource(show_spinner=False)
+def work_queue():
+    """The server's one queue of heavy computations (``HEAVY_SLOTS`` at once)."""
+    from posviz.serving import WorkQueue
+
+    return WorkQueue()
+
+
+@st.cache_resource(show_spinner=False)
+def warm_the_store(pages: tuple[str, ...]):
+    """Once per server, from the first visitor's run (app.py calls it on every run; Streamlit runs it
+    once): a background thread that makes the server its own first visitor. It opens each of
+    ``pages`` (URL paths, in this order) at its default settings in a session of its own
+    (``views/_warm.py``), so every page's default view is in the shared store before most visitors
+    arrive; then it computes the Extrapolation lab's default view at every other slider stop. All of
+    it is background work of the work queue: a visitor's computation always goes first.
+
+    ``POSVIZ_WARM=0`` turns it off (the bench does, to time a first visitor on a server that has
+    computed nothing). Not under ``AppTest``, which has no server to visit.
+    """
+    import os
+    import threading
+
+    if os.environ.get("POSVIZ_WARM", "1") == "0" or not st.context.headers.get("Host"):
+        return None
+    from posviz import extrapolation
+    from posviz.lab_inputs import prepare_text
+    from posviz.positions import POSITION_METHODS
+    from views._warm import server_stream_url, visit
+
+    url = server_stream_url(st.get_option("server.address"), int(st.get_option("server.port")),
+                            st.get_option("server.baseUrlPath"))
+    folders = [str(folder) for name, folder in shipped_checkpoints().items() if name in POSITION_METHODS]
+    documents = validation_documents()
+    results, queue = shared_results(), work_queue()
+
+    def warm():
+        start = time.perf_counter()
+        for page in pages:
+            try:
+                how = visit(url, page)
+            except Exception as exc:  # a page that fails is the page's to report to its visitors; go on
+                how = repr(exc)
+            if how != "ok":
+                print(f"posviz: warm-up: page /{page} did not finish: {how}", flush=True)
+        print(f"posviz: warm-up: every page's default view computed in {time.perf_counter() - start:.1f} s "
+              f"({len(results)} results, {results.bytes / 2**20:.0f} MiB stored)", flush=True)
+        try:
+            if folders and documents:
+                extrapolation.warm_default_view(results, queue, folders, prepare_text(documents[0]).as_bytes())
+        except Exception as exc:  # a broken checkpoint is the pages' to report; the server goes on
+            print(f"posviz: warm-up: the Extrapolation lab's slider stops stopped: {exc!r}", flush=True)
+        print(f"posviz: warm-up done in {time.perf_counter() - start:.1f} s ({len(results)} results, "
+              f"{results.bytes / 2**20:.0f} MiB stored)", flush=True)
+
+    thread = threading.Thread(target=warm, name="posviz-warm", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warming() -> bool:
+    """True in the server's own warm-up session, whose computations wait behind every visitor's."""
+    from views._warm import WARM_HEADER
+
+    return st.context.headers.get(WARM_HEADER) == "1"
+
+
+def stored_result(name: str, key: tuple):
+    """(found, value) from the store ``compute_once`` uses, for results a page computes itself
+    (e.g. streamed to the page as they are produced) and keeps with ``store_result``."""
+    return shared_results().get((name, key))
+
+
+def store_result(name: str, key: tuple, value) -> None:
+    shared_results().put((name, key), value)
+
+
+def shared(name: str, key: tuple, build):
+    """``build()`` once per server for ``key`` (no queue, no progress bar): for what a page derives
+    from live results to show them (chart specs, coloured text), which every visitor of the same
+    result would otherwise rebuild on every run."""
+    return shared_results().get_or_compute((name, key), build)
+
+
+def _queue_turn(label: str, slot):
+    """This session's turn in the server's work queue, its place in line shown in ``slot`` meanwhile
+    (the warm-up's own session waits behind every visitor's)."""
+    def in_line(ahead: int) -> None:
+        slot.progress(0.0, text=f"{label} Waiting in line: {ahead} computation{'' if ahead == 1 else 's'} for "
+                                "other visitors ahead of this one (this server runs one at a time so that each "
+                                "finishes sooner).")
+    return work_queue().turn(in_line, background=_warming())
+
+
+@contextmanager
+def heavy_turn(label: str, slot=None):
+    """Hold the server's work queue for a heavy computation the page runs itself (not through
+    ``compute_once``), showing this visitor's place in line in ``slot`` (or a new one) meanwhile."""
+    own = slot is None
+    slot = st.empty() if own else slot
+    try:
+        with _queue_turn(label, slot):
+            if own:
+                slot.empty()
+            yield
+    finally:
+        if own:
+            slot.empty()
+
+
+def compute_once(name: str, key: tuple, compute, label: str):
+    """``compute(progress)`` once per ``key`` for the whole server, in the work queue, with a progress bar.
+
+    Every session gets the same stored result (``posviz.serving.SharedResults``): a key that another
+    session is computing right now is waited for, not computed twice. While the computation waits
+    for its turn in the server's queue, the bar says how many are ahead. ``progress`` takes the
+    fraction done (0..1). Exceptions are not stored: bad input is re-checked on every run.
+    """
+    results = shared_results()
+    found, value = results.get((name, key))
+    if found:
+        return value
+    slot = st.empty()
+
+    def run():
+        with _queue_turn(label, slot):
+            slot.progress(0.0, text=label)
+            return compute(lambda f: slot.progress(min(max(float(f), 0.0), 1.0), text=label))
+
+    try:
+        return results.get_or_compute((name, key), run, lambda: slot.progress(
+            0.0, text=f"{label} Another visitor asked for the same just now: waiting for that result."))
+    finally:
+        slot.empty()

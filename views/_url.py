@@ -1,0 +1,101 @@
+"""URL query-string state: every widget reads its default from the URL and writes its value back, so a
+link reproduces the view. Junk values fall back to the default with a notice under the page's title.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import streamlit as st
+
+
+def _notice_junk(key: str, raw: str, default) -> None:
+    # The value sits in a code span, so a link's text can never become Markdown (images, links, colours).
+    shown = repr(raw[:40]).replace("`", "'")
+    message = f"Ignored URL parameter {key}=`{shown}`; using the default `{default!r}`."
+    slot = st.session_state.get("_url_notice_slot")
+    if slot is None:  # before page_header has drawn the title: shown by page_header
+        st.session_state.setdefault("_url_notices", []).append(message)
+    else:  # parameters read by the page body: shown right under the title, in this same run
+        slot.warning(message, icon="⚠️")
+
+
+def qp_int(key: str, default: int, lo: int, hi: int) -> int:
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        _notice_junk(key, raw, default)
+        return default
+    if not lo <= value <= hi:
+        _notice_junk(key, raw, default)
+        return default
+    return value
+
+
+def qp_float(key: str, default: float, lo: float, hi: float) -> float:
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        _notice_junk(key, raw, default)
+        return default
+    if not (lo <= value <= hi) or value != value:
+        _notice_junk(key, raw, default)
+        return default
+    return value
+
+
+def qp_choice(key: str, default: str, options: Sequence[str]) -> str:
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    if raw not in options:
+        _notice_junk(key, raw, default)
+        return default
+    return raw
+
+
+def qp_multi(key: str, default: Sequence[str], options: Sequence[str]) -> list[str]:
+    raw = st.query_params.get_all(key)
+    if not raw:
+        return list(default)
+    values = [r for part in raw for r in part.split(",") if r]
+    good = [v for v in values if v in options]
+    if len(good) != len(values) or not good:
+        _notice_junk(key, ",".join(values), list(default))
+        return list(default) if not good else good
+    return good
+
+
+def qp_bool(key: str, default: bool) -> bool:
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    if raw not in ("0", "1", "true", "false"):
+        _notice_junk(key, raw, default)
+        return default
+    return raw in ("1", "true")
+
+
+def sync_url(**values) -> None:
+    """Write the current widget values to the URL (lists comma-joined, booleans as 0/1)."""
+    for key, value in values.items():
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        text = str(value)
+        if st.query_params.get(key) != text:
+            st.query_params[key] = text
+
+
+def show_url_notices() -> None:
+    """Notices so far, and a slot under the title for those of the parameters the page reads later."""
+    slot = st.container()
+    for message in st.session_state.pop("_url_notices", []):
+        slot.warning(message, icon="⚠️")
+    st.session_state["_url_notice_slot"] = slot
