@@ -25,7 +25,7 @@ def test_rope_scaling_curves_cover_the_registry(tiny_models, text_ids):
     folder = tiny_models / "rope"
     lengths = context_extension.extension_lengths(32, max_eval_length(32), len(text_ids))
     assert lengths == [32, 64, 128, 256, 512]
-    rows = context_extension.rope_scaling_curves(folder, 4.0, text_ids, lengths[:3])
+    rows = context_extension.rope_scaling_curves(open_model(folder), 4.0, text_ids, lengths[:3])
     assert {r["scaling"] for r in rows} == set(ROPE_SCALINGS)
     bpb = {(r["scaling"], r["length"]): r["bpb"] for r in rows}
     plain = open_model(folder)
@@ -68,16 +68,16 @@ def test_length_scores_under_every_rope_scaling(scaling, text_ids):
 
 
 def test_reference_curve_leaves_out_lengths_the_method_cannot_represent(tiny_models, text_ids):
-    rows = context_extension.reference_curve(tiny_models / "learned", text_ids, [16, 32, 64])
+    rows = context_extension.reference_curve(open_model(tiny_models / "learned"), text_ids, [16, 32, 64])
     assert [r["length"] for r in rows] == [16, 32]  # a table of 32 rows
     learned = open_model(tiny_models / "learned")
     assert rows[1]["bpb"] == pytest.approx(extrapolation.score_at_length(learned, text_ids, 32).bpb, abs=1e-5)
-    alibi = context_extension.reference_curve(tiny_models / "alibi", text_ids, [32, 64])
+    alibi = context_extension.reference_curve(open_model(tiny_models / "alibi"), text_ids, [32, 64])
     assert [r["length"] for r in alibi] == [32, 64]
 
 
 def test_rope_wavelengths(tiny_models):
-    rows = context_extension.rope_wavelengths(tiny_models / "rope", factor=4.0)
+    rows = context_extension.rope_wavelengths(open_model(tiny_models / "rope"), factor=4.0)
     waves = {}
     for r in rows:
         waves.setdefault(r["scaling"], []).append(r["wavelength"])
@@ -98,8 +98,8 @@ def test_rope_wavelengths(tiny_models):
 
 
 def test_shipped_curves_read_metrics(tiny_models):
-    curve = extrapolation.shipped_bpb_curve(tiny_models / "learned")
+    curve = extrapolation.shipped_bpb_curve(open_model(tiny_models / "learned"))
     assert [n for n, _ in curve] == [32, 64, 128, 256, 512] and curve[0][1] is not None and curve[1][1] is None
-    rows = context_extension.shipped_scaling_curves(tiny_models / "rope")
+    rows = context_extension.shipped_scaling_curves(open_model(tiny_models / "rope"))
     assert {r["scaling"] for r in rows} == set(ROPE_SCALINGS)
-    assert extrapolation.shipped_bpb_curve(tiny_models / "missing") == []
+    assert extrapolation.shipped_bpb_curve(tiny_lab("rope")) == []  # a model that stored no evaluation

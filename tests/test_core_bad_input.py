@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
+from posviz.checkpoint_model import as_lab_model
 from posviz.config import ModelConfig, strict_from_dict
 from posviz.data import decode_bytes, encode_text
 from posviz.errors import ConfigError, PosvizError, PositionLimitError
@@ -107,21 +108,21 @@ def test_evaluation_past_a_learned_table():
         bits_per_byte(learned, TEXT, 64)  # 64 inputs at positions 0..63: the table stops at 31
     table = eval_table(learned, TEXT, [32, 64], progress=False)
     assert table["64"] is None and table["32"] > 0  # the table says "cannot run" instead of failing
-    probe = copy_probe(learned, TEXT, [0, 40], string_length=8, trials=2)  # 8 + 40 + 8 > 32 positions
+    probe = copy_probe(as_lab_model(learned), TEXT, [0, 40], string_length=8, trials=2)  # 8 + 40 + 8 > 32 positions
     assert probe["40"] is None and probe["0"] > 0
 
 
 def test_copy_probe_arguments(nope):
     with pytest.raises(PosvizError, match=rf"each gap must be an integer from 0 to {N - 2} .* {N} bytes.*got {N - 1}"):
-        copy_probe(nope, TEXT, [0, N - 1])
+        copy_probe(as_lab_model(nope), TEXT, [0, N - 1])
     with pytest.raises(PosvizError, match=r"each gap must be an integer.*got -1"):
-        copy_probe(nope, TEXT, [-1])
+        copy_probe(as_lab_model(nope), TEXT, [-1])
     with pytest.raises(PosvizError, match=r"copied string needs at least 2 bytes, got 1"):
-        copy_probe(nope, TEXT, [0], string_length=1)
+        copy_probe(as_lab_model(nope), TEXT, [0], string_length=1)
     with pytest.raises(PosvizError, match=r"trials must be a positive integer, got 0"):
-        copy_probe(nope, TEXT, [0], trials=0)
+        copy_probe(as_lab_model(nope), TEXT, [0], trials=0)
     # the shortest string scores its one predictable byte (it used to score none and return NaN)
-    result = copy_probe(nope, TEXT, [0, N - 2], string_length=2, trials=2)
+    result = copy_probe(as_lab_model(nope), TEXT, [0, N - 2], string_length=2, trials=2)
     assert set(result) == {"0", str(N - 2)} and all(0 < v < 20 for v in result.values()), result
 
 

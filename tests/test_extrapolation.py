@@ -83,14 +83,14 @@ def test_warming_the_default_view_stores_what_the_page_asks_for(tiny_models_dir,
     results, queue = SharedResults(), WorkQueue()
     done = extrapolation.warm_default_view(results, queue, folders, text)
     model = open_model(folders[0])
-    train_length, layer = model.config.train_length, model.config.n_layer - 1
+    train_length, layer = model.train_length, model.n_layer - 1
     stops = extrapolation.length_options(train_length, min(model.length_cap, len(text)))
     reachable = sum(1 for n in stops for f in folders if not (f.endswith("learned") and n > train_length))
     assert done == reachable
     assert queue.served == len(stops) * len(folders)  # learned's refusals took their turn too
     for length in (stops[0], train_length, stops[-1]):
         for i, folder in enumerate(folders):
-            job = extrapolation.scoring_job(folder, text, length, i == 0, layer, True)
+            job = extrapolation.scoring_job(open_model(folder), text, length, i == 0, layer, True)
             found, value = results.get((job.name, job.key))
             if folder.endswith("learned") and length > train_length:
                 assert not found
@@ -99,7 +99,7 @@ def test_warming_the_default_view_stores_what_the_page_asks_for(tiny_models_dir,
             score = value[0] if job.name == "extrapolation-inspect" else value
             direct = dataclasses.asdict(extrapolation.score_at_length(open_model(folder), list(text), length))
             assert score["bpb"] == pytest.approx(direct["bpb"], abs=1e-5)
-    top = extrapolation.scoring_job(folders[0], text, stops[-1], True, layer, True)
+    top = extrapolation.scoring_job(open_model(folders[0]), text, stops[-1], True, layer, True)
     assert top.name == "extrapolation-inspect"  # at the cap the inspected model's map comes with its score
 
 

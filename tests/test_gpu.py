@@ -77,9 +77,11 @@ def text(corpus):
 def test_every_lab_function_on_cuda_equals_the_cpu(method, options, text):
     from posviz import attention_maps, extrapolation, generation, kv_cache, retrieval
 
-    cpu, gpu = pair(method, options)
-    L = cpu.config.train_length
-    lengths = [L, 4 * L] if cpu.position.max_positions is None else [L]
+    from posviz.checkpoint_model import as_lab_model
+
+    cpu, gpu = (as_lab_model(net) for net in pair(method, options))  # the labs run LabModels
+    L = cpu.train_length
+    lengths = [L, 4 * L] if cpu.max_positions is None else [L]
     for length in lengths:
         assert_same(extrapolation.score_at_length(cpu, text, length), extrapolation.score_at_length(gpu, text, length),
                     f"score_at_length({length})")
@@ -88,8 +90,8 @@ def test_every_lab_function_on_cuda_equals_the_cpu(method, options, text):
         assert_same(attention_maps.attention_view(cpu, text, length, 0), attention_maps.attention_view(gpu, text, length, 0),
                     f"attention_view({length})")
     assert_same(attention_maps.attention_growth(cpu, text, [16, L], 1), attention_maps.attention_growth(gpu, text, [16, L], 1))
-    assert_same(kv_cache.cache_check(cpu, text, 2 * L if cpu.position.max_positions is None else L, time_reencode=False),
-                kv_cache.cache_check(gpu, text, 2 * L if cpu.position.max_positions is None else L, time_reencode=False),
+    assert_same(kv_cache.cache_check(cpu, text, 2 * L if cpu.max_positions is None else L, time_reencode=False),
+                kv_cache.cache_check(gpu, text, 2 * L if cpu.max_positions is None else L, time_reencode=False),
                 "cache_check")
     for strategy in kv_cache.STRATEGIES:
         assert_same(kv_cache.sliding_score(cpu, text, L // 2, strategy, n_bytes=2 * L),

@@ -208,8 +208,10 @@ def test_the_decoding_labs_read_once_per_byte_at_most(text_ids, monkeypatch):
     generator one vector of logits per byte (the byte has to come back to be shown)."""
     from posviz import generation, kv_cache
 
+    from posviz.checkpoint_model import as_lab_model
+
     monkeypatch.setattr(model_module, "_reads_are_free", lambda t: False)
-    model = model_for("alibi", {})
+    model = as_lab_model(model_for("alibi", {}))
     for strategy in kv_cache.STRATEGIES:
         with HostReads() as spy:
             result = kv_cache.sliding_score(model, text_ids, 8, strategy, n_bytes=30)

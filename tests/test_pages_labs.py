@@ -106,7 +106,7 @@ def test_extrapolation_at_the_cap_scores_the_inspected_model_from_its_map_pass(t
         for module, fn in ((extrapolation, "score_at_length"), (extrapolation, "inspect_at_length"),
                            (attention_maps, "attention_view")):
             real = getattr(module, fn)
-            spy.setattr(module, fn, lambda model, *a, _fn=fn, _real=real, **k: calls.append((_fn, model.config.position))
+            spy.setattr(module, fn, lambda model, *a, _fn=fn, _real=real, **k: calls.append((_fn, model.method))
                         or _real(model, *a, **k))
         at = run(page("extrapolation", L=str(cap), inspect="rope", layer="0", models="rope,alibi"))
     assert not at.exception and at.query_params["inspect"] == "rope"
@@ -195,7 +195,7 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
     shown = metrics(at)
     folders = shipped_checkpoints()
     longest = context_extension.extension_lengths(32, max_eval_length(32), len(doc_ids))[-1]
-    rows = context_extension.rope_scaling_curves(folders["rope"], 2.0, doc_ids, [longest], ["none", "linear"])
+    rows = context_extension.rope_scaling_curves(open_model(folders["rope"]), 2.0, doc_ids, [longest], ["none", "linear"])
     for r in rows:
         assert shown[r["scaling"]] == f"{r['bpb']:.3f}"
     assert shown["alibi"] == f"{extrapolation.score_at_length(open_model(folders['alibi']), doc_ids, longest).bpb:.3f}"
@@ -212,7 +212,7 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
 
     at.select_slider(key="w_factor").set_value(4.0)
     run(at)
-    linear4 = context_extension.rope_scaling_curves(folders["rope"], 4.0, doc_ids, [longest], ["linear"])[0]["bpb"]
+    linear4 = context_extension.rope_scaling_curves(open_model(folders["rope"]), 4.0, doc_ids, [longest], ["linear"])[0]["bpb"]
     assert metrics(at)["linear"] == f"{linear4:.3f}"
     assert at.query_params["factor"] == "4.0"
 
@@ -350,7 +350,7 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
     assert found, f"no checkpoints in {ROOT / 'models'}: run `make checkpoints`"
     at = run(page("extrapolation"))
     shown = metrics(at)
-    train_length = open_model(next(iter(found.values()))).config.train_length
+    train_length = open_model(next(iter(found.values()))).train_length
     pretrained = [n for n in found if n in POSITION_METHODS]  # selected by default; fine-tuned ones on request
     for name in pretrained:
         # trained byte-level models on Python source: well under the 8 bits/byte of a uniform guess

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_lab
+from conftest import tiny_lab, tiny_model
+from posviz.checkpoint_model import as_lab_model
 from posviz import retrieval
 from posviz.errors import PosvizError
 from posviz.evaluate import copy_probe
@@ -44,9 +45,9 @@ def text(corpus):
 
 
 def copier():
-    model = tiny_lab("nope")
+    model = tiny_model("nope")
     model.__class__ = SuffixCopier
-    return model
+    return as_lab_model(model)
 
 
 def test_a_model_that_copies_scores_near_zero_on_the_second_copy_at_every_gap(text):
@@ -91,7 +92,7 @@ def test_induction_scores_are_read_off_the_full_attention_map(text):
     chunk, gap = 16, 40
     scores = retrieval.induction_scores(model, text, [gap], chunk=chunk, chunks=3, seed=7)[gap]  # (L, H)
     batch = retrieval.repeat_batch(retrieval._held_out(text), gap, chunk, 3, seed=7 + gap)
-    for layer in range(model.config.n_layer):
+    for layer in range(model.n_layer):
         with torch.no_grad():
             full = model(batch, attention_layer=layer).attention  # (B, H, T, T)
         t = torch.arange(chunk - 1)
