@@ -153,7 +153,7 @@ def as_lab_model(net: GPT, name: str | None = None) -> LabModel:
 class InMemoryModel(CheckpointModel):
     """A GPT that was never saved: the shipped kind, without a folder."""
 
-    def __init__(self, net: GPT, name: str):  # noqa: super().__init__ reads a folder
+    def __init__(self, net: GPT, name: str):  # not super().__init__: that one reads a folder
         cfg = net.config
         self.folder, self.config, self.model_config, self._overrides = None, {"model": cfg.to_dict()}, cfg, {}
         self.position_options = dict(cfg.position_options)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np

@@ -11,7 +11,7 @@ from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
 from posviz.checkpoint_model import as_lab_model
 from posviz.lab_model import open_model
-from posviz import context_extension, extrapolation, lab_inputs
+from posviz import context_extension, extrapolation
 from posviz.errors import PosvizError
 from posviz.limits import max_eval_length
 from posviz.positions import method_names

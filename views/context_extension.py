@@ -10,7 +10,7 @@ from views._page import error_box, page_header
 from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_multi, sync_url
-from posviz import context_extension, extrapolation, lab_inputs
+from posviz import context_extension, extrapolation
 from posviz.checkpoint import shipped_checkpoints
 from posviz.lab_model import open_model
 from posviz.errors import PosvizError

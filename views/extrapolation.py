@@ -1,7 +1,6 @@
 """Extrapolation lab: run the shipped checkpoints on a text at any length, live."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import time
 
@@ -11,7 +10,6 @@ import pandas as pd
 import streamlit as st
 
 from views._charts import cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
-from views._checkpoints import folder_stamp
 from views._matrices import show_matrix, show_pooled_matrix
 from views._page import error_box, page_header, usable_checkpoints
 from views._serving import compute_once, shared
@@ -20,8 +18,8 @@ from views._url import qp_choice, qp_int, qp_multi, sync_url
 from posviz import attention_maps, extrapolation, lab_inputs
 from posviz.lab_model import open_model
 from posviz.positions import POSITION_METHODS
-from posviz.errors import PosvizError, PositionLimitError
-from posviz.limits import CACHE_ENTRIES, device_label
+from posviz.errors import PosvizError
+from posviz.limits import device_label
 
 page_header(
     "Extrapolation lab",

@@ -6,12 +6,11 @@ import pandas as pd
 import streamlit as st
 
 from views._charts import metric_rows, show_chart
-from views._checkpoints import folder_stamp
 from views._page import error_box, page_header, usable_checkpoints
 from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_int, qp_multi, sync_url
-from posviz import kv_cache, lab_inputs
+from posviz import kv_cache
 from posviz.lab_model import open_model
 
 from posviz.errors import PosvizError

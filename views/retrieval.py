@@ -12,7 +12,7 @@ from views._page import error_box, page_header, usable_checkpoints
 from views._serving import compute_once
 from views._text import choose_text
 from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
-from posviz import lab_inputs, retrieval
+from posviz import retrieval
 from posviz.lab_model import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
