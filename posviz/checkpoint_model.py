@@ -57,6 +57,7 @@ class CheckpointModel(LabModel):
         self.is_absolute, self.acts_on = self._described.is_absolute, self._described.acts_on
         self._net: GPT | None = None
         self._loading = threading.Lock()
+        self._metrics: dict | None = None
 
     @property
     def net(self) -> GPT:
@@ -69,7 +70,7 @@ class CheckpointModel(LabModel):
 
     # -- text: ids are bytes ------------------------------------------------------------------------
     def encode(self, text: bytes) -> torch.Tensor:
-        return torch.tensor(list(bytes(text)), dtype=torch.long)
+        return torch.frombuffer(bytearray(text), dtype=torch.uint8).long() if text else torch.zeros(0, dtype=torch.long)
 
     def decode(self, ids) -> bytes:
         return bytes(int(i) for i in ids)
@@ -114,10 +115,13 @@ class CheckpointModel(LabModel):
 
     # -- what it stored -----------------------------------------------------------------------------
     def stored_metrics(self) -> dict:
-        try:
-            return read_metrics(self.folder)
-        except PosvizError:
-            return {}
+        """metrics.json, read once (the model's key changes with the file, so a new one is a new model)."""
+        if self._metrics is None:
+            try:
+                self._metrics = read_metrics(self.folder)
+            except PosvizError:
+                self._metrics = {}
+        return self._metrics
 
     def finetuned_from(self) -> dict | None:
         return self.config.get("finetuned_from") or None

@@ -45,6 +45,9 @@ class TextInput:
         return bytes(self.ids.tolist())
 
 
+CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"  # not text: tab, LF and CR are
+
+
 def prepare_text(text: str | bytes, max_bytes: int = MAX_TEXT_BYTES) -> TextInput:
     """UTF-8 bytes of ``text``, cut to ``max_bytes``. Empty text is an error; oddities are notices.
 
@@ -58,7 +61,7 @@ def prepare_text(text: str | bytes, max_bytes: int = MAX_TEXT_BYTES) -> TextInpu
     if len(data) > max_bytes:
         notices.append(f"The text has {len(data):,} bytes; only the first {max_bytes:,} are used (the live labs' cap).")
         data = data[:max_bytes]
-    control = sum(1 for b in data if b < 32 and b not in (9, 10, 13)) + data.count(127)
+    control = len(data) - len(data.translate(None, CONTROL_BYTES))  # C speed: a page reads 64 kB on every rerun
     if control:
         notices.append(f"The text contains {control:,} non-text (control) bytes. They are scored like any other byte, "
                        "but the models were trained on Python source and will find them surprising.")
