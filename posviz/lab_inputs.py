@@ -1,7 +1,7 @@
 """Plumbing shared by the live labs (Extrapolation, KV cache, Context extension, Far-context retrieval,
 Generation, Compare): the text a lab reads, the models it runs, and the limits on both.
 
-No plotting and no Streamlit here: pages turn the labs' results into charts, and ``posviz.bench``
+No plotting and no Streamlit here: pages turn the labs' results into charts, and ``posviz_tools.bench``
 times the same functions. Everything is capped by ``posviz.limits`` so a visitor cannot stall a server.
 
 * A text becomes byte ids through ``prepare_text`` (capped, with notices for anything odd);

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-"$PY" -m posviz.train_all  # every registered method, two at a time, one progress line a minute with the time left
+"$PY" -m posviz_tools.train_all  # every registered method, two at a time, one progress line a minute with the time left
 "$(dirname "$0")/finetune_rope.sh"  # rope-ft4x, rope-linear-ft4x, rope-yarn-ft4x from models/rope
 "$PY" -m posviz.evaluate_all
-"$PY" -m posviz.report --out docs/bpb_vs_length.svg
+"$PY" -m posviz_tools.report --out docs/bpb_vs_length.svg

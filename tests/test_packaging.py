@@ -66,20 +66,20 @@ def test_readme_gives_exactly_two_commands_and_make_has_them():
     for target in ("app", "test", "checkpoints", "bench"):
         make_recipe(target)
     assert any("scripts/make_checkpoints.sh" in line for line in make_recipe("checkpoints"))
-    results = section("Results")  # the chart and table drawn by posviz.report from the shipped metrics
+    results = section("Results")  # the chart and table drawn by posviz_tools.report from the shipped metrics
     assert "docs/bpb_vs_length.svg" in results and "| checkpoint |" in results
     assert (ROOT / "docs" / "bpb_vs_length.svg").read_text().startswith("<svg")
 
 
 def test_readme_results_tables_are_the_shipped_metrics():
-    """Every table of Results is what ``python -m posviz.report`` prints from models/: a retrained set
+    """Every table of Results is what ``python -m posviz_tools.report`` prints from models/: a retrained set
     cannot ship with the last set's numbers in the README."""
-    from posviz.report import readme_tables
+    from posviz_tools.report import readme_tables
 
     results = section("Results")
     for title, table in readme_tables(ROOT / "models").items():
         stale = [line for line in table.splitlines() if line not in results]
-        assert not stale, f"README's {title} table differs from the shipped metrics (python -m posviz.report): {stale}"
+        assert not stale, f"README's {title} table differs from the shipped metrics (python -m posviz_tools.report): {stale}"
 
 
 def test_make_app_installs_and_runs_what_the_readme_documents():
@@ -109,8 +109,8 @@ def test_dockerfile_installs_and_runs_what_the_readme_documents():
 
 
 def test_make_screenshots_takes_every_page():
-    assert make_recipe("screenshots") == ["$(PY) -m posviz.screenshots"]
-    from posviz import screenshots
+    assert make_recipe("screenshots") == ["$(PY) -m posviz_tools.screenshots"]
+    from posviz_tools import screenshots
 
     assert screenshots.OUT == ROOT / "docs" / "screenshots"
 
@@ -121,7 +121,7 @@ def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
     watcher walking .venv made a first visit take a minute, and no test saw it)."""
     import tomllib
 
-    from posviz.loadtest import APP_COMMAND, StreamlitServer, server_command
+    from posviz_tools.loadtest import APP_COMMAND, StreamlitServer, server_command
 
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["fileWatcherType"] == "none"
@@ -141,7 +141,7 @@ def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
     assert not any("fileWatcher" in part or "headless" in part for part in served + cmd)
     # the image has the settings
     assert any(line.split()[-2] == ".streamlit" for line in docker_instructions("COPY"))
-    bench = (ROOT / "posviz" / "bench.py").read_text()
+    bench = (ROOT / "posviz_tools" / "bench.py").read_text()
     assert "StreamlitServer(" in bench and "--server." not in bench
 
 
@@ -159,6 +159,21 @@ def test_image_contains_everything_the_app_imports():
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert not ignored & {"app.py", ".streamlit", "views", "posviz", "models", "requirements.txt"}, ignored
+
+
+
+def test_the_product_has_no_tools_in_it():
+    """posviz/ (the core), views/ and app.py are the product; the instruments that measure it (bench, load
+    test, browser checks, screenshots, report, train-all) live in posviz_tools/, which the product never
+    imports and the image does not copy."""
+    tools = {p.stem for p in (ROOT / "posviz_tools").glob("*.py")} - {"__init__"}
+    assert {"bench", "loadtest", "look", "screenshots", "report", "train_all"} <= tools, tools
+    assert not tools & {p.stem for p in (ROOT / "posviz").glob("*.py")}
+    product = [ROOT / "app.py", *(ROOT / "posviz").rglob("*.py"), *(ROOT / "views").glob("*.py")]
+    importers = [str(p.relative_to(ROOT)) for p in product if re.search(r"^\s*(from|import) posviz_tools\b",
+                                                                        p.read_text(), re.M)]
+    assert not importers, importers
+    assert "posviz_tools" not in {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
 
 
 def test_torch_is_pinned_and_test_requirements_extend_the_runtime_ones():

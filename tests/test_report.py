@@ -1,12 +1,12 @@
-"""``posviz.report``: the README's Results tables drawn from checkpoint folders (here the tiny test set)."""
+"""``posviz_tools.report``: the README's Results tables drawn from checkpoint folders (here the tiny test set)."""
 from __future__ import annotations
 
 import json
 import shutil
 
-from posviz import report
 from posviz.checkpoint import read_metrics
 from posviz.positions import method_names
+from posviz_tools import report
 
 
 def test_every_table_has_a_row_per_pretrained_checkpoint(tiny_models_dir):

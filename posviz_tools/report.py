@@ -1,6 +1,6 @@
 """The results section of the README, drawn by the project's own code from the shipped metrics.
 
-``python -m posviz.report`` writes ``docs/bpb_vs_length.svg`` (a dependency-free SVG line chart) and
+``python -m posviz_tools.report`` writes ``docs/bpb_vs_length.svg`` (a dependency-free SVG line chart) and
 prints the README's Results tables (quality, bits per byte vs evaluation length, fine-tuning,
 far-context retrieval) for the shipped checkpoints; a test holds the README to them.
 """
@@ -11,9 +11,9 @@ import html
 import math
 from pathlib import Path
 
-from .checkpoint import read_config, read_metrics, shipped_checkpoints
-from .context_extension import finetuned_checkpoints
-from .retrieval import COPY_TARGET, induction_rows, induction_table
+from posviz.checkpoint import read_config, read_metrics, shipped_checkpoints
+from posviz.context_extension import finetuned_checkpoints
+from posviz.retrieval import COPY_TARGET, induction_rows, induction_table
 
 COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 
