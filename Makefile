@@ -22,7 +22,7 @@ gpu-check: $(TEST_STAMP)
 	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make gpu-check: no CUDA device (torch.cuda.is_available() is False; torch ' + torch.__version__ + ', built for CUDA ' + str(torch.version.cuda) + '). Run it on a machine with an NVIDIA GPU and a CUDA build of PyTorch.')"
 	$(PY) -m pytest -m cuda tests/test_gpu.py
 
-# Train every method with the shared recipe, evaluate each, redraw the README chart (hours on a CPU).
+# Train every method with the shared recipe, evaluate each, redraw docs/results.md's charts and tables (hours on a CPU).
 checkpoints: $(TEST_STAMP)
 	PYTHON=$(abspath $(PY)) scripts/make_checkpoints.sh
 

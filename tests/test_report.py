@@ -1,4 +1,4 @@
-"""``posviz_tools.report``: the README's Results tables drawn from checkpoint folders (here the tiny test set)."""
+"""``posviz_tools.report``: the tables of docs/results.md drawn from checkpoint folders (here the tiny test set)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from posviz_tools import report
 
 
 def test_every_table_has_a_row_per_pretrained_checkpoint(tiny_models_dir):
-    tables = report.readme_tables(tiny_models_dir)
+    tables = report.results_tables(tiny_models_dir)
     for title in ("quality", "extrapolation", "retrieval"):
         names = [line.split(" | ")[0].lstrip("| ") for line in tables[title].splitlines()[2:]]
         assert [n for n in names if "+" not in n] == method_names(), title
