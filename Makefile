@@ -22,25 +22,25 @@ gpu-check: $(TEST_STAMP)
 	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make gpu-check: no CUDA device (torch.cuda.is_available() is False; torch ' + torch.__version__ + ', built for CUDA ' + str(torch.version.cuda) + '). Run it on a machine with an NVIDIA GPU and a CUDA build of PyTorch.')"
 	$(PY) -m pytest -m cuda tests/test_gpu.py
 
-# Train every method with the shared recipe, evaluate each, redraw the README chart (hours on a CPU).
+# Train every method with the shared recipe, evaluate each, redraw docs/results.md's charts and tables (hours on a CPU).
 checkpoints: $(TEST_STAMP)
 	PYTHON=$(abspath $(PY)) scripts/make_checkpoints.sh
 
 # Speed table of the shipped checkpoints on this machine, written to BENCHMARKS.md.
 bench: $(TEST_STAMP)
-	$(PY) -m posviz.bench
+	$(PY) -m posviz_tools.bench
 
 # A crowd on the extrapolation lab (needs /usr/bin/chromium): ten browser sessions moving its length
 # slider for a minute (each must get 20 answers, the server's peak memory at most 1.5 GB), then thirty
 # (each answered at least once, the server alive after).
 load: $(TEST_STAMP)
-	$(PY) -m posviz.loadtest --sessions 10 --seconds 60 --min-answers 20 --max-rss-mb 1536
-	$(PY) -m posviz.loadtest --sessions 30 --seconds 60 --min-answers 1 --max-rss-mb 1536
+	$(PY) -m posviz_tools.loadtest --sessions 10 --seconds 60 --min-answers 20 --max-rss-mb 1536
+	$(PY) -m posviz_tools.loadtest --sessions 30 --seconds 60 --min-answers 1 --max-rss-mb 1536
 
 # Every page at 1920x1080 in presentation mode, on the shipped checkpoints, into docs/screenshots/
 # (needs /usr/bin/chromium); fails when a page shows an error or cuts something off.
 screenshots: $(TEST_STAMP)
-	$(PY) -m posviz.screenshots
+	$(PY) -m posviz_tools.screenshots
 
 venv: $(TEST_STAMP)
 

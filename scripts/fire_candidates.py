@@ -5,7 +5,7 @@
     python scripts/fire_candidates.py --table              # the table of what has finished
 
 Each candidate is the shipped recipe (posviz.train.TrainConfig defaults) at ``--tokens`` bytes with
-other FIRE options, so only the option differs. Scored as the README's tables are: bits/byte on the
+other FIRE options, so only the option differs. Scored as docs/results.md's tables are: bits/byte on the
 whole validation split at the training length, the repeat probe's second/first at gap 0, and
 bits/byte at 16x over 1x on the same evaluation bytes. Results go to runs/fire-candidates/.
 """

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from posviz.look import ConsoleWatch, Sight, look_at, output_fingerprint, sight
-from posviz.loadtest import (EXCEPTION, MAIN, StreamlitServer, app_pages, exception_texts, launch_chromium,
+from posviz_tools.look import ConsoleWatch, Sight, look_at, output_fingerprint, sight
+from posviz_tools.loadtest import (EXCEPTION, MAIN, StreamlitServer, app_pages, exception_texts, launch_chromium,
                              main_text, screenshot_whole_main, wait_for_change, wait_rendered)
 
 ROOT = Path(__file__).resolve().parent.parent

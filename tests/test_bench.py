@@ -1,4 +1,4 @@
-"""`python -m posviz.bench` runs end to end and its table says met / MISSED per goal.
+"""`python -m posviz_tools.bench` runs end to end and its table says met / MISSED per goal.
 
 Run on the tiny checkpoints (train_length 32, so 16x is 512 bytes) with no timing budget and no
 browser, so it costs seconds; the real numbers come from `make bench` on the shipped models.
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from posviz import bench
 from posviz.positions import method_names
+from posviz_tools import bench
 
 
 def test_bench_writes_a_table_with_every_goal_and_method(tiny_models, tmp_path, capsys):
@@ -65,7 +65,7 @@ def test_the_page_sections_show_what_the_browser_measured(tiny_models, tmp_path,
 
 
 def test_cold_visit_verdicts_use_each_pages_menu_section():
-    from posviz.loadtest import app_pages
+    from posviz_tools.loadtest import app_pages
 
     sections = {p.url_path: p.section for p in app_pages()}
     assert sections["home"] == "Explore" and sections["extrapolation"] == "Live labs" and sections["about"] == "About"

@@ -28,7 +28,7 @@ from browser_support import (MAIN, OUTPUT, ROOT, ConsoleWatch, StreamlitServer, 
                              new_tab, output_fingerprint, screenshot_main, wait_for_change, wait_for_output_change,
                              wait_rendered)
 from posviz.checkpoint import shipped_checkpoints
-from posviz.loadtest import move_a_widget
+from posviz_tools.loadtest import move_a_widget
 
 pytestmark = pytest.mark.browser
 PAGES = app_pages()

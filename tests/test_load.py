@@ -3,7 +3,7 @@
 One Chromium with ten contexts (ten Streamlit sessions) keeps moving the extrapolation lab's length
 slider for LOAD_SECONDS (each move re-scores the text with every chosen checkpoint); every session must keep answering, no page may show an exception, the
 server must stay healthy, and its peak resident memory (VmHWM from /proc) must stay bounded.
-`make load` (python -m posviz.loadtest) runs the same for a minute on the shipped checkpoints.
+`make load` (python -m posviz_tools.loadtest) runs the same for a minute on the shipped checkpoints.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 import pytest
 
 from browser_support import OUTPUT, StreamlitServer, app_pages
-from posviz.loadtest import run_load
+from posviz_tools.loadtest import run_load
 
 pytestmark = pytest.mark.browser
 SESSIONS = 10

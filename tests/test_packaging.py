@@ -2,7 +2,9 @@
 
 A user has exactly two commands (README "Quick start"); the Hugging Face Space image installs and
 runs the app with the commands the README documents; CI runs the README's test command; torch is
-pinned. The last test builds the image's file tree (only what the Dockerfile copies) and serves it.
+pinned; the README is a landing page whose layout is the real one, and the results write-up
+(docs/results.md) holds the shipped metrics. The last test builds the image's file tree (only what
+the Dockerfile copies) and serves it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 from browser_support import OUTPUT, ROOT, StreamlitServer, browser, exception_texts, main_text, new_tab, wait_rendered  # noqa: F401
 
 README = (ROOT / "README.md").read_text()
+RESULTS = (ROOT / "docs" / "results.md").read_text()
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 MAKEFILE = (ROOT / "Makefile").read_text()
 CI = (ROOT / ".ci" / "run").read_text()
@@ -66,20 +69,54 @@ def test_readme_gives_exactly_two_commands_and_make_has_them():
     for target in ("app", "test", "checkpoints", "bench"):
         make_recipe(target)
     assert any("scripts/make_checkpoints.sh" in line for line in make_recipe("checkpoints"))
-    results = section("Results")  # the chart and table drawn by posviz.report from the shipped metrics
-    assert "docs/bpb_vs_length.svg" in results and "| checkpoint |" in results
+    # the chart and tables drawn by posviz_tools.report from the shipped metrics, in docs/results.md
+    assert "](bpb_vs_length.svg)" in RESULTS and "| checkpoint |" in RESULTS
     assert (ROOT / "docs" / "bpb_vs_length.svg").read_text().startswith("<svg")
+    script = (ROOT / "scripts" / "make_checkpoints.sh").read_text()
+    assert "-m posviz_tools.report --out docs/bpb_vs_length.svg --results docs/results.md" in script
 
 
-def test_readme_results_tables_are_the_shipped_metrics():
-    """Every table of Results is what ``python -m posviz.report`` prints from models/: a retrained set
-    cannot ship with the last set's numbers in the README."""
-    from posviz.report import readme_tables
+def test_results_tables_are_the_shipped_metrics():
+    """Every table of docs/results.md is what ``python -m posviz_tools.report`` writes from models/: a
+    retrained set cannot ship with the last set's numbers in the write-up."""
+    from posviz_tools.report import results_tables, stale_lines
 
-    results = section("Results")
-    for title, table in readme_tables(ROOT / "models").items():
-        stale = [line for line in table.splitlines() if line not in results]
-        assert not stale, f"README's {title} table differs from the shipped metrics (python -m posviz.report): {stale}"
+    tables = results_tables(ROOT / "models")
+    assert tables["quality"] and tables["extrapolation"] and tables["retrieval"]
+    stale = stale_lines(RESULTS, tables)
+    assert not stale, f"docs/results.md differs from the shipped metrics (python -m posviz_tools.report): {stale}"
+
+
+def layout_paths() -> list[str]:
+    """The paths the README's layout tree names (a nested line's path is under the last folder above it)."""
+    block = re.search(r"```\n(.*?)```", section("Layout"), re.S).group(1)
+    paths, folders = [], {}
+    for line in block.splitlines():
+        name = line.strip().split("  ")[0].strip()
+        if not name or line.startswith(" " * 10):  # a description's second line
+            continue
+        depth = (len(line) - len(line.lstrip())) // 2
+        path = (folders[depth - 1] if depth else "") + name
+        folders[depth] = path
+        paths.append(path)
+    return paths
+
+
+def test_readme_is_a_landing_page_with_the_real_layout():
+    """Under 250 lines; the two commands, the links to the write-up and the benchmarks; one line per
+    file or folder of a layout that exists (the pages are in views/, not pages/)."""
+    assert len(README.splitlines()) < 250, len(README.splitlines())
+    assert "streamlit run app.py" in README
+    assert "](docs/results.md)" in README and "](BENCHMARKS.md)" in README
+    paths = layout_paths()
+    for required in ("app.py", "views/", "posviz/", "posviz/positions/", "posviz_tools/", "posviz_tools/bench.py",
+                     "docs/results.md", "models/", "tests/"):
+        assert required in paths, (required, paths)
+    missing = [p for p in paths if "<" not in p and not list(ROOT.glob(p.rstrip("/")))]
+    assert not missing, f"the README's layout names what does not exist: {missing}"
+    assert not any(p.startswith("pages/") or "/pages/" in p for p in paths)
+    tools = sorted(p.name for p in (ROOT / "posviz_tools").glob("*.py") if p.name != "__init__.py")
+    assert tools == sorted(p.split("/")[-1] for p in paths if p.startswith("posviz_tools/") and p.endswith(".py"))
 
 
 def test_make_app_installs_and_runs_what_the_readme_documents():
@@ -109,8 +146,8 @@ def test_dockerfile_installs_and_runs_what_the_readme_documents():
 
 
 def test_make_screenshots_takes_every_page():
-    assert make_recipe("screenshots") == ["$(PY) -m posviz.screenshots"]
-    from posviz import screenshots
+    assert make_recipe("screenshots") == ["$(PY) -m posviz_tools.screenshots"]
+    from posviz_tools import screenshots
 
     assert screenshots.OUT == ROOT / "docs" / "screenshots"
 
@@ -121,7 +158,7 @@ def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
     watcher walking .venv made a first visit take a minute, and no test saw it)."""
     import tomllib
 
-    from posviz.loadtest import APP_COMMAND, StreamlitServer, server_command
+    from posviz_tools.loadtest import APP_COMMAND, StreamlitServer, server_command
 
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["fileWatcherType"] == "none"
@@ -141,7 +178,7 @@ def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
     assert not any("fileWatcher" in part or "headless" in part for part in served + cmd)
     # the image has the settings
     assert any(line.split()[-2] == ".streamlit" for line in docker_instructions("COPY"))
-    bench = (ROOT / "posviz" / "bench.py").read_text()
+    bench = (ROOT / "posviz_tools" / "bench.py").read_text()
     assert "StreamlitServer(" in bench and "--server." not in bench
 
 
@@ -159,6 +196,21 @@ def test_image_contains_everything_the_app_imports():
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert not ignored & {"app.py", ".streamlit", "views", "posviz", "models", "requirements.txt"}, ignored
+
+
+
+def test_the_product_has_no_tools_in_it():
+    """posviz/ (the core), views/ and app.py are the product; the instruments that measure it (bench, load
+    test, browser checks, screenshots, report, train-all) live in posviz_tools/, which the product never
+    imports and the image does not copy."""
+    tools = {p.stem for p in (ROOT / "posviz_tools").glob("*.py")} - {"__init__"}
+    assert {"bench", "loadtest", "look", "screenshots", "report", "train_all"} <= tools, tools
+    assert not tools & {p.stem for p in (ROOT / "posviz").glob("*.py")}
+    product = [ROOT / "app.py", *(ROOT / "posviz").rglob("*.py"), *(ROOT / "views").glob("*.py")]
+    importers = [str(p.relative_to(ROOT)) for p in product if re.search(r"^\s*(from|import) posviz_tools\b",
+                                                                        p.read_text(), re.M)]
+    assert not importers, importers
+    assert "posviz_tools" not in {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
 
 
 def test_torch_is_pinned_and_test_requirements_extend_the_runtime_ones():

@@ -1,16 +1,16 @@
-"""``posviz.report``: the README's Results tables drawn from checkpoint folders (here the tiny test set)."""
+"""``posviz_tools.report``: the tables of docs/results.md drawn from checkpoint folders (here the tiny test set)."""
 from __future__ import annotations
 
 import json
 import shutil
 
-from posviz import report
 from posviz.checkpoint import read_metrics
 from posviz.positions import method_names
+from posviz_tools import report
 
 
 def test_every_table_has_a_row_per_pretrained_checkpoint(tiny_models_dir):
-    tables = report.readme_tables(tiny_models_dir)
+    tables = report.results_tables(tiny_models_dir)
     for title in ("quality", "extrapolation", "retrieval"):
         names = [line.split(" | ")[0].lstrip("| ") for line in tables[title].splitlines()[2:]]
         assert [n for n in names if "+" not in n] == method_names(), title
@@ -45,3 +45,21 @@ def test_update_tables_replaces_each_table_by_its_header_and_names_the_ones_it_c
                                                "cd": "| c | d |\n|---|---:|\n| z | 4.0 |", "empty": ""})
     assert new == "intro\n\n| a | b |\n|---|---:|\n| x | 3.0 |\n\nafter\n"
     assert missing == ["cd"]
+
+
+def test_results_option_rewrites_the_tables_and_check_finds_a_stale_one(tiny_models, tmp_path, capsys):
+    """``--results FILE`` rewrites every table of FILE in place; ``--check`` writes nothing and fails while
+    a table there differs from the metrics (docs/results.md is held to them the same way)."""
+    tables = {title: table for title, table in report.results_tables().items() if table}
+    first_row = tables["quality"].splitlines()[2]
+    stale = tables["quality"].replace(first_row, first_row.replace(" | ", " | 9", 1))
+    results = tmp_path / "results.md"
+    results.write_text("# Results\n\n" + "\n\nwhat it shows\n\n".join([stale, *list(tables.values())[1:]]) + "\n")
+    before = results.read_text()
+    assert report.main(["--check", "--results", str(results)]) == 1
+    assert results.read_text() == before and not (tmp_path / "bpb_vs_length.svg").exists()
+    assert "the quality table differs" in capsys.readouterr().out
+    assert report.main(["--out", str(tmp_path / "bpb_vs_length.svg"), "--results", str(results)]) == 0
+    assert results.read_text() == before.replace(stale, tables["quality"])
+    assert (tmp_path / "bpb_vs_length.svg").read_text().startswith("<svg")
+    assert report.main(["--check", "--results", str(results)]) == 0

@@ -44,7 +44,7 @@ def test_one_recipe_for_all():
 
 def test_the_shipped_recipe_is_the_default_one():
     """``make checkpoints`` trains with the TrainConfig defaults, so they must be the shipped recipe:
-    otherwise rebuilding the set would silently give different checkpoints than the README describes."""
+    otherwise rebuilding the set would silently give different checkpoints than docs/results.md describes."""
     for name, folder in SHIPPED.items():
         recipe = read_config(folder)["train"]
         default = dataclasses.asdict(TrainConfig(method=name, position_options=recipe["position_options"]))

@@ -1,4 +1,4 @@
-"""``python -m posviz.train_all``: a set trained with one recipe, resumable across sessions, with progress."""
+"""``python -m posviz_tools.train_all``: a set trained with one recipe, resumable across sessions, with progress."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from posviz.train_all import Run, already_trained, progress_line, train_all
 from posviz.train import TrainConfig
+from posviz_tools.train_all import Run, already_trained, progress_line, train_all
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"n_layer": 1, "n_embd": 32, "train_length": 32, "batch_size": 4, "tokens": 4 * 32 * 30,
@@ -71,7 +71,7 @@ def test_stopping_the_set_stops_its_runs(tmp_path):
     out = tmp_path / "set"
     settings = [f"{k}={v}" for k, v in {**TINY, "tokens": 4 * 32 * 100_000}.items()]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    boss = subprocess.Popen([sys.executable, "-m", "posviz.train_all", "--methods", "nope", "--out-dir", str(out),
+    boss = subprocess.Popen([sys.executable, "-m", "posviz_tools.train_all", "--methods", "nope", "--out-dir", str(out),
                              "--every", "1", "--set", *settings], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = tmp_path / "runs" / "train-nope.log"
@@ -87,7 +87,7 @@ def test_stopping_the_set_stops_its_runs(tmp_path):
 
 
 def test_speed_is_over_the_recent_window_and_forgets_what_came_before_a_stop():
-    from posviz.train_all import Speed
+    from posviz_tools.train_all import Speed
 
     speed = Speed(window=600, gap=60)
     assert speed.rate() is None

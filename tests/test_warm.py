@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from browser_support import OUTPUT, StreamlitServer, browser, exception_texts, new_tab, wait_rendered  # noqa: F401
-from posviz.loadtest import WARM_DONE, app_pages, script_idle
+from posviz_tools.loadtest import WARM_DONE, app_pages, script_idle
 from views._warm import server_stream_url
 
 ROOT = Path(__file__).resolve().parent.parent

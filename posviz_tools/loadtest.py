@@ -1,6 +1,6 @@
 """Drive the real app: start a Streamlit server on loopback, open it in headless Chromium, and load it.
 
-``python -m posviz.loadtest [--sessions 10] [--seconds 60] [--page extrapolation]`` starts its own
+``python -m posviz_tools.loadtest [--sessions 10] [--seconds 60] [--page extrapolation]`` starts its own
 server on 127.0.0.1, opens ``--sessions`` browser tabs (one Chromium, one context per tab, so each is
 its own Streamlit session) that keep moving the page's widgets for ``--seconds``, then prints how many
 answers came back per session, any exception shown on a page, and the server's peak memory.

@@ -1,20 +1,25 @@
-"""The results section of the README, drawn by the project's own code from the shipped metrics.
+"""The results write-up, docs/results.md, kept in step with the shipped metrics by the project's own code.
 
-``python -m posviz.report`` writes ``docs/bpb_vs_length.svg`` (a dependency-free SVG line chart) and
-prints the README's Results tables (quality, bits per byte vs evaluation length, fine-tuning,
-far-context retrieval) for the shipped checkpoints; a test holds the README to them.
+``python -m posviz_tools.report`` draws ``docs/bpb_vs_length.svg`` and ``docs/rope_scalings_vs_length.svg``
+(dependency-free SVG line charts), prints the write-up's tables (quality, when copying formed, bits per
+byte vs evaluation length, fine-tuning, far-context retrieval) for the shipped checkpoints and rewrites
+them in docs/results.md (``--results``), each found by its header row. ``--check`` writes nothing and
+fails when a table there differs from the metrics; a test holds docs/results.md to them the same way.
 """
 from __future__ import annotations
 
 import argparse
 import html
 import math
+import sys
 from pathlib import Path
 
-from .checkpoint import read_config, read_metrics, shipped_checkpoints
-from .context_extension import finetuned_checkpoints
-from .retrieval import COPY_TARGET, induction_rows, induction_table
+from posviz.checkpoint import read_config, read_metrics, shipped_checkpoints
+from posviz.context_extension import finetuned_checkpoints
+from posviz.retrieval import COPY_TARGET, induction_rows, induction_table
 
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results.md"
 COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 
 
@@ -148,8 +153,8 @@ def copy_formation_table(models=None) -> str:
     return "\n".join(rows)
 
 
-def readme_tables(models=None) -> dict[str, str]:
-    """Every Results table of the README, from the shipped metrics (a test holds the README to them)."""
+def results_tables(models=None) -> dict[str, str]:
+    """Every table of the results write-up (docs/results.md), from the shipped metrics (a test holds the file to them)."""
     data, L = curves(models)
     return {"quality": quality_table(models), "extrapolation": markdown_table(data, L),
             "fine-tuning": finetuning_table(models), "retrieval": retrieval_table(models),
@@ -175,6 +180,13 @@ def update_tables(text: str, tables: dict[str, str]) -> tuple[str, list[str]]:
         lines[start:end] = new
     return "\n".join(lines), missing
 
+
+
+def stale_lines(text: str, tables: dict[str, str]) -> dict[str, list[str]]:
+    """{title: the rows of its table that are not a line of ``text``}, for every table with any."""
+    have = set(text.split("\n"))
+    stale = {title: [line for line in table.split("\n") if line not in have] for title, table in tables.items() if table}
+    return {title: lines for title, lines in stale.items() if lines}
 
 def svg_chart(data: dict[str, dict[int, float | None]], train_length: int, width: int = 760, height: int = 420,
               title: str = "Bits per byte vs evaluation length (non-overlapping windows)") -> str:
@@ -221,13 +233,25 @@ def svg_chart(data: dict[str, dict[int, float | None]], train_length: int, width
     return "\n".join(parts)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="Draw the README's charts and print its Results tables from the shipped metrics.")
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Draw the results charts and rewrite the tables of docs/results.md "
+                                             "from the shipped metrics.")
     ap.add_argument("--out", default="docs/bpb_vs_length.svg")
     ap.add_argument("--with-scalings", action="store_true", help="also draw the rope checkpoint under each scaling")
-    ap.add_argument("--readme", default=None, help="also rewrite the tables of this Markdown file in place "
-                    "(each one found by its header row)")
+    ap.add_argument("--results", default=str(RESULTS), help="the Markdown file whose tables are rewritten in place, "
+                    "each one found by its header row (default: docs/results.md; '' to only print them)")
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a table of --results differs "
+                    "from the shipped metrics")
     args = ap.parse_args(argv)
+    tables = results_tables()
+    if args.check:
+        stale = stale_lines(Path(args.results).read_text(), tables)
+        for title, lines in stale.items():
+            print(f"{args.results}: the {title} table differs from the shipped metrics; not found there:\n  "
+                  + "\n  ".join(lines))
+        print(f"{args.results}: " + ("stale; run python -m posviz_tools.report to rewrite its tables" if stale
+                                      else "every table is the shipped metrics"))
+        return 1 if stale else 0
     data, L = curves()
     base = {k: v for k, v in data.items() if "+" not in k}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -235,15 +259,15 @@ def main(argv=None) -> None:
     scal = Path(args.out).with_name("rope_scalings_vs_length.svg")
     scal.write_text(svg_chart({k: v for k, v in data.items() if k.startswith("rope") or k in ("alibi", "t5")}, L,
                               title="RoPE context extension vs ALiBi and T5"))
-    tables = readme_tables()
     for title, table in tables.items():
         print(f"{title}:\n\n{table}\n")
-    if args.readme:
-        text, missing = update_tables(Path(args.readme).read_text(), tables)
-        Path(args.readme).write_text(text)
-        print(f"updated the tables of {args.readme}" + (f"; no table there for: {', '.join(missing)} "
-                                                         "(paste them where they belong)" if missing else ""))
+    if args.results:
+        text, missing = update_tables(Path(args.results).read_text(), tables)
+        Path(args.results).write_text(text)
+        print(f"updated the tables of {args.results}" + (f"; no table there for: {', '.join(missing)} "
+                                                          "(paste them where they belong)" if missing else ""))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,5 @@
 """What a visitor sees on a rendered page, read from the browser's DOM (used by the browser tests and
-``python -m posviz.screenshots``).
+``python -m posviz_tools.screenshots``).
 
 - ``sight(page)``: the charts drawn (Vega-Lite renders SVG here, so marks and legends are elements),
   error boxes, text cut off (an element narrower than its text, an SVG label outside its chart or

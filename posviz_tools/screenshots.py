@@ -1,12 +1,12 @@
 """Screenshots of every page for the README and for talks: ``make screenshots``.
 
-``python -m posviz.screenshots [--out docs/screenshots] [--width 1920 --height 1080] [--pages home rope]``
+``python -m posviz_tools.screenshots [--out docs/screenshots] [--width 1920 --height 1080] [--pages home rope]``
 starts ``streamlit run app.py`` on 127.0.0.1 with the shipped checkpoints, opens every page of
 app.py's menu in headless Chromium in presentation mode (``?present=1``) at 1920×1080, waits until
 the page has run and its charts are drawn, and saves what the window shows as
 ``<out>/<url_path>.png`` and the whole page (its main area, at most 6,000 px tall) as
 ``<out>/<url_path>-full.png`` (256-colour PNGs: tens to a few hundred KB each). It also reads each page as
-``posviz.look`` does and reports anything cut off, any error box and any browser console error;
+``posviz_tools.look`` does and reports anything cut off, any error box and any browser console error;
 it exits with 1 when there is one, so a screenshot is never taken of a broken page unnoticed.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Train a whole set with one recipe, a few runs at a time, with one progress line and an ETA.
 
-``python -m posviz.train_all [--methods rope alibi] [--jobs 2] [--out-dir models] [--set KEY=VALUE ...]``
+``python -m posviz_tools.train_all [--methods rope alibi] [--jobs 2] [--out-dir models] [--set KEY=VALUE ...]``
 
 Each method is a separate ``python -m posviz.train --resume`` process (one thread each by default:
 at this model size two one-thread runs train twice as many bytes per second as one two-thread run),
@@ -26,10 +26,10 @@ import threading
 import time
 from pathlib import Path
 
-from .config import strict_from_dict
-from .errors import PosvizError
-from .positions import method_names
-from .train import STATE_JSON, TrainConfig, parse_pairs, recipe_differences, state_dir_for
+from posviz.config import strict_from_dict
+from posviz.errors import PosvizError
+from posviz.positions import method_names
+from posviz.train import STATE_JSON, TrainConfig, parse_pairs, recipe_differences, state_dir_for
 
 
 @dataclasses.dataclass
