@@ -307,18 +307,20 @@ def measure_length_change(models, train_length: int, repeats: int = 3):
     text, uncached. Median of ``repeats`` after a warm-up, each beside one bare forward pass that returns
     the map (the bound: the page cannot do less); {method: (seconds, length, bare pass seconds)}."""
     from posviz import attention_maps, extrapolation, lab_inputs
+    from posviz.checkpoint_model import as_lab_model
     from posviz.data import load_corpus
 
     text = b"".join(load_corpus().eval_documents)[: 2 * max(MULTIPLES) * train_length]
     ids = lab_inputs.prepare_text(text).ids
     out = {}
     for name, (model, _) in models.items():
-        limit = model.position.max_positions
-        length = lab_inputs.length_cap(model) if limit is None else min(lab_inputs.length_cap(model), limit)
+        lab = as_lab_model(model, name)  # the page runs LabModels
+        limit = lab.max_positions
+        length = lab.length_cap if limit is None else min(lab.length_cap, limit)
         layer = model.config.n_layer - 1
 
         def change():
-            _, view = extrapolation.inspect_at_length(model, ids, length, layer)
+            _, view = extrapolation.inspect_at_length(lab, ids, length, layer)
             attention_maps.prefix_growth(view, attention_maps.growth_lengths(length, train_length, limit))
 
         def one_pass():  # the least the page can do: one forward pass that returns the map
@@ -352,6 +354,7 @@ def measure_lab_all_models(models, train_length: int, repeats: int = 3):
     of its part in the last pass}, first model's seconds, seconds of the bare forward passes alone,
     useful FLOPs of those passes)."""
     from posviz import attention_maps, extrapolation, lab_inputs
+    from posviz.checkpoint_model import as_lab_model
     from posviz.data import load_corpus
     from posviz.errors import PositionLimitError
 
@@ -359,7 +362,8 @@ def measure_lab_all_models(models, train_length: int, repeats: int = 3):
     ids = lab_inputs.prepare_text(text).ids
     names = list(models)
     first = models[names[0]][0]
-    length = lab_inputs.length_cap(first)
+    labs = {name: as_lab_model(m, name) for name, (m, _) in models.items()}  # the page runs LabModels
+    length = labs[names[0]].length_cap
     layer = first.config.n_layer - 1
     reach = [m for m, _ in models.values() if m.position.max_positions is None or length <= m.position.max_positions]
     flops_needed = sum(forward_flops(m.config, 1, length) for m in reach)
@@ -367,12 +371,12 @@ def measure_lab_all_models(models, train_length: int, repeats: int = 3):
     def one_pass() -> dict[str, float]:
         parts = {}
         for name in names:
-            model, t0 = models[name][0], time.perf_counter()
+            model, t0 = labs[name], time.perf_counter()
             try:
                 if name == names[0]:
                     _, view = extrapolation.inspect_at_length(model, ids, length, layer)
                     attention_maps.prefix_growth(view, attention_maps.growth_lengths(length, train_length,
-                                                                                     model.position.max_positions))
+                                                                                     model.max_positions))
                 else:
                     extrapolation.score_at_length(model, ids, length)
             except PositionLimitError:

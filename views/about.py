@@ -81,7 +81,7 @@ else:
 
 st.header("Rebuild them")
 st.markdown("Train every method with the shared recipe, evaluate each (bits/byte against length, the copy probe, "
-            "every RoPE scaling) into its metrics.json, and redraw the README chart:")
+            "every RoPE scaling) into its metrics.json, and redraw the results chart and tables (docs/results.md):")
 st.code("make checkpoints            # runs scripts/make_checkpoints.sh", language="bash")
 st.markdown("One method at a time, or one evaluation:")
 st.code("python -m posviz.train --method rope --out models/rope\n"
@@ -90,7 +90,8 @@ st.code("python -m posviz.train --method rope --out models/rope\n"
 readme = repo_root() / "README.md"
 st.header("More")
 if readme.is_file():
-    st.markdown("The repository's README.md (in its root folder) has the overview, installation and the results table.")
+    st.markdown("The repository's README.md (in its root folder) has the overview, installation and hosting; "
+                "docs/results.md has every results table and what it shows against the papers.")
     with st.expander("Read README.md here"):
         st.markdown(readme.read_text(encoding="utf-8", errors="replace"))
 else:
