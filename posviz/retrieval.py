@@ -35,6 +35,7 @@ from .positions.alibi import alibi_slopes
 LN2 = math.log(2)
 
 
+@torch.inference_mode()
 def copy_probe(model: LabModel, filler, gaps: Iterable[int], string_length: int = 32, trials: int = 8,
                seed: int = 0) -> dict[str, float | None]:
     """Loss (bits/byte) on the second copy of a random string, by the gap of ordinary text between copies.

@@ -7,6 +7,8 @@ not contain this package. What lives here measures, checks or rebuilds that prod
 - ``bench``: the speed table of the shipped checkpoints on this machine (``make bench``, BENCHMARKS.md);
 - ``loadtest``: a Streamlit server on loopback and headless Chromium driving it (``make load``; the
   browser tests reuse its helpers);
+- ``protocol``: a visitor that speaks Streamlit's WebSocket protocol and draws nothing, so that a crowd
+  measures the server, not a browser drawing every answer on the same cores;
 - ``look``: what a visitor sees on a rendered page, read from the browser (charts, error boxes,
   anything cut off);
 - ``screenshots``: every page at 1920x1080 in presentation mode (``make screenshots``);

@@ -496,6 +496,217 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
                       server_cpu, browser_cpu)
 
 
+# ---------------------------------------------------------------------------------------------
+# A crowd that speaks the protocol (posviz_tools.protocol): the server's capacity, without a browser
+# drawing every answer on the same cores
+# ---------------------------------------------------------------------------------------------
+MOVABLE = ("slider", "selectbox", "radio")  # what a protocol session moves, in this order of preference
+
+
+def widget_to_move(session, label: str | None = None):
+    """The widget a session keeps moving: the one labelled (at its start) ``label``, else the page's
+    first select slider or slider, then select box, then radio; None when the page has none."""
+    widgets = list(session.widgets.values())
+    if label is not None:
+        return next((w for w in widgets if w.label.startswith(label)), None)
+    for kind in MOVABLE:
+        for w in widgets:
+            if w.kind == kind and (w.options or kind == "slider"):
+                return w
+    return None
+
+
+def stops_of(widget, first_value, count: int = 3) -> list:
+    """The values a session moves ``widget`` through, in turn: ``count`` neighbouring options starting at
+    the one shown (a crowd drags the same slider back and forth, so each setting is computed once)."""
+    if widget.options:
+        at = widget.options.index(first_value) if first_value in widget.options else 0
+        picks = widget.options[at:at + count] if at + count <= len(widget.options) else widget.options[-count:]
+        return picks if len(picks) > 1 else widget.options[:count]
+    return list(widget.numbers)[:count]
+
+
+@dataclasses.dataclass
+class SessionRecord:
+    page: str
+    widget: str = ""
+    latencies: list = dataclasses.field(default_factory=list)  # seconds of each answer after the first visit
+    errors: list = dataclasses.field(default_factory=list)
+    opened_s: float | None = None  # the first visit's answer
+
+    @property
+    def answers(self) -> int:
+        return len(self.latencies)
+
+
+@dataclasses.dataclass
+class CrowdResult:
+    sessions: list[SessionRecord]
+    seconds: float
+    server_cpu_s: float
+    driver_cpu_s: float  # this process: the protocol sessions (and the browser tabs' driver)
+    browser_cpu_s: float
+    peak_rss_mb: float | None
+    healthy_after: bool
+    tabs: list[int] = dataclasses.field(default_factory=list)  # answers drawn by each browser tab
+    tab_problems: list[str] = dataclasses.field(default_factory=list)  # error boxes or tabs that stopped
+
+    @property
+    def answers(self) -> list[int]:
+        return [s.answers for s in self.sessions]
+
+    @property
+    def latencies(self) -> list[float]:
+        return sorted(t for s in self.sessions for t in s.latencies)
+
+    def percentile(self, q: float) -> float | None:
+        lat = self.latencies
+        return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"session {i} ({s.page}): {e}" for i, s in enumerate(self.sessions) for e in s.errors]
+
+    @property
+    def cpu_per_answer(self) -> float | None:
+        total = sum(self.answers) + sum(self.tabs)
+        return self.server_cpu_s / total if total else None
+
+    def summary(self) -> str:
+        import statistics
+
+        answers = self.answers
+        total = sum(answers)
+        lines = [f"{len(self.sessions)} protocol sessions for {self.seconds:.0f} s: {total} answers "
+                 f"({total / self.seconds:.2f}/s); per session min {min(answers, default=0)}, median "
+                 f"{statistics.median(answers) if answers else 0:g}, max {max(answers, default=0)}"]
+        if total:
+            lines.append(f"latency: median {self.percentile(0.5):.2f} s, 95th percentile {self.percentile(0.95):.2f} s")
+        lines.append(f"errors: {len(self.errors)}; sessions never answered after their first visit: "
+                     f"{sum(1 for n in answers if n == 0)}")
+        if self.tabs:
+            lines.append(f"{len(self.tabs)} browser tabs in the crowd: answers drawn {self.tabs}; problems: "
+                         f"{len(self.tab_problems)}")
+        if self.cpu_per_answer is not None:
+            lines.append(f"server CPU per answer: {self.cpu_per_answer:.3f} s ({self.server_cpu_s:.1f} s in all); "
+                         f"the driver used {self.driver_cpu_s:.1f} s and the browser {self.browser_cpu_s:.1f} s of the same "
+                         f"{os.cpu_count()} cores")
+        lines.append(f"server peak RSS (VmHWM): {self.peak_rss_mb:.0f} MB" if self.peak_rss_mb else "server peak RSS: n/a")
+        lines.append(f"health endpoint after the crowd: {'ok' if self.healthy_after else 'FAILED'}")
+        return "\n".join(lines + [f"  {e}" for e in (self.errors + self.tab_problems)[:20]])
+
+
+def stream_url(server: "StreamlitServer") -> str:
+    return server.url.replace("http://", "ws://") + "/_stcore/stream"
+
+
+def _protocol_session(url: str, page: str, query: str, label: str | None, deadline: float, record: SessionRecord,
+                      answer_timeout_s: float, start_gate) -> None:
+    from posviz_tools.protocol import ProtocolSession
+
+    try:
+        start_gate.wait()
+        with ProtocolSession(url, page, query, timeout_s=answer_timeout_s) as session:
+            first = session.open()
+            record.opened_s = first.seconds
+            if not first.ok:
+                record.errors.append(f"first visit: {first.status} {first.exceptions[:1]}")
+                return
+            widget = widget_to_move(session, label)
+            if widget is None:
+                record.errors.append("no widget to move on the page")
+                return
+            record.widget = widget.label
+            stops, turn = stops_of(widget, widget.value), 1
+            while time.monotonic() < deadline:
+                answer = session.move(widget.label, stops[turn % len(stops)])
+                turn += 1
+                if not answer.ok:
+                    record.errors.append(f"{widget.label}: {answer.status} {answer.exceptions[:1]}")
+                    continue
+                record.latencies.append(answer.seconds)
+                widget = session.widgets.get(widget.label, widget)  # a rerun may announce new options
+    except Exception as exc:  # a session that cannot go on counts its error, the crowd goes on
+        record.errors.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+
+
+def run_crowd(server: "StreamlitServer", pages: list[str], sessions: int, seconds: float, label: str | None = None,
+              browser_tabs: int = 0, answer_timeout_s: float = 120, seed: int = 0, arrival_s: float = 0.0) -> CrowdResult:
+    """``sessions`` protocol sessions, each opening a page of ``pages`` (url paths with an optional query
+    string; picked at random with ``seed`` when there are several) and then moving one widget on it
+    (``label``, or the first one ``widget_to_move`` finds) until ``seconds`` have passed; they arrive
+    spread over ``arrival_s``. ``browser_tabs`` Chromium tabs ride along in the same crowd, each on a
+    page of its own, moving a widget and checking what they draw (no error box)."""
+    import random
+    import threading
+
+    rng = random.Random(seed)
+    url = stream_url(server)
+    chosen = [pages[0] if len(pages) == 1 else rng.choice(pages) for _ in range(sessions)]
+    records = [SessionRecord(page) for page in chosen]
+    gate = threading.Event()
+    cpu0, driver0, browser0 = cpu_seconds(server.process.pid), time.process_time(), browser_cpu_seconds()
+    deadline = time.monotonic() + seconds
+    threads = []
+    for i, page in enumerate(chosen):
+        path, _, query = page.lstrip("/").partition("?")
+        delay = arrival_s * i / max(1, sessions)
+        t = threading.Thread(target=lambda *a, d=delay: (time.sleep(d), _protocol_session(*a)),
+                             args=(url, path, query, label, deadline, records[i], answer_timeout_s, gate), daemon=True)
+        t.start()
+        threads.append(t)
+    gate.set()
+    tabs, problems = ([], []) if not browser_tabs else _ride_along(server, [rng.choice(pages) for _ in range(browser_tabs)],
+                                                                  deadline, answer_timeout_s)
+    for t in threads:
+        t.join(timeout=max(1.0, deadline - time.monotonic()) + answer_timeout_s)
+    for r, t in zip(records, threads):
+        if t.is_alive():
+            r.errors.append(f"no answer within {answer_timeout_s:.0f} s of the end")
+    return CrowdResult(records, seconds, cpu_seconds(server.process.pid) - cpu0, time.process_time() - driver0,
+                       browser_cpu_seconds() - browser0, server.peak_rss_mb(), server.healthy(), tabs, problems)
+
+
+def _ride_along(server: "StreamlitServer", pages: list[str], deadline: float, answer_timeout_s: float):
+    """Browser tabs in a protocol crowd, until ``deadline``: ([answers drawn per tab], [problems seen])."""
+    from playwright.sync_api import sync_playwright
+
+    answers, problems = [0] * len(pages), []
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            tabs = {}
+            for i, page in enumerate(pages):
+                tab = browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
+                tab.set_default_timeout(answer_timeout_s * 1000)
+                tab.goto(server.url + "/" + page.lstrip("/"), wait_until="commit")
+                tabs[i] = tab
+            for i, tab in tabs.items():
+                wait_rendered(tab, answer_timeout_s * 1000)
+                problems += [f"tab {i} ({pages[i]}): {t}" for t in exception_texts(tab)]
+            alive = set(tabs)
+            while time.monotonic() < deadline and alive:
+                before = {}
+                for i in sorted(alive):
+                    try:
+                        before[i] = (tabs[i].url, main_text(tabs[i]))
+                        move_a_widget(tabs[i])
+                    except Exception as exc:
+                        problems.append(f"tab {i} ({pages[i]}): {type(exc).__name__}: {str(exc)[:200]}")
+                        alive.discard(i)
+                waited = wait_all_answered({i: tabs[i] for i in alive}, before, answer_timeout_s)
+                for i, outcome in waited.items():
+                    if outcome is None:
+                        answers[i] += 1
+                        problems += [f"tab {i} ({pages[i]}): {t}" for t in exception_texts(tabs[i])]
+                    else:
+                        problems.append(f"tab {i} ({pages[i]}): no answer: {outcome}")
+                        alive.discard(i)
+        finally:
+            browser.close()
+    return answers, problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10)
@@ -507,10 +718,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-answers", type=int, default=1, help="fail if a session got fewer answers than this")
     parser.add_argument("--cold", action="store_true", help="start the load on the new server at once, without "
                         "waiting for its warm-up (by default one visit starts it and the load waits until it is done)")
+    parser.add_argument("--protocol", action="store_true", help="sessions speak Streamlit's WebSocket protocol and "
+                        "draw nothing (posviz_tools.protocol): the server's own capacity")
+    parser.add_argument("--page-at-random", action="store_true", help="with --protocol: each session opens a page of "
+                        "the menu at random (and moves its first slider or select box) instead of --page")
+    parser.add_argument("--browser-tabs", type=int, default=0, help="with --protocol: Chromium tabs in the same crowd")
+    parser.add_argument("--arrival", type=float, default=0.0, help="with --protocol: seconds over which sessions arrive")
+    parser.add_argument("--max-median-s", type=float, default=None, help="fail if the median answer took longer")
+    parser.add_argument("--max-p95-s", type=float, default=None, help="fail if the 95th percentile took longer")
+    parser.add_argument("--fair", action="store_true", help="fail if the fewest answers in a session are under half "
+                        "the median")
     args = parser.parse_args(argv)
     paths = {p.url_path: p.url for p in app_pages()}
     if args.page not in paths:
         parser.error(f"unknown page {args.page!r}; pages: {', '.join(paths)}")
+    if args.protocol:
+        return crowd_main(args, paths)
     with StreamlitServer(models=args.models) as server:
         print(f"server {server.url} (pid {server.process.pid}); loading {paths[args.page]} ...", flush=True)
         result = run_load(server, paths[args.page], args.sessions, args.seconds, args.slider or None,
@@ -519,6 +742,46 @@ def main(argv: list[str] | None = None) -> int:
     ok = (not result.exceptions and not result.errors and result.healthy_after
           and min(result.answers) >= max(1, args.min_answers)
           and (result.peak_rss_mb or 0) <= args.max_rss_mb)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def crowd_main(args, paths: dict[str, str]) -> int:
+    """``--protocol``: a crowd of protocol sessions (and ``--browser-tabs`` tabs) on a warm server."""
+    import statistics
+
+    pages = list(paths.values()) if args.page_at_random else [paths[args.page]]
+    label = None if args.page_at_random else (args.slider or None)
+    with StreamlitServer(models=args.models, torch_threads=None) as server:
+        print(f"server {server.url} (pid {server.process.pid}); {args.sessions} protocol sessions on "
+              f"{'every page at random' if args.page_at_random else pages[0]} ...", flush=True)
+        if not args.cold:
+            from posviz_tools.protocol import ProtocolSession
+
+            with ProtocolSession(stream_url(server), pages[0].lstrip("/").partition("?")[0]) as first:
+                first.open()
+            print(f"warm-up done {server.wait_warm():.0f} s after the first visit", flush=True)
+        result = run_crowd(server, pages, args.sessions, args.seconds, label, browser_tabs=args.browser_tabs,
+                           arrival_s=args.arrival)
+    print(result.summary())
+    answers = result.answers
+    checks = {
+        "no error": not result.errors and not result.tab_problems,
+        "every session answered": min(answers, default=0) >= max(1, args.min_answers),
+        "server healthy after": result.healthy_after,
+        f"peak RSS <= {args.max_rss_mb:.0f} MB": (result.peak_rss_mb or 0) <= args.max_rss_mb,
+    }
+    if args.fair:
+        checks["fewest answers >= half the median"] = min(answers, default=0) >= 0.5 * statistics.median(answers or [0])
+    if args.max_median_s is not None:
+        checks[f"median <= {args.max_median_s} s"] = (result.percentile(0.5) or 1e9) <= args.max_median_s
+    if args.max_p95_s is not None:
+        checks[f"95th percentile <= {args.max_p95_s} s"] = (result.percentile(0.95) or 1e9) <= args.max_p95_s
+    if args.browser_tabs:
+        checks["every browser tab drew answers"] = min(result.tabs, default=0) >= 1
+    for name, ok in checks.items():
+        print(f"  {'met   ' if ok else 'MISSED'} {name}")
+    ok = all(checks.values())
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from posviz.checkpoint import read_config, read_metrics, shipped_checkpoints
-from posviz.context_extension import finetuned_checkpoints
+from posviz.errors import PosvizError
 from posviz.retrieval import COPY_TARGET, induction_rows, induction_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,17 +23,21 @@ RESULTS = ROOT / "docs" / "results.md"
 COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 
 
+def _is_finetuned(folder: Path) -> bool:
+    try:
+        return bool(read_config(folder).get("finetuned_from"))
+    except PosvizError:
+        return False
+
+
 def pretrained(models=None) -> dict[str, Path]:
     """{name: folder} of the shipped checkpoints that were trained from scratch (not fine-tuned)."""
-    folders = shipped_checkpoints(models)
-    tuned = finetuned_checkpoints(folders)
-    return {n: f for n, f in folders.items() if n not in tuned}
+    return {n: f for n, f in shipped_checkpoints(models).items() if not _is_finetuned(f)}
 
 
 def finetuned(models=None) -> dict[str, Path]:
     """{name: folder} of the shipped checkpoints fine-tuned from another one."""
-    folders = shipped_checkpoints(models)
-    return {n: folders[n] for n in finetuned_checkpoints(folders)}
+    return {n: f for n, f in shipped_checkpoints(models).items() if _is_finetuned(f)}
 
 
 def curves(models=None) -> tuple[dict[str, dict[int, float | None]], int]:

@@ -40,3 +40,33 @@ def test_ten_sessions_on_the_extrapolation_lab(tiny_models_dir):
     # the report says what an answer cost the server and the browser, and what the cores allow at that cost
     assert result.server_cpu_s > 0 and result.browser_cpu_s > 0, report
     assert "CPU per answer: server" in report and result.answer_bound() >= min(result.answers) * 0.5, report
+
+
+def test_a_short_protocol_crowd(tiny_models_dir):
+    """The protocol driver on a real server: three sessions that speak Streamlit's WebSocket protocol
+    (no browser) move the Extrapolation lab's length slider for a few seconds, and one opens a page at
+    random and moves its first widget. Each must be answered, with no error box, and the report must
+    say what an answer cost the server."""
+    from posviz_tools.loadtest import run_crowd
+    from posviz_tools.protocol import ProtocolSession
+
+    lab = next(p.url for p in app_pages() if p.url_path == "extrapolation") + f"?models={CHECKPOINTS}"
+    with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-crowd.log") as server:
+        result = run_crowd(server, [lab], sessions=3, seconds=8, label=SLIDER)
+        mixed = run_crowd(server, [p.url for p in app_pages()], sessions=2, seconds=4, seed=3)
+        # what a session reads off the page: the slider's id, its options and the value shown
+        with ProtocolSession(server.url.replace("http", "ws") + "/_stcore/stream", "extrapolation",
+                             f"models={CHECKPOINTS}&L=64") as session:
+            opened = session.open()
+            slider = session.widgets["Evaluation length (bytes)"]
+            moved = session.move(slider.label, slider.options[0])
+    report = result.summary()
+    print(report, mixed.summary(), sep="\n")
+    assert opened.ok and moved.ok and opened.messages > moved.messages > 0, (opened, moved)
+    assert slider.kind == "slider" and slider.value.startswith("64 ") and len(slider.options) > 3
+    assert not result.errors and not mixed.errors, report + mixed.summary()
+    assert min(result.answers) >= 1 and sum(result.answers) >= 4, report  # each session kept moving it
+    assert all(s.widget == "Evaluation length (bytes)" for s in result.sessions), report
+    assert all(n >= 1 for n in mixed.answers), mixed.summary()
+    assert result.server_cpu_s > 0 and result.cpu_per_answer is not None and result.healthy_after, report
+    assert "latency: median" in report and "server CPU per answer" in report

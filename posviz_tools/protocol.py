@@ -1,0 +1,166 @@
+"""A visitor that speaks Streamlit's own WebSocket protocol and draws nothing.
+
+A browser tab on the same cores as the server spends seconds of CPU drawing each answer, so a crowd
+of tabs measures the browser. ``ProtocolSession`` sends what a browser sends (open a page, move a
+widget, with the widget ids the page itself announced and the hashes of the messages it already
+holds, as the frontend does) and reads the answers without drawing them: what it measures is the
+server. ``views/_warm.py`` speaks the same protocol for the server's warm-up.
+
+An answer ends at the script's ``script_finished`` message (a fragment's own run included); it is
+an error when the page drew an exception box or the run did not finish successfully.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+def _label(element) -> str:
+    return getattr(element, "label", "") or ""
+
+
+@dataclass
+class Widget:
+    id: str
+    kind: str  # the element's proto field: "slider", "selectbox", "radio", "multiselect", ...
+    label: str
+    options: list[str]  # formatted options, where the widget has them
+    fragment_id: str  # the fragment the widget belongs to ("" for the page)
+    value: object = None  # what it shows: an option's text, or a number for a plain slider
+    numbers: tuple = ()  # a plain slider's first stops from its value: value, value + step, value + 2 steps
+
+
+def _describe(kind: str, inner, fragment_id: str) -> Widget:
+    options = [str(o) for o in getattr(inner, "options", [])]
+    default = getattr(inner, "default", None)
+    value, numbers = None, ()
+    if kind == "slider" and options:  # a select slider: its default holds option indices
+        value = options[int(default[0])] if len(default) and int(default[0]) < len(options) else options[0]
+    elif kind == "slider":
+        start, step, top = float(default[0]) if len(default) else inner.min, inner.step or 1, inner.max
+        numbers = tuple(v for v in (start, start + step, start + 2 * step) if v <= top) or (start,)
+        value = start
+    elif kind in ("selectbox", "radio") and options:
+        value = options[default] if isinstance(default, int) and 0 <= default < len(options) else options[0]
+    return Widget(inner.id, kind, _label(inner), options, fragment_id, value, numbers)
+
+
+@dataclass
+class Answer:
+    seconds: float  # from the request to the end of the run
+    status: str  # "ok" or Streamlit's status name
+    exceptions: list[str] = field(default_factory=list)  # texts of exception boxes drawn
+    messages: int = 0  # ForwardMsgs received
+    bytes: int = 0  # their size on the wire
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and not self.exceptions
+
+
+class ProtocolSession:
+    """One visitor of one page (see the module docstring). Use as a context manager."""
+
+    def __init__(self, stream_url: str, page: str, query_string: str = "", timeout_s: float = 120.0,
+                 headers: dict | None = None):
+        self.stream_url, self.page, self.query_string = stream_url, page, query_string
+        self.timeout_s, self.headers = timeout_s, headers or {}
+        self.widgets: dict[str, Widget] = {}  # by label
+        self.cached: set[str] = set()  # hashes of cacheable messages received, which the server may refer to
+        self.socket = None
+
+    def __enter__(self) -> "ProtocolSession":
+        from contextlib import ExitStack
+
+        from websockets.sync.client import connect
+
+        self._stack = ExitStack()
+        self.socket = self._stack.enter_context(connect(self.stream_url, subprotocols=["streamlit"], open_timeout=30,
+                                                        additional_headers=self.headers, max_size=None))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def open(self) -> Answer:
+        """Run the page at the link's settings, as a new tab does."""
+        return self._run(self._request())
+
+    def move(self, label: str, value) -> Answer:
+        """Set the widget labelled ``label`` to ``value`` (an option's text for a select slider, a select
+        box or a radio; a number for a slider) and wait for the rerun it causes."""
+        widget = self.widgets.get(label)
+        if widget is None:
+            raise KeyError(f"no widget labelled {label!r} on {self.page!r}; seen: {sorted(self.widgets)}")
+        request = self._request(widget.fragment_id)
+        state = request.rerun_script.widget_states.widgets.add()
+        state.id = widget.id
+        if widget.kind == "slider" and widget.options:  # a select slider: its options' texts
+            state.string_array_value.data.append(str(value))
+        elif widget.kind == "slider":
+            state.double_array_value.data.append(float(value))
+        elif widget.kind == "multiselect":
+            state.string_array_value.data.extend(str(v) for v in value)
+        elif widget.kind in ("selectbox", "radio"):
+            state.string_value = str(value)
+        elif widget.kind == "checkbox":
+            state.bool_value = bool(value)
+        else:
+            raise ValueError(f"moving a {widget.kind} is not supported")
+        return self._run(request)
+
+    # ---------------------------------------------------------------------------------------------
+    def _request(self, fragment_id: str = ""):
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+
+        request = BackMsg()
+        request.rerun_script.page_name = self.page
+        request.rerun_script.query_string = self.query_string
+        request.rerun_script.fragment_id = fragment_id
+        request.rerun_script.cached_message_hashes.extend(sorted(self.cached))
+        return request
+
+    def _run(self, request) -> Answer:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        start = time.perf_counter()
+        self.socket.send(request.SerializeToString())
+        deadline = time.monotonic() + self.timeout_s
+        answer = Answer(0.0, "running")
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{self.page or '/'}: no answer within {self.timeout_s:.0f} s")
+            raw = self.socket.recv(timeout=left)
+            message = ForwardMsg()
+            message.ParseFromString(raw)
+            answer.messages += 1
+            answer.bytes += len(raw)
+            if message.metadata.cacheable and message.hash:
+                self.cached.add(message.hash)
+            kind = message.WhichOneof("type")
+            if kind == "delta":
+                self._read_delta(message.delta, answer)
+            elif kind == "page_not_found":
+                answer.status = "page_not_found"
+            elif kind == "script_finished":
+                status = message.script_finished
+                if status in (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY):
+                    answer.status = "ok" if answer.status == "running" else answer.status
+                else:
+                    answer.status = ForwardMsg.ScriptFinishedStatus.Name(status)
+                answer.seconds = time.perf_counter() - start
+                return answer
+
+    def _read_delta(self, delta, answer: Answer) -> None:
+        if delta.WhichOneof("type") != "new_element":
+            return
+        element = delta.new_element
+        kind = element.WhichOneof("type")
+        if kind == "exception":
+            answer.exceptions.append(f"{element.exception.type}: {element.exception.message}")
+            return
+        inner = getattr(element, kind, None) if kind else None
+        widget_id = getattr(inner, "id", "") if inner is not None else ""
+        if widget_id and _label(inner):
+            self.widgets[_label(inner)] = _describe(kind, inner, delta.fragment_id)
