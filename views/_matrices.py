@@ -96,7 +96,7 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
             draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
             draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     lo, hi = np.nanmin(matrix), np.nanmax(matrix)
-    st.image(image, caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
+    st.image(image, output_format="PNG", caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
                              f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
                              f"each pixel averages {block}×{block} cells"
                              + (f"; white lines mark {mark_label}" if marks else "") + "."))
@@ -129,7 +129,8 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
                + (f"; white lines mark {mark_label}" if marks else "") + ".")
     if title:
         st.markdown(f"**{title}**")
-    st.image(png, caption=None if compact else caption, width="stretch")
+    # PNG as it is: "auto" would re-encode a map without an alpha channel as a blurred JPEG on every run
+    st.image(png, caption=None if compact else caption, width="stretch", output_format="PNG")
     row = st.container(horizontal=True)  # wraps in a narrow column instead of cutting the labels
     row.download_button("PNG" if compact else "Image (PNG)", png, file_name=f"{name}.png",
                         mime="image/png", key=f"png-{name}", width="content", on_click="ignore")

@@ -78,7 +78,14 @@ def _loss_colour(value: float, top: float) -> str:
 
 def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: float, unit: str = "bits",
                        height: int = 320, mark_at: int | None = None, mark_label: str = "") -> None:
-    """Text with each character's background coloured by its value (e.g. loss in bits).
+    """Text with each character's background coloured by its value (e.g. loss in bits); see ``coloured_html``."""
+    st.html(coloured_html(chars_with_values, top, unit, height, mark_at, mark_label))
+
+
+def coloured_html(chars_with_values: Sequence[tuple[str, float]], top: float, unit: str = "bits",
+                  height: int = 320, mark_at: int | None = None, mark_label: str = "") -> str:
+    """The HTML of ``show_coloured_text``: a page that keeps it (``_serving.shared``) sends 4,096 coloured
+    characters on a rerun without building them again.
 
     ``mark_at``: a bar before that character (e.g. where the context passes the training length),
     explained by ``mark_label`` under the text.
@@ -97,7 +104,7 @@ def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: floa
         spans.append(f'<span style="background:{_loss_colour(value, top)}" title="{tip}">{shown}</span>')
     legend = "".join(f'<span style="background:{_loss_colour(top * k / 4, top)};padding:0 .6em">'
                      f'{top * k / 4:.0f}</span>' for k in range(5))
-    st.html(
+    return (
         f'<div style="font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem;line-height:1.45;'
         f'white-space:pre-wrap;word-break:break-all;max-height:{height}px;overflow-y:auto;border:1px solid #ddd;'
         f'border-radius:6px;padding:.6em;color:#111;background:#fff">{"".join(spans)}</div>'
