@@ -500,7 +500,9 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
 # A crowd that speaks the protocol (posviz_tools.protocol): the server's capacity, without a browser
 # drawing every answer on the same cores
 # ---------------------------------------------------------------------------------------------
-MOVABLE = ("slider", "selectbox", "radio")  # what a protocol session moves, in this order of preference
+# What a protocol session moves, in this order of preference; a page with none of these has at least the
+# sidebar's presentation-mode toggle (a checkbox), which the browser driver falls back to as well.
+MOVABLE = ("slider", "selectbox", "radio", "checkbox")
 
 
 def widget_to_move(session, label: str | None = None):
@@ -511,7 +513,7 @@ def widget_to_move(session, label: str | None = None):
         return next((w for w in widgets if w.label.startswith(label)), None)
     for kind in MOVABLE:
         for w in widgets:
-            if w.kind == kind and (w.options or kind == "slider"):
+            if w.kind == kind and (w.options or kind in ("slider", "checkbox")):
                 return w
     return None
 
@@ -519,6 +521,8 @@ def widget_to_move(session, label: str | None = None):
 def stops_of(widget, first_value, count: int = 3) -> list:
     """The values a session moves ``widget`` through, in turn: ``count`` neighbouring options starting at
     the one shown (a crowd drags the same slider back and forth, so each setting is computed once)."""
+    if widget.kind == "checkbox":
+        return [not first_value, bool(first_value)]
     if widget.options:
         at = widget.options.index(first_value) if first_value in widget.options else 0
         picks = widget.options[at:at + count] if at + count <= len(widget.options) else widget.options[-count:]

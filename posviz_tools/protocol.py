@@ -40,6 +40,8 @@ def _describe(kind: str, inner, fragment_id: str) -> Widget:
         start, step, top = float(default[0]) if len(default) else inner.min, inner.step or 1, inner.max
         numbers = tuple(v for v in (start, start + step, start + 2 * step) if v <= top) or (start,)
         value = start
+    elif kind == "checkbox":
+        value = bool(inner.default)
     elif kind in ("selectbox", "radio") and options:
         value = options[default] if isinstance(default, int) and 0 <= default < len(options) else options[0]
     return Widget(inner.id, kind, _label(inner), options, fragment_id, value, numbers)

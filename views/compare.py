@@ -8,13 +8,13 @@ import streamlit as st
 
 from views._charts import method_scales, show_chart
 from views._matrices import show_matrix, show_pooled_matrix
+from views._serving import compute_once
 from views._page import error_box, page_header, usable_checkpoints
 from views._text import choose_text
 from views._url import qp_choice, qp_int, sync_url
 from posviz import compare, extrapolation, lab_inputs
 from posviz.lab_model import LabModel, open_model
 from posviz.errors import PosvizError
-from posviz.limits import CACHE_ENTRIES
 
 page_header(
     "Compare",
@@ -23,28 +23,35 @@ page_header(
 )
 
 
-# Cached per process on the models' keys (identity and weights' stamp); the models themselves are not hashed.
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def one_loss(key: tuple, _model: LabModel, text: bytes, length: int) -> dict:
-    s = extrapolation.score_at_length(_model, _model.encode(text), length)
-    return {"position_bits": s.position_bits, "bpb": s.bpb}
+# Computed once per server for every visitor (keyed on the models' keys: identity and weights' stamp),
+# in the server's work queue, as every lab computes.
+def one_loss(model: LabModel, text: bytes, length: int) -> dict:
+    def compute(progress):
+        s = extrapolation.score_at_length(model, model.encode(text), length)
+        return {"position_bits": s.position_bits, "bpb": s.bpb}
+
+    return compute_once("compare-loss", model.key + (text, length), compute, f"{model.name} at {length:,} bytes…")
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def methods_attention(key_a: tuple, _model_a: LabModel, key_b: tuple, _model_b: LabModel, text: bytes, length: int,
-                      layer: int, head: int, log_scale: bool) -> dict:
-    return compare.attention_difference(_model_a, _model_b, _model_a.encode(text), length, layer, head, log_scale=log_scale)
+def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length: int, layer: int, head: int,
+                      log_scale: bool) -> dict:
+    return compute_once("compare-methods-attention", model_a.key + model_b.key + (text, length, layer, head, log_scale),
+                        lambda progress: compare.attention_difference(model_a, model_b, model_a.encode(text), length,
+                                                                      layer, head, log_scale=log_scale),
+                        f"Attention of {model_a.name} and {model_b.name}…")
 
 
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def lengths_losses(key: tuple, _model: LabModel, text: bytes, length: int) -> dict:
-    return compare.compare_lengths(_model, _model.encode(text), length)
+def lengths_losses(model: LabModel, text: bytes, length: int) -> dict:
+    return compute_once("compare-lengths", model.key + (text, length),
+                        lambda progress: compare.compare_lengths(model, model.encode(text), length),
+                        f"{model.name} at {length:,} and {2 * length:,} bytes…")
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def lengths_attention(key: tuple, _model: LabModel, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
-    return compare.length_attention_difference(_model, _model.encode(text), length, layer, head,
-                                               log_scale=log_scale)
+def lengths_attention(model: LabModel, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
+    return compute_once("compare-lengths-attention", model.key + (text, length, layer, head, log_scale),
+                        lambda progress: compare.length_attention_difference(model, model.encode(text), length, layer,
+                                                                             head, log_scale=log_scale),
+                        f"Attention of {model.name} at {length:,} and {2 * length:,} bytes…")
 
 
 SCALES = {"log": "log₁₀ probability", "prob": "probability"}
@@ -117,7 +124,7 @@ if mode == "methods":
         bar = st.progress(0.0, text=f"{a}…")
         for i, name in enumerate((a, b)):
             try:
-                curves[name] = one_loss(models[name].key, models[name], text_bytes, length)
+                curves[name] = one_loss(models[name], text_bytes, length)
             except PosvizError as exc:
                 error_box(exc, f"{name} cannot run at {length:,} bytes; the other model is still shown.")
             if i == 0 and name in curves and b != a:
@@ -172,7 +179,7 @@ if mode == "methods":
     if len(curves) == 2 and a != b:
         st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
         with st.spinner("Extracting attention maps…"):
-            maps = methods_attention(models[a].key, models[a], models[b].key, models[b], text_bytes, length,
+            maps = methods_attention(models[a], models[b], text_bytes, length,
                                      layer, head, log_scale)
         cols = st.columns(3)
         with cols[0]:
@@ -212,7 +219,7 @@ else:
     st.subheader(f"{model_name}: the same bytes with L = {length:,} vs 2L = {2 * length:,} bytes of window")
     try:
         with st.spinner("Scoring at L and 2L…"):
-            result = lengths_losses(model.key, model, text_bytes, length)
+            result = lengths_losses(model, text_bytes, length)
     except PosvizError as exc:
         error_box(exc, "Choose a shorter L, or another method.")
         st.stop()
@@ -249,7 +256,7 @@ else:
     st.subheader(f"Attention on the same {length:,} bytes, alone vs after {length:,} more")
     try:
         with st.spinner("Extracting attention maps…"):
-            maps = lengths_attention(model.key, model, text_bytes, length, layer, head, log_scale)
+            maps = lengths_attention(model, text_bytes, length, layer, head, log_scale)
     except PosvizError as exc:
         error_box(exc, "Choose a shorter L, or another method.")
         st.stop()
