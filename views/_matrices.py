@@ -13,6 +13,7 @@ import streamlit as st
 
 from posviz.limits import CACHE_ENTRIES
 from views._charts import csv_file, show_chart
+from views._serving import shared
 
 
 ALTAIR_MAX_CELLS = 256 * 256
@@ -111,18 +112,20 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
 
 def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, int], name: str, x_title: str,
                        y_title: str, value_title: str, scheme: str = "viridis", marks: Sequence[int] = (),
-                       mark_label: str = "", side: int = 512, title: str | None = None, compact: bool = False) -> None:
+                       mark_label: str = "", side: int = 512, title: str | None = None, compact: bool = False,
+                       key: tuple | None = None) -> None:
     """A matrix already block-averaged by ``block`` (from a ``full_shape`` one) drawn as a PNG.
 
     For maps too large to send whole (e.g. a 4,096² attention map): the caption states the real axes,
     ``marks`` are in full-matrix coordinates, and both the PNG and the pooled values download.
     ``compact``: for grids of small maps: no caption (the caller writes one for the grid) and one
-    row of small download buttons.
+    row of small download buttons. ``key``: everything the map depends on; the server then keeps its PNG
+    under it, where without one the PNG is cached by the map's values (hashing a 256x256 map on every run).
     """
     h, w = full_shape
-    png = _pooled_png(np.asarray(pooled, dtype=float), full_shape, scheme, tuple(marks), side)
-    finite = np.isfinite(pooled)
-    lo, hi = (np.nanmin(pooled), np.nanmax(pooled)) if finite.any() else (float("nan"), float("nan"))
+    args = (np.asarray(pooled, dtype=float), full_shape, scheme, tuple(marks), side)
+    png, lo, hi = shared("pooled-png", key + args[2:], lambda: _pooled_picture(*args)) if key is not None else \
+        _cached_picture(*args)
     caption = (f"{y_title} (rows, 0–{h - 1:,}, top to bottom) × {x_title} (columns, 0–{w - 1:,}, left to right); "
                f"colour = {value_title} {_colour_legend(scheme, lo, hi)}; grey = masked"
                + (f"; each pixel averages {block}×{block} entries" if block > 1 else "")
@@ -140,9 +143,15 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
 
 
 @st.cache_data(max_entries=4 * CACHE_ENTRIES, show_spinner=False)
-def _pooled_png(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, marks: tuple[int, ...],
-                side: int) -> bytes:
-    """The PNG of a pooled map, encoded once per server: every visitor of the same map gets these bytes."""
+def _cached_picture(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, marks: tuple[int, ...],
+                    side: int) -> tuple[bytes, float, float]:
+    """``_pooled_picture`` once per server for every visitor of the same map."""
+    return _pooled_picture(pooled, full_shape, scheme, marks, side)
+
+
+def _pooled_picture(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, marks: tuple[int, ...],
+                    side: int) -> tuple[bytes, float, float]:
+    """(the PNG of a pooled map, its lowest and highest finite value)."""
     from PIL import Image, ImageDraw
 
     h, w = full_shape
@@ -157,4 +166,6 @@ def _pooled_png(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, ma
             draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    return buf.getvalue()
+    finite = np.isfinite(pooled)
+    lo, hi = (float(np.nanmin(pooled)), float(np.nanmax(pooled))) if finite.any() else (float("nan"), float("nan"))
+    return buf.getvalue(), lo, hi

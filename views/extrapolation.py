@@ -289,9 +289,10 @@ def at_this_length() -> None:
                 with cols[h % len(cols)]:
                     show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
                                        "key byte", "query byte", value_title, marks=marks, mark_label="the training length",
-                                       side=256, compact=True, title=f"head {h}")
+                                       side=256, compact=True, title=f"head {h}", key=view_key + (inspect, layer, scale, h))
                     st.caption(f"distance {view.distance[h]:,.1f} B · entropy {view.entropy[h]:.2f} bits")
-            lo, hi = min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)
+            lo, hi = shared("map-range", view_key + (inspect, layer, scale), lambda: (
+                min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)))
             st.caption(f"Rows: query byte 0–{length - 1:,} (top to bottom); columns: key byte 0–{length - 1:,} (left to right); "
                        f"colour (each map scaled to its own range): {value_title}, {lo:.3g} to {hi:.3g} overall; grey: future keys (masked)"
                        + (f"; each pixel averages {view.block}×{view.block} entries" if view.block > 1 else "")
@@ -306,7 +307,8 @@ def at_this_length() -> None:
                                 value_title, marks=marks, mark_label="the training length")
                 else:
                     show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
-                                       "key byte", "query byte", value_title, marks=marks, mark_label="the training length")
+                                       "key byte", "query byte", value_title, marks=marks, mark_label="the training length",
+                                       key=view_key + (inspect, layer, scale, h))
             st.caption(f"Head {h}: mean attention distance {view.distance[h]:,.1f} bytes, entropy {view.entropy[h]:.2f} bits.")
 
         # ------------------------------------------------------------------------------------------------
