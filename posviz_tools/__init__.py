@@ -5,10 +5,9 @@ evaluation, one module per page); none of them imports anything from here, and t
 not contain this package. What lives here measures, checks or rebuilds that product from the outside:
 
 - ``bench``: the speed table of the shipped checkpoints on this machine (``make bench``, BENCHMARKS.md);
-- ``loadtest``: a Streamlit server on loopback and headless Chromium driving it (``make load``; the
-  browser tests reuse its helpers);
-- ``protocol``: a visitor that speaks Streamlit's WebSocket protocol and draws nothing, so that a crowd
-  measures the server, not a browser drawing every answer on the same cores;
+- ``loadtest``: a Streamlit server on loopback and crowds driving it (``make load``): sessions that speak
+  Streamlit's WebSocket protocol and draw nothing (``views/_warm.ProtocolSession``), so that a crowd
+  measures the server, and headless Chromium tabs (the browser tests reuse its helpers);
 - ``look``: what a visitor sees on a rendered page, read from the browser (charts, error boxes,
   anything cut off);
 - ``screenshots``: every page at 1920x1080 in presentation mode (``make screenshots``);

@@ -497,39 +497,9 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
 
 
 # ---------------------------------------------------------------------------------------------
-# A crowd that speaks the protocol (posviz_tools.protocol): the server's capacity, without a browser
-# drawing every answer on the same cores
+# A crowd that speaks the protocol (views/_warm.ProtocolSession, as the server's warm-up does): the
+# server's capacity, without a browser drawing every answer on the same cores
 # ---------------------------------------------------------------------------------------------
-# What a protocol session moves, in this order of preference; a page with none of these has at least the
-# sidebar's presentation-mode toggle (a checkbox), which the browser driver falls back to as well.
-MOVABLE = ("slider", "selectbox", "radio", "checkbox")
-
-
-def widget_to_move(session, label: str | None = None):
-    """The widget a session keeps moving: the one labelled (at its start) ``label``, else the page's
-    first select slider or slider, then select box, then radio; None when the page has none."""
-    widgets = list(session.widgets.values())
-    if label is not None:
-        return next((w for w in widgets if w.label.startswith(label)), None)
-    for kind in MOVABLE:
-        for w in widgets:
-            if w.kind == kind and (w.options or kind in ("slider", "checkbox")):
-                return w
-    return None
-
-
-def stops_of(widget, first_value, count: int = 3) -> list:
-    """The values a session moves ``widget`` through, in turn: ``count`` neighbouring options starting at
-    the one shown (a crowd drags the same slider back and forth, so each setting is computed once)."""
-    if widget.kind == "checkbox":
-        return [not first_value, bool(first_value)]
-    if widget.options:
-        at = widget.options.index(first_value) if first_value in widget.options else 0
-        picks = widget.options[at:at + count] if at + count <= len(widget.options) else widget.options[-count:]
-        return picks if len(picks) > 1 else widget.options[:count]
-    return list(widget.numbers)[:count]
-
-
 @dataclasses.dataclass
 class SessionRecord:
     page: str
@@ -606,7 +576,7 @@ def stream_url(server: "StreamlitServer") -> str:
 
 def _protocol_session(url: str, page: str, query: str, label: str | None, deadline: float, record: SessionRecord,
                       answer_timeout_s: float, start_gate) -> None:
-    from posviz_tools.protocol import ProtocolSession
+    from views._warm import ProtocolSession, main_widget, next_stops
 
     try:
         start_gate.wait()
@@ -616,12 +586,12 @@ def _protocol_session(url: str, page: str, query: str, label: str | None, deadli
             if not first.ok:
                 record.errors.append(f"first visit: {first.status} {first.exceptions[:1]}")
                 return
-            widget = widget_to_move(session, label)
+            widget = main_widget(session, label)
             if widget is None:
                 record.errors.append("no widget to move on the page")
                 return
             record.widget = widget.label
-            stops, turn = stops_of(widget, widget.value), 1
+            stops, turn = next_stops(widget), 1
             while time.monotonic() < deadline:
                 answer = session.move(widget.label, stops[turn % len(stops)])
                 turn += 1
@@ -638,7 +608,7 @@ def run_crowd(server: "StreamlitServer", pages: list[str], sessions: int, second
               browser_tabs: int = 0, answer_timeout_s: float = 120, seed: int = 0, arrival_s: float = 0.0) -> CrowdResult:
     """``sessions`` protocol sessions, each opening a page of ``pages`` (url paths with an optional query
     string; picked at random with ``seed`` when there are several) and then moving one widget on it
-    (``label``, or the first one ``widget_to_move`` finds) until ``seconds`` have passed; they arrive
+    (``label``, or the page's main widget: ``views/_warm.main_widget``) until ``seconds`` have passed; they arrive
     spread over ``arrival_s``. ``browser_tabs`` Chromium tabs ride along in the same crowd, each on a
     page of its own, moving a widget and checking what they draw (no error box)."""
     import random
@@ -723,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold", action="store_true", help="start the load on the new server at once, without "
                         "waiting for its warm-up (by default one visit starts it and the load waits until it is done)")
     parser.add_argument("--protocol", action="store_true", help="sessions speak Streamlit's WebSocket protocol and "
-                        "draw nothing (posviz_tools.protocol): the server's own capacity")
+                        "draw nothing (views/_warm.ProtocolSession): the server's own capacity")
     parser.add_argument("--page-at-random", action="store_true", help="with --protocol: each session opens a page of "
                         "the menu at random (and moves its first slider or select box) instead of --page")
     parser.add_argument("--browser-tabs", type=int, default=0, help="with --protocol: Chromium tabs in the same crowd")
@@ -760,7 +730,7 @@ def crowd_main(args, paths: dict[str, str]) -> int:
         print(f"server {server.url} (pid {server.process.pid}); {args.sessions} protocol sessions on "
               f"{'every page at random' if args.page_at_random else pages[0]} ...", flush=True)
         if not args.cold:
-            from posviz_tools.protocol import ProtocolSession
+            from views._warm import ProtocolSession
 
             with ProtocolSession(stream_url(server), pages[0].lstrip("/").partition("?")[0]) as first:
                 first.open()

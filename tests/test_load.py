@@ -48,10 +48,11 @@ def test_a_short_protocol_crowd(tiny_models_dir):
     random and moves its first widget. Each must be answered, with no error box, and the report must
     say what an answer cost the server."""
     from posviz_tools.loadtest import run_crowd
-    from posviz_tools.protocol import ProtocolSession
+    from views._warm import ProtocolSession
 
     lab = next(p.url for p in app_pages() if p.url_path == "extrapolation") + f"?models={CHECKPOINTS}"
-    with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-crowd.log") as server:
+    quiet = {**os.environ, "POSVIZ_WARM": "0"}  # the crowd alone on the server: no warm-up beside it
+    with StreamlitServer(models=tiny_models_dir, env=quiet, log=OUTPUT / "server-crowd.log") as server:
         result = run_crowd(server, [lab], sessions=3, seconds=8, label=SLIDER)
         mixed = run_crowd(server, [p.url for p in app_pages()], sessions=2, seconds=4, seed=3)
         # what a session reads off the page: the slider's id, its options and the value shown

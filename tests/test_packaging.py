@@ -164,6 +164,8 @@ def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
     assert config["server"]["fileWatcherType"] == "none"
     assert config["server"]["headless"] is True
     assert config["browser"]["gatherUsageStats"] is False
+    # a full garbage collection after every run was two thirds of a stored slider answer's server CPU
+    assert config["runner"]["postScriptGC"] is False
     # one command definition: the README's, Make's, the image's and the test servers'
     run = next(c for c in code_lines(section("Quick start")) if c.startswith("streamlit run"))
     assert shlex.join(APP_COMMAND) == run

@@ -29,14 +29,19 @@ def work_queue():
     return WorkQueue()
 
 
+DRAGGED_STOPS = 2  # stops after each page's default that the warm-up drags its main widget to
+
+
 @st.cache_resource(show_spinner=False)
 def warm_the_store(pages: tuple[str, ...]):
     """Once per server, from the first visitor's run (app.py calls it on every run; Streamlit runs it
     once): a background thread that makes the server its own first visitor. It opens each of
     ``pages`` (URL paths, in this order) at its default settings in a session of its own
     (``views/_warm.py``), so every page's default view is in the shared store before most visitors
-    arrive; then it computes the Extrapolation lab's default view at every other slider stop. All of
-    it is background work of the work queue: a visitor's computation always goes first.
+    arrive; then it computes the Extrapolation lab's default view at every other slider stop, and moves
+    every page's main widget (``views/_warm.main_widget``) to its ``DRAGGED_STOPS`` next stops, as a crowd
+    after a talk drags the same slider. All of it is background work of the work queue: a visitor's
+    computation always goes first.
 
     ``POSVIZ_WARM=0`` turns it off (the bench does, to time a first visitor on a server that has
     computed nothing). Not under ``AppTest``, which has no server to visit.
@@ -73,6 +78,13 @@ def warm_the_store(pages: tuple[str, ...]):
                 extrapolation.warm_default_view(results, queue, folders, prepare_text(documents[0]).as_bytes())
         except Exception as exc:  # a broken checkpoint is the pages' to report; the server goes on
             print(f"posviz: warm-up: the Extrapolation lab's slider stops stopped: {exc!r}", flush=True)
+        for page in pages:  # after a talk, a crowd drags each page's main slider to its next stops
+            try:
+                how = visit(url, page, drag=DRAGGED_STOPS)
+            except Exception as exc:
+                how = repr(exc)
+            if how != "ok":
+                print(f"posviz: warm-up: dragging /{page}'s main widget did not finish: {how}", flush=True)
         print(f"posviz: warm-up done in {time.perf_counter() - start:.1f} s ({len(results)} results, "
               f"{results.bytes / 2**20:.0f} MiB stored)", flush=True)
 
