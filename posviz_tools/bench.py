@@ -602,6 +602,42 @@ def measure_cold_floor(timeout_s: float = 60.0, repeats: int = 2) -> tuple[dict[
     return floor, None
 
 
+SLIDER_ANSWER_GOAL_S = 0.1  # server CPU per slider answer whose results are all stored
+
+
+def measure_slider_answer(models_dir=None, rounds: int = 3) -> dict | None:
+    """The server's CPU for one move of the Extrapolation lab's length slider whose results are all
+    stored, as a visitor's browser asks for it (a protocol session, ``views/_warm.ProtocolSession``, so
+    no browser draws on the same cores): the slider's stops from 64 to 3,072 are each computed once, then
+    visited ``rounds`` times more; {cpu_s, wall_s, messages, bytes} per answer (means), or None when the
+    server could not be measured."""
+    from views._warm import ProtocolSession
+
+    from .loadtest import StreamlitServer, cpu_seconds, stream_url
+
+    label = "Evaluation length (bytes)"
+    env = {**os.environ, "POSVIZ_WARM": "0"}  # the answers alone on the server
+    with StreamlitServer(models=models_dir, env=env, torch_threads=None) as server:
+        with ProtocolSession(stream_url(server), "extrapolation") as session:
+            session.open()
+            slider = session.widgets[label]
+            stops = slider.options[8:-1]
+            for stop in stops:  # each computed once: from here on every answer is stored
+                session.move(label, stop)
+            cpu0, answers = cpu_seconds(server.process.pid), []
+            for _ in range(rounds):
+                answers += [session.move(label, stop) for stop in stops]
+            cpu = cpu_seconds(server.process.pid) - cpu0
+    if not all(a.ok for a in answers):
+        return None
+    n = len(answers)
+    out = {"cpu_s": cpu / n, "wall_s": sum(a.seconds for a in answers) / n,
+           "messages": sum(a.messages for a in answers) / n, "bytes": sum(a.bytes for a in answers) / n}
+    print(f"  stored slider answer: server CPU {out['cpu_s']:.3f} s, {out['messages']:.0f} messages, "
+          f"{out['bytes'] / 1e3:.0f} kB", flush=True)
+    return out
+
+
 def measure_new_session_floor(timeout_s: float = 60.0, sessions: int = 4) -> float | None:
     """A new browser session on a running server, for the minimal app with posviz's imports (one
     ``st.metric``): what any page's first chart costs a new visitor here before its own work (the
@@ -789,6 +825,7 @@ class Measured:
     decode_floors: dict | None = None
     session_floor: float | None = None
     warmup: float | None = None
+    slider_answer: dict | None = None
 
     @property
     def config(self) -> ModelConfig:
@@ -805,12 +842,12 @@ class Measured:
 
 def report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
            render_problem, visits=None, visits_problem=None, lab=None, floor=None, floor_problem=None,
-           decode_floors=None, session_floor=None, warmup=None) -> str:
+           decode_floors=None, session_floor=None, warmup=None, slider_answer=None) -> str:
     """BENCHMARKS.md: the machine, one row per goal (each built by its own ``goal_*`` function), then
     one section per measurement."""
     run = Measured(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders,
                    cold, render_problem, visits, visits_problem, lab, floor, floor_problem, decode_floors,
-                   session_floor, warmup)
+                   session_floor, warmup, slider_answer)
     lines = machine_section(run) + goals_section(run)
     for section in (forward_section, extraction_section, cache_sections, length_change_section, lab_section,
                     render_section, cold_visits_section, cold_floor_section):
@@ -1011,6 +1048,16 @@ def goal_lab_all_results(run: Measured) -> list[str]:
             f"{verdict(seconds < GOALS['lab_all_s'] or (not reachable or bare_s >= GOALS['lab_all_s']) and seconds <= NEAR_BOUND_TIME * bare_s)} |"]
 
 
+def goal_slider_answer(run: Measured) -> list[str]:
+    answer = run.slider_answer
+    if not answer:
+        return []
+    met = answer["cpu_s"] <= SLIDER_ANSWER_GOAL_S
+    return [f"| Extrapolation lab: server CPU per length-slider answer, results stored (≤ {SLIDER_ANSWER_GOAL_S} s) | "
+            f"{answer['cpu_s']:.3f} s ({answer['messages']:.0f} messages, {answer['bytes'] / 1e3:.0f} kB; a protocol "
+            f"session, no browser) | {'met' if met else 'MISSED'} |"]
+
+
 def goal_page_renders(run: Measured) -> list[str]:
     """The pages on a warm server and for a later visitor (``page_verdicts``), or why they were not measured."""
     if not run.renders:
@@ -1032,7 +1079,8 @@ def goal_cold_visits(run: Measured) -> list[str]:
 # The Goals table, in this order.
 GOAL_ROWS: tuple[Callable[[Measured], list[str]], ...] = (
     goal_forward_vs_peer, goal_forward_with_bias, goal_matmul_peak, goal_extraction, goal_cached_decoding,
-    goal_length_change, goal_lab_first_result, goal_lab_all_results, goal_page_renders, goal_cold_visits)
+    goal_length_change, goal_lab_first_result, goal_lab_all_results, goal_slider_answer, goal_page_renders,
+    goal_cold_visits)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1209,14 +1257,16 @@ def main(argv: list[str] | None = None) -> int:
         renders, cold, render_problem, warmup = {}, None, "not measured (--no-pages)", None
         visits, visits_problem = {}, "not measured (--no-pages)"
         floor, floor_problem = {}, "not measured (--no-pages)"
-        session_floor = None
+        session_floor = slider_answer = None
     else:
         floor, floor_problem = measure_cold_floor()
         session_floor = measure_new_session_floor()
         visits, visits_problem = measure_cold_visits(args.models)
         renders, cold, render_problem, warmup = measure_first_render(args.models)
+        slider_answer = measure_slider_answer(args.models)
     text = report(args, info, peak, models, peer_label, fwd, share, vs_peer, extraction, cache, changes, renders, cold,
-                  render_problem, visits, visits_problem, lab, floor, floor_problem, floors, session_floor, warmup)
+                  render_problem, visits, visits_problem, lab, floor, floor_problem, floors, session_floor, warmup,
+                  slider_answer)
     Path(args.out).write_text(text)
     print("\n" + text)
     print(f"wrote {args.out}")

@@ -592,7 +592,7 @@ def _protocol_session(url: str, page: str, query: str, label: str | None, deadli
                 return
             record.widget = widget.label
             stops, turn = next_stops(widget), 1
-            while time.monotonic() < deadline:
+            while turn == 1 or time.monotonic() < deadline:  # every visitor moves it once, however late it came
                 answer = session.move(widget.label, stops[turn % len(stops)])
                 turn += 1
                 if not answer.ok:

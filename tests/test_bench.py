@@ -5,6 +5,7 @@ browser, so it costs seconds; the real numbers come from `make bench` on the shi
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -52,6 +53,8 @@ def test_the_page_sections_show_what_the_browser_measured(tiny_models, tmp_path,
     monkeypatch.setattr(bench, "measure_cold_visits", lambda models: (visits, None))
     monkeypatch.setattr(bench, "measure_cold_floor", lambda: ({"+ pandas, altair, torch": 2.5}, None))
     monkeypatch.setattr(bench, "measure_new_session_floor", lambda: 1.1)
+    monkeypatch.setattr(bench, "measure_slider_answer",
+                        lambda models: {"cpu_s": 0.072, "wall_s": 0.08, "messages": 110, "bytes": 35_000})
     out = tmp_path / "BENCHMARKS.md"
     assert bench.main(["--min-time", "0", "--matmul-n", "256", "--cache-steps", "4", "--out", str(out)]) == 0
     text = out.read_text()
@@ -62,6 +65,11 @@ def test_the_page_sections_show_what_the_browser_measured(tiny_models, tmp_path,
     assert re.search(r"every lab complete <= 3 s, a new session on a warm server \| slowest: kv-cache 2.10 s; over: none \| met \|",
                      goals)
     assert "kv-cache 5.10 s (= a later visitor of the same setting 2.00 s" in goals
+    assert re.search(r"server CPU per length-slider answer, results stored \(≤ 0.1 s\) \| 0.072 s \(110 messages, 35 kB"
+                     r".* \| met \|", goals)
+    slow = bench.goal_slider_answer(dataclasses.replace(bench.Measured(*([None] * 14)), slider_answer={
+        "cpu_s": 0.25, "wall_s": 0.3, "messages": 180, "bytes": 500_000}))
+    assert slow and slow[0].endswith("| MISSED |")
 
 
 def test_cold_visit_verdicts_use_each_pages_menu_section():
