@@ -97,7 +97,7 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
             draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
             draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     lo, hi = np.nanmin(matrix), np.nanmax(matrix)
-    st.image(image, output_format="PNG", caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
+    st.image(image, caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
                              f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
                              f"each pixel averages {block}×{block} cells"
                              + (f"; white lines mark {mark_label}" if marks else "") + "."))
