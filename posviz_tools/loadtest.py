@@ -434,6 +434,30 @@ def wait_all_answered(tabs: dict, before: dict, timeout_s: float, quiet_ms: int 
     return outcome
 
 
+def tab_round(tabs: dict, alive: set, names: dict, slider_label: str | None,
+              timeout_s: float) -> tuple[list[int], list[str], list[str]]:
+    """One round of browser tabs: move a widget in every tab of ``alive`` without waiting, then wait for
+    all of them at once. Returns (the tabs answered, the error boxes they show, why others stopped); a
+    tab that stopped leaves ``alive``."""
+    before, shown, stopped = {}, [], []
+    for i in sorted(alive):
+        try:
+            before[i] = (tabs[i].url, main_text(tabs[i]))
+            move_a_widget(tabs[i], slider_label)
+        except Exception as exc:  # a tab that cannot be driven counts as not answering
+            stopped.append(f"{names[i]}: {type(exc).__name__}: {str(exc)[:300]}")
+            alive.discard(i)
+    answered = []
+    for i, outcome in wait_all_answered({i: tabs[i] for i in alive}, before, timeout_s).items():
+        if outcome is None:
+            answered.append(i)
+            shown += [f"{names[i]}: {t}" for t in exception_texts(tabs[i])]
+        else:
+            stopped.append(f"{names[i]}: no answer: {outcome}")
+            alive.discard(i)
+    return answered, shown, stopped
+
+
 def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: float,
              slider_label: str | None = None, answer_timeout_s: float = 60, grace_s: float = 60,
              warm_first: bool = False) -> LoadResult:
@@ -471,23 +495,14 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
             server_cpu, browser_cpu = cpu_seconds(server.process.pid), browser_cpu_seconds()
             deadline = time.monotonic() + seconds
             hard_deadline = deadline + grace_s
+            names = {i: f"session {i}" for i in range(sessions)}
             while time.monotonic() < deadline and alive:
-                before = {}
-                for i in sorted(alive):
-                    try:
-                        before[i] = (tabs[i].url, main_text(tabs[i]))
-                        move_a_widget(tabs[i], slider_label)
-                    except Exception as exc:  # a tab that cannot be driven counts as not answering
-                        errors.append(f"session {i}: {type(exc).__name__}: {str(exc)[:300]}")
-                        alive.discard(i)
-                for i, outcome in wait_all_answered({i: tabs[i] for i in alive}, before,
-                                                    min(answer_timeout_s, hard_deadline - time.monotonic())).items():
-                    if outcome is None:
-                        answers[i] += 1
-                        exceptions += [f"session {i}: {t}" for t in exception_texts(tabs[i])]
-                    else:
-                        errors.append(f"session {i}: no answer: {outcome}")
-                        alive.discard(i)
+                answered, shown, stopped = tab_round(tabs, alive, names, slider_label,
+                                                     min(answer_timeout_s, hard_deadline - time.monotonic()))
+                for i in answered:
+                    answers[i] += 1
+                exceptions += shown
+                errors += stopped
             server_cpu = cpu_seconds(server.process.pid) - server_cpu
             browser_cpu = browser_cpu_seconds() - browser_cpu
         finally:
@@ -658,24 +673,12 @@ def _ride_along(server: "StreamlitServer", pages: list[str], deadline: float, an
             for i, tab in tabs.items():
                 wait_rendered(tab, answer_timeout_s * 1000)
                 problems += [f"tab {i} ({pages[i]}): {t}" for t in exception_texts(tab)]
-            alive = set(tabs)
+            alive, names = set(tabs), {i: f"tab {i} ({page})" for i, page in enumerate(pages)}
             while time.monotonic() < deadline and alive:
-                before = {}
-                for i in sorted(alive):
-                    try:
-                        before[i] = (tabs[i].url, main_text(tabs[i]))
-                        move_a_widget(tabs[i])
-                    except Exception as exc:
-                        problems.append(f"tab {i} ({pages[i]}): {type(exc).__name__}: {str(exc)[:200]}")
-                        alive.discard(i)
-                waited = wait_all_answered({i: tabs[i] for i in alive}, before, answer_timeout_s)
-                for i, outcome in waited.items():
-                    if outcome is None:
-                        answers[i] += 1
-                        problems += [f"tab {i} ({pages[i]}): {t}" for t in exception_texts(tabs[i])]
-                    else:
-                        problems.append(f"tab {i} ({pages[i]}): no answer: {outcome}")
-                        alive.discard(i)
+                answered, shown, stopped = tab_round(tabs, alive, names, None, answer_timeout_s)
+                for i in answered:
+                    answers[i] += 1
+                problems += shown + stopped
         finally:
             browser.close()
     return answers, problems
