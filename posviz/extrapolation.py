@@ -70,7 +70,7 @@ def _length_score(bits: np.ndarray, length: int, seconds: float, id_bytes: np.nd
 
 def _predicted_bytes(model: LabModel, ids: torch.Tensor, n: int) -> np.ndarray | None:
     """Bytes covered by ids 1..n (the predicted ones); None when every id is one byte (the plain mean)."""
-    sizes = model.bytes_per_id(ids[1 : n + 1].tolist())
+    sizes = model.bytes_per_id(ids[1 : n + 1])  # the ids as they are: no list of up to 65,536 ints per score
     return None if (sizes == 1).all() else sizes
 
 
