@@ -134,10 +134,10 @@ def export_gpt2(model: GPT, folder: str | Path) -> Path:
 
 
 def models_dir() -> Path:
-    """The shipped checkpoints: ``models/`` beside the package, or $POSVIZ_MODELS (tests use small ones)."""
+    """The shipped checkpoints: ``models/`` beside the package, or $POSVIZ_CHECKPOINTS (tests use small ones)."""
     import os
 
-    return Path(os.environ.get("POSVIZ_MODELS") or Path(__file__).resolve().parent.parent / "models")
+    return Path(os.environ.get("POSVIZ_CHECKPOINTS") or Path(__file__).resolve().parent.parent / "models")
 
 
 def shipped_checkpoints(folder: str | Path | None = None) -> dict[str, Path]:

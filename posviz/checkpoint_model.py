@@ -128,7 +128,7 @@ class CheckpointModel(LabModel):
 
 
 class CheckpointKind(ModelKind):
-    """Refs of the shipped checkpoints: a name under ``models/`` (or $POSVIZ_MODELS), or a folder."""
+    """Refs of the shipped checkpoints: a name under ``models/`` (or $POSVIZ_CHECKPOINTS), or a folder."""
 
     @staticmethod
     def folder(ref: str) -> Path:

@@ -162,7 +162,7 @@ class StreamlitServer:
         # None: torch's own default (every core), as `streamlit run app.py` runs for a visitor.
         self.env = base if torch_threads is None else {"OMP_NUM_THREADS": str(torch_threads), **base}
         if models is not None:
-            self.env["POSVIZ_MODELS"] = str(models)
+            self.env["POSVIZ_CHECKPOINTS"] = str(models)
         self.log_path = log or Path(tempfile.mkstemp(prefix="posviz-server-", suffix=".log")[1])
         self.process: subprocess.Popen | None = None
         self.command: list[str] = server_command(self.port, "127.0.0.1")
@@ -690,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--page", default="extrapolation", help="url_path of the page to load (see app.py)")
     parser.add_argument("--slider", default="Evaluation length", help="label of the slider to move (start of it)")
-    parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_MODELS or models/)")
+    parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_CHECKPOINTS or models/)")
     parser.add_argument("--max-rss-mb", type=float, default=1536, help="fail if the server's peak RSS exceeds this")
     parser.add_argument("--min-answers", type=int, default=1, help="fail if a session got fewer answers than this")
     parser.add_argument("--cold", action="store_true", help="start the load on the new server at once, without "

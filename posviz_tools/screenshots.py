@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--pages", nargs="*", help="url_path of the pages to take (default: all)")
-    parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_MODELS or models/)")
+    parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_CHECKPOINTS or models/)")
     args = parser.parse_args(argv)
     problems = take(args.out, args.width, args.height, args.pages, args.models)
     for problem in problems:

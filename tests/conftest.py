@@ -77,7 +77,7 @@ def tiny_models_dir(tmp_path_factory, corpus) -> Path:
 @pytest.fixture()
 def tiny_models(tiny_models_dir, monkeypatch) -> Path:
     """Point the app and posviz.checkpoint.models_dir() at the tiny checkpoints."""
-    monkeypatch.setenv("POSVIZ_MODELS", str(tiny_models_dir))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(tiny_models_dir))
     return tiny_models_dir
 
 

@@ -249,7 +249,7 @@ def test_the_image_file_tree_serves_the_app(browser, tiny_models_dir, tmp_path):
             shutil.copytree(ROOT / source, image / source, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(ROOT / source, image / source)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POSVIZ_MODELS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POSVIZ_CHECKPOINTS")}
     with StreamlitServer(root=image, env=env, log=OUTPUT / "server-image.log") as server:
         tab = new_tab(browser)
         try:

@@ -130,7 +130,7 @@ def test_home_table_chart_and_links(tiny_models):
 
 def test_home_survives_missing_and_corrupt_checkpoints(tiny_models_dir, tmp_path, monkeypatch):
     folder = models_copy(tiny_models_dir, tmp_path / "models", drop=["shaw"], corrupt=["rope"])
-    monkeypatch.setenv("POSVIZ_MODELS", str(folder))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(folder))
     at = open_page(HOME)
     assert "rope" in warnings(at) and "not valid JSON" in warnings(at)
     assert any("shaw" in i.value and "make checkpoints" in i.value for i in at.info)
@@ -142,7 +142,7 @@ def test_home_survives_missing_and_corrupt_checkpoints(tiny_models_dir, tmp_path
 
 
 def test_home_without_any_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setenv("POSVIZ_MODELS", str(tmp_path))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(tmp_path))
     at = open_page(HOME)
     assert "No checkpoints found" in warnings(at)
     assert not at.get("vega_lite_chart")
@@ -163,7 +163,7 @@ def test_home_junk_url_and_presentation_mode(tiny_models):
 
 def test_home_on_the_shipped_checkpoints(monkeypatch):
     """The product ships checkpoints in models/: home must show every one of them (fails if there are none)."""
-    monkeypatch.delenv("POSVIZ_MODELS", raising=False)
+    monkeypatch.delenv("POSVIZ_CHECKPOINTS", raising=False)
     found = {n: f for n, f in shipped_checkpoints().items() if n in POSITION_METHODS}  # one per method
     assert found, "models/ holds no checkpoints; run `make checkpoints`"
     at = open_page(HOME)
@@ -237,7 +237,7 @@ def test_learned_table_and_the_real_limit_error(tiny_models):
 
 
 def test_absolute_page_junk_url_and_missing_learned(tiny_models_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("POSVIZ_MODELS", str(tiny_models_dir))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(tiny_models_dir))
     at = open_page(ABSOLUTE, len="abc", dim="7", base="-1", k="99999", dims="zz")
     text = warnings(at)
     for key in ("len=", "dim=", "base=", "k=", "dims="):
@@ -250,7 +250,7 @@ def test_absolute_page_junk_url_and_missing_learned(tiny_models_dir, tmp_path, m
     assert at.select_slider(key="base").value == 1000
     assert not at.warning, warnings(at)
 
-    monkeypatch.setenv("POSVIZ_MODELS", str(models_copy(tiny_models_dir, tmp_path / "m", drop=["learned"])))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models_copy(tiny_models_dir, tmp_path / "m", drop=["learned"])))
     at = open_page(ABSOLUTE)
     assert "No 'learned' checkpoint" in warnings(at) and "make checkpoints" in warnings(at)
     assert not at.code and float(metric(at, "max |PE(p+k)")) < 1e-12
@@ -366,7 +366,7 @@ def t5_with_a_learned_table(tiny_models_dir: Path, dst: Path) -> Path:
 
 def test_t5_buckets_and_learned_bias(tiny_models_dir, tmp_path, monkeypatch):
     models = t5_with_a_learned_table(tiny_models_dir, tmp_path / "models")
-    monkeypatch.setenv("POSVIZ_MODELS", str(models))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models))
     at = open_page(BIASES)
     at.select_slider(key="nb").set_value(16).run()
     at.select_slider(key="md").set_value(64).run()
@@ -418,7 +418,7 @@ def test_shaw_clip_and_any_query_bound(tiny_models):
 
 
 def test_biases_junk_url_and_missing_checkpoints(tiny_models_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("POSVIZ_MODELS", str(models_copy(tiny_models_dir, tmp_path / "m", drop=["t5"], corrupt=["shaw"])))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models_copy(tiny_models_dir, tmp_path / "m", drop=["t5"], corrupt=["shaw"])))
     at = open_page(BIASES, ctx="5", margin="abc", heads="0", bidir="maybe")
     text = warnings(at)
     for key in ("ctx=", "margin=", "heads=", "bidir="):
@@ -525,7 +525,7 @@ def test_about_lists_methods_recipe_and_checkpoints(tiny_models):
 
 
 def test_about_with_a_corrupt_checkpoint_and_junk_url(tiny_models_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("POSVIZ_MODELS", str(models_copy(tiny_models_dir, tmp_path / "m", corrupt=["alibi"])))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models_copy(tiny_models_dir, tmp_path / "m", corrupt=["alibi"])))
     at = open_page(ABOUT, present="2")
     assert "alibi" in warnings(at) and "Ignored URL parameter present=" in warnings(at)
     checkpoints = table_with(at, "val bits/byte @ train length")

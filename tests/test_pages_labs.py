@@ -102,7 +102,7 @@ def test_extrapolation_at_the_cap_scores_the_inspected_model_from_its_map_pass(t
     attention map's forward pass, and must be the number the scorer gives; the others are scored."""
     cap = tiny_lab("rope").length_cap
     calls = []
-    with pytest.MonkeyPatch.context() as spy:  # its own patch: the fixture's $POSVIZ_MODELS must stay
+    with pytest.MonkeyPatch.context() as spy:  # its own patch: the fixture's $POSVIZ_CHECKPOINTS must stay
         for module, fn in ((extrapolation, "score_at_length"), (extrapolation, "inspect_at_length"),
                            (attention_maps, "attention_view")):
             real = getattr(module, fn)
@@ -247,7 +247,7 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     block = evaluate_checkpoint(models / "rope-linear-ft4x", corpus.eval_stream(1 << 12), multiples=(1, 2), progress=False)
     copy_curve = [{"step": 1, "tokens": 1024, "ratio": 0.3, "gain": 0.3}]  # its own fine-tuning run's check
     write_metrics(models / "rope-linear-ft4x", {"train_curve": curve, "eval": block, "copy_curve": copy_curve})
-    monkeypatch.setenv("POSVIZ_MODELS", str(models))
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models))
 
     at = run(page("context_extension", refs="alibi"))
     rows = [f for f in chart_frames(at) if {"curve", "stage", "bpb"} <= set(f.columns)][0]
@@ -345,7 +345,7 @@ def test_compare_methods_and_lengths(tiny_models, doc_ids):
 # ------------------------------------------------------------------------------------------------
 def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
     """Fails (never skips) when models/ is empty: the app is useless without its checkpoints."""
-    monkeypatch.delenv("POSVIZ_MODELS", raising=False)
+    monkeypatch.delenv("POSVIZ_CHECKPOINTS", raising=False)
     found = shipped_checkpoints()
     assert found, f"no checkpoints in {ROOT / 'models'}: run `make checkpoints`"
     at = run(page("extrapolation"))

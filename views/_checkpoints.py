@@ -37,7 +37,7 @@ def _checkpoint_summary(folders: tuple[tuple[str, str], ...], stamps: tuple) -> 
 
 def checkpoint_summary() -> pd.DataFrame:
     """Validation bpb and size of every shipped checkpoint; recomputed when the models folder
-    (``$POSVIZ_MODELS``) or any of its files change."""
+    (``$POSVIZ_CHECKPOINTS``) or any of its files change."""
     folders = tuple((name, str(folder)) for name, folder in shipped_checkpoints().items())
     return _checkpoint_summary(folders, tuple(folder_stamp(folder) for _, folder in folders))
 
