@@ -7,6 +7,7 @@ forward pass (or the first look at its trained position parameters).
 """
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Mapping
@@ -136,7 +137,13 @@ class CheckpointKind(ModelKind):
         return (path if path.is_dir() else models_dir() / ref).resolve()
 
     def recognises(self, ref: str) -> bool:
-        return Path(ref).is_dir() or (models_dir() / ref).is_dir()
+        path = Path(ref) if Path(ref).is_dir() else models_dir() / ref
+        if not path.is_dir():
+            return False
+        try:  # a transformers model's folder is the published models' kind (its config names a model_type)
+            return "model_type" not in json.loads((path / CONFIG).read_text())
+        except (OSError, ValueError, TypeError):
+            return True  # ours, damaged: opening it says what is wrong
 
     def identify(self, ref: str, position_overrides: Mapping) -> tuple:
         folder = self.folder(ref)

@@ -47,6 +47,7 @@ class LabModel(ABC):
     position_options: dict  # the method's options in effect (a RoPE scaling and its factor, ...)
     acts_on: str  # where positions enter: "input", "q/k", "logits" or "nothing"
     key: tuple  # what a stored result depends on: identity, options and weights' stamp
+    unit: str = "byte"  # what one id is, as pages say it: "byte" (our checkpoints) or "token" (a tokenizer's)
 
     # -- text in the model's units ------------------------------------------------------------------
     @abstractmethod
@@ -121,13 +122,13 @@ class LabModel(ABC):
         """
         cap = self.length_cap
         if not isinstance(length, (int, np.integer)) or length < 2:
-            raise PosvizError(f"The evaluation length must be a whole number of at least 2 bytes, got {length!r}.")
+            raise PosvizError(f"The evaluation length must be a whole number of at least 2 {self.unit}s, got {length!r}.")
         if length > cap:
-            raise PosvizError(f"The evaluation length {length:,} is past this device's cap of {cap:,} bytes "
+            raise PosvizError(f"The evaluation length {length:,} is past this device's cap of {cap:,} {self.unit}s "
                               f"({cap // self.train_length} × the training length). Choose a shorter length.")
         if n_ids is not None and length + 1 > n_ids:
-            raise PosvizError(f"The evaluation length {length:,} needs {length + 1:,} bytes of text, but the text has "
-                              f"{n_ids:,} bytes. Choose a shorter length or a longer text.")
+            raise PosvizError(f"The evaluation length {length:,} needs {length + 1:,} {self.unit}s of text, but the text has "
+                              f"{n_ids:,} {self.unit}s. Choose a shorter length or a longer text.")
 
     def ids_on_device(self, ids) -> torch.Tensor:
         """(T,) ids, already encoded, on the model's device."""
@@ -171,7 +172,12 @@ def _kind_of(ref: str) -> ModelKind:
     for kind in MODEL_KINDS.values():
         if kind.recognises(ref):
             return kind
-    raise PosvizError(f"No model called {ref!r}: give a shipped checkpoint's name or a checkpoint folder.")
+    if "transformers" not in MODEL_KINDS:  # imported only when a ref is no shipped checkpoint: transformers is slow to import
+        from . import transformers_model  # noqa: F401  (registers the published models' kind)
+
+        return _kind_of(ref)
+    raise PosvizError(f"No model called {ref!r}: give a shipped checkpoint's name, a checkpoint folder, a folder "
+                      "holding a transformers model, or a Hugging Face hub id (owner/name).")
 
 
 def open_model(ref: str | Path, position_overrides: Mapping | None = None,
