@@ -117,6 +117,57 @@ def length_options(train_length: int, cap: int, minimum: int = 4) -> list[int]:
     return sorted(s for s in stops if minimum <= s <= cap)
 
 
+# ---------------------------------------------------------------------------------------------
+# Models of different units or trained contexts (a byte-level checkpoint next to a published model):
+# one slider in multiples of each model's own trained context
+# ---------------------------------------------------------------------------------------------
+MULTIPLES = (0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
+
+
+def mixed_contexts(models: Sequence[LabModel]) -> bool:
+    """Whether ``models`` differ in unit (bytes, tokens) or trained context: then a length in ids means
+    something else to each, and the lab compares them at the same multiple of their own context."""
+    return len({(m.unit, m.train_length) for m in models}) > 1
+
+
+def id_count(model: LabModel, text: bytes) -> int:
+    """How many of ``model``'s ids ``text`` is (its bytes for a byte-level model)."""
+    return len(text) if model.unit == "byte" else int(model.encode(text).numel())
+
+
+def length_at_multiple(model: LabModel, multiple: float) -> int:
+    """The evaluation length, in the model's ids, at ``multiple`` x its trained context."""
+    return max(2, round(multiple * model.train_length))
+
+
+def reach(model: LabModel, n_ids: int) -> int:
+    """The longest evaluation length the model runs on a text of ``n_ids`` ids: its device cap and the text
+    (a length L needs L + 1 ids)."""
+    return min(model.length_cap, n_ids - 1)
+
+
+def multiple_options(models: Sequence[LabModel], n_ids: Sequence[int]) -> list[float]:
+    """Slider stops (multiples of each model's trained context) up to the furthest any model reaches here."""
+    furthest = max(reach(m, n) / m.train_length for m, n in zip(models, n_ids))
+    return [m for m in MULTIPLES if m <= furthest + 1e-9]
+
+
+def cannot_run_at(model: LabModel, length: int, n_ids: int) -> str | None:
+    """Why ``model`` cannot be scored at ``length`` ids on a text of ``n_ids`` ids, in a page's words; None
+    when it can: its method (a learned table past its rows), its device cap, or the text."""
+    problem = model.cannot_run(length)
+    if problem:
+        return problem
+    unit, cap = model.unit, model.length_cap
+    if length > cap:
+        why = getattr(model, "length_cap_reason", None) or f"{cap // model.train_length} × its trained context on this device"
+        return f"{model.name} cannot run {length:,} {unit}s here: past its cap of {cap:,} {unit}s ({why})."
+    if length + 1 > n_ids:
+        return (f"{model.name} cannot run {length:,} {unit}s on this text: it is only {n_ids:,} {unit}s long. "
+                "Paste a longer text.")
+    return None
+
+
 @torch.inference_mode()
 def inspect_at_length(model: LabModel, ids, length: int, layer: int, log_scale: bool = True,
                       max_side: int = 512) -> tuple[LengthScore, AttentionView]:

@@ -107,6 +107,20 @@ def characters_with_bits(ids: torch.Tensor | Sequence[int], byte_bits: np.ndarra
     return out
 
 
+def id_characters_with_bits(model, ids, id_bits: np.ndarray) -> list[tuple[str, float]]:
+    """``characters_with_bits`` for a model whose ids cover several bytes (a tokenizer's): each id's
+    bits are shared equally among its bytes, so a character costs its share of its token's loss. For a
+    byte-level model it is ``characters_with_bits`` itself."""
+    ids = torch.as_tensor(ids).flatten()
+    if model.unit == "byte":
+        return characters_with_bits(ids, id_bits)
+    sizes = model.bytes_per_id(ids)
+    pieces = [model.decode(ids[k : k + 1]) for k in range(ids.numel())]
+    sizes = np.array([len(p) for p in pieces], dtype=np.int64) if sum(map(len, pieces)) != sizes.sum() else sizes
+    per_byte = np.repeat(np.asarray(id_bits[: ids.numel()], dtype=float) / np.maximum(sizes, 1), sizes)
+    return characters_with_bits(np.frombuffer(b"".join(pieces), dtype=np.uint8), per_byte)
+
+
 def moving_average(values: np.ndarray, width: int) -> np.ndarray:
     """Centred moving average that skips NaN; ``width`` <= 1 returns the values unchanged."""
     values = np.asarray(values, dtype=float)

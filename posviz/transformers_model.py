@@ -496,6 +496,11 @@ class PublishedModel(LabModel):
     def load(self, progress=None) -> None:
         self._engine.load(progress)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (a page shows a progress bar while they load)."""
+        return self._engine.net is not None
+
     def new_cache(self, max_size: int | None = None) -> PublishedCache:
         return PublishedCache(max_size=max_size)
 

@@ -11,15 +11,16 @@ import streamlit as st
 
 from views._charts import cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
-from views._page import error_box, page_header, usable_checkpoints
+from views._models import usable_models
+from views._page import error_box, page_header
 from views._serving import compute_once, shared
 from views._text import choose_text, coloured_html
 from views._url import qp_choice, qp_int, qp_multi, sync_url
 from posviz import attention_maps, extrapolation, lab_inputs
 from posviz.lab_model import open_model
 from posviz.positions import POSITION_METHODS
-from posviz.errors import PosvizError
-from posviz.limits import device_label
+from posviz.errors import PositionLimitError, PosvizError
+from posviz.limits import device_label, max_eval_length
 
 page_header(
     "Extrapolation lab",
@@ -38,32 +39,46 @@ def run_job(job: extrapolation.LiveJob, label: str):
 
 
 def live_score(name: str, length: int, inspected: bool = False, layer: int = 0, log_scale: bool = True) -> dict:
-    """One checkpoint's score at this length; for the inspected checkpoint, from its map's forward pass
+    """One model's score at this length; for the inspected model, from its map's forward pass
     where the text holds one window (see ``extrapolation.scoring_job``)."""
-    job = extrapolation.scoring_job(models[name], text_bytes, length, inspected, layer, log_scale)
-    result = run_job(job, f"Running {name} at {length:,} bytes…")
+    model = models[name]
+    job = extrapolation.scoring_job(model, text_bytes, length, inspected, layer, log_scale)
+    label = f"Running {name} at {length:,} {model.unit}s…"
+    try:
+        result = run_job(job, label)
+    except PositionLimitError:
+        raise
+    except PosvizError:  # the map's pass is refused (a published model's map past the memory cap): score alone
+        if job.name != "extrapolation-inspect":
+            raise
+        job = extrapolation.score_job(model, text_bytes, length)
+        result = run_job(job, label)
     return result[0] if job.name == "extrapolation-inspect" else result
 
 
 def live_view(name: str, length: int, layer: int, log_scale: bool) -> attention_maps.AttentionView:
     """The attention view of one layer: from the scoring pass when the text holds one window."""
-    one_window = extrapolation.single_window(length, len(text_bytes), models[name].length_cap)
+    one_window = extrapolation.single_window(length, n_ids[name], models[name].length_cap)
     job = (extrapolation.inspect_job if one_window else extrapolation.attention_job)(
         models[name], text_bytes, length, layer, log_scale)
-    result = run_job(job, f"Extracting layer {layer} attention of {name} at {length:,} bytes…")
+    result = run_job(job, f"Extracting layer {layer} attention of {name} at {length:,} {models[name].unit}s…")
     return result[1] if job.name == "extrapolation-inspect" else result
 
 
-checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
-names = list(models)
+catalog = usable_models(open_model)  # each resolved once for this run; weights load when run
+models, names = catalog.models, catalog.names
 
 # ------------------------------------------------------------------------------------------------
 # Controls
 # ------------------------------------------------------------------------------------------------
 left, right = st.columns([1, 1])
 with left:
-    pretrained = [n for n in names if n in POSITION_METHODS] or names  # fine-tuned variants: on request
-    chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", pretrained, names), key="w_models")
+    catalog.add_input()
+    shipped_names = catalog.shipped  # published models and fine-tuned variants: on request
+    pretrained = [n for n in shipped_names if n in POSITION_METHODS] or shipped_names
+    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+                            default=qp_multi("models", pretrained, names), key="w_models")
+    catalog.caption()
     sync_url(models=chosen)
 COLOURS, DASHES = method_scales(chosen or names)  # the legend names only what is drawn
 with right:
@@ -73,52 +88,100 @@ if not chosen:
     st.stop()
 if text is None:
     st.stop()
-
-train_length = models[chosen[0]].train_length
-cap = min(models[n].length_cap for n in chosen)
-usable = min(cap, len(text))
-options = extrapolation.length_options(train_length, usable)
-if len(options) < 2:
-    error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text (a few hundred bytes at least).")
+chosen = catalog.ready(chosen)  # a published model's weights load now, under a progress bar
+if not chosen:
+    st.info("Pick at least one other model above.")
     st.stop()
+
 text_bytes = text.as_bytes()
-default_length = min(train_length, usable)
+text_digest = hashlib.blake2b(text_bytes, digest_size=16).hexdigest()
+# the text's length in each model's ids (its bytes for a byte-level checkpoint)
+n_ids = {n: len(text) if models[n].unit == "byte" else
+         shared("n-ids", models[n].key + (text_digest,), lambda m=models[n]: extrapolation.id_count(m, text_bytes))
+         for n in chosen}
+# Models of different units or trained contexts share one slider in multiples of each one's own context.
+mixed = extrapolation.mixed_contexts([models[n] for n in chosen])
+train_length = models[chosen[0]].train_length
+unit = models[chosen[0]].unit
+if mixed:
+    multiples = extrapolation.multiple_options([models[n] for n in chosen], [n_ids[n] for n in chosen])
+    if len(multiples) < 2:
+        error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text (a few thousand bytes at least).")
+        st.stop()
+else:
+    cap = min(models[n].length_cap for n in chosen)
+    text_ids = min(n_ids.values())
+    usable = min(cap, text_ids)
+    options = extrapolation.length_options(train_length, usable)
+    if len(options) < 2:
+        error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text (a few hundred bytes at least).")
+        st.stop()
+    default_length = min(train_length, usable)
 # ------------------------------------------------------------------------------------------------
 # Everything below depends on the length: a fragment, so that moving the slider reruns and resends this
 # part alone (the header, the checkpoint and text pickers above stay as they are)
 # ------------------------------------------------------------------------------------------------
 @st.fragment
 def at_this_length() -> None:
-    length = st.select_slider(
-        "Evaluation length (bytes)", options, value=int(qp_choice("L", str(default_length), [str(o) for o in options])),
-        key="w_L",
-        format_func=lambda n: f"{n:,} ({n / train_length:g}× train)",
-        help="Each model scores non-overlapping windows of this many bytes over the first "
-             f"{cap:,} bytes of the text (fewer if the text is shorter).",
-    )
-    sync_url(L=length)
-    st.caption(f"Cap on this device ({device_label()}): {cap:,} bytes = {cap // train_length} × the training length of "
-               f"{train_length:,}. " + (f"This text has {len(text):,} bytes, so the slider stops at {usable:,}." if
-                                        len(text) < cap else ""))
+    if mixed:
+        stops = [f"{m:g}" for m in multiples]
+        multiple = float(st.select_slider(
+            "Evaluation length (multiple of each model's trained context)", stops,
+            value=qp_choice("M", "1" if "1" in stops else stops[-1], stops), key="w_M",
+            format_func=lambda m: f"{float(m):g}×",
+            help="The chosen models count in different units (bytes, tokens) or were trained on different contexts: "
+                 "each runs at this multiple of its own trained context, in its own ids, scoring non-overlapping "
+                 "windows over the first ids of the text up to its own cap on this device."))
+        sync_url(M=f"{multiple:g}")
+        length = None
+        lengths = {n: extrapolation.length_at_multiple(models[n], multiple) for n in chosen}
+        blocked = {n: problem for n in chosen
+                   if (problem := extrapolation.cannot_run_at(models[n], lengths[n], n_ids[n]))}
+        st.caption(" · ".join(f"{n}: {lengths[n]:,} {models[n].unit}s (trained on {models[n].train_length:,})"
+                              for n in chosen) + f". Caps on this device ({device_label()}): "
+                   + ", ".join(f"{n} {models[n].length_cap:,}" for n in chosen) + ".")
+    else:
+        length = st.select_slider(
+            f"Evaluation length ({unit}s)", options, value=int(qp_choice("L", str(default_length), [str(o) for o in options])),
+            key="w_L",
+            format_func=lambda n: f"{n:,} ({n / train_length:g}× train)",
+            help=f"Each model scores non-overlapping windows of this many {unit}s over the first "
+                 f"{cap:,} {unit}s of the text (fewer if the text is shorter).",
+        )
+        sync_url(L=length)
+        multiple, lengths, blocked = None, {n: length for n in chosen}, {}
+        # a published model's cap can be set by the time one pass takes: then say so
+        reason = (getattr(models[chosen[0]], "length_cap_reason", None)
+                  if cap != max_eval_length(train_length, models[chosen[0]].device) else None)
+        st.caption(f"Cap on this device ({device_label()}): {cap:,} {unit}s = {cap // train_length} × the training length of "
+                   f"{train_length:,}" + (f" ({reason})" if reason else "") + ". "
+                   + (f"This text has {text_ids:,} {unit}s, so the slider stops at {usable:,}." if text_ids < cap else ""))
 
     # ------------------------------------------------------------------------------------------------
     # 1. Bits per byte at this length, on each model's shipped curve
     # ------------------------------------------------------------------------------------------------
-    st.subheader(f"Bits per byte at {length:,} bytes")
+    st.subheader(f"Bits per byte at {multiple:g}× each model's trained context" if mixed else
+                 f"Bits per byte at {length:,} {unit}s")
     shipped_rows = []
     for name in chosen:
         for n, bpb in extrapolation.shipped_bpb_curve(models[name]):
             if bpb is not None:
-                shipped_rows.append({"model": name, "length": n, "bits/byte": bpb, "source": "shipped (131 kB of validation text)"})
-    shipped = pd.DataFrame(shipped_rows, columns=["model", "length", "bits/byte", "source"])
+                row = {"model": name, "length": n, "bits/byte": bpb, "source": "shipped (131 kB of validation text)"}
+                shipped_rows.append({**row, "multiple": n / models[name].train_length} if mixed else row)
+    COLUMNS = ["model", "length", "bits/byte", "source"] + (["multiple"] if mixed else [])
+    shipped = pd.DataFrame(shipped_rows, columns=COLUMNS)
 
 
     def bpb_chart(live: pd.DataFrame) -> alt.LayerChart:
-        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+        if mixed:
+            return multiple_chart(live)
+        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
         y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
         colour = alt.Color("model:N", scale=COLOURS, title="checkpoint")
         layers = [alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
                   .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])]
+        if shipped.empty and catalog.published:  # published models only: no stored curves to draw
+            layers = []
         if not live.empty:
             layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
                           .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"),
@@ -132,14 +195,37 @@ def at_this_length() -> None:
         return alt.layer(*layers).properties(height=360)
 
 
+    def multiple_chart(live: pd.DataFrame) -> alt.LayerChart:
+        """bpb against the multiple of each model's trained context: bytes and tokens on one axis."""
+        x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
+        y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
+        colour = alt.Color("model:N", scale=COLOURS, title="model")
+        tip = ["model", alt.Tooltip("multiple:Q", format="g"), "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"]
+        layers = [] if shipped.empty else [
+            alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
+            .encode(x, y, colour, tooltip=tip)]
+        if not live.empty:
+            layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
+                          .encode(x, y, colour, tooltip=tip))
+        rules = pd.DataFrame({"multiple": [1.0], "what": ["trained context = this length"]}) if multiple == 1 \
+            else pd.DataFrame({"multiple": [1.0, multiple], "what": ["trained context", "this length"]})
+        layers.append(alt.Chart(rules).mark_rule(strokeDash=[2, 2], color="grey").encode(
+            x="multiple:Q", tooltip=["what", "multiple"]))
+        layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6, color="grey", baseline="top").encode(
+            x="multiple:Q", y=alt.value(0), text="what"))
+        return alt.layer(*layers).properties(height=360)
+
+
     # Everything the charts below depend on: visitors with the same choices share them (see show_cached_chart).
-    view_key = ("extrapolation", tuple(chosen), length, hashlib.blake2b(text_bytes, digest_size=16).hexdigest(),
-                tuple(models[n].key for n in chosen))
+    view_key = (("extrapolation-multiple", tuple(chosen), multiple) if mixed else ("extrapolation", tuple(chosen), length)) \
+        + (text_digest, tuple(models[n].key for n in chosen))
     curve_slot = st.empty()
     with curve_slot.container():
-        if shipped.empty:
+        if shipped.empty and not any(catalog.is_published(n) for n in chosen):
             st.info("The shipped checkpoints have no stored bpb-vs-length curve yet (run `python -m posviz.evaluate_all`). "
                     "Live numbers follow.")
+        elif shipped.empty:
+            st.caption("Live numbers are being computed…")
         else:
             draw_spec(cached_spec(view_key + ("shipped",), lambda: bpb_chart(pd.DataFrame())))
             st.caption("Shipped curves shown; live numbers are being computed…")
@@ -158,16 +244,22 @@ def at_this_length() -> None:
     planned_log = planned("w_scale", "scale", ["log", "prob"], "log") == "log"
 
     def metric_of(name: str) -> dict:
-        """The st.metric arguments of one checkpoint's live result (or of its failure)."""
+        """The st.metric arguments of one model's live result (or of its failure)."""
         if name not in scores:
             return dict(label=name, value="—", help="Cannot run at this length: see the message below.")
-        ref = dict(extrapolation.shipped_bpb_curve(models[name])).get(train_length)
+        ref = dict(extrapolation.shipped_bpb_curve(models[name])).get(models[name].train_length)
+        where = (f" ({lengths[name]:,} {models[name].unit}s, {multiple:g}× its trained context)" if mixed else "")
         return dict(label=name, value=f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
-                    delta_color="inverse", help="Bits per byte on this text at this length. The small number: the "
-                    f"difference from the shipped bits per byte at the training length ({train_length:,}).")
+                    delta_color="inverse", help=f"Bits per byte on this text at this length{where}." + (
+                        "" if ref is None else " The small number: the difference from the shipped bits per byte at "
+                        f"the training length ({models[name].train_length:,})."))
 
 
     def live_frame() -> pd.DataFrame:
+        if mixed:
+            return pd.DataFrame([{"model": n, "length": lengths[n], "bits/byte": s["bpb"], "multiple": multiple,
+                                  "source": f"live: this text, {s['n_windows']} window(s) of {lengths[n]:,} {models[n].unit}s"}
+                                 for n, s in scores.items()], columns=COLUMNS)
         return pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
                               "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"} for n, s in scores.items()],
                             columns=["model", "length", "bits/byte", "source"])
@@ -180,7 +272,9 @@ def at_this_length() -> None:
     for i, (name, cell) in enumerate(zip(chosen, cells)):
         started = time.perf_counter()
         try:
-            scores[name] = live_score(name, length, name == planned_inspect, planned_layer, planned_log)
+            if name in blocked:  # past its table, its cap or the text at this multiple: said without running it
+                raise PosvizError(blocked[name])
+            scores[name] = live_score(name, lengths[name], name == planned_inspect, planned_layer, planned_log)
         except PosvizError as exc:  # PositionLimitError included: learned past its table
             errors[name] = str(exc)
         cell.metric(**metric_of(name))
@@ -196,14 +290,17 @@ def at_this_length() -> None:
             st.info("Nothing to draw yet.")
         else:
             show_cached_chart(view_key + ("bpb",), lambda: (bpb_chart(live), pd.concat([shipped, live], ignore_index=True)),
-                              f"bpb-vs-length-L{length}",
+                              f"bpb-vs-multiple-M{multiple:g}" if mixed else f"bpb-vs-length-L{length}",
                        "Dashed: the shipped curves (131 kB of validation text). Big dots: live, on this text at this length. "
-                       "A different text gives a different level, so compare a dot with its own curve's shape.")
+                       "A different text gives a different level, so compare a dot with its own curve's shape."
+                       + (" Each model at the same multiple of its own trained context, in its own units; bits per byte "
+                          "compare across byte-level and tokenized models." if mixed else ""))
     for name, message in errors.items():
         st.error(f"**{name}** — {message}", icon="🚫")
-        if models[name].max_positions is not None:
+        table = models[name].max_positions
+        if table is not None and lengths[name] > table:
             st.caption(f"Why {name} stops: its positions are rows of a trained table, and the table has "
-                       f"{models[name].max_positions:,} rows. A sinusoidal model can *compute* position {length - 1:,} (it has just "
+                       f"{table:,} rows. A sinusoidal model can *compute* position {lengths[name] - 1:,} (it has just "
                        "never seen it); a learned table has nothing to look up. The other checkpoints keep going.")
 
     if not scores:
@@ -213,8 +310,35 @@ def at_this_length() -> None:
     # 2. Mean loss at each position in the window
     # ------------------------------------------------------------------------------------------------
     st.subheader("Loss at each position in the window")
-    smooth = max(1, length // 64)
+    smooth = max(1, (length or 0) // 64)
     n_windows = max(s["n_windows"] for s in scores.values())
+
+    def multiple_loss_chart() -> tuple[alt.LayerChart, pd.DataFrame]:
+        """Each model's loss by position as a fraction of its own trained context (its ids differ)."""
+        frames = []
+        for name, s in scores.items():
+            raw = np.asarray(s["position_bits"], dtype=float)
+            smoothed = lab_inputs.moving_average(raw, max(1, lengths[name] // 64))
+            keep = np.isfinite(smoothed)
+            position = np.arange(raw.size)
+            frames.append(pd.DataFrame({"model": name, "position": position[keep],
+                                        "multiple": position[keep] / models[name].train_length, "bits": smoothed[keep],
+                                        "raw bits": raw[keep], "unit": models[name].unit}))
+        pos_df = pd.concat(frames, ignore_index=True)
+        every = {n: max(1, lengths[n] // 512) for n in scores}
+        drawn = pos_df[[p % every[m] == 0 or p == lengths[m] - 1 for m, p in zip(pos_df["model"], pos_df["position"])]]
+        x = alt.X("multiple:Q", title="position in the window ÷ the model's trained context")
+        lines = alt.Chart(drawn).mark_line().encode(
+            x, alt.Y("bits:Q", title="mean loss per id (bits)", scale=alt.Scale(zero=False)),
+            alt.Color("model:N", scale=COLOURS, title="model"),
+            tooltip=["model", "position", "unit", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
+        layers = [lines]
+        if multiple > 1:
+            mark = pd.DataFrame({"multiple": [1.0], "what": ["trained context"]})
+            layers += [alt.Chart(mark).mark_rule(strokeDash=[4, 3], color="grey").encode(x="multiple:Q"),
+                       alt.Chart(mark).mark_text(align="left", dx=4, color="grey", baseline="top").encode(
+                           x="multiple:Q", y=alt.value(0), text="what")]
+        return alt.layer(*layers).properties(height=320), pos_df
 
 
     def loss_chart() -> tuple[alt.LayerChart, pd.DataFrame]:
@@ -230,7 +354,7 @@ def at_this_length() -> None:
                                         "raw bits": raw[keep]}))
         pos_df = pd.concat(frames, ignore_index=True)
         drawn = pos_df[(pos_df["position"] % drawn_every == 0) | (pos_df["position"] == length - 1)]
-        x = alt.X("position:Q", title="position in the window (the prediction made there sees position + 1 bytes)")
+        x = alt.X("position:Q", title=f"position in the window (the prediction made there sees position + 1 {unit}s)")
         lines = alt.Chart(drawn).mark_line().encode(
             x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
             alt.Color("model:N", scale=COLOURS, title="checkpoint"),
@@ -244,10 +368,17 @@ def at_this_length() -> None:
         return alt.layer(*layers).properties(height=320), pos_df
 
 
-    show_cached_chart(view_key + ("loss",), loss_chart, f"loss-by-position-L{length}",
-                      f"Mean over {n_windows} window(s)" + (f", smoothed over {smooth} positions" if smooth > 1 else "") +
-                      ". Past the dashed line the model predicts from more context than it ever had in training: relative "
-                      "methods stay flat or improve, absolute ones often rise.")
+    if mixed:
+        show_cached_chart(view_key + ("loss",), multiple_loss_chart, f"loss-by-position-M{multiple:g}",
+                          "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a "
+                          "byte-level checkpoint, per token for a tokenized model, so compare each curve's shape, not "
+                          "their levels. Past the dashed line the model predicts from more context than it ever had "
+                          "in training.")
+    else:
+        show_cached_chart(view_key + ("loss",), loss_chart, f"loss-by-position-L{length}",
+                          f"Mean over {n_windows} window(s)" + (f", smoothed over {smooth} positions" if smooth > 1 else "") +
+                          ". Past the dashed line the model predicts from more context than it ever had in training: relative "
+                          "methods stay flat or improve, absolute ones often rise.")
 
     # ------------------------------------------------------------------------------------------------
     # 3. The text coloured by loss, and attention for one model
@@ -269,60 +400,76 @@ def at_this_length() -> None:
         scale = c4.radio("Colour", scales, index=scales.index(qp_choice("scale", "log", scales)), key="w_scale",
                          format_func={"log": "log₁₀ probability", "prob": "probability"}.get, horizontal=True)
         sync_url(inspect=inspect, layer=layer, head=head, scale=scale)
+        model = models[inspect]
+        # the inspected model's own length, unit and trained context (they differ between models only when mixed)
+        L, u, T = lengths[inspect], model.unit, model.train_length
+        short = "B" if u == "byte" else "tok"
 
-        with st.expander(f"The text, coloured by {inspect}'s loss at length {length:,}", expanded=True):
+        with st.expander(f"The text, coloured by {inspect}'s loss at length {L:,}", expanded=True):
             s = scores[inspect]
-            shown = min(s["n_bytes"], 4096)
-            st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.characters_with_bits(
-                list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)))
-            st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
-                       f"{length:,} bytes: the byte after a boundary is predicted from one byte of context.")
+            if u == "byte":
+                shown = min(s["n_bytes"], 4096)
+                st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.characters_with_bits(
+                    list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)))
+                st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
+                           f"{L:,} bytes: the byte after a boundary is predicted from one byte of context.")
+            else:
+                shown = min(s["n_bytes"], 2048)
+                st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.id_characters_with_bits(
+                    model, model.encode(text_bytes)[:shown], s["byte_bits"][:shown]), top=8.0)))
+                st.caption(f"The first {shown:,} {u}s of the text; hover a character for its loss (each {u}'s bits shared "
+                           f"equally among its bytes). A new window starts every {L:,} {u}s: the {u} after a boundary is "
+                           f"predicted from one {u} of context.")
 
-        view = live_view(inspect, length, layer, scale == "log")
+        try:
+            view = live_view(inspect, L, layer, scale == "log")
+        except PosvizError as exc:  # a published model's map past this server's memory cap
+            error_box(exc, "Choose a shorter length to see its attention; the scores above stand.")
+            return
         value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
-        marks = [train_length] if train_length < length else []
-        st.markdown(f"**Attention of {inspect}, layer {layer}, at {length:,} bytes** "
+        marks = [T] if T < L else []
+        st.markdown(f"**Attention of {inspect}, layer {layer}, at {L:,} {u}s** "
                     f"(computed in {view.seconds:.2f} s)")
         if head == "all":
             cols = st.columns(min(n_head, 4))
             for h in range(n_head):
                 with cols[h % len(cols)]:
-                    show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
-                                       "key byte", "query byte", value_title, marks=marks, mark_label="the training length",
+                    show_pooled_matrix(view.maps[h], view.block, (L, L), f"attention-{inspect}-l{layer}-h{h}-L{L}",
+                                       f"key {u}", f"query {u}", value_title, marks=marks, mark_label="the training length",
                                        side=256, compact=True, title=f"head {h}", key=view_key + (inspect, layer, scale, h))
-                    st.caption(f"distance {view.distance[h]:,.1f} B · entropy {view.entropy[h]:.2f} bits")
+                    st.caption(f"distance {view.distance[h]:,.1f} {short} · entropy {view.entropy[h]:.2f} bits")
             lo, hi = shared("map-range", view_key + (inspect, layer, scale), lambda: (
                 min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)))
-            st.caption(f"Rows: query byte 0–{length - 1:,} (top to bottom); columns: key byte 0–{length - 1:,} (left to right); "
+            st.caption(f"Rows: query {u} 0–{L - 1:,} (top to bottom); columns: key {u} 0–{L - 1:,} (left to right); "
                        f"colour (each map scaled to its own range): {value_title}, {lo:.3g} to {hi:.3g} overall; grey: future keys (masked)"
                        + (f"; each pixel averages {view.block}×{view.block} entries" if view.block > 1 else "")
-                       + (f"; white lines: the training length ({train_length:,})" if marks else "")
+                       + (f"; white lines: the training length ({T:,})" if marks else "")
                        + ". Distance: Σⱼ p·(i−j) averaged over queries; entropy: −Σⱼ p log₂ p.")
         else:
             h = int(head)
             col, _ = st.columns([3, 2])
             with col:
-                if view.block == 1 and length <= 256:
-                    show_matrix(view.maps[h], f"attention-{inspect}-l{layer}-h{h}-L{length}", "key byte", "query byte",
+                if view.block == 1 and L <= 256:
+                    show_matrix(view.maps[h], f"attention-{inspect}-l{layer}-h{h}-L{L}", f"key {u}", f"query {u}",
                                 value_title, marks=marks, mark_label="the training length")
                 else:
-                    show_pooled_matrix(view.maps[h], view.block, (length, length), f"attention-{inspect}-l{layer}-h{h}-L{length}",
-                                       "key byte", "query byte", value_title, marks=marks, mark_label="the training length",
+                    show_pooled_matrix(view.maps[h], view.block, (L, L), f"attention-{inspect}-l{layer}-h{h}-L{L}",
+                                       f"key {u}", f"query {u}", value_title, marks=marks, mark_label="the training length",
                                        key=view_key + (inspect, layer, scale, h))
-            st.caption(f"Head {h}: mean attention distance {view.distance[h]:,.1f} bytes, entropy {view.entropy[h]:.2f} bits.")
+            st.caption(f"Head {h}: mean attention distance {view.distance[h]:,.1f} {u}s, entropy {view.entropy[h]:.2f} bits.")
 
         # ------------------------------------------------------------------------------------------------
         # 4. Attention distance and entropy per head as the length grows
         # ------------------------------------------------------------------------------------------------
         st.subheader("How far each head looks as the window grows")
-        lengths = attention_maps.growth_lengths(length, train_length, models[inspect].max_positions)
+        growth_at = attention_maps.growth_lengths(L, T, model.max_positions)
 
         def growth_chart(value: str, title: str, fmt: str):
             # Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
-            growth = pd.DataFrame(attention_maps.prefix_growth(view, lengths))
+            growth = pd.DataFrame(attention_maps.prefix_growth(view, growth_at))
             growth["head"] = growth["head"].map(lambda h: f"head {h}")
-            x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="window length (bytes, log scale)")
-            rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(strokeDash=[4, 3], color="grey").encode(
+            x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"window length ({u}s, log scale)")
+            rule = alt.Chart(pd.DataFrame({"length": [T]})).mark_rule(strokeDash=[4, 3], color="grey").encode(
                 x="length:Q")
             return alt.layer(alt.Chart(growth).mark_line(point=True).encode(
                 x, alt.Y(f"{value}:Q", title=title), alt.Color("head:N", title=None),
@@ -331,14 +478,14 @@ def at_this_length() -> None:
         growth_key = view_key + (inspect, layer, scale)
         g1, g2 = st.columns(2)
         with g1:
-            show_cached_chart(growth_key + ("distance",), lambda: growth_chart("distance", "mean attention distance (bytes)", ".1f"),
+            show_cached_chart(growth_key + ("distance",), lambda: growth_chart("distance", f"mean attention distance ({u}s)", ".1f"),
                               f"attention-distance-{inspect}-l{layer}", "Σⱼ p(i→j)·(i−j), averaged over queries.")
         with g2:
             show_cached_chart(growth_key + ("entropy",), lambda: growth_chart("entropy", "mean attention entropy (bits)", ".2f"),
                               f"attention-entropy-{inspect}-l{layer}",
                               "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
-        if models[inspect].max_positions is not None and models[inspect].max_positions < length:
-            st.caption(f"{inspect} stops at {models[inspect].max_positions:,} bytes (its table has no later positions).")
+        if model.max_positions is not None and model.max_positions < L:
+            st.caption(f"{inspect} stops at {model.max_positions:,} {u}s (its table has no later positions).")
 
 
     inside_one_model()

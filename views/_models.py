@@ -1,0 +1,190 @@
+"""The live labs' model list: the shipped checkpoints, then the published models the deployer lists in
+``$POSVIZ_MODELS`` (and, where ``$POSVIZ_ALLOW_ANY_MODEL=1``, those a visitor adds by hub id or folder).
+
+A published model is listed by its name with its position method and trained context, read from its
+config (a folder's, or a hub model's config.json already in the local cache); a hub model whose config
+is not cached yet is listed by its id alone and fetched only when a visitor picks it. Its weights are
+loaded when it is picked, under a progress bar (``ModelList.ready``). A published model that cannot be
+opened gets an error box saying what to do, and the page goes on with the rest. Published models are
+never selected by default. Nothing is drawn here but those boxes, bars and the visitor's text input.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import streamlit as st
+
+from posviz.errors import PosvizError
+from posviz.lab_model import LabModel
+from views._page import error_box, usable_checkpoints
+
+FAILURE_TTL_S = 60.0  # a hub id that could not be opened is tried again after this long, not on every run
+_FAILED: dict[str, tuple[float, str]] = {}  # hub id -> (when, the message), for this server process
+ADD_KEY = "w_add_model"
+
+
+def _deployer_models() -> list[str]:
+    refs = [r.strip() for r in os.environ.get("POSVIZ_MODELS", "").split(",") if r.strip()]
+    if not refs:
+        return []  # no transformers import (seconds) on a server without published models
+    from posviz.transformers_model import deployer_models
+
+    return deployer_models()
+
+
+def _any_model_allowed() -> bool:
+    from posviz.transformers_model import any_model_allowed
+
+    return any_model_allowed()
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "yes", "ON", "on")
+
+
+def _is_folder(ref: str) -> bool:
+    return Path(ref).is_dir()
+
+
+def _config_cached(ref: str) -> bool:
+    """Whether hub model ``ref``'s config.json is in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(ref, "config.json"), str)
+    except Exception:  # a malformed id: opening it says what is wrong
+        return True
+
+
+def _open(read, ref: str) -> LabModel:
+    """``read(ref)``; a hub id that failed a moment ago fails again at once with the same words."""
+    failed = _FAILED.get(ref)
+    if failed is not None and time.monotonic() - failed[0] < FAILURE_TTL_S and not _is_folder(ref):
+        raise PosvizError(failed[1])
+    try:
+        return read(ref)
+    except PosvizError as exc:
+        if not _is_folder(ref):
+            _FAILED[ref] = (time.monotonic(), str(exc))
+        raise
+
+
+@dataclass
+class ModelList:
+    """Every model a lab page can pick, in the picker's order: shipped checkpoints first."""
+
+    refs: dict[str, str]  # name -> ref (a shipped checkpoint's folder, a hub id or a folder)
+    models: dict[str, LabModel]  # name -> model, for those resolved (every shipped one; published when described)
+    published: list[str] = field(default_factory=list)  # names of the published models, in order
+    read: object = None  # what resolves a ref (open_model)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.refs)
+
+    @property
+    def shipped(self) -> list[str]:
+        return [n for n in self.refs if n not in self.published]
+
+    def is_published(self, name: str) -> bool:
+        return name in self.published
+
+    def label(self, name: str) -> str:
+        """What the picker shows: a shipped checkpoint's name as it is; a published model's with its
+        position method and trained context ("openai-community/gpt2 — learned, 1,024 tokens")."""
+        if name not in self.published:
+            return name
+        model = self.models.get(name)
+        if model is None:
+            return f"{name} — published (fetched when picked)"
+        context = f"{model.train_length:,} {model.unit}s"
+        if not getattr(model, "context_known", True):
+            context += " (assumed)"
+        return f"{name} — {model.method}, {context}"
+
+    def add_input(self, where=None) -> None:
+        """Where any model is allowed, a text input for a hub id or a folder (added to the list)."""
+        if not _any_model_allowed():
+            return
+        (where or st).text_input(
+            "Add a published model (hub id or folder)", key=ADD_KEY, placeholder="openai-community/gpt2",
+            help="A causal language model of a supported family (GPT-2, OPT, Pythia, Llama, Qwen2, BLOOM, Falcon, "
+                 "MPT) in safetensors. It joins the list above; pick it there. Commas separate several.")
+
+    def caption(self, where=None) -> None:
+        """A line on what published models are, shown only when some are listed."""
+        if self.published:
+            (where or st).caption(
+                "Published models run through transformers with their own tokenizer: their lengths are in tokens, "
+                "their scores in bits per byte of text, comparable with the byte-level checkpoints. They load "
+                "when picked.")
+
+    def ready(self, chosen: list[str], where=None) -> list[str]:
+        """``chosen`` without the published models that cannot be opened or loaded (each gets an error box);
+        each chosen published model is resolved and its weights loaded now, under a progress bar."""
+        where = where or st
+        out = []
+        for name in chosen:
+            if name not in self.published:
+                out.append(name)
+                continue
+            try:
+                model = self.models.get(name)
+                if model is None:  # listed by its hub id only: fetch its config now
+                    with where.spinner(f"Fetching {name}'s config from the Hugging Face hub…"):
+                        model = self.models[name] = _open(self.read, self.refs[name])
+                if not getattr(model, "loaded", True):
+                    bar = where.progress(0.0, text=f"Loading {name}…")
+                    try:
+                        model.load(progress=lambda f, bar=bar, name=name: bar.progress(
+                            min(max(float(f), 0.0), 1.0), text=f"Loading {name}: downloading its weights…"))
+                    finally:
+                        bar.empty()
+            except PosvizError as exc:
+                error_box(PosvizError(f"Published model {name!r} cannot be used: {exc}"),
+                          "The other models keep working.")
+                continue
+            out.append(name)
+        return out
+
+
+def usable_models(read) -> ModelList:
+    """The shipped checkpoints ``read`` can open (as ``usable_checkpoints``: error boxes for the others,
+    a stop when there is none), then the published models of ``$POSVIZ_MODELS`` and any a visitor added.
+
+    A published model that cannot be opened gets an error box and is left out; nothing is downloaded
+    but a hub model's config.json where the hub is reachable and it is not cached, and that only when
+    it is picked (``ready``).
+    """
+    checkpoints, models = usable_checkpoints(read)
+    refs = {name: str(folder) for name, folder in checkpoints.items() if name in models}
+    listing = ModelList(refs, dict(models), [], read)
+    published = _deployer_models()
+    typed = st.session_state.get(ADD_KEY) or ""
+    if typed and _any_model_allowed():
+        published += [r.strip() for r in typed.split(",") if r.strip() and r.strip() not in published]
+    for ref in published:
+        folder = _is_folder(ref)
+        if not folder and not _offline() and not _config_cached(ref):
+            name = ref  # described once picked: nothing is fetched for a model nobody asked for
+            model = None
+        else:
+            try:
+                model = _open(read, ref)
+            except PosvizError as exc:
+                error_box(PosvizError(f"Published model {ref!r} cannot be opened: {exc}"),
+                          "The shipped checkpoints and the other models keep working.")
+                continue
+            name = model.name
+        if name in listing.refs:  # a folder named like a shipped checkpoint: listed by its full ref
+            name = ref
+            if name in listing.refs:
+                continue
+        listing.refs[name] = ref
+        listing.published.append(name)
+        if model is not None:
+            listing.models[name] = model
+    return listing
