@@ -43,6 +43,15 @@ STRATEGY_HOW = {
 }
 
 
+def unit_words(units) -> tuple[str, str]:
+    """(one, many) for what a step scores, as labels say it: bytes, tokens, or both when models differ."""
+    units = set(units)
+    if len(units) == 1:
+        unit = units.pop()
+        return unit, f"{unit}s"
+    return "byte or token", "bytes or tokens"
+
+
 def strategy_verdict(model: LabModel, strategy: str) -> str:
     """What to expect from ``strategy`` for this model's position method, in one sentence."""
     return _verdict(model, strategy)
@@ -68,7 +77,7 @@ def _verdict(model: LabModel, strategy: str) -> str:
                 "disagree with the positions the window now claims.")
     if strategy == "cached_window":
         if model.max_positions is not None:
-            return (f"Cannot run past byte {model.max_positions:,}: the {name} table has no rows for "
+            return (f"Cannot run past {model.unit} {model.max_positions:,}: the {name} table has no rows for "
                     "later positions.")
         if model.is_absolute:
             return (f"Runs, but {name} then sees absolute positions it never saw in training (up to the document "
@@ -79,6 +88,15 @@ def _verdict(model: LabModel, strategy: str) -> str:
                 "function of the query's true position (up to the document length), so it differs from re-encoding "
                 "the window at 0..W-1.")
     raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def _mean_per_byte(bits: np.ndarray, sizes: np.ndarray | None) -> float:
+    """Mean bits per byte of the scored predictions (NaN: not scored): the plain mean when every id is one
+    byte, else the bits over the bytes the scored ids cover (a tokenizer's ids cover several)."""
+    if sizes is None:
+        return float(np.nanmean(bits))
+    scored = np.isfinite(bits)
+    return float(bits[scored].sum() / sizes[scored].sum())
 
 
 @dataclass
@@ -154,13 +172,16 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_bytes: int
         except PositionLimitError:  # the method cannot hold the window: step, to say where it stops
             cache = fresh_cache()
         progress(first / steps)
+    sizes = model.bytes_per_id(ids[1 : steps + 1])  # bytes of each predicted id: bits per byte, not per token
+    sizes = None if (sizes == 1).all() else np.asarray(sizes)
     if strategy == "reencode" and first == min(window, steps) and first < steps and timed_steps:
         seconds, timed = _reencode_batched(model, ids, window, first, steps, bits, timed_steps, progress)
         bits = bits.cpu().numpy()
         progress(1.0)
         done = int(np.isfinite(bits).sum())
         full = bits[window:]
-        return SlidingResult(strategy, window, float(np.nanmean(bits)), None if full.size == 0 else float(full.mean()),
+        return SlidingResult(strategy, window, _mean_per_byte(bits, sizes),
+                             None if full.size == 0 else _full_mean(full, sizes, window),
                              1000 * seconds / timed, done, bits, None, timed)
     _sync(model)
     loop_start = time.perf_counter()
@@ -178,7 +199,7 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_bytes: int
                     cache.positions = mark_run(torch.arange(p - held, p, device=dev), p - held)
                 logits = model(ids[None, t : t + 1], positions=p, cache=cache).logits[0, -1]
         except PositionLimitError as exc:
-            error = f"Stopped at byte {t:,}: {exc}"
+            error = f"Stopped at {model.unit} {t:,}: {exc}"
             break
         bits[t] = F.cross_entropy(logits.float()[None], ids[t + 1 : t + 2]).double() / LN2
         if t % every == 0:
@@ -191,9 +212,16 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_bytes: int
     stepped = done - first
     seconds, per = (end - loop_start, stepped) if stepped > 0 else (end - start, max(1, done))
     full = bits[window:]  # step t >= W: the window has evicted at least one byte
-    return SlidingResult(strategy, window, None if error else float(np.nanmean(bits)),
-                         None if error or full.size == 0 else float(full.mean()),
+    return SlidingResult(strategy, window, None if error else _mean_per_byte(bits, sizes),
+                         None if error or full.size == 0 else _full_mean(full, sizes, window),
                          1000 * seconds / per, done, bits, error, max(0, stepped))
+
+
+def _full_mean(full: np.ndarray, sizes: np.ndarray | None, window: int) -> float:
+    """Bits per byte of the predictions after the first eviction (as ``float(full.mean())`` for bytes)."""
+    if sizes is None:
+        return float(full.mean())
+    return float(full.sum() / sizes[window:].sum())
 
 
 def _reencode_batched(model: LabModel, ids: torch.Tensor, window: int, first: int, steps: int, bits: torch.Tensor,

@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from views._charts import metric_rows, show_chart
-from views._page import error_box, page_header, usable_checkpoints
+from views._models import usable_models
+from views._page import error_box, page_header
 from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_int, qp_multi, sync_url
@@ -31,8 +32,8 @@ with st.expander("The three strategies", expanded=True):
         st.markdown(f"**{TITLES[strategy]}** (`{strategy}`) — {kv_cache.STRATEGY_HOW[strategy]}")
 
 
-checkpoints, models = usable_checkpoints(open_model)  # each resolved once; weights load when one is scored
-names = list(models)
+catalog = usable_models(open_model)  # each resolved once; weights load when one is scored
+models, names = catalog.models, catalog.names
 train_length = models[names[0]].train_length
 
 # ------------------------------------------------------------------------------------------------
@@ -40,13 +41,18 @@ train_length = models[names[0]].train_length
 # ------------------------------------------------------------------------------------------------
 left, right = st.columns(2)
 with left:
+    catalog.add_input()
     # One of each kind by default (absolute, attention-time bias, rotary): every byte is a forward pass,
     # so every shipped checkpoint at once takes several times longer; the others are one click away.
-    default_models = [n for n in ("sinusoidal", "alibi", "rope") if n in names] or names[:3]
-    chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models",
-                            help="Each checkpoint scores the text three times, byte by byte.")
+    default_models = [n for n in ("sinusoidal", "alibi", "rope") if n in catalog.shipped] or catalog.shipped[:3]
+    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+                            default=qp_multi("models", default_models, names), key="w_models",
+                            help="Each model scores the text three times, one byte (or token) at a time.")
+    catalog.caption()
+    # The window and the bytes scored count each model's own ids: bytes for a checkpoint, tokens for a published model.
+    one, many = kv_cache.unit_words({models[n].unit for n in chosen if n in models} or {"byte"})
     windows = sorted({w for w in (16, 32, 64, 128, 256, 512, 1024, train_length) if w <= min(MAX_KV_CACHE_POSITIONS, 1024)})
-    window = st.select_slider("Window W (bytes of context, including the current byte)", windows,
+    window = st.select_slider(f"Window W ({many} of context, including the current {one})", windows,
                               value=int(qp_choice("W", str(train_length), [str(w) for w in windows])), key="w_W",
                               format_func=lambda w: f"{w:,}" + (" (train length)" if w == train_length else ""))
 with right:
@@ -66,12 +72,15 @@ low = min(window + 2, most)
 # 64 bytes past the window by default (was 128): each re-encoded byte is a forward pass of W bytes, most of a first
 # visit's wait. 64 still tell the story on the default document at W = 256: the shifted cache costs sinusoidal and
 # RoPE 2.6 and 3.7 bits per byte more than re-encoding, ALiBi 0.005 (at 128: 2.7, 3.5 and 0.01).
-n_bytes = st.slider("Bytes to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
+n_bytes = st.slider(f"{many.capitalize()} to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
                     step=1, key="w_n", help="The first W predictions come from one forward pass (nothing is evicted yet, "
-                    "so the strategies agree); every byte after that is a step of its own. "
-                    f"Capped at {MAX_SLIDING_BYTES:,} bytes.")
+                    f"so the strategies agree); every {one} after that is a step of its own. "
+                    f"Capped at {MAX_SLIDING_BYTES:,} {many}.")
 sync_url(n=n_bytes)
 text_bytes = text.as_bytes()
+chosen = catalog.ready(chosen)  # a published model's weights load now, under a progress bar
+if not chosen:
+    st.stop()
 
 # ------------------------------------------------------------------------------------------------
 # The two-pass diagram (no model needed: shown at once; its slider reruns only this section)
@@ -112,20 +121,23 @@ two_pass_section()
 # ------------------------------------------------------------------------------------------------
 # Score the document under each strategy
 # ------------------------------------------------------------------------------------------------
-st.subheader(f"Scoring {n_bytes:,} bytes with a {window:,}-byte window")
+st.subheader(f"Scoring {n_bytes:,} {many} with a {window:,}-{one} window")
 expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: kv_cache.strategy_verdict(models[n], s) for s in kv_cache.STRATEGIES}}
                          for n in chosen])
-with st.expander("What to expect for each checkpoint", expanded=False):
+with st.expander("What to expect for each model" if catalog.published else "What to expect for each checkpoint",
+                 expanded=False):
     st.dataframe(expected, hide_index=True, height="content")
 
 BPB = "bits/byte after the window fills"
+STEP = one if " " not in one else "step"  # what one step scores: "byte" for the checkpoints
+MS, SCORED, TIMED_COLUMN = f"ms/{STEP}", f"{STEP}s scored", f"{STEP}s timed"
 COLUMNS = [TITLES[s] for s in kv_cache.STRATEGIES]
 
 
 def results_frame(rows: list[dict]) -> pd.DataFrame:
-    results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", "ms/byte",
-                                          "bytes scored", "bytes timed", "note"])
-    for column in (BPB, "bits/byte, all bytes", "ms/byte"):
+    results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", MS,
+                                          SCORED, TIMED_COLUMN, "note"])
+    for column in (BPB, "bits/byte, all bytes", MS):
         results[column] = pd.to_numeric(results[column])
     return results
 
@@ -145,7 +157,7 @@ def show_tables(results: pd.DataFrame, done: bool) -> None:
 
     # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
     bpb_slot.dataframe(cell(pivot(BPB), "cannot run", ".3f"), width="stretch", height="content")
-    speed_slot.dataframe(cell(pivot("ms/byte"), "—", ".2f"), width="stretch", height="content")
+    speed_slot.dataframe(cell(pivot(MS), "—", ".2f"), width="stretch", height="content")
 
 
 def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
@@ -157,19 +169,19 @@ def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
                                   "'cached_window': 'Cached, true positions'}[datum.label]")),
         tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
     ).properties(height=320)
-    speed = alt.Chart(results.dropna(subset=["ms/byte"])).mark_bar().encode(
+    speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(
         x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
-        y=alt.Y("ms/byte:Q", title="milliseconds per byte (lower is faster)"),
+        y=alt.Y(f"{MS}:Q", title=f"milliseconds per {STEP} (lower is faster)"),
         color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
-        tooltip=["checkpoint", "how", alt.Tooltip("ms/byte:Q", format=".2f"), "bytes timed"],
+        tooltip=["checkpoint", "how", alt.Tooltip(f"{MS}:Q", format=".2f"), TIMED_COLUMN],
     ).properties(height=320)
     return bpb, speed
 
 
-st.markdown(f"**Bits per byte on bytes {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
+st.markdown(f"**Bits per byte on {many} {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
             "can differ; blank = cannot run)")
 bpb_slot = st.empty()
-st.markdown(f"**Milliseconds per byte**, measured on this page ({device_label()})")
+st.markdown(f"**Milliseconds per {one}**, measured on this page ({device_label()})")
 speed_slot = st.empty()
 speed_note = st.empty()
 working = st.container()  # progress bars of the computations, under the tables they fill
@@ -200,12 +212,12 @@ for i, name in enumerate(chosen):
         try:
             with working:
                 r = compute_once("sliding", sliding_key(model, strategy), compute,
-                                 f"{name}: {TITLES[strategy].lower()} over {n_bytes:,} bytes…")
+                                 f"{name}: {TITLES[strategy].lower()} over {n_bytes:,} {model.unit}s…")
         except PosvizError as exc:
             r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
         rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
                      BPB: r["bpb_full"], "bits/byte, all bytes": r["bpb"],
-                     "ms/byte": r["ms"], "bytes scored": r["n"], "bytes timed": r.get("timed"),
+                     MS: r["ms"], SCORED: r["n"], TIMED_COLUMN: r.get("timed"),
                      "note": r["error"] or kv_cache.strategy_verdict(models[name], strategy)})
         if streaming:
             show_tables(results_frame(rows), done=False)
@@ -215,19 +227,19 @@ for i, name in enumerate(chosen):
         speed_chart_slot.altair_chart(speed_chart, width="stretch")
 results = results_frame(rows)
 show_tables(results, done=True)
-reencoded = results[results["strategy"] == "reencode"]["bytes timed"].dropna()
+reencoded = results[results["strategy"] == "reencode"][TIMED_COLUMN].dropna()
 speed_note.caption(
-    "Shifted and cached strategies: every byte after the window filled, each a step of its own. Re-encode: "
-    + (f"the mean of {int(reencoded.max()):,} of those bytes, evenly spread, each re-encoded alone as a generator "
-       "does; its other bytes were re-encoded as batches of windows (the same bits, in fewer calls), whose time per "
-       "byte is not what one byte costs a generator. " if len(reencoded) and reencoded.max() > 0 else "")
+    f"Shifted and cached strategies: every {one} after the window filled, each a step of its own. Re-encode: "
+    + (f"the mean of {int(reencoded.max()):,} of those {many}, evenly spread, each re-encoded alone as a generator "
+       f"does; its other {many} were re-encoded as batches of windows (the same bits, in fewer calls), whose time per "
+       f"{one} is not what one {one} costs a generator. " if len(reencoded) and reencoded.max() > 0 else "")
     + "Measured on the first run; later views reuse it.")
 bpb_chart, speed_chart = bar_charts(results)
 with bpb_chart_slot.container():
     show_chart(bpb_chart, results, f"sliding-bpb-W{window}-n{n_bytes}", "Missing bars: the strategy cannot run (see notes).")
 with speed_chart_slot.container():
     show_chart(speed_chart, results, f"sliding-speed-W{window}-n{n_bytes}",
-               "Wall-clock milliseconds per byte of the steps after the window filled, one byte at a time, as a "
+               f"Wall-clock milliseconds per {one} of the steps after the window filled, one {one} at a time, as a "
                "generator runs (first run; later views reuse it).")
 
 for _, r in results.iterrows():
@@ -251,28 +263,34 @@ def cache_check_section() -> None:
         "once byte by byte through a cache; the logits agree to float precision."
     )
     c1, c2 = st.columns(2)
-    check_model = c1.selectbox("Checkpoint", names, index=names.index(qp_choice("check", default_check, names)), key="w_check")
-    check_cap = min(MAX_KV_CACHE_POSITIONS, len(text), 1024)
-    check_length = c2.slider("Bytes", 16, max(16, check_cap), value=qp_int("cl", min(128, check_cap), 16, max(16, check_cap)),
-                             key="w_cl", help="Cached decoding of this many bytes vs one forward pass over them.")
-    sync_url(check=check_model, cl=check_length)
+    check_model = c1.selectbox("Checkpoint" if not catalog.published else "Model", names, format_func=catalog.label,
+                               index=names.index(qp_choice("check", default_check, names)), key="w_check")
+    if not catalog.ready([check_model], c1):  # a published model loads now; one that cannot says why
+        return
     model = models[check_model]
+    u = model.unit
+    n_text = len(text) if u == "byte" else int(model.encode(text_bytes).numel())  # the text in the model's ids
+    check_cap = min(MAX_KV_CACHE_POSITIONS, n_text, 1024)
+    check_length = c2.slider(f"{u.capitalize()}s", 16, max(16, check_cap), value=qp_int("cl", min(128, check_cap), 16, max(16, check_cap)),
+                             key="w_cl", help=f"Cached decoding of this many {u}s vs one forward pass over them.")
+    sync_url(check=check_model, cl=check_length)
     try:
         check = compute_once(
-            "cache_check", model.key + (text_bytes[:check_length], check_length),
+            "cache_check", model.key + (text_bytes[:check_length], check_length) if u == "byte" else
+            model.key + (text_bytes, check_length),
             lambda progress: kv_cache.cache_check(model, model.encode(text_bytes), check_length, progress=progress),
-            f"{check_model}: cached vs full forward over {check_length:,} bytes…")
+            f"{check_model}: cached vs full forward over {check_length:,} {u}s…")
     except PosvizError as exc:
-        error_box(exc, "Choose fewer bytes, or a model that can represent this many positions.")
+        error_box(exc, f"Choose fewer {u}s, or a model that can represent this many positions.")
     else:
         metric_rows([
             dict(label="max |cached − full| logit", value=f"{check['max_abs_diff']:.1e}",
                  help=f"Largest logit is {check['logit_scale']:.1f}; float32 rounding is about 1e-6 of that."),
-            dict(label="full forward pass", value=f"{check['full_ms']:.1f} ms", help=f"all {check_length:,} bytes at once"),
-            dict(label="cached, per byte", value=f"{check['cached_ms_per_byte']:.2f} ms"),
-            dict(label="no cache (re-run the prefix), per byte", value=f"{check['reencode_ms_per_byte']:.2f} ms",
+            dict(label="full forward pass", value=f"{check['full_ms']:.1f} ms", help=f"all {check_length:,} {u}s at once"),
+            dict(label=f"cached, per {u}", value=f"{check['cached_ms_per_byte']:.2f} ms"),
+            dict(label=f"no cache (re-run the prefix), per {u}", value=f"{check['reencode_ms_per_byte']:.2f} ms",
                  help=f"Mean time of re-running {check['reencode_timed']:,} of the {check_length:,} prefixes, one in "
-                      f"each of {check['reencode_timed']:,} equal stretches of 1–{check_length:,} bytes."),
+                      f"each of {check['reencode_timed']:,} equal stretches of 1–{check_length:,} {u}s."),
         ], per_row=2)  # long labels: four in a row were cut in presentation mode
         st.caption("Generation cannot use the full forward pass (it does not know the future bytes); the fair comparison is "
                    "the cached decoder against re-running the prefix for every new byte.")
