@@ -178,7 +178,7 @@ def read_hf_config(ref: str) -> tuple[object, Path | None]:
         raise PosvizError(f"{ref} is a {model_type!r} model, whose position method posviz does not read. "
                           f"Supported families: {supported_families()}.")
     try:
-        config = AutoConfig.from_pretrained(str(Path(path).parent))
+        config = AutoConfig.from_pretrained(str(Path(path).parent), trust_remote_code=False)
     except Exception as exc:
         raise PosvizError(f"{path}: transformers cannot read this config ({exc}).") from exc
     return config, folder
@@ -278,6 +278,10 @@ class PublishedCache:
     def keep_last(self, n: int) -> None:
         """Drop all but the newest ``n`` entries of every layer."""
         if len(self) <= n:
+            return
+        if n == 0:
+            self.__post_init__()
+            self.positions = None
             return
         for layer in self.hf.layers:
             if getattr(layer, "keys", None) is not None and layer.keys.numel():
@@ -598,6 +602,8 @@ class PublishedModel(LabModel):
             pos = torch.arange(positions, positions + T, device=self._device)
         else:
             pos = torch.as_tensor(positions, device=self._device).flatten()
+        if cache is not None and cache.max_size is not None and T <= cache.max_size:
+            cache.keep_last(cache.max_size - T)  # each query sees the max_size keys ending at itself, itself included
         held = len(cache) if cache is not None else 0
         if cache is not None and cache.max_size is not None and T > 1 and held + T > cache.max_size:
             # a chunk into a full window: each query must see only the window ending at itself
