@@ -15,6 +15,27 @@ from .extrapolation import score_at_length, windows_for
 from .lab_model import LabModel
 
 
+def aligned(model_a: LabModel, model_b: LabModel, text: bytes) -> bool:
+    """Whether A and B read ``text`` as the same ids with the same trained context, so that their losses and
+    attention line up position by position (two byte-level checkpoints always do; a tokenized model and a
+    byte-level one never)."""
+    if (model_a.unit, model_a.train_length) != (model_b.unit, model_b.train_length):
+        return False
+    return model_a.unit == "byte" or bool(np.array_equal(model_a.encode(text).numpy(), model_b.encode(text).numpy()))
+
+
+def attention_pair(model_a: LabModel, ids_a, length_a: int, model_b: LabModel, ids_b, length_b: int, layer: int,
+                   head: int, max_side: int = 512, log_scale: bool = False) -> dict:
+    """One head's attention map of A over its first ``length_a`` ids and of B over its first ``length_b`` ids,
+    each pooled to at most ``max_side`` a side, for two models whose ids do not line up (no difference map)."""
+    out = {}
+    for key, model, ids, length in (("a", model_a, ids_a, length_a), ("b", model_b, ids_b, length_b)):
+        probs = display_attention(attention_probs(model, ids, length, layer)[head], log_scale=log_scale)
+        out[key], out[f"block_{key}"] = pool_matrix(probs, max_side)
+        out[f"length_{key}"] = length
+    return out
+
+
 def compare_methods(model_a: LabModel, model_b: LabModel, ids, length: int) -> dict:
     """Per-position mean loss (bits) of A and B on the same windows, and B - A."""
     a, b = score_at_length(model_a, ids, length), score_at_length(model_b, ids, length)

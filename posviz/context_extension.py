@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import PositionLimitError, PosvizError
-from .extrapolation import LengthScore, _length_score, score_at_length, windows_for
+from .extrapolation import LengthScore, _length_score, _predicted_bytes, score_at_length, windows_for
 from .lab_inputs import LN2, Progress, _no_progress
 from .lab_model import LabModel
 from .palette import rope_series
@@ -95,6 +95,16 @@ def extension_lengths(train_length: int, cap: int, n_bytes: int) -> list[int]:
     return out
 
 
+def reference_lengths(base: LabModel, lengths: Sequence[int], model: LabModel, n_ids: int) -> list[int]:
+    """The lengths a reference model runs at beside ``base`` at ``lengths``: the same ones when the two share
+    unit and trained context; else the same multiples of its own trained context, within its device cap
+    and a text of ``n_ids`` of its ids (a byte-level checkpoint next to a published model)."""
+    if (model.unit, model.train_length) == (base.unit, base.train_length):
+        return list(lengths)
+    out = [round(n / base.train_length * model.train_length) for n in lengths]
+    return [n for n in out if 2 <= n <= min(model.length_cap, n_ids - 1)]
+
+
 def prefixes_hold(model: LabModel, lengths: Sequence[int]) -> bool:
     """Whether the first L positions of a longer window compute what a window of L computes, for every
     L in ``lengths``: true of a causal model whose positions mean the same in every window. Not of a
@@ -145,7 +155,9 @@ def length_scores(model: LabModel, ids, lengths: Sequence[int], progress: Progre
             done += n * len(starts[k : k + per_batch])
             progress(done / total)
         seconds[n] = time.perf_counter() - start_time
-    return {n: _length_score(torch.stack([bits_at[w * n][:n] for w in range(windows[n])]).numpy(), n, seconds[n])
+    # bits per byte: a tokenized model's ids cover several bytes each (None: one each, the plain mean)
+    return {n: _length_score(torch.stack([bits_at[w * n][:n] for w in range(windows[n])]).numpy(), n, seconds[n],
+                             _predicted_bytes(model, ids, windows[n] * n))
             for n in lengths}
 
 

@@ -153,15 +153,19 @@ class ModelList:
 
 def usable_models(read) -> ModelList:
     """The shipped checkpoints ``read`` can open (as ``usable_checkpoints``: error boxes for the others,
-    a stop when there is none), then the published models of ``$POSVIZ_MODELS`` and any a visitor added.
+    a stop when there is none), then the published models (``add_published``)."""
+    checkpoints, models = usable_checkpoints(read)
+    refs = {name: str(folder) for name, folder in checkpoints.items() if name in models}
+    return add_published(ModelList(refs, dict(models), [], read))
+
+
+def add_published(listing: ModelList) -> ModelList:
+    """``listing`` with the published models of ``$POSVIZ_MODELS`` and any a visitor added after its own.
 
     A published model that cannot be opened gets an error box and is left out; nothing is downloaded
     but a hub model's config.json where the hub is reachable and it is not cached, and that only when
-    it is picked (``ready``).
+    it is picked (``ModelList.ready``).
     """
-    checkpoints, models = usable_checkpoints(read)
-    refs = {name: str(folder) for name, folder in checkpoints.items() if name in models}
-    listing = ModelList(refs, dict(models), [], read)
     published = _deployer_models()
     typed = st.session_state.get(ADD_KEY) or ""
     if typed and _any_model_allowed():
@@ -173,7 +177,7 @@ def usable_models(read) -> ModelList:
             model = None
         else:
             try:
-                model = _open(read, ref)
+                model = _open(listing.read, ref)
             except PosvizError as exc:
                 error_box(PosvizError(f"Published model {ref!r} cannot be opened: {exc}"),
                           "The shipped checkpoints and the other models keep working.")

@@ -8,8 +8,9 @@ import streamlit as st
 
 from views._charts import method_scales, show_chart
 from views._matrices import show_matrix, show_pooled_matrix
-from views._serving import compute_once
-from views._page import error_box, page_header, usable_checkpoints
+from views._serving import compute_once, shared
+from views._models import usable_models
+from views._page import error_box, page_header
 from views._text import choose_text
 from views._url import qp_choice, qp_int, sync_url
 from posviz import compare, extrapolation, lab_inputs
@@ -30,7 +31,7 @@ def one_loss(model: LabModel, text: bytes, length: int) -> dict:
         s = extrapolation.score_at_length(model, model.encode(text), length)
         return {"position_bits": s.position_bits, "bpb": s.bpb}
 
-    return compute_once("compare-loss", model.key + (text, length), compute, f"{model.name} at {length:,} bytes…")
+    return compute_once("compare-loss", model.key + (text, length), compute, f"{model.name} at {length:,} {model.unit}s…")
 
 
 def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length: int, layer: int, head: int,
@@ -41,17 +42,28 @@ def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length:
                         f"Attention of {model_a.name} and {model_b.name}…")
 
 
+def methods_attention_apart(model_a: LabModel, length_a: int, model_b: LabModel, length_b: int, text: bytes, layer: int,
+                            head: int, log_scale: bool) -> dict:
+    """A's and B's maps each over its own ids (their ids do not line up: no difference map)."""
+    return compute_once("compare-methods-attention-apart",
+                        model_a.key + model_b.key + (text, length_a, length_b, layer, head, log_scale),
+                        lambda progress: compare.attention_pair(model_a, model_a.encode(text), length_a, model_b,
+                                                                model_b.encode(text), length_b, layer, head,
+                                                                log_scale=log_scale),
+                        f"Attention of {model_a.name} and {model_b.name}…")
+
+
 def lengths_losses(model: LabModel, text: bytes, length: int) -> dict:
     return compute_once("compare-lengths", model.key + (text, length),
                         lambda progress: compare.compare_lengths(model, model.encode(text), length),
-                        f"{model.name} at {length:,} and {2 * length:,} bytes…")
+                        f"{model.name} at {length:,} and {2 * length:,} {model.unit}s…")
 
 
 def lengths_attention(model: LabModel, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
     return compute_once("compare-lengths-attention", model.key + (text, length, layer, head, log_scale),
                         lambda progress: compare.length_attention_difference(model, model.encode(text), length, layer,
                                                                              head, log_scale=log_scale),
-                        f"Attention of {model.name} at {length:,} and {2 * length:,} bytes…")
+                        f"Attention of {model.name} at {length:,} and {2 * length:,} {model.unit}s…")
 
 
 SCALES = {"log": "log₁₀ probability", "prob": "probability"}
@@ -66,26 +78,29 @@ def colour_scale(where) -> bool:
     return scale == "log"
 
 
-checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
-names = list(models)
+catalog = usable_models(open_model)  # each resolved once for this run; weights load when run
+models, names = catalog.models, catalog.names
+shipped_names = catalog.shipped  # the defaults: published models are picked on request
 
 
 def map_panel(matrix: np.ndarray, block: int, length: int, name: str, title: str, value_title: str, scheme: str,
-              marks: list[int]) -> None:
+              marks: list[int], unit: str = "byte") -> None:
     if block == 1 and length <= 128:
         st.markdown(f"**{title}**")
-        show_matrix(matrix, name, "key byte", "query byte", value_title, scheme=scheme, marks=marks,
+        show_matrix(matrix, name, f"key {unit}", f"query {unit}", value_title, scheme=scheme, marks=marks,
                     mark_label="the training length")
     else:
-        show_pooled_matrix(matrix, block, (length, length), name, "key byte", "query byte", value_title, scheme=scheme,
+        show_pooled_matrix(matrix, block, (length, length), name, f"key {unit}", f"query {unit}", value_title, scheme=scheme,
                            marks=marks, mark_label="the training length", side=384, title=title)
 
 
 modes = ["methods", "lengths"]
 left, right = st.columns(2)
 with left:
+    catalog.add_input()
     mode = st.radio("Compare", modes, index=modes.index(qp_choice("mode", "methods", modes)), horizontal=True,
                     format_func={"methods": "method A vs method B", "lengths": "length L vs 2L"}.get, key="w_mode")
+    catalog.caption()
 with right:
     text = choose_text()
 sync_url(mode=mode)
@@ -93,19 +108,117 @@ if text is None:
     st.stop()
 text_bytes = text.as_bytes()
 
+
+def id_count(name: str) -> int:
+    """The text's length in this model's ids (its bytes for a checkpoint)."""
+    model = models[name]
+    return len(text) if model.unit == "byte" else shared(
+        "n-ids", model.key + (text_bytes,), lambda: extrapolation.id_count(model, text_bytes))
+
+def methods_apart(a: str, b: str, where) -> None:
+    """Method A vs method B when their ids do not line up (a byte-level checkpoint and a published model, or
+    two tokenizers): each runs at the same multiple of its own trained context; bits per byte compare, the
+    losses are drawn against the fraction of each one's context, and the two maps side by side."""
+    ma, mb = models[a], models[b]
+    multiples = extrapolation.multiple_options([ma, mb], [id_count(a), id_count(b)])
+    if len(multiples) < 2:
+        error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
+        st.stop()
+    stops = [f"{m:g}" for m in multiples]
+    multiple = float(where.select_slider("Length (multiple of each model's trained context)", stops,
+                                         value=qp_choice("M", "2" if "2" in stops else stops[-1], stops), key="w_M",
+                                         format_func=lambda m: f"{float(m):g}×"))
+    c4, c5, c6 = st.columns(3)
+    n_layer, n_head = min(ma.n_layer, mb.n_layer), min(ma.n_head, mb.n_head)
+    layer = c4.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
+    head = c5.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
+    log_scale = colour_scale(c6)
+    map_title = "log₁₀ attention probability" if log_scale else "attention probability"
+    sync_url(a=a, b=b, M=f"{multiple:g}", layer=layer, head=head)
+    lengths = {n: extrapolation.length_at_multiple(models[n], multiple) for n in (a, b)}
+    st.caption(f"{a} and {b} read the text as different ids (bytes or tokens) or were trained on different contexts: "
+               f"each runs at {multiple:g}× its own trained context ({a}: {lengths[a]:,} {ma.unit}s of {ma.train_length:,}; "
+               f"{b}: {lengths[b]:,} {mb.unit}s of {mb.train_length:,}). Bits per byte compare; positions are drawn as "
+               "fractions of each model's context, with no position-by-position difference.")
+
+    st.subheader(f"Loss at each position: {a} vs {b} at {multiple:g}× their trained contexts")
+    curves = {}
+    for name in (a, b):
+        problem = extrapolation.cannot_run_at(models[name], lengths[name], id_count(name))
+        try:
+            if problem:
+                raise PosvizError(problem)
+            curves[name] = one_loss(models[name], text_bytes, lengths[name])
+        except PosvizError as exc:
+            error_box(exc, f"{name} cannot run at {multiple:g}× its trained context; the other model is still shown.")
+    if not curves:
+        st.stop()
+    metric_cols = st.columns(3)
+    for col, name in zip(metric_cols, (a, b)):
+        if name in curves:
+            col.metric(f"{name}: bits/byte", f"{curves[name]['bpb']:.3f}")
+    if len(curves) == 2:
+        metric_cols[2].metric(f"{b} − {a}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
+    rows = []
+    for name, c in curves.items():
+        smoothed = lab_inputs.moving_average(c["position_bits"], max(1, lengths[name] // 64))
+        rows += [{"model": name, "position": p, "multiple": p / models[name].train_length, "bits": float(v),
+                  "unit": models[name].unit} for p, v in enumerate(smoothed) if np.isfinite(v)]
+    df = pd.DataFrame(rows)
+    x = alt.X("multiple:Q", title="position in the window ÷ the model's trained context")
+    layers = [alt.Chart(df).mark_line().encode(
+        x, alt.Y("bits:Q", title="mean loss per id (bits)", scale=alt.Scale(zero=False)),
+        alt.Color("model:N", title=None, scale=method_scales(list(curves))[0], legend=alt.Legend(orient="top")),
+        tooltip=["model", "position", "unit", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
+    if multiple > 1:
+        layers.append(alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
+            x="multiple:Q"))
+    show_chart(alt.layer(*layers), df, f"compare-loss-{a}-{b}-M{multiple:g}",
+               "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a byte-level "
+               "checkpoint, per token for a tokenized model; the dashed line: the trained context.")
+    if len(curves) < 2:
+        return
+    st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
+    try:
+        with st.spinner("Extracting attention maps…"):
+            maps = methods_attention_apart(ma, lengths[a], mb, lengths[b], text_bytes, layer, head, log_scale)
+    except PosvizError as exc:  # a published model's map past this server's memory cap
+        error_box(exc, "Choose a shorter length to see the maps.")
+        return
+    cols = st.columns(2)
+    for col, key, name in ((cols[0], "a", a), (cols[1], "b", b)):
+        model, length = models[name], lengths[name]
+        with col:
+            map_panel(maps[key], maps[f"block_{key}"], length, f"attention-{name}-l{layer}-h{head}-M{multiple:g}",
+                      f"{name} ({length:,} {model.unit}s)", map_title, "viridis",
+                      [model.train_length] if model.train_length < length else [], model.unit)
+    st.caption("Each map over its own model's ids: rows are queries, columns keys; the line marks the trained context. "
+               "Layers and heads are not aligned across separately trained models: compare patterns (how far, how "
+               "sharp), not head numbers.")
+
+
 if mode == "methods":
     c1, c2, c3 = st.columns(3)
-    a = c1.selectbox("Method A", names, index=names.index(qp_choice("a", names[0], names)), key="w_a")
-    b = c2.selectbox("Method B", names, index=names.index(qp_choice("b", names[-1], names)), key="w_b")
-    train_length = models[a].train_length
-    usable = min(models[a].length_cap, models[b].length_cap, len(text))
+    label_a, label_b = ("Model A", "Model B") if catalog.published else ("Method A", "Method B")
+    a = c1.selectbox(label_a, names, index=names.index(qp_choice("a", shipped_names[0], names)), key="w_a",
+                     format_func=catalog.label)
+    b = c2.selectbox(label_b, names, index=names.index(qp_choice("b", shipped_names[-1], names)), key="w_b",
+                     format_func=catalog.label)
+    if len(catalog.ready(list(dict.fromkeys((a, b))))) < len({a, b}):  # a published model loads now, under a bar
+        st.stop()
+    if not shared("compare-aligned", models[a].key + models[b].key + (text_bytes,),
+                  lambda: compare.aligned(models[a], models[b], text_bytes)):
+        methods_apart(a, b, c3)
+        st.stop()
+    train_length, unit = models[a].train_length, models[a].unit
+    usable = min(models[a].length_cap, models[b].length_cap, id_count(a))
     options = extrapolation.length_options(train_length, usable)
     if len(options) < 2:
         error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
         st.stop()
     default = min(2 * train_length, usable)
     default = default if default in options else options[-1]
-    length = c3.select_slider("Length L (bytes)", options, value=int(qp_choice("L", str(default), [str(o) for o in options])),
+    length = c3.select_slider(f"Length L ({unit}s)", options, value=int(qp_choice("L", str(default), [str(o) for o in options])),
                               key="w_L", format_func=lambda n: f"{n:,}")
     c4, c5, c6 = st.columns(3)
     n_layer, n_head = min(models[a].n_layer, models[b].n_layer), min(models[a].n_head, models[b].n_head)
@@ -116,11 +229,11 @@ if mode == "methods":
     sync_url(a=a, b=b, L=length, layer=layer, head=head)
     marks = [train_length] if train_length < length else []
 
-    st.subheader(f"Loss at each position: {a} vs {b} at {length:,} bytes")
+    st.subheader(f"Loss at each position: {a} vs {b} at {length:,} {unit}s")
     curves = {}
     smooth = max(1, length // 64)
     first_curve = st.empty()  # A's curve while B runs: the first chart does not wait for both models
-    with st.spinner(f"Running {a} and {b} at {length:,} bytes…"):
+    with st.spinner(f"Running {a} and {b} at {length:,} {unit}s…"):
         bar = st.progress(0.0, text=f"{a}…")
         for i, name in enumerate((a, b)):
             try:
@@ -178,35 +291,42 @@ if mode == "methods":
 
     if len(curves) == 2 and a != b:
         st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
-        with st.spinner("Extracting attention maps…"):
-            maps = methods_attention(models[a], models[b], text_bytes, length,
-                                     layer, head, log_scale)
+        try:
+            with st.spinner("Extracting attention maps…"):
+                maps = methods_attention(models[a], models[b], text_bytes, length,
+                                         layer, head, log_scale)
+        except PosvizError as exc:  # a published model's map past this server's memory cap
+            error_box(exc, "Choose a shorter L to see the maps.")
+            st.stop()
         cols = st.columns(3)
         with cols[0]:
             map_panel(maps["a"], maps["block"], length, f"attention-{a}-l{layer}-h{head}-L{length}", a,
-                      map_title, "viridis", marks)
+                      map_title, "viridis", marks, unit)
         with cols[1]:
             map_panel(maps["b"], maps["block"], length, f"attention-{b}-l{layer}-h{head}-L{length}", b,
-                      map_title, "viridis", marks)
+                      map_title, "viridis", marks, unit)
         with cols[2]:
             map_panel(maps["diff"], maps["block"], length, f"attention-diff-{a}-{b}-l{layer}-h{head}-L{length}",
-                      f"{b} − {a}", "probability difference", "redblue", marks)
+                      f"{b} − {a}", "probability difference", "redblue", marks, unit)
         st.caption(f"Largest single difference: {maps['max_abs_diff']:.3f}. Red: {b} attends more; blue: {a} attends more. "
                    "Layers and heads are not aligned across separately trained models: compare patterns (how far, how "
                    "sharp), not head numbers.")
 else:
     c1, c2 = st.columns(2)
-    model_name = c1.selectbox("Method", names, index=names.index(qp_choice("model", names[-1], names)), key="w_model")
+    model_name = c1.selectbox("Model" if catalog.published else "Method", names, format_func=catalog.label,
+                              index=names.index(qp_choice("model", shipped_names[-1], names)), key="w_model")
+    if not catalog.ready([model_name]):  # a published model loads now, under a progress bar
+        st.stop()
     model = models[model_name]
-    train_length = model.train_length
-    usable = min(model.length_cap, len(text)) // 2
+    train_length, unit = model.train_length, model.unit
+    usable = min(model.length_cap, id_count(model_name)) // 2
     options = extrapolation.length_options(train_length, usable)
     if len(options) < 2:
         error_box(PosvizError(f"The text has only {len(text):,} bytes."), "Paste a longer text.")
         st.stop()
     default = min(train_length, usable)
     default = default if default in options else options[-1]
-    length = c2.select_slider("Length L (bytes); compared with 2L", options,
+    length = c2.select_slider(f"Length L ({unit}s); compared with 2L", options,
                               value=int(qp_choice("L", str(default), [str(o) for o in options])), key="w_L2",
                               format_func=lambda n: f"L = {n:,}, 2L = {2 * n:,}")
     c3, c4, c5 = st.columns(3)
@@ -216,7 +336,7 @@ else:
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(model=model_name, L=length, layer=layer, head=head)
 
-    st.subheader(f"{model_name}: the same bytes with L = {length:,} vs 2L = {2 * length:,} bytes of window")
+    st.subheader(f"{model_name}: the same {unit}s with L = {length:,} vs 2L = {2 * length:,} {unit}s of window")
     try:
         with st.spinner("Scoring at L and 2L…"):
             result = lengths_losses(model, text_bytes, length)
@@ -234,7 +354,7 @@ else:
         rows += [{"curve": label, "position": p, "bits": float(v)}
                  for p, v in enumerate(lab_inputs.moving_average(result[key], smooth)) if np.isfinite(v)]
     df = pd.DataFrame(rows)
-    x = alt.X("position:Q", title=f"position in the 2L window (0–{2 * length - 1:,}); the prediction there sees position + 1 bytes",
+    x = alt.X("position:Q", title=f"position in the 2L window (0–{2 * length - 1:,}); the prediction there sees position + 1 {unit}s",
               scale=alt.Scale(domain=[0, 2 * length - 1], nice=False))  # one domain for both stacked charts
     marks_df = pd.DataFrame({"position": [length] + ([train_length] if train_length < 2 * length else []),
                              "what": ["L: second half starts"] + (["training length"] if train_length < 2 * length else [])})
@@ -248,12 +368,12 @@ else:
             tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
         alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"), rules).properties(height=180)
     show_chart(alt.vconcat(top, bottom), df, f"compare-lengths-{model_name}-L{length}",
-               f"Below: 2L − L; below 0, the extra context helped. Each byte is scored twice: in windows of 2L and in windows of L over the same bytes. In the first half "
-               f"the two agree exactly (same context). In the second half the 2L window gives {length:,} more bytes of "
+               f"Below: 2L − L; below 0, the extra context helped. Each {unit} is scored twice: in windows of 2L and in windows of L over the same {unit}s. In the first half "
+               f"the two agree exactly (same context). In the second half the 2L window gives {length:,} more {unit}s of "
                f"context, at positions {length:,}–{2 * length - 1:,}" +
                (f", past the training length of {train_length:,}" if 2 * length > train_length else "") + ".")
 
-    st.subheader(f"Attention on the same {length:,} bytes, alone vs after {length:,} more")
+    st.subheader(f"Attention on the same {length:,} {unit}s, alone vs after {length:,} more")
     try:
         with st.spinner("Extracting attention maps…"):
             maps = lengths_attention(model, text_bytes, length, layer, head, log_scale)
@@ -263,18 +383,18 @@ else:
     cols = st.columns(3)
     with cols[0]:
         map_panel(maps["short"], maps["block"], length, f"attention-{model_name}-short-L{length}",
-                  f"alone (positions 0–{length - 1:,})", map_title, "viridis", [])
+                  f"alone (positions 0–{length - 1:,})", map_title, "viridis", [], unit)
     with cols[1]:
         map_panel(maps["long"], maps["block"], length, f"attention-{model_name}-long-L{length}",
-                  f"after {length:,} bytes (positions {length:,}–{2 * length - 1:,})", map_title, "viridis", [])
+                  f"after {length:,} {unit}s (positions {length:,}–{2 * length - 1:,})", map_title, "viridis", [], unit)
     with cols[2]:
         map_panel(maps["diff"], maps["block"], length, f"attention-{model_name}-lendiff-L{length}",
-                  "after − alone", "probability difference", "redblue", [])
-    far = pd.DataFrame({"query": np.arange(length, 2 * length), "mass on the first L bytes": maps["far_mass"]})
+                  "after − alone", "probability difference", "redblue", [], unit)
+    far = pd.DataFrame({"query": np.arange(length, 2 * length), f"mass on the first L {unit}s": maps["far_mass"]})
     chart = alt.Chart(far).mark_line(color="#4e79a7").encode(
-        x=alt.X("query:Q", title="query byte in the 2L window"),
-        y=alt.Y("mass on the first L bytes:Q", title="attention on the first L bytes", scale=alt.Scale(domain=[0, 1])),
-        tooltip=["query", alt.Tooltip("mass on the first L bytes:Q", format=".3f")]).properties(height=240)
+        x=alt.X("query:Q", title=f"query {unit} in the 2L window"),
+        y=alt.Y(f"mass on the first L {unit}s:Q", title=f"attention on the first L {unit}s", scale=alt.Scale(domain=[0, 1])),
+        tooltip=["query", alt.Tooltip(f"mass on the first L {unit}s:Q", format=".3f")]).properties(height=240)
     show_chart(chart, far, f"far-mass-{model_name}-l{layer}-h{head}-L{length}",
                "How much of each second-half query's attention goes to the extra context. A relative method's map of the "
                "same bytes changes only because the extra keys take some of the mass; an absolute method's changes "

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from views._charts import DASHED_LEGEND, legend_for, method_scales, metric_rows, show_chart
+from views._models import ModelList, add_published
 from views._page import error_box, page_header
 from views._serving import compute_once, stored_result
 from views._text import choose_text
@@ -31,15 +32,15 @@ for name, folder in shipped_checkpoints().items():
         models[name] = open_model(folder)
     except (PosvizError, KeyError) as exc:
         error_box(PosvizError(f"Checkpoint {name!r} cannot be read: {exc}"), "Rebuild it with `make checkpoints`.")
+# the published models of $POSVIZ_MODELS join the list: a RoPE one can take the scalings, any can be a reference
+catalog = add_published(ModelList({n: str(shipped_checkpoints()[n]) for n in models}, dict(models), [], open_model))
 tuned = context_extension.finetuned_models(models)  # rope fine-tuned at a longer length: a section of their own
 rope_names = [n for n, m in models.items() if m.method == "rope" and n not in tuned]
-if not rope_names:
+# a published model listed by its hub id alone is described once picked: offered here, checked when chosen
+bases = rope_names + [n for n in catalog.published if n not in catalog.models or catalog.models[n].method == "rope"]
+if not bases:
     st.warning("No RoPE checkpoint found in models/. Run `make checkpoints` (or `python -m posviz.train --method rope`).")
     st.stop()
-rope_name = rope_names[0]
-rope = models[rope_name]
-train_length = rope.train_length
-others = [n for n in models if n != rope_name and n not in tuned]
 SCALINGS = list(ROPE_SCALINGS)
 # The curves are named by scaling ("linear") or checkpoint ("alibi"); colours are the app's, per method,
 # and each chart's legend lists only the series it draws (all eleven methods would not fit beside a chart).
@@ -50,17 +51,39 @@ ALIASES = {s: rope_series(s) for s in SCALINGS}
 # ------------------------------------------------------------------------------------------------
 left, right = st.columns(2)
 with left:
+    catalog.add_input()
+    rope_name = bases[0]
+    if len(bases) > 1:  # the shipped rope checkpoint by default; a published RoPE model on request
+        rope_name = st.selectbox("RoPE model the scalings apply to", bases, format_func=catalog.label,
+                                 index=bases.index(qp_choice("base", bases[0], bases)), key="w_base",
+                                 help="Published models' scalings are transformers' own (rope_parameters), keeping "
+                                      "the model's θ.")
+        sync_url(base=rope_name)
+    if catalog.is_published(rope_name) and not catalog.ready([rope_name]):  # it loads now, under a progress bar
+        st.stop()
+    rope = catalog.models[rope_name]
+    if rope.method != "rope":
+        error_box(PosvizError(f"{rope_name} uses {rope.method} positions: the scalings apply to RoPE models only."),
+                  "Choose another model.")
+        st.stop()
+    train_length, unit = rope.train_length, rope.unit
+    others = [n for n in catalog.names if n != rope_name and n not in tuned]
     factors = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
     factor = st.select_slider("Scaling factor s", factors, value=float(qp_choice("factor", "4.0", [str(f) for f in factors] + [f"{f:g}" for f in factors])),
                               key="w_factor", format_func=lambda f: f"{f:g}×",
-                              help=f"Stretch the {train_length:,}-byte training context to s × {train_length:,} bytes.")
+                              help=f"Stretch the {train_length:,}-{unit} training context to s × {train_length:,} {unit}s.")
     scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", SCALINGS, SCALINGS), key="w_scalings")
-    default_refs = [n for n in ("alibi", "t5") if n in others] or others[:2]
+    default_refs = [n for n in ("alibi", "t5") if n in others and n in models] or [n for n in others if n in models][:2]
     references = st.multiselect("Compare with", others, default=qp_multi("refs", default_refs, others), key="w_refs",
-                                help="Checkpoints that need no scaling, drawn solid in their own colours.")
+                                format_func=catalog.label,
+                                help="Models that need no scaling, drawn solid in their own colours.")
+    catalog.caption()
 with right:
     text = choose_text()
 sync_url(factor=factor, scalings=scalings, refs=references)
+references = catalog.ready(references)  # a published reference loads now
+# Models of other units or trained contexts than the scaled one: lengths as multiples of each one's context.
+mixed = extrapolation.mixed_contexts([rope] + [catalog.models[n] for n in references])
 
 # ------------------------------------------------------------------------------------------------
 # Wavelengths: what each scaling does to the rotation of every pair (no text needed)
@@ -98,12 +121,14 @@ st.markdown(
     "ways, with the same small budget each: no scaling, linear interpolation, YaRN. Dashed: the same scaling "
     "before fine-tuning; solid: after. The methods that need no stretching are drawn for reference."
 )
+# the shipped rope checkpoint's training length, whichever model the scalings below apply to
+ft_length = models[rope_names[0]].train_length if rope_names else train_length
 ft_rows = pd.DataFrame(context_extension.finetuning_rows(models), columns=["curve", "length", "bpb", "stage", "of"])
 if ft_rows.empty:
     st.info("No fine-tuned RoPE checkpoints in models/ yet. `scripts/finetune_rope.sh` makes them "
             "(part of `make checkpoints`); then `python -m posviz.evaluate_all` stores their curves.", icon="ℹ️")
 else:
-    ft_refs = [n for n in ("alibi", "t5", "kerple", "fire") if n in others]
+    ft_refs = [n for n in ("alibi", "t5", "kerple", "fire") if n in others and n in models]
     refs = pd.DataFrame([{"curve": n, "length": L, "bpb": v, "stage": "no fine-tuning needed", "of": n}
                          for n in ft_refs for L, v in extrapolation.shipped_bpb_curve(models[n]) if v is not None],
                         columns=ft_rows.columns)
@@ -116,13 +141,13 @@ else:
     stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
         domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
     ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
-    target = 4 * train_length
-    ft_rules = alt.Chart(pd.DataFrame({"length": [train_length, target]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+    target = 4 * ft_length
+    ft_rules = alt.Chart(pd.DataFrame({"length": [ft_length, target]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
     # One above the other: beside the chart, the tables' columns were cut at 1366 px.
     left, right = st.container(), st.container()
     with left:
         show_chart(alt.layer(ft_chart, ft_rules).properties(height=340), ft_all, "context-extension-finetuned",
-                   f"Dotted: the training length ({train_length:,}) and the fine-tuning length ({target:,}).")
+                   f"Dotted: the training length ({ft_length:,}) and the fine-tuning length ({target:,}).")
     with right:
         facts = pd.DataFrame(context_extension.finetuning_facts(models))
         st.dataframe(facts, hide_index=True, height="content")
@@ -161,12 +186,26 @@ shipped = pd.DataFrame(context_extension.shipped_scaling_curves(rope), columns=[
 shipped = shipped[shipped["scaling"].isin(scalings)].rename(columns={"scaling": "curve"})
 shipped["kind"] = "rope + scaling"
 ref_rows = [{"curve": n, "length": L, "bpb": v, "factor": None, "kind": "no scaling needed"}
-            for n in references for L, v in extrapolation.shipped_bpb_curve(models[n]) if v is not None]
+            for n in references for L, v in extrapolation.shipped_bpb_curve(catalog.models[n]) if v is not None]
 shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], ignore_index=True)
+CONTEXT = {rope_name: train_length, **{n: catalog.models[n].train_length for n in references}}
+
+
+def with_multiples(df: pd.DataFrame) -> pd.DataFrame:
+    """Mixed units or contexts: each row's length as a multiple of its own model's trained context."""
+    if not mixed:
+        return df
+    contexts = [train_length if kind == "rope + scaling" else CONTEXT[curve] for curve, kind in zip(df["curve"], df["kind"])]
+    return df.assign(multiple=df["length"] / pd.Series(contexts, index=df.index, dtype=float))
+
+
+shipped = with_multiples(shipped)
 
 
 def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
-    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+    if mixed:
+        return multiple_chart(df, title)
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
     colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
     colour = alt.Color("curve:N", scale=colours, title=None)
@@ -178,9 +217,26 @@ def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
     return alt.layer(rope, refs, rule).properties(height=340, title=title)
 
 
+def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
+    """``curve_chart`` against the multiple of each model's trained context (bytes and tokens on one axis)."""
+    x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
+    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+    colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
+    colour = alt.Color("curve:N", scale=colours, title=None)
+    tip = ["curve", "length", alt.Tooltip("multiple:Q", format="g"), alt.Tooltip("bpb:Q", format=".3f"),
+           alt.Tooltip("factor:Q", format="g")]
+    dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)
+    scaled = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+    refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+    rule = alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="multiple:Q")
+    return alt.layer(scaled, refs, rule).properties(height=340, title=title)
+
+
 c1, c2 = st.columns(2)
 with c1:
-    if shipped.empty:
+    if shipped.empty and catalog.is_published(rope_name):
+        st.info(f"{rope_name} is a published model: it has no stored curves; its live curves are on the right.")
+    elif shipped.empty:
         st.info("No stored curves yet (run `python -m posviz.evaluate_all`).")
     else:
         show_chart(curve_chart(shipped, "Shipped: factor = length ÷ training length"), shipped, "context-extension-shipped",
@@ -198,18 +254,29 @@ try:
 except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
     with c2:
         live_slot.empty()
-        error_box(exc, "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
+        error_box(exc, f"Choose another model above; {rope_name}'s scalings cannot run." if catalog.is_published(rope_name)
+                  else "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
                        "`python -m posviz.train --method rope`.")
     st.stop()
-lengths = context_extension.extension_lengths(train_length, rope.length_cap, len(text))
+text_bytes = text.as_bytes()
+
+
+def id_count(model) -> int:
+    """The text's length in the model's ids (its bytes for a checkpoint)."""
+    return len(text) if model.unit == "byte" else int(model.encode(text_bytes).numel())
+
+
+lengths = context_extension.extension_lengths(train_length, rope.length_cap, id_count(rope))
 if not lengths:
     with c2:
         live_slot.empty()
-        error_box(PosvizError(f"The text has {len(text):,} bytes, fewer than the training length ({train_length:,})."),
+        error_box(PosvizError(f"The text has {id_count(rope):,} {unit}s, fewer than the training length ({train_length:,})."),
                   "Pick a validation document or paste a longer text.")
     st.stop()
-text_bytes = text.as_bytes()
 LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
+# each reference's own lengths: the same as the scaled model's, or the same multiples of its own context
+ref_lengths = {n: context_extension.reference_lengths(rope, lengths, catalog.models[n], id_count(catalog.models[n]))
+               for n in references}
 
 
 def scaling_key(scaling: str) -> tuple:
@@ -217,19 +284,19 @@ def scaling_key(scaling: str) -> tuple:
     return rope.key + (text_bytes, scaling, 1.0 if scaling == "none" else factor, tuple(lengths))
 
 
-def reference_key(model) -> tuple:
-    return model.key + (text_bytes, tuple(lengths))
+def reference_key(model, name: str) -> tuple:
+    return model.key + (text_bytes, tuple(ref_lengths[name]))
 
 
 def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame]) -> pd.DataFrame:
     live = pd.DataFrame(scaling_rows, columns=["scaling", "factor", "length", "bpb"]).rename(columns={"scaling": "curve"})
     live["kind"] = "rope + scaling"
-    return pd.concat([live, *reference_frames], ignore_index=True)
+    return with_multiples(pd.concat([live, *reference_frames], ignore_index=True))
 
 
 # A first visitor sees each curve join the chart as it is computed; one whose curves are all stored gets it whole.
 streaming = not (all(stored_result("rope_scaling", scaling_key(s))[0] for s in scalings)
-                 and all(stored_result("reference_curve", reference_key(models[n]))[0] for n in references))
+                 and all(stored_result("reference_curve", reference_key(catalog.models[n], n))[0] for n in references))
 live_rows, reference_frames = [], []
 jobs = [("scaling", s) for s in scalings] + [("reference", n) for n in references]
 for i, (kind, name) in enumerate(jobs):
@@ -239,13 +306,13 @@ for i, (kind, name) in enumerate(jobs):
                 "rope_scaling", scaling_key(name),
                 lambda progress, scaling=name: context_extension.rope_scaling_curves(
                     rope, factor, rope.encode(text_bytes), lengths, [scaling], progress),
-                f"rope + {name} at s = {factor:g}: {len(lengths)} lengths…")
+                f"{'rope' if rope_name in models else rope_name} + {name} at s = {factor:g}: {len(lengths)} lengths…")
         else:
-            model = models[name]
-            rows = compute_once("reference_curve", reference_key(model),
-                                lambda progress, model=model: context_extension.reference_curve(
-                                    model, model.encode(text_bytes), lengths, progress),
-                                f"{name}: {len(lengths)} lengths…")
+            model = catalog.models[name]
+            rows = compute_once("reference_curve", reference_key(model, name),
+                                lambda progress, model=model, name=name: context_extension.reference_curve(
+                                    model, model.encode(text_bytes), ref_lengths[name], progress),
+                                f"{name}: {len(ref_lengths[name])} lengths…")
             reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
                 curve=name, kind="no scaling needed", factor=None))
     if streaming and i < len(jobs) - 1:  # the last one is drawn below, with its download
@@ -257,8 +324,9 @@ with live_slot.container():
                f"Computed now on {device_label()}. A single factor for every length: below s × {train_length:,} the "
                "scalings give up some short-range precision; past it they run out of stretch.")
 
-best = live[live["length"] == max(lengths)].sort_values("bpb")
+best = (live[live["multiple"] == max(lengths) / train_length] if mixed else live[live["length"] == max(lengths)]).sort_values("bpb")
 if not best.empty:
-    st.markdown(f"**At {max(lengths):,} bytes ({max(lengths) // train_length}× the training length), live:**")
+    st.markdown(f"**At {max(lengths) // train_length}× each model's trained context, live:**" if mixed else
+                f"**At {max(lengths):,} {unit}s ({max(lengths) // train_length}× the training length), live:**")
     metric_rows([dict(label=r["curve"], value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
                 per_row=4)
