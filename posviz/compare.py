@@ -16,12 +16,15 @@ from .lab_model import LabModel
 
 
 def aligned(model_a: LabModel, model_b: LabModel, text: bytes) -> bool:
-    """Whether A and B read ``text`` as the same ids with the same trained context, so that their losses and
-    attention line up position by position (two byte-level checkpoints always do; a tokenized model and a
-    byte-level one never)."""
+    """Whether A and B read ``text`` as the same ids, so that their losses and attention line up position by
+    position: two byte-level checkpoints always do (whatever their trained contexts, as ever); a tokenized
+    model and a byte-level one never; two tokenized ones when their tokenizers agree on the text and they
+    were trained on the same context."""
+    if model_a.unit == "byte" and model_b.unit == "byte":
+        return True
     if (model_a.unit, model_a.train_length) != (model_b.unit, model_b.train_length):
         return False
-    return model_a.unit == "byte" or bool(np.array_equal(model_a.encode(text).numpy(), model_b.encode(text).numpy()))
+    return bool(np.array_equal(model_a.encode(text).numpy(), model_b.encode(text).numpy()))
 
 
 def attention_pair(model_a: LabModel, ids_a, length_a: int, model_b: LabModel, ids_b, length_b: int, layer: int,

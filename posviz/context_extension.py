@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from .errors import PositionLimitError, PosvizError
-from .extrapolation import LengthScore, _length_score, _predicted_bytes, score_at_length, windows_for
+from .extrapolation import (LengthScore, _length_score, _predicted_bytes, mixed_contexts, score_at_length,
+                            windows_for)
 from .lab_inputs import LN2, Progress, _no_progress
 from .lab_model import LabModel
 from .palette import rope_series
@@ -97,9 +98,9 @@ def extension_lengths(train_length: int, cap: int, n_bytes: int) -> list[int]:
 
 def reference_lengths(base: LabModel, lengths: Sequence[int], model: LabModel, n_ids: int) -> list[int]:
     """The lengths a reference model runs at beside ``base`` at ``lengths``: the same ones when the two share
-    unit and trained context; else the same multiples of its own trained context, within its device cap
+    unit and trained context (or are both byte-level checkpoints); else the same multiples of its own trained context, within its device cap
     and a text of ``n_ids`` of its ids (a byte-level checkpoint next to a published model)."""
-    if (model.unit, model.train_length) == (base.unit, base.train_length):
+    if not mixed_contexts([base, model]):
         return list(lengths)
     out = [round(n / base.train_length * model.train_length) for n in lengths]
     return [n for n in out if 2 <= n <= min(model.length_cap, n_ids - 1)]

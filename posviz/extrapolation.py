@@ -125,8 +125,12 @@ MULTIPLES = (0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16
 
 
 def mixed_contexts(models: Sequence[LabModel]) -> bool:
-    """Whether ``models`` differ in unit (bytes, tokens) or trained context: then a length in ids means
-    something else to each, and the lab compares them at the same multiple of their own context."""
+    """Whether ``models`` differ in unit (bytes, tokens) or, with a tokenized one among them, in trained
+    context: then a length in ids means something else to each, and the lab compares them at the same
+    multiple of their own context. Byte-level checkpoints always share the byte axis (a fine-tuned one
+    trained on 1,024 bytes next to the 256-byte ones, as ever)."""
+    if all(m.unit == "byte" for m in models):
+        return False
     return len({(m.unit, m.train_length) for m in models}) > 1
 
 
