@@ -91,6 +91,47 @@ def score_at_length(model: LabModel, ids, length: int, budget: int | None = None
     return _length_score(bits, length, time.perf_counter() - start, _predicted_bytes(model, ids, n_windows * length))
 
 
+@torch.inference_mode()
+def score_with_stride(model: LabModel, ids, length: int, stride: int, budget: int | None = None,
+                      batch_tokens: int = 1 << 15) -> LengthScore:
+    """Bits per byte of ``ids`` scored with sliding windows, as YaRN's and Press et al.'s evaluations do:
+    windows of ``length`` ids start every ``stride`` ids; the first window's predictions all count, each
+    later window's last ``stride`` only, so every id is predicted once and (past the first window) from at
+    least ``length - stride`` ids of context. Over the first ``budget`` ids (the device cap), as
+    ``score_at_length``; ``stride == length`` is exactly ``score_at_length``.
+
+    ``position_bits``: the mean loss at each position of a window over the windows where it counts (the
+    first window fills every position). ``n_windows``: windows run.
+    """
+    ids = model.ids_on_device(ids)
+    model.check_length(length, ids.numel())
+    if not isinstance(stride, (int, np.integer)) or not 1 <= stride <= length:
+        raise PosvizError(f"The stride must be a whole number between 1 and the window ({length:,}), got {stride!r}.")
+    budget = budget or model.length_cap
+    span = min(ids.numel() - 1, budget)  # predictions available: of ids 1..span
+    starts = list(range(0, span - length + 1, stride))  # at least one: check_length holds length + 1 <= ids
+    n_pred = starts[-1] + length
+    bits = np.full(n_pred, np.nan)
+    pos_sum, pos_count = np.zeros(length), np.zeros(length)
+    start_time = time.perf_counter()
+    per_batch = max(1, batch_tokens // length)
+    offsets = torch.arange(length, device=ids.device)
+    for k in range(0, len(starts), per_batch):
+        first = torch.tensor(starts[k : k + per_batch], device=ids.device)[:, None]
+        rows = first + offsets  # (b, L) ids of each window
+        logits = model(ids[rows]).logits.float()  # (b, L, V)
+        lost = (F.cross_entropy(logits.transpose(1, 2), ids[rows + 1], reduction="none") / LN2).cpu().numpy()
+        for s, row in zip(starts[k : k + per_batch], lost):
+            counted = 0 if s == 0 else length - stride  # positions before it were scored by an earlier window
+            bits[s + counted : s + length] = row[counted:]
+            pos_sum[counted:] += row[counted:]
+            pos_count[counted:] += 1
+    sizes = _predicted_bytes(model, ids, n_pred)
+    bpb = float(bits.mean()) if sizes is None else float(bits.sum(dtype=np.float64) / sizes.sum())
+    return LengthScore(length, len(starts), n_pred + 1, bpb, pos_sum / pos_count, np.concatenate(([np.nan], bits)),
+                       time.perf_counter() - start_time)
+
+
 def shipped_bpb_curve(model: LabModel) -> list[tuple[int, float | None]]:
     """The model's stored bpb vs length ([(length, bpb or None)], sorted); [] when absent."""
     table = model.stored_metrics().get("eval", {}).get("nonoverlapping_bpb", {})
@@ -221,6 +262,12 @@ def inspect_job(model: LabModel, text: bytes, length: int, layer: int, log_scale
 def attention_job(model: LabModel, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
     return LiveJob("extrapolation-attention", model.key + (text, length, layer, log_scale),
                    lambda: attention_view(model, model.encode(text), length, layer, log_scale=log_scale))
+
+
+def stride_job(model: LabModel, text: bytes, length: int, stride: int) -> LiveJob:
+    """``score_with_stride`` as a job of the page (a dict of LengthScore)."""
+    return LiveJob("extrapolation-stride", model.key + (text, length, stride),
+                   lambda: dataclasses.asdict(score_with_stride(model, model.encode(text), length, stride)))
 
 
 def scoring_job(model: LabModel, text: bytes, length: int, inspected: bool, layer: int, log_scale: bool) -> LiveJob:

@@ -10,7 +10,7 @@ from posviz.checkpoint_model import as_lab_model
 from posviz.lab_model import open_model
 from posviz import attention_maps, extrapolation, lab_inputs
 from posviz.errors import PosvizError, PositionLimitError
-from posviz.evaluate import bits_per_byte
+from posviz.evaluate import bits_per_byte, sliding_window_bpb
 from posviz.limits import max_eval_length
 from posviz.positions import POSITION_METHODS, method_names
 
@@ -38,6 +38,24 @@ def test_score_at_length_matches_evaluate(method, text_ids):
     # one window's byte losses are the full forward pass's
     first = full_forward_bits(model, text_ids[:length])
     assert np.allclose(score.byte_bits[1:length], first, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["alibi", "learned"])
+def test_stride_scoring_counts_each_byte_once_from_its_window(method, text_ids):
+    """YaRN's sliding-window evaluation: windows of L advance by S and count their last S predictions;
+    S = L is the non-overlapping score, and any S is evaluate's sliding_window_bpb over the same bytes."""
+    model = tiny_lab(method)
+    plain, same = extrapolation.score_at_length(model, text_ids, 32), extrapolation.score_with_stride(model, text_ids, 32, 32)
+    assert same.bpb == pytest.approx(plain.bpb, abs=1e-6) and same.n_windows == plain.n_windows
+    assert np.allclose(same.byte_bits, plain.byte_bits, atol=1e-5, equal_nan=True)
+    strided = extrapolation.score_with_stride(model, text_ids, 32, 8)
+    assert strided.n_windows == (max_eval_length(32) - 32) // 8 + 1 and strided.n_bytes == max_eval_length(32) + 1
+    assert np.isnan(strided.byte_bits[0]) and np.isfinite(strided.byte_bits[1:]).all()
+    assert strided.bpb == pytest.approx(sliding_window_bpb(model, text_ids[: strided.n_bytes], 32, 8), abs=1e-5)
+    # byte 41 is predicted by the window starting at byte 16 (it counts positions 24..31), from 25 bytes of context
+    assert strided.byte_bits[41] == pytest.approx(full_forward_bits(model, text_ids[16:49])[24], abs=1e-5)
+    with pytest.raises(PosvizError, match="stride"):
+        extrapolation.score_with_stride(model, text_ids, 32, 0)
 
 
 def test_score_at_length_limits(text_ids):

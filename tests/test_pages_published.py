@@ -61,6 +61,14 @@ def test_extrapolation_published_models_in_multiples_of_their_context(published,
     assert metrics(at) == {"rope": bpb(rope, doc, 64), "gpt2": "—"}
     assert "gpt2 cannot run 128 positions: its learned table holds 64" in texts(at.error)
 
+    # sliding windows (YaRN's evaluation): each model's stride is its own window's fraction
+    at.select_slider(key="w_M").set_value("1")
+    at.radio(key="w_stride").set_value("1/2")
+    run(at)
+    strided = extrapolation.score_with_stride(gpt2, gpt2.encode(doc), 64, 32)
+    assert metrics(at)["gpt2"] == f"{strided.bpb:.3f}"
+    assert metrics(at)["rope"] == f"{extrapolation.score_with_stride(rope, rope.encode(doc), 32, 16).bpb:.3f}"
+
     # two published models of one unit and context share a length in tokens
     at = run(page("extrapolation", models="gpt2,neox", L="128"))
     assert metrics(at) == {"gpt2": "—", "neox": bpb(open_model(published["neox"]), doc, 128)}
@@ -68,18 +76,18 @@ def test_extrapolation_published_models_in_multiples_of_their_context(published,
 
 
 def test_kv_cache_runs_published_models_in_tokens(published, doc):
-    at = run(page("kv_cache", models="alibi,gpt2,neox", W="16", n="60", dw="4", check="neox", cl="40"))
+    at = run(page("kv_cache", models="gpt2,neox", W="16", n="40", dw="4", check="neox", cl="24"))
     table = at.main.dataframe[1].value
     for name in ("gpt2", "neox"):
         model = open_model(published[name])
         for strategy in kv_cache.STRATEGIES:
-            expected = kv_cache.sliding_score(model, model.encode(doc), 16, strategy, 60).bpb_full
+            expected = kv_cache.sliding_score(model, model.encode(doc), 16, strategy, 40).bpb_full
             assert table.loc[name, kv_cache.STRATEGY_TITLES[strategy]] == f"{expected:.3f}", (name, strategy)
     shown = metrics(at)
     assert float(shown["max |cached − full| logit"]) < 1e-4 and shown["cached, per token"].endswith(" ms")
 
     # a window past gpt2's table: every strategy stops there, and the page says where
-    at = run(page("kv_cache", models="gpt2", W="128", n="140", check="alibi", cl="16"))
+    at = run(page("kv_cache", models="gpt2", W="128", n="130", check="alibi", cl="16"))
     assert (at.main.dataframe[1].value.loc["gpt2"] == "cannot run").all()
     assert "Stopped at token 64: gpt2 cannot run 65 positions" in texts(at.warning)
 

@@ -226,10 +226,10 @@ def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
     tip = ["curve", "length", alt.Tooltip("multiple:Q", format="g"), alt.Tooltip("bpb:Q", format=".3f"),
            alt.Tooltip("factor:Q", format="g")]
     dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)
-    scaled = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
-    refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+    parts = [df[df["kind"] == "rope + scaling"], df[df["kind"] != "rope + scaling"]]  # scalings dashed, references solid
+    lines = [alt.Chart(part).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip) for part in parts if len(part)]
     rule = alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="multiple:Q")
-    return alt.layer(scaled, refs, rule).properties(height=340, title=title)
+    return alt.layer(*lines, rule).properties(height=340, title=title)
 
 
 c1, c2 = st.columns(2)

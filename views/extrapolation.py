@@ -38,10 +38,14 @@ def run_job(job: extrapolation.LiveJob, label: str):
     return compute_once(job.name, job.key, lambda progress: job.compute(), label)
 
 
-def live_score(name: str, length: int, inspected: bool = False, layer: int = 0, log_scale: bool = True) -> dict:
+def live_score(name: str, length: int, inspected: bool = False, layer: int = 0, log_scale: bool = True,
+               stride: int | None = None) -> dict:
     """One model's score at this length; for the inspected model, from its map's forward pass
-    where the text holds one window (see ``extrapolation.scoring_job``)."""
+    where the text holds one window (see ``extrapolation.scoring_job``). With a ``stride``: sliding windows."""
     model = models[name]
+    if stride is not None:
+        return run_job(extrapolation.stride_job(model, text_bytes, length, stride),
+                       f"Running {name} at {length:,} {model.unit}s, stride {stride:,}…")
     job = extrapolation.scoring_job(model, text_bytes, length, inspected, layer, log_scale)
     label = f"Running {name} at {length:,} {model.unit}s…"
     try:
@@ -156,6 +160,16 @@ def at_this_length() -> None:
         st.caption(f"Cap on this device ({device_label()}): {cap:,} {unit}s = {cap // train_length} × the training length of "
                    f"{train_length:,}" + (f" ({reason})" if reason else "") + ". "
                    + (f"This text has {text_ids:,} {unit}s, so the slider stops at {usable:,}." if text_ids < cap else ""))
+    STRIDES = {"none": None, "1/2": 2, "1/4": 4, "1/8": 8}
+    stride_choice = st.radio(
+        "Scoring", list(STRIDES), index=list(STRIDES).index(qp_choice("stride", "none", list(STRIDES))), key="w_stride",
+        horizontal=True, format_func=lambda k: "non-overlapping windows" if k == "none" else f"sliding, stride {k}",
+        help="Non-overlapping windows, as the shipped curves: the id after a window boundary is predicted from one id "
+             "of context. Sliding windows, as YaRN's evaluation: windows advance by the stride (a fraction of the "
+             "window) and only their last stride predictions count, so every id past the first window has at least "
+             "window − stride ids of context. It costs window ÷ stride times as much.")
+    sync_url(stride=stride_choice)
+    strides = {n: None if STRIDES[stride_choice] is None else max(1, lengths[n] // STRIDES[stride_choice]) for n in chosen}
 
     # ------------------------------------------------------------------------------------------------
     # 1. Bits per byte at this length, on each model's shipped curve
@@ -218,7 +232,7 @@ def at_this_length() -> None:
 
     # Everything the charts below depend on: visitors with the same choices share them (see show_cached_chart).
     view_key = (("extrapolation-multiple", tuple(chosen), multiple) if mixed else ("extrapolation", tuple(chosen), length)) \
-        + (text_digest, tuple(models[n].key for n in chosen))
+        + (text_digest, tuple(models[n].key for n in chosen)) + ((("stride", stride_choice),) if stride_choice != "none" else ())
     curve_slot = st.empty()
     with curve_slot.container():
         if shipped.empty and not any(catalog.is_published(n) for n in chosen):
@@ -258,10 +272,12 @@ def at_this_length() -> None:
     def live_frame() -> pd.DataFrame:
         if mixed:
             return pd.DataFrame([{"model": n, "length": lengths[n], "bits/byte": s["bpb"], "multiple": multiple,
-                                  "source": f"live: this text, {s['n_windows']} window(s) of {lengths[n]:,} {models[n].unit}s"}
+                                  "source": f"live: this text, {s['n_windows']} window(s) of {lengths[n]:,} {models[n].unit}s"
+                                            + (f", stride {strides[n]:,}" if strides[n] else "")}
                                  for n, s in scores.items()], columns=COLUMNS)
         return pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
-                              "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"} for n, s in scores.items()],
+                              "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"
+                                        + (f", stride {strides[n]:,}" if strides[n] else "")} for n, s in scores.items()],
                             columns=["model", "length", "bits/byte", "source"])
 
 
@@ -274,7 +290,8 @@ def at_this_length() -> None:
         try:
             if name in blocked:  # past its table, its cap or the text at this multiple: said without running it
                 raise PosvizError(blocked[name])
-            scores[name] = live_score(name, lengths[name], name == planned_inspect, planned_layer, planned_log)
+            scores[name] = live_score(name, lengths[name], name == planned_inspect, planned_layer, planned_log,
+                                      strides[name])
         except PosvizError as exc:  # PositionLimitError included: learned past its table
             errors[name] = str(exc)
         cell.metric(**metric_of(name))
@@ -377,6 +394,8 @@ def at_this_length() -> None:
     else:
         show_cached_chart(view_key + ("loss",), loss_chart, f"loss-by-position-L{length}",
                           f"Mean over {n_windows} window(s)" + (f", smoothed over {smooth} positions" if smooth > 1 else "") +
+                          (f"; sliding windows: each position's mean over the windows where it counts (the first "
+                           "window's every position, the others' last stride)" if stride_choice != "none" else "") +
                           ". Past the dashed line the model predicts from more context than it ever had in training: relative "
                           "methods stay flat or improve, absolute ones often rise.")
 
@@ -411,15 +430,19 @@ def at_this_length() -> None:
                 shown = min(s["n_bytes"], 4096)
                 st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.characters_with_bits(
                     list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)))
-                st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. A new window starts every "
-                           f"{L:,} bytes: the byte after a boundary is predicted from one byte of context.")
+                st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. " + (
+                    f"A new window starts every {L:,} bytes: the byte after a boundary is predicted from one byte of context."
+                    if not strides[inspect] else f"Windows of {L:,} bytes advance by {strides[inspect]:,}: past the first "
+                    f"window every byte is predicted from at least {L - strides[inspect]:,} bytes of context."))
             else:
                 shown = min(s["n_bytes"], 2048)
                 st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.id_characters_with_bits(
                     model, model.encode(text_bytes)[:shown], s["byte_bits"][:shown]), top=8.0)))
                 st.caption(f"The first {shown:,} {u}s of the text; hover a character for its loss (each {u}'s bits shared "
-                           f"equally among its bytes). A new window starts every {L:,} {u}s: the {u} after a boundary is "
-                           f"predicted from one {u} of context.")
+                           f"equally among its bytes). " + (f"A new window starts every {L:,} {u}s: the {u} after a boundary "
+                           f"is predicted from one {u} of context." if not strides[inspect] else f"Windows of {L:,} {u}s "
+                           f"advance by {strides[inspect]:,}: past the first window every {u} is predicted from at least "
+                           f"{L - strides[inspect]:,} {u}s of context."))
 
         try:
             view = live_view(inspect, L, layer, scale == "log")
