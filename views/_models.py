@@ -112,7 +112,7 @@ class ModelList:
         (where or st).text_input(
             "Add a published model (hub id or folder)", key=ADD_KEY, placeholder="openai-community/gpt2",
             help="A causal language model of a supported family (GPT-2, OPT, Pythia, Llama, Qwen2, BLOOM, Falcon, "
-                 "MPT) in safetensors. It joins the list above; pick it there. Commas separate several.")
+                 "MPT) in safetensors. It joins the model list; pick it there. Commas separate several.")
 
     def caption(self, where=None) -> None:
         """A line on what published models are, shown only when some are listed."""
