@@ -276,13 +276,14 @@ class PublishedCache:
         return 0 if self.positions is None or not len(self) else int(self.positions[-1]) + 1
 
     def keep_last(self, n: int) -> None:
-        """Drop all but the newest ``n`` entries of every layer."""
+        """Drop all but the newest ``n`` entries of every layer (``n`` may be 0)."""
         if len(self) <= n:
             return
+        drop = len(self) - n  # not [-n:]: that keeps everything when n is 0
         for layer in self.hf.layers:
             if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[..., -n:, :], layer.values[..., -n:, :]
-        self.positions = self.positions[-n:]
+                layer.keys, layer.values = layer.keys[..., drop:, :], layer.values[..., drop:, :]
+        self.positions = self.positions[drop:]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -599,6 +600,11 @@ class PublishedModel(LabModel):
             outs = [self(ids[:, i:i + 1], positions=pos[i:i + 1], cache=cache, attention_layer=attention_layer,
                          attention_head=attention_head) for i in range(T)]
             return ModelOutput(torch.cat([o.logits for o in outs], 1), None)
+        if cache is not None and cache.max_size is not None and held + T > cache.max_size:
+            # one query into a full window sees the max_size keys ending at itself, as posviz.model.KVCache's
+            # do: the max_size - 1 before it and its own (keeping max_size before it let it see one more)
+            cache.keep_last(cache.max_size - T)
+            held = len(cache)
         reach = int(pos.max()) + 1 if self.method == "learned" else held + T
         problem = self.cannot_run(reach)
         if problem:
