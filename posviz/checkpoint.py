@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import ModelConfig
 from .errors import CheckpointError, PosvizError
+from .export import export_gpt2  # noqa: F401  (moved to posviz.export; old imports keep working)
 from .model import GPT
 
 WEIGHTS, CONFIG, METRICS = "model.safetensors", "config.json", "metrics.json"
@@ -98,39 +99,6 @@ def load_checkpoint(folder: str | Path, position_overrides: Mapping[str, Any] | 
                                   f"but {CONFIG} implies {tuple(expected[name].shape)}.")
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=False)
     return model.to(device=device, dtype=dtype).eval()
-
-
-def export_gpt2(model: GPT, folder: str | Path) -> Path:
-    """Write a ``learned`` checkpoint as a Hugging Face GPT-2 model folder (config.json + model.safetensors).
-
-    GPT-2 stores its linear layers as Conv1D, i.e. transposed (in, out) weights.
-    """
-    cfg = model.config
-    if cfg.position != "learned":
-        raise PosvizError(f"only the 'learned' method has a GPT-2 equivalent; this model uses {cfg.position!r}")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    sd = model.state_dict()
-    out = {"transformer.wte.weight": sd["wte.weight"], "transformer.wpe.weight": sd["position.table.weight"],
-           "transformer.ln_f.weight": sd["ln_f.weight"], "transformer.ln_f.bias": sd["ln_f.bias"]}
-    for i in range(cfg.n_layer):
-        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
-        for name in ("ln_1", "ln_2"):
-            out[dst + name + ".weight"], out[dst + name + ".bias"] = sd[src + name + ".weight"], sd[src + name + ".bias"]
-        for name in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
-            out[dst + name + ".weight"] = sd[src + name + ".weight"].t()
-            out[dst + name + ".bias"] = sd[src + name + ".bias"]
-    save_file({k: v.detach().float().contiguous() for k, v in out.items()}, str(folder / "model.safetensors"),
-              metadata={"format": "pt"})
-    hf_config = {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
-        "n_positions": model.position.max_positions, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer,
-        "n_head": cfg.n_head, "n_inner": 4 * cfg.n_embd, "activation_function": "gelu_new",
-        "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0,
-    }
-    (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-    return folder
 
 
 def models_dir() -> Path:

@@ -175,17 +175,40 @@ def timed(fn, *args, **kw):
     return value, time.perf_counter() - start
 
 
+def published_eval_table(model, ids: torch.Tensor, lengths: Iterable[int], progress: bool = True) -> dict:
+    """{length: bpb} of any LabModel on ``ids`` (its own ids), bits per *byte* through ``bytes_per_id`` so a
+    tokenizer's numbers compare with the byte checkpoints'; None where the model cannot run the length."""
+    table = {}
+    for length in lengths:
+        length = int(length)
+        if length + 1 > ids.numel() or model.cannot_run(length):
+            table[str(length)] = None
+            continue
+        try:
+            losses = position_losses(model, ids, length, batch_tokens=max(length, 1 << 13), progress=progress)  # (W, L)
+        except PositionLimitError:
+            table[str(length)] = None
+            continue
+        predicted = model.bytes_per_id(ids[1 : losses.numel() + 1])
+        table[str(length)] = round(float(losses.sum(dtype=torch.float64)) / LN2 / float(predicted.sum()), 4)
+    return table
+
+
 def main(argv=None) -> None:
-    from .checkpoint import load_checkpoint, read_metrics, write_metrics
+    from .checkpoint import read_metrics, write_metrics
+    from .checkpoint_model import CheckpointModel
     from .data import load_corpus
+    from .lab_model import open_model
     from .limits import add_device_argument, resolve_device
 
-    ap = argparse.ArgumentParser(description="Evaluate a posviz checkpoint: bits per byte vs evaluation length.")
-    ap.add_argument("--checkpoint", required=True, help="folder under models/, e.g. models/alibi")
+    ap = argparse.ArgumentParser(description="Evaluate a model: bits per byte vs evaluation length, and the copy probe. "
+                                             "A shipped checkpoint, a checkpoint folder, a folder holding a "
+                                             "transformers model, or a Hugging Face hub id (owner/name).")
+    ap.add_argument("--checkpoint", required=True, help="e.g. models/alibi, rope, models/hf/rope-neox, openai-community/gpt2")
     ap.add_argument("--multiples", type=float, nargs="+", default=[1, 2, 4, 8, 16, 32],
-                    help="evaluation lengths as multiples of the training length")
+                    help="evaluation lengths as multiples of the trained context (in the model's own ids)")
     ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
-    ap.add_argument("--scaling", default=None, help="RoPE scaling to apply (rope checkpoints only)")
+    ap.add_argument("--scaling", default=None, help="RoPE scaling to apply (RoPE models only)")
     ap.add_argument("--factor", type=float, default=None, help="RoPE scaling factor")
     ap.add_argument("--sliding", type=int, nargs=2, metavar=("WINDOW", "STRIDE"), default=None)
     ap.add_argument("--copy-gaps", type=int, nargs="*", default=[0, 16, 64, 128, 192, 512, 1024, 2048])
@@ -194,28 +217,38 @@ def main(argv=None) -> None:
     add_device_argument(ap)
     args = ap.parse_args(argv)
 
-    overrides = {}
-    if args.scaling:
-        overrides = {"scaling": args.scaling, "factor": args.factor or 1.0}
-    model = load_checkpoint(args.checkpoint, overrides or None, device=resolve_device(args.device))
+    overrides = {"scaling": args.scaling, "factor": args.factor or 1.0} if args.scaling else {}
+    try:
+        model = open_model(args.checkpoint, overrides, device=resolve_device(args.device))
+        model.load()
+    except PosvizError as exc:
+        raise SystemExit(f"error: {exc}")
     corpus = load_corpus(args.corpus)
     data = corpus.eval_stream(args.eval_bytes)
-    L = model.config.train_length
+    ids = model.encode(data.tobytes())
+    L = model.train_length
     lengths = [int(round(m * L)) for m in args.multiples]
-    table, seconds = timed(eval_table, model, data, lengths)
-    result = {"nonoverlapping_bpb": table, "eval_bytes": args.eval_bytes, "seconds": round(seconds, 2)}
-    print(f"{args.checkpoint}  {'scaling ' + args.scaling + ' x' + str(args.factor) if args.scaling else ''}")
+    table, seconds = timed(published_eval_table, model, ids, lengths)
+    result = {"nonoverlapping_bpb": table, "eval_bytes": args.eval_bytes, "eval_ids": int(ids.numel()),
+              "unit": model.unit, "train_length": L, "seconds": round(seconds, 2)}
+    print(f"{model.name}: {model.method}, trained context {L:,} {model.unit}s"
+          f"{'  scaling ' + args.scaling + ' x' + str(args.factor) if args.scaling else ''}")
+    if model.decode(ids) != data.tobytes():
+        print("note: the tokenizer does not round-trip this text; bits per byte count the bytes its ids stand for")
     print(f"{'length':>8} {'x L':>6} {'bits/byte':>10}")
     for length in lengths:
         v = table[str(length)]
-        print(f"{length:>8} {length / L:>6.1f} {'cannot run' if v is None else f'{v:.4f}':>10}")
-    if args.sliding:
+        why = model.cannot_run(length) or (f"the text has {ids.numel():,} {model.unit}s" if length + 1 > ids.numel() else "")
+        print(f"{length:>8} {length / L:>6.1f} {'cannot run' if v is None else f'{v:.4f}':>10}  {why if v is None else ''}")
+    if args.sliding and isinstance(model, CheckpointModel):
         w, s = args.sliding
-        result["sliding_bpb"] = {f"W={w},s={s}": round(sliding_window_bpb(model, data[: 1 << 14], w, s, progress=True), 4)}
+        result["sliding_bpb"] = {f"W={w},s={s}": round(sliding_window_bpb(model.net, data[: 1 << 14], w, s, progress=True), 4)}
     if args.copy_gaps:
-        result["copy_probe"] = copy_probe(as_lab_model(model), data, args.copy_gaps)
+        result["copy_probe"] = copy_probe(model, data, [g for g in args.copy_gaps if 64 + g < data.size])
         print("copy probe (bits/byte on the second copy, by gap):", result["copy_probe"])
     if args.write:
+        if not isinstance(model, CheckpointModel):
+            raise SystemExit("error: --write stores into a shipped checkpoint's metrics.json; a published model has none")
         metrics = read_metrics(args.checkpoint)
         key = f"rope_{args.scaling}_x{args.factor:g}" if args.scaling else None
         ev = metrics.setdefault("eval", {})

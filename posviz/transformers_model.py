@@ -178,7 +178,7 @@ def read_hf_config(ref: str) -> tuple[object, Path | None]:
         raise PosvizError(f"{ref} is a {model_type!r} model, whose position method posviz does not read. "
                           f"Supported families: {supported_families()}.")
     try:
-        config = AutoConfig.from_pretrained(str(Path(path).parent))
+        config = AutoConfig.from_pretrained(str(Path(path).parent), trust_remote_code=False)
     except Exception as exc:
         raise PosvizError(f"{path}: transformers cannot read this config ({exc}).") from exc
     return config, folder
@@ -276,14 +276,17 @@ class PublishedCache:
         return 0 if self.positions is None or not len(self) else int(self.positions[-1]) + 1
 
     def keep_last(self, n: int) -> None:
-        """Drop all but the newest ``n`` entries of every layer (``n`` may be 0)."""
+        """Drop all but the newest ``n`` entries of every layer."""
         if len(self) <= n:
             return
-        drop = len(self) - n  # not [-n:]: that keeps everything when n is 0
+        if n == 0:
+            self.__post_init__()
+            self.positions = None
+            return
         for layer in self.hf.layers:
             if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[..., drop:, :], layer.values[..., drop:, :]
-        self.positions = self.positions[drop:]
+                layer.keys, layer.values = layer.keys[..., -n:, :], layer.values[..., -n:, :]
+        self.positions = self.positions[-n:]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -594,17 +597,14 @@ class PublishedModel(LabModel):
             pos = torch.arange(positions, positions + T, device=self._device)
         else:
             pos = torch.as_tensor(positions, device=self._device).flatten()
+        if cache is not None and cache.max_size is not None and T <= cache.max_size:
+            cache.keep_last(cache.max_size - T)  # each query sees the max_size keys ending at itself, itself included
         held = len(cache) if cache is not None else 0
         if cache is not None and cache.max_size is not None and T > 1 and held + T > cache.max_size:
             # a chunk into a full window: each query must see only the window ending at itself
             outs = [self(ids[:, i:i + 1], positions=pos[i:i + 1], cache=cache, attention_layer=attention_layer,
                          attention_head=attention_head) for i in range(T)]
             return ModelOutput(torch.cat([o.logits for o in outs], 1), None)
-        if cache is not None and cache.max_size is not None and held + T > cache.max_size:
-            # one query into a full window sees the max_size keys ending at itself, as posviz.model.KVCache's
-            # do: the max_size - 1 before it and its own (keeping max_size before it let it see one more)
-            cache.keep_last(cache.max_size - T)
-            held = len(cache)
         reach = int(pos.max()) + 1 if self.method == "learned" else held + T
         problem = self.cannot_run(reach)
         if problem:

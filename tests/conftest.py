@@ -23,6 +23,7 @@ from posviz.evaluate import evaluate_checkpoint  # noqa: E402
 from posviz.model import GPT  # noqa: E402
 from posviz.positions import method_names  # noqa: E402
 from posviz.retrieval import copy_check  # noqa: E402
+from hf_tiny import hf_family_dir  # noqa: E402,F401  (tiny published-model families, saved as on the hub)
 
 TINY = dict(n_layer=2, n_head=4, n_embd=32, train_length=32)
 
