@@ -96,12 +96,30 @@ FAMILIES: dict[str, Family] = {
     "llama": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "qwen2": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "mistral": Family(lambda c: "rope", _attr("max_position_embeddings")),
-    # BLOOM's config keeps no context: bloom-560m was trained on 2,048 tokens (its paper, section 3.3)
-    "bloom": Family(lambda c: "alibi", lambda c: getattr(c, "seq_length", None) or 2048),
+    # BLOOM's config has no field for its context; bigscience's configs state it as seq_length (2,048)
+    "bloom": Family(lambda c: "alibi", _attr("seq_length")),
     "falcon": Family(lambda c: "alibi" if c.alibi else "rope", _attr("max_position_embeddings")),
     "mpt": Family(lambda c: "alibi", _attr("max_seq_len"), _attr("max_seq_len")),
 }
 ACTS_ON = {"learned": "input", "rope": "q/k", "alibi": "logits"}
+
+
+UNSTATED_CONTEXT = 2048  # the context of a model that states none anywhere (BLOOM's and Falcon-RW's)
+
+
+def _stated_elsewhere(folder: Path | None) -> int | None:
+    """A context the config leaves out, from the files beside it: posviz's export note, or the tokenizer's
+    model_max_length (where it is a real length, not transformers' 1e30 for "none")."""
+    if folder is None:
+        return None
+    for name, key in (("posviz_export.json", "train_length"), ("tokenizer_config.json", "model_max_length")):
+        try:
+            value = json.loads((folder / name).read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and 1 < value < 10**7:
+            return value
+    return None
 
 
 def supported_families() -> str:
@@ -439,9 +457,9 @@ class PublishedModel(LabModel):
         self.family_name, self._family = config.model_type, family
         self.method = family.method(config)
         self.name = folder.name if folder is not None else ref
-        context = family.context(config)
+        context = family.context(config) if family.context(config) is not None else _stated_elsewhere(folder)
         self.context_known = context is not None
-        self.train_length = int(context or 2048)
+        self.train_length = int(context or UNSTATED_CONTEXT)
         self.n_layer, self.n_head = int(config.num_hidden_layers), int(config.num_attention_heads)
         self.max_positions = family.table_rows(config)
         self.acts_on = ACTS_ON[self.method]
