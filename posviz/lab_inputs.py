@@ -6,6 +6,8 @@ No plotting and no Streamlit here. Everything is capped by ``posviz.limits`` so 
 * A visitor's text becomes bytes through ``prepare_text`` (capped, with notices for anything odd); a
   model turns bytes into its own ids (``LabModel.encode``).
 * ``characters_with_bits`` and ``moving_average`` turn per-byte losses into what a page draws.
+* ``shared_unit``, ``unit_note`` and ``in_units`` say what a page's lengths are counted in: bytes for
+  our checkpoints, tokens for a published model, "ids" for a mix of both.
 * Losses are in bits (nats / ln 2); "bpb" is the mean bits per predicted byte.
 """
 from __future__ import annotations
