@@ -101,7 +101,7 @@ with right:
 sync_url(p=prompt_length)
 
 ids = text.ids.tolist()
-# A tokenizer reads text, not loose bytes: with one chosen, the prompt ends on a whole character.
+# A tokenizer reads text, not loose bytes: when a published model is chosen, the prompt ends on a whole character.
 cut = prompt_length if unit == "byte" else generation.character_start(text.as_bytes(), prompt_length)
 prompt = ids[:cut]  # the prompt's bytes; each model writes after its own ids of them
 from_document = st.session_state.get("w_src") == "doc"

@@ -90,9 +90,13 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320, u
 
 st.header("Shipped results")
 shipped = pd.DataFrame(retrieval.shipped_rows(metrics))
-missing = [n for n in names if shipped.empty or n not in set(shipped["model"])]
+published = [n for n in names if models[n].unit != "byte"]  # no stored results: they run live only
+missing = [n for n in names if n not in published and (shipped.empty or n not in set(shipped["model"]))]
 if missing:
     st.info(f"No stored probe results for {', '.join(missing)}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
+if published:
+    st.info(f"{', '.join(published)}: published models come without stored probe results; run the probes on them "
+            "live at the bottom of the page (in their own tokens).", icon="ℹ️")
 measure = st.radio("Show", list(MEASURES), format_func=lambda m: MEASURES[m][0], horizontal=True,
                    index=list(MEASURES).index(qp_choice("measure", "gain", list(MEASURES))), key="w_measure")
 if not shipped.empty:
