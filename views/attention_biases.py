@@ -151,11 +151,13 @@ if published is not None:
                                              half_weight_distance=slope_table["paper_half_weight_distance"])],
                          ignore_index=True)[["series", "head", "slope", "half_weight_distance", "ratio"]]
         low, high = float(bars["slope"].min()), float(bars["slope"].max())
-        published_slopes = alt.Chart(bars, title=f"{facts['name']}: ALiBi slope of each head").mark_bar().encode(
-            x=alt.X("head:O", title="head"),
+        st.markdown(f"**{facts['name']}: ALiBi slope of each head, as the model adds it and in the paper**")
+        published_slopes = alt.Chart(bars).mark_bar().encode(
+            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0)),
             xOffset=alt.XOffset("series:N", sort=[own, paper]),
             y=alt.Y("slope:Q", title=["slope (logits per token", "of distance, log scale)"],
                     scale=alt.Scale(type="log", nice=False, domain=[low / 1.5, high * 1.5])),
+            y2=alt.Y2Datum(low / 1.5),  # bars rise from the bottom of the log axis (it has no 0)
             color=alt.Color("series:N", title=None, sort=[own, paper], legend=alt.Legend(orient="bottom", labelLimit=400)),
             tooltip=[alt.Tooltip("series:N"), alt.Tooltip("head:O"), alt.Tooltip("slope:Q", format=".4g"),
                      alt.Tooltip("half_weight_distance:Q", title="weight halves every (tokens)", format=",.1f"),

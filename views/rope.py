@@ -258,12 +258,13 @@ if published is not None:
         scaling += "" if facts.factor is None else f", factor {facts.factor:g}"
         metric_rows([
             dict(label="θ (base)", value=f"{facts.theta:,.0f}"),
-            dict(label="scaling", value=scaling, help="transformers' rope_type in the model's config."),
+            dict(label="scaling", value=scaling, help="transformers' rope_type in the model's config, and its factor."),
             dict(label="rotary share of each head", value=f"{facts.rotary_share:.0%}",
                  help=f"{facts.rotary_dims} of each head's {facts.head_dim} features rotate; the rest carry no position."),
-            dict(label="attention factor on cos and sin", value=f"{facts.attention_factor:.3f}"),
+            dict(label="attention factor", value=f"{facts.attention_factor:.3f}",
+                 help="What the model multiplies cos and sin by (YaRN: 0.1·ln(factor) + 1; 1 otherwise)."),
             dict(label="trained context (tokens)", value=f"{facts.train_length:,}"),
-        ], per_row=5)
+        ], per_row=3)
         for note in facts.notes:
             st.info(note, icon="ℹ️")
         own, plain = f"{facts.name} ({scaling})", f"plain θ = {facts.theta:,.0f}"
@@ -275,7 +276,8 @@ if published is not None:
         if facts.original_length and facts.original_length != facts.train_length:
             marks.append((facts.original_length, f"original context {facts.original_length:,}"))
         mark_frame = pd.DataFrame({"y": [y for y, _ in marks], "label": [label for _, label in marks]})
-        published_chart = alt.Chart(lines, title=f"{facts.name}: wavelength of each rotary pair").mark_line(point=True).encode(
+        st.markdown(f"**{facts.name}: wavelength of each rotary pair, under its own scaling and with plain θ**")
+        published_chart = alt.Chart(lines).mark_line(point=True).encode(
             x=alt.X("pair:Q", title=f"pair i (features i and i + {facts.rotary_dims // 2} of the rotated part)",
                     axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("wavelength:Q", title=["wavelength (tokens per", "full turn, log scale)"], scale=alt.Scale(type="log")),
@@ -284,7 +286,13 @@ if published is not None:
             tooltip=[alt.Tooltip("series:N"), alt.Tooltip("pair:Q"), alt.Tooltip("inv_freq:Q", title="θᵢ (rad/token)", format=".4g"),
                      alt.Tooltip("wavelength:Q", title="wavelength (tokens)", format=",.1f"),
                      alt.Tooltip("ratio:Q", title="own / plain wavelength", format=".3g"), alt.Tooltip("band:N")],
-        ) + length_marks(mark_frame)
+        ) + length_marks(mark_frame.head(1))
+        if len(mark_frame) > 1:  # the second mark labelled at the right: the two lines are often close
+            second = mark_frame.iloc[1:]
+            published_chart += alt.Chart(second).mark_rule(strokeDash=[2, 3], color="gray").encode(
+                y=alt.Y("y:Q"), tooltip=[alt.Tooltip("label:N", title="mark")])
+            published_chart += alt.Chart(second).mark_text(align="right", dx=-4, dy=10, color="gray").encode(
+                x=alt.XValue("width"), y=alt.Y("y:Q"), text=alt.Text("label:N"))
         bands = table["band"].value_counts(sort=False)
         show_chart(published_chart.properties(height=320), lines, f"published_{facts.name}_rope_frequencies",
                    "Pairs by what its scaling did to them: " + ", ".join(f"{n} {b}" for b, n in bands.items())

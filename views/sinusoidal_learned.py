@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from views._charts import metric_rows, show_chart
+from views._charts import metric_rows, show_chart, split_title
 from views._checkpoints import folder_stamp, shipped_model
 from views._matrices import ALTAIR_MAX_CELLS, show_matrix, show_pooled_matrix
 from views._page import page_header
@@ -228,20 +228,23 @@ if published is not None:
         similarity, block = facts["similarity"], facts["block"]
         title = f"{name}: cosine similarity between positions"
         file = f"published_{name}_cosine_similarity"
-        if block == 1 and rows * rows <= ALTAIR_MAX_CELLS:
-            st.markdown(f"**{title}**")
-            show_matrix(similarity, file, x_title="position (token)", y_title="position (token)",
-                        value_title="cosine similarity", scheme="redblue")
-        else:
-            show_pooled_matrix(similarity, block, (rows, rows), file, x_title="position (token)",
-                               y_title="position (token)", value_title="cosine similarity", scheme="redblue",
-                               title=title + (f" (averaged over {block} × {block} blocks)" if block > 1 else ""),
-                               key=("published-cosine", published.key))
+        left, _ = st.columns([3, 2])  # a square map: the full width would make it taller than the window
+        with left:
+            if block == 1 and rows * rows <= ALTAIR_MAX_CELLS:
+                st.markdown(f"**{title}**")
+                show_matrix(similarity, file, x_title="position (tokens)", y_title="position (tokens)",
+                            value_title="cosine similarity", scheme="redblue")
+            else:
+                show_pooled_matrix(similarity, block, (rows, rows), file, x_title="position (tokens)",
+                                   y_title="position (tokens)", value_title="cosine similarity", scheme="redblue",
+                                   title=title + (f" (averaged over {block} × {block} blocks)" if block > 1 else ""),
+                                   key=("published-cosine", published.key))
         pcs = pd.DataFrame(components.columns())
         pcs["component"] = [f"PC {c} ({components.explained[c - 1]:.0%} of variance)" for c in pcs["component"]]
-        pc_chart = alt.Chart(pcs, title=f"{name}: the table's first {components.explained.size} principal components").mark_line().encode(
-            x=alt.X("position:Q", title="position (tokens)"),
-            y=alt.Y("value:Q", title="coordinate along the component (embedding units)"),
+        st.markdown(f"**{name}: the table's first {components.explained.size} principal components, against position**")
+        pc_chart = alt.Chart(pcs).mark_line().encode(
+            x=alt.X("position:Q", title="position (tokens)", scale=alt.Scale(domain=[0, rows - 1], nice=False)),
+            y=alt.Y("value:Q", title=split_title("coordinate along the component (embedding units)")),
             color=alt.Color("component:N", title="component", sort=None, legend=alt.Legend(labelLimit=320)),
             tooltip=[alt.Tooltip("component:N"), alt.Tooltip("position:Q"), alt.Tooltip("value:Q", format=".4f")],
         ).properties(height=320)
