@@ -224,17 +224,22 @@ def principal_components(table, k: int = 4) -> TableComponents:
     coordinate along direction j, with the sign chosen so that the coordinate of largest magnitude is
     positive (SVD signs are arbitrary). ``explained[j]`` = s_j² / Σ s². Fewer than ``k`` when the table
     has fewer rows or columns.
+
+    Computed from the eigenvectors of the smaller Gram matrix (C x C, or rows x rows), whose eigenvalues
+    are the s_j²: a full SVD of OPT's 2,048 x 768 table took seconds to tens of seconds on 2 shared cores.
     """
     t = _as_table(table)
     require(k >= 1, "k must be >= 1")
     centred = t - t.mean(axis=0)
-    u, s, _ = np.linalg.svd(centred, full_matrices=False)
-    k = min(k, s.size)
-    coords = u[:, :k] * s[:k]
+    k = min(k, *centred.shape)
+    by_column = centred.shape[0] >= centred.shape[1]
+    values, vectors = np.linalg.eigh(centred.T @ centred if by_column else centred @ centred.T)  # ascending
+    values, vectors = np.clip(values[::-1], 0, None), vectors[:, ::-1]
+    coords = centred @ vectors[:, :k] if by_column else vectors[:, :k] * np.sqrt(values[:k])
     biggest = coords[np.abs(coords).argmax(axis=0), np.arange(k)]
     coords = coords * np.where(biggest < 0, -1.0, 1.0)
-    total = float((s ** 2).sum())
-    explained = s[:k] ** 2 / total if total > 0 else np.zeros(k)
+    total = float(values.sum())
+    explained = values[:k] / total if total > 0 else np.zeros(k)
     return TableComponents(coords, explained)
 
 
