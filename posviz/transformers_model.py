@@ -30,6 +30,7 @@ import math
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -742,10 +743,27 @@ class TransformersKind(ModelKind):
         where = (str(path.resolve()),) + _folder_stamp(path.resolve()) if path.is_dir() else (ref,)
         return ("transformers",) + where + (tuple(sorted(position_overrides.items())),)
 
+    # A hub id that just failed (offline, gated, unknown) fails again at once for this long, so that every
+    # page run of every visitor does not wait on the network for the same answer.
+    FAILURE_MEMORY_S = 60.0
+
+    def __init__(self):
+        self._failed: dict[str, tuple[float, PosvizError]] = {}
+
     def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel:
         path = Path(ref)
         ref = str(path.resolve()) if path.is_dir() else ref
-        config, folder = read_hf_config(ref)
+        if not path.is_dir():
+            failed = self._failed.get(ref)
+            if failed is not None and time.monotonic() - failed[0] < self.FAILURE_MEMORY_S:
+                raise failed[1]
+            try:
+                config, folder = read_hf_config(ref)
+            except PosvizError as exc:
+                self._failed[ref] = (time.monotonic(), exc)
+                raise
+        else:
+            config, folder = read_hf_config(ref)
         engine = None
         if position_overrides:  # the scaled variants share the weights of the model as published
             engine = open_model(ref, None, device)._engine
