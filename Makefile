@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: app test gpu-check checkpoints bench load screenshots venv clean-venv
+.PHONY: app test gpu-check checkpoints bench bench-published load screenshots venv clean-venv
 
 app: $(APP_STAMP)
 	$(PY) -m streamlit run app.py
@@ -29,6 +29,11 @@ checkpoints: $(TEST_STAMP)
 # Speed table of the shipped checkpoints on this machine, written to BENCHMARKS.md.
 bench: $(TEST_STAMP)
 	$(PY) -m posviz_tools.bench
+
+# The published-model path against a bare transformers forward (goal <= 1.10x) and the cost of an attention
+# map, on the exports in models/hf and the tests' tiny families: the published section of BENCHMARKS.md.
+bench-published: $(TEST_STAMP)
+	$(PY) -m posviz_tools.bench_published
 
 # Crowds on a warm server, speaking Streamlit's WebSocket protocol (the server's own capacity, no browser
 # drawing on its cores): ten sessions dragging the Extrapolation lab's length slider for a minute (each 40

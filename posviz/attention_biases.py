@@ -397,3 +397,32 @@ def fixed_method(name: str, n_layer: int, n_head: int, head_dim: int, train_leng
     """A method without parameters (ALiBi), built for a model shape: its curve needs no checkpoint."""
     from .positions import ModelShape, build_position_method
     return build_position_method(name, ModelShape(n_layer, n_head, head_dim, n_head * head_dim, train_length))
+
+
+# -- Published ALiBi models (BLOOM, Falcon, MPT): their slopes against the paper's ----------------------
+def published_alibi_slopes(slopes) -> Columns:
+    """Each head's slope as a published model adds it (``slopes``: (H,), logits per token of distance)
+    next to the ALiBi paper's geometric slopes for the same head count (``alibi_slopes``).
+
+    Columns: head, slope, paper_slope, ratio (slope / paper_slope), half_weight_distance (ln 2 / slope:
+    the distance that halves a key's weight, in tokens), paper_half_weight_distance.
+    """
+    ours = (slopes.detach().cpu().double().numpy() if isinstance(slopes, torch.Tensor)
+            else np.asarray(slopes, dtype=float))
+    require(ours.ndim == 1 and ours.size >= 1, "slopes must be a non-empty (H,) vector")
+    require(bool(np.all(ours > 0)), "slopes must be positive")
+    paper = alibi_slopes(ours.size).double().numpy()
+    return {"head": np.arange(ours.size), "slope": ours, "paper_slope": paper, "ratio": ours / paper,
+            "half_weight_distance": math.log(2) / ours, "paper_half_weight_distance": math.log(2) / paper}
+
+
+def published_alibi(model) -> dict[str, Any]:
+    """What the Attention biases page shows of a published ALiBi model: name, family, n_head, head_dim,
+    columns (``published_alibi_slopes`` of its slopes as it adds them), ratio_range (the smallest and
+    largest slope / paper slope) and notes (where it computes something else than the paper)."""
+    require(getattr(model, "method", None) == "alibi", f"expected an ALiBi model, got {getattr(model, 'method', None)!r}")
+    pos = model.position
+    columns = published_alibi_slopes(pos.slopes)
+    return {"name": model.name, "family": pos.family, "n_head": int(columns["head"].size), "head_dim": pos.head_dim,
+            "columns": columns, "ratio_range": (float(columns["ratio"].min()), float(columns["ratio"].max())),
+            "notes": list(pos.notes)}

@@ -321,6 +321,9 @@ def export_alibi(model: GPT, folder: str | Path, source: str | None = None) -> P
         "hidden_size": cfg.n_embd, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "layer_norm_epsilon": eps,
         "apply_residual_connection_post_layernorm": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
         "pretraining_tp": 1, "slow_but_exact": False, "tie_word_embeddings": False,
+        # BLOOM's config has no field for the context it was trained on; bigscience's own configs state it
+        # as seq_length, which transformers keeps as an attribute and posviz reads
+        "seq_length": cfg.train_length,
     }
     return _write(folder, model, tensors, hf_config, source, None)
 

@@ -1,11 +1,17 @@
-"""Let a checkpoint *write*: byte-by-byte decoding with a KV cache, past the training length.
+"""Let a model *write*: id-by-id decoding with a KV cache, past the training length.
 
-No Streamlit here. A ``Decoder`` produces one byte per ``step()`` so a page can run several models
-side by side and show their bytes as they come; ``generate`` runs one to the end.
+No Streamlit here. A ``Decoder`` produces one id per ``step()`` so a page can run several models
+side by side and show their text as it comes; ``generate`` runs one to the end.
+
+Ids are the model's own (``LabModel.encode``): bytes for our checkpoints, a tokenizer's tokens for a
+published model (``model.unit``). The decoder samples ids; the text is ``model.decode`` of the whole
+sequence (so a character split over two tokens comes out whole); losses per id are in bits, and per
+byte through ``bytes_per_id`` (``Generation.bits_per_byte``), so a byte model and a tokenizer's compare.
+Everything below says "byte" where a checkpoint's id is one; read "id" for any model.
 
 Conventions (as in the other labs, see ``lab_inputs``): bits are nats / ln 2; position t is the t-th
-byte of prompt + generated text (0-based); W is the model's training length. The byte at position t is predicted from
-the t bytes before it, so the context first holds more than W bytes when predicting position W + 1
+id of prompt + generated text (0-based); W is the model's training length, in its ids. The id at position t is
+predicted from the t ids before it, so the context first holds more than W ids when predicting position W + 1
 (``first_past_train_length``): that step feeds position W, which a learned table of W rows lacks.
 
 Window strategies (applied to absolute methods; relative ones always keep every byte at its true
@@ -33,8 +39,8 @@ import torch
 
 from .errors import PosvizError, PositionLimitError
 from .limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
+from .lab_inputs import in_units
 from .lab_model import LabModel
-from .model import KVCache
 from .positions.base import mark_run
 
 LN2 = math.log(2.0)
@@ -57,6 +63,14 @@ MAX_TOP_K = 256
 MAX_TEMPERATURE = 2.0
 
 
+def strategy_title(key: str, unit: str = "byte") -> str:
+    return in_units(STRATEGY_TITLES[key], unit)
+
+
+def strategy_how(key: str, unit: str = "byte") -> str:
+    return in_units(STRATEGY_HOW[key], unit)
+
+
 # The generation lab's opening view: two checkpoints that write very differently once the text passes
 # the training length (KERPLE keeps writing code-shaped text; sinusoidal collapses into "ararar…" right
 # after it), sampled with a fixed seed, 200 bytes of prompt and 900 written: 1,100 bytes, over 4x the
@@ -65,28 +79,29 @@ DEFAULT_MODELS = ("kerple", "sinusoidal")
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_TOP_K = 40
 DEFAULT_PROMPT_BYTES = 200
-DEFAULT_NEW_BYTES = 900
+DEFAULT_NEW_BYTES = 900  # new ids: bytes for the shipped checkpoints
 
 
 def max_new_bytes(train_length: int, device: torch.device) -> int:
-    """How many bytes one model may write on this device: at least 4 x the training length on a CPU."""
+    """How many ids one model may write on this device (``train_length`` in its ids): at least 4 x the
+    training length on a CPU. Named for the byte models it was written for; a tokenizer's are tokens."""
     multiple = MAX_GENERATE_MULTIPLE_GPU if device.type == "cuda" else MAX_GENERATE_MULTIPLE_CPU
     return multiple * train_length
 
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """How to pick each byte. ``temperature`` 0 is greedy (the most likely byte, ``top_k`` ignored)."""
+    """How to pick each id. ``temperature`` 0 is greedy (the most likely id, ``top_k`` ignored)."""
 
-    new_bytes: int
+    new_ids: int  # ids to write, in the model's unit (bytes for a checkpoint, tokens for a published model)
     temperature: float = 0.0
-    top_k: int = 0  # 0: every byte value may be drawn
+    top_k: int = 0  # 0: every id may be drawn
     seed: int = 0
     strategy: str = "stop"
 
     def __post_init__(self):
-        if not isinstance(self.new_bytes, int) or self.new_bytes < 1:
-            raise PosvizError(f"The number of bytes to write must be a positive whole number, got {self.new_bytes!r}.")
+        if not isinstance(self.new_ids, int) or self.new_ids < 1:
+            raise PosvizError(f"The number of bytes or tokens to write must be a positive whole number, got {self.new_ids!r}.")
         if not (0.0 <= self.temperature <= MAX_TEMPERATURE) or self.temperature != self.temperature:
             raise PosvizError(f"The temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}, got {self.temperature!r}.")
         if not isinstance(self.top_k, int) or not 0 <= self.top_k <= MAX_TOP_K:
@@ -101,8 +116,8 @@ class DecodeSettings:
         return self.temperature == 0.0
 
 
-def next_byte_distribution(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
-    """Probabilities (V,) to draw the next byte from: logits / temperature, outside the top k set to 0."""
+def next_id_distribution(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """Probabilities (V,) to draw the next id from: logits / temperature, outside the top k set to 0."""
     scaled = logits.float() / temperature
     if 0 < top_k < scaled.numel():
         kth = torch.topk(scaled, top_k).values[-1]
@@ -110,10 +125,13 @@ def next_byte_distribution(logits: torch.Tensor, temperature: float, top_k: int)
     return scaled.softmax(-1)
 
 
+next_byte_distribution = next_id_distribution  # the name from when every id was a byte
+
+
 @dataclass
 class Step:
-    byte: int
-    surprisal: float  # bits of this byte under the model's own distribution (temperature 1)
+    id: int  # the id written (a byte for a checkpoint)
+    surprisal: float  # bits of this id under the model's own distribution (temperature 1)
     entropy: float  # bits: the entropy of that distribution
 
 
@@ -140,34 +158,39 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-def check_prompt(prompt: Sequence[int] | torch.Tensor) -> list[int]:
+def check_prompt(prompt: Sequence[int] | torch.Tensor, model: LabModel | None = None) -> list[int]:
+    """The prompt as a list of ids, refused in words when empty, too long or not ids of ``model``
+    (None: bytes, as a page's prompt text is)."""
     ids = [int(b) for b in (prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt)]
+    unit = "byte" if model is None else model.unit
     if not ids:
         raise PosvizError("The prompt is empty. Paste some text or pick a held-out document.")
-    if len(ids) > MAX_PROMPT_BYTES:
-        raise PosvizError(f"The prompt has {len(ids):,} bytes; at most {MAX_PROMPT_BYTES:,} are allowed.")
-    if not all(0 <= b < 256 for b in ids):
+    if len(ids) > MAX_PROMPT_BYTES:  # a prompt of MAX_PROMPT_BYTES bytes never has more ids than that
+        raise PosvizError(f"The prompt has {len(ids):,} {unit}s; at most {MAX_PROMPT_BYTES:,} are allowed.")
+    if unit == "byte" and not all(0 <= b < 256 for b in ids):
         raise PosvizError("The prompt must be bytes (values 0..255).")
+    if unit != "byte" and min(ids) < 0:
+        raise PosvizError(f"The prompt must be the model's {unit} ids (whole numbers from 0).")
     return ids
 
 
 class Decoder:
-    """One model writing after ``prompt``, one byte per ``step()`` (None once done or stopped).
+    """One model writing after ``prompt`` (the model's ids), one id per ``step()`` (None once done or stopped).
 
-    ``forced``: teacher forcing. The next byte is taken from it instead of drawn, so the same loop
-    (same cache, same window strategy) scores a real continuation; at most ``len(forced)`` steps.
+    ``forced``: teacher forcing. The next id is taken from it (the model's ids) instead of drawn, so the
+    same loop (same cache, same window strategy) scores a real continuation; at most ``len(forced)`` steps.
     """
 
     def __init__(self, model: LabModel, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None):
         cap = max_new_bytes(model.train_length, model.device)
-        if settings.new_bytes > cap:
-            raise PosvizError(f"At most {cap:,} new bytes per model on this device ({cap // model.train_length} "
-                              f"× the training length); {settings.new_bytes:,} were asked for.")
+        if settings.new_ids > cap:
+            raise PosvizError(f"At most {cap:,} new {model.unit}s per model on this device ({cap // model.train_length} "
+                              f"× the training length); {settings.new_ids:,} were asked for.")
         self.model, self.settings = model, settings
-        self.prompt = check_prompt(prompt)
+        self.prompt = check_prompt(prompt, model)
         self.forced = None if forced is None else [int(b) for b in forced]
         self.window = model.train_length
-        # Relative methods always keep every byte at its true position; the choice is for absolute ones.
+        # Relative methods always keep every id at its true position; the choice is for absolute ones.
         self.strategy = settings.strategy if model.is_absolute else "stop"
         self.seq: list[int] = list(self.prompt)
         self.steps: list[Step] = []
@@ -175,9 +198,10 @@ class Decoder:
         self.seconds = 0.0
         self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)
         # re-encode keeps a cache only until the window is full (nothing to re-encode before that)
-        self.cache: KVCache | None = model.new_cache(max_size=self.window if self.strategy == "shift" else None)
-        self._logits: torch.Tensor | None = None  # prediction for the byte after self.seq
-        self._limit = settings.new_bytes if self.forced is None else min(settings.new_bytes, len(self.forced))
+        self.cache = model.new_cache(max_size=self.window if self.strategy == "shift" else None)
+        self._logits: torch.Tensor | None = None  # prediction for the id after self.seq
+        self._limit = settings.new_ids if self.forced is None else min(settings.new_ids, len(self.forced))
+        self._prompt_bytes = None if model.unit == "byte" else len(model.decode(self.prompt))
 
     @property
     def done(self) -> bool:
@@ -185,11 +209,23 @@ class Decoder:
 
     @property
     def generated(self) -> list[int]:
-        return [s.byte for s in self.steps]
+        return [s.id for s in self.steps]
+
+    @property
+    def text_bytes(self) -> bytes:
+        """The bytes written so far: the decoding of the whole sequence, less the prompt's bytes (decoding
+        the new ids alone could cut a character whose bytes span the prompt's last id and the first new one)."""
+        if self._prompt_bytes is None:
+            return bytes(self.generated)
+        return self.model.decode(self.seq)[self._prompt_bytes:]
+
+    @property
+    def text(self) -> str:
+        return self.text_bytes.decode("utf-8", errors="replace")
 
     @property
     def first_past_train_length(self) -> int:
-        """Index in the generated bytes of the first one predicted from more than W bytes of context."""
+        """Index in the generated ids of the first one predicted from more than W ids of context."""
         return max(0, self.window + 1 - len(self.prompt))
 
     def _ids(self, values: Sequence[int]) -> torch.Tensor:
@@ -200,25 +236,25 @@ class Decoder:
             return self.model(self._ids(self.seq), cache=self.cache).logits[0, -1]
         if self.strategy == "reencode":
             self.cache = None
-        # re-encode and shift start from the last W bytes of a long prompt, at positions 0..W-1
+        # re-encode and shift start from the last W ids of a long prompt, at positions 0..W-1
         return self.model(self._ids(self.seq[-self.window:]), cache=self.cache).logits[0, -1]
 
-    def _advance(self, byte: int) -> torch.Tensor:
-        """Logits for the byte after ``self.seq`` + [byte] (the byte is appended to seq by the caller)."""
-        t = len(self.seq) - 1  # position of the byte just appended, in the whole text
+    def _advance(self, new_id: int) -> torch.Tensor:
+        """Logits for the id after ``self.seq`` + [new_id] (the id is appended to seq by the caller)."""
+        t = len(self.seq) - 1  # position of the id just appended, in the whole text
         dev = self.model.device
         if self.strategy == "stop":
-            return self.model(self._ids([byte]), cache=self.cache).logits[0, -1]
+            return self.model(self._ids([new_id]), cache=self.cache).logits[0, -1]
         if self.strategy == "reencode":
             if t < self.window and self.cache is not None:  # the window is not full yet: the cache is exact
-                return self.model(self._ids([byte]), cache=self.cache).logits[0, -1]
+                return self.model(self._ids([new_id]), cache=self.cache).logits[0, -1]
             self.cache = None
             return self.model(self._ids(self.seq[-self.window:])).logits[0, -1]
         p = min(t, self.window - 1)
         held = len(self.cache)
         if held:  # relabel the window so it ends just before p; cached keys keep what they baked in
             self.cache.positions = mark_run(torch.arange(p - held, p, device=dev), p - held)
-        return self.model(self._ids([byte]), positions=p, cache=self.cache).logits[0, -1]
+        return self.model(self._ids([new_id]), positions=p, cache=self.cache).logits[0, -1]
 
     @torch.inference_mode()
     def step(self) -> Step | None:
@@ -230,53 +266,71 @@ class Decoder:
             with one_thread():
                 if self._logits is None:
                     self._logits = self._prefill()
-                # one read of the 256 logits per byte (the byte must come back anyway); the rest on the CPU
+                # one read of the logits per id (the id must come back anyway); the rest on the CPU
                 logits = self._logits.float().cpu()
                 logp = logits.log_softmax(-1)
                 if self.forced is not None:
-                    byte = self.forced[len(self.steps)]
+                    new_id = self.forced[len(self.steps)]
                 elif self.settings.greedy:
-                    byte = int(logits.argmax())
+                    new_id = int(logits.argmax())
                 else:
-                    probs = next_byte_distribution(logits, self.settings.temperature, self.settings.top_k)
-                    byte = int(torch.multinomial(probs, 1, generator=self.generator))
-                step = Step(byte, float(-logp[byte]) / LN2, float(-(logp.exp() * logp).nansum()) / LN2)
+                    probs = next_id_distribution(logits, self.settings.temperature, self.settings.top_k)
+                    new_id = int(torch.multinomial(probs, 1, generator=self.generator))
+                step = Step(new_id, float(-logp[new_id]) / LN2, float(-(logp.exp() * logp).nansum()) / LN2)
                 self.steps.append(step)
-                self.seq.append(byte)
+                self.seq.append(new_id)
                 if not self.done:
-                    self._logits = self._advance(byte)
+                    self._logits = self._advance(new_id)
         except PositionLimitError as exc:
-            # the byte drawn in this call (if any) stands: it came from a position the method has
-            self.error = f"Stopped after {len(self.steps):,} bytes: {exc}"
+            # the id drawn in this call (if any) stands: it came from a position the method has
+            self.error = f"Stopped after {len(self.steps):,} {self.model.unit}s: {exc}"
         finally:
             self.seconds += time.perf_counter() - start
         return step
 
     def result(self) -> "Generation":
+        ids = self.generated
+        per_id = None if self.model.unit == "byte" else np.asarray(self.model.bytes_per_id(ids), dtype=np.int64)
         return Generation(self.model.method, len(self.prompt), self.window, self.strategy,
-                          self.generated, np.array([s.surprisal for s in self.steps]),
-                          np.array([s.entropy for s in self.steps]), self.error, self.seconds)
+                          ids, np.array([s.surprisal for s in self.steps]),
+                          np.array([s.entropy for s in self.steps]), self.error, self.seconds,
+                          unit=self.model.unit, id_bytes=per_id, written=None if per_id is None else self.text_bytes)
 
 
 @dataclass
 class Generation:
+    """What one model wrote (or was scored on). Positions, lengths and ``ids`` are in the model's unit."""
+
     method: str
-    prompt_length: int
-    train_length: int
+    prompt_length: int  # ids of the prompt
+    train_length: int  # in ids
     strategy: str  # the strategy actually used (relative methods: always "stop")
     ids: list[int]
-    surprisal: np.ndarray = field(repr=False)  # (n,) bits
-    entropy: np.ndarray = field(repr=False)  # (n,) bits
+    surprisal: np.ndarray = field(repr=False)  # (n,) bits per id
+    entropy: np.ndarray = field(repr=False)  # (n,) bits per id
     error: str | None
     seconds: float
+    unit: str = "byte"  # what one id is: "byte" (a checkpoint) or "token"
+    id_bytes: np.ndarray | None = field(default=None, repr=False)  # (n,) bytes each id covers; None: one each
+    written: bytes | None = field(default=None, repr=False)  # the bytes of ``ids`` (None: the ids are the bytes)
+
+    @property
+    def text_bytes(self) -> bytes:
+        return bytes(self.ids) if self.written is None else self.written
 
     @property
     def text(self) -> str:
-        return bytes(self.ids).decode("utf-8", errors="replace")
+        return self.text_bytes.decode("utf-8", errors="replace")
 
     @property
-    def bytes_per_second(self) -> float:
+    def n_bytes(self) -> int:
+        return len(self.ids) if self.id_bytes is None else int(self.id_bytes.sum())
+
+    @property
+    def ids_per_second(self) -> float:
         return len(self.ids) / self.seconds if self.seconds > 0 else float("nan")
+
+    bytes_per_second = ids_per_second  # the name from when every id was a byte
 
     @property
     def first_past_train_length(self) -> int:
@@ -284,49 +338,71 @@ class Generation:
 
     @property
     def mean_bits(self) -> float:
+        """Mean bits per id (per byte for a byte model)."""
         return float(np.mean(self.surprisal)) if len(self.surprisal) else float("nan")
+
+    @property
+    def bits_per_byte(self) -> float:
+        """Bits per byte of the text: the ids' bits summed over the bytes they cover (a byte model: the mean)."""
+        if self.id_bytes is None or not len(self.surprisal):
+            return self.mean_bits
+        return float(self.surprisal.sum() / self.id_bytes.sum()) if self.id_bytes.sum() else float("nan")
 
 
 def generate(model: LabModel, prompt, settings: DecodeSettings, forced: Sequence[int] | None = None,
              progress: Callable[[float], None] = lambda f: None) -> Generation:
+    """``model`` writes ``settings.new_ids`` ids after ``prompt`` (its ids), to the end or its stop."""
     decoder = Decoder(model, prompt, settings, forced)
-    every = max(1, settings.new_bytes // 50)
+    every = max(1, settings.new_ids // 50)
     while decoder.step() is not None:
         if len(decoder.steps) % every == 0:
-            progress(len(decoder.steps) / settings.new_bytes)
+            progress(len(decoder.steps) / settings.new_ids)
     progress(1.0)
     return decoder.result()
 
 
 def teacher_forced(model: LabModel, prompt, continuation: Sequence[int], strategy: str) -> Generation:
-    """The model's loss on a real continuation, read through the same cache and window strategy.
+    """The model's loss on a real continuation (its ids), read through the same cache and window strategy.
 
-    With true positions throughout ("stop", and every relative method) the bytes are known in advance,
-    so one forward pass over prompt + continuation gives exactly what the byte-by-byte cached loop gives
+    With true positions throughout ("stop", and every relative method) the ids are known in advance,
+    so one forward pass over prompt + continuation gives exactly what the id-by-id cached loop gives
     (by causality), in a fraction of the time. Window strategies, and a method that runs out of
-    positions, go through the loop.
+    positions, go through the loop. ``Generation.bits_per_byte`` is the loss per byte of the continuation.
     """
     n = min(len(continuation), max_new_bytes(model.train_length, model.device))
     if n < 1:
         raise PosvizError("There is no real continuation to score after this prompt.")
     settings = DecodeSettings(n, strategy=strategy)
-    prompt_ids, forced = check_prompt(prompt), [int(b) for b in continuation[:n]]
+    prompt_ids, forced = check_prompt(prompt, model), [int(b) for b in continuation[:n]]
     limit = model.max_positions
     if (strategy == "stop" or not model.is_absolute) and (limit is None or len(prompt_ids) + n - 1 <= limit):
         start = time.perf_counter()
         with torch.inference_mode():
             ids = torch.tensor([prompt_ids + forced[:-1]], dtype=torch.long, device=model.device)
-            logp = model(ids).logits[0, len(prompt_ids) - 1:].float().log_softmax(-1)  # (n, V): byte k of the continuation
+            logp = model(ids).logits[0, len(prompt_ids) - 1:].float().log_softmax(-1)  # (n, V): id k of the continuation
         target = torch.tensor(forced, device=logp.device)
         surprisal = (-logp.gather(1, target[:, None])[:, 0] / LN2).cpu().numpy()
         entropy = (-(logp.exp() * logp).nansum(-1) / LN2).cpu().numpy()
+        per_id = None if model.unit == "byte" else np.asarray(model.bytes_per_id(forced), dtype=np.int64)
         return Generation(model.method, len(prompt_ids), model.train_length, "stop", forced,
-                          surprisal, entropy, None, time.perf_counter() - start)
+                          surprisal, entropy, None, time.perf_counter() - start, unit=model.unit, id_bytes=per_id,
+                          written=None if per_id is None else model.decode(forced))
     return generate(model, prompt_ids, settings, forced=forced)
 
 
-def window_means(values: np.ndarray, start_position: int, width: int) -> list[dict]:
-    """Mean of ``values`` (one per byte, the first at ``start_position``) over position windows of ``width``."""
+def character_start(data: bytes, cut: int) -> int:
+    """``cut`` moved back to the start of the UTF-8 character it falls in (unchanged on a boundary), so a
+    text cut there leaves whole characters on both sides: a tokenizer reads text, not loose bytes."""
+    cut = max(0, min(cut, len(data)))
+    for back in range(cut, max(cut - 3, 0) - 1, -1):  # a UTF-8 character has at most 3 continuation bytes
+        if back == len(data) or data[back] & 0xC0 != 0x80:  # not a continuation byte: a character starts here
+            return back
+    return cut  # not UTF-8 here: nothing to keep whole
+
+
+def window_means(values: np.ndarray, start_position: int, width: int, count: str = "bytes") -> list[dict]:
+    """Mean of ``values`` (one per id, the first at ``start_position``) over position windows of ``width``;
+    ``count`` names the column counting the ids in each window (a checkpoint's are bytes)."""
     if width < 1:
         raise PosvizError(f"The window width must be positive, got {width}.")
     rows = []
@@ -335,14 +411,52 @@ def window_means(values: np.ndarray, start_position: int, width: int) -> list[di
         inside = (positions >= lo) & (positions < lo + width)
         if inside.any():
             rows.append({"window start": lo, "window end": lo + width - 1, "mean": float(np.mean(values[inside])),
-                         "bytes": int(inside.sum())})
+                         count: int(inside.sum())})
     return rows
 
 
-def per_byte_rows(name: str, result: Generation) -> list[dict]:
-    """One row per generated byte, for the CSV export."""
+def _shown(piece: bytes) -> str:
+    """An id's bytes as a CSV cell: printable ASCII as it is, any other byte as \\xNN."""
+    return "".join(chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in piece)
+
+
+def per_byte_rows(name: str, result: Generation, model: LabModel | None = None) -> list[dict]:
+    """One row per generated id, for the CSV export: a byte model's as they always were (byte, char);
+    a tokenizer's with the id, its text and the bytes it covers (``model`` decodes them)."""
     past = result.first_past_train_length
-    return [{"checkpoint": name, "index": i, "position": result.prompt_length + i, "byte": b,
-             "char": chr(b) if 32 <= b < 127 else f"\\x{b:02x}", "surprisal_bits": float(s), "entropy_bits": float(e),
-             "context_past_train_length": i >= past}
-            for i, (b, s, e) in enumerate(zip(result.ids, result.surprisal, result.entropy))]
+    if result.unit == "byte":
+        return [{"checkpoint": name, "index": i, "position": result.prompt_length + i, "byte": b,
+                 "char": chr(b) if 32 <= b < 127 else f"\\x{b:02x}", "surprisal_bits": float(s), "entropy_bits": float(e),
+                 "context_past_train_length": i >= past}
+                for i, (b, s, e) in enumerate(zip(result.ids, result.surprisal, result.entropy))]
+    sizes = result.id_bytes if result.id_bytes is not None else np.ones(len(result.ids), dtype=np.int64)
+    return [{"checkpoint": name, "index": i, "position": result.prompt_length + i, result.unit: t,
+             "text": _shown(model.decode([t])) if model is not None else "", "bytes": int(n),
+             "surprisal_bits": float(s), "entropy_bits": float(e), "context_past_train_length": i >= past}
+            for i, (t, n, s, e) in enumerate(zip(result.ids, sizes, result.surprisal, result.entropy))]
+
+
+def byte_values(result: Generation, values: np.ndarray) -> np.ndarray:
+    """(n_bytes,) one value per byte of the text from one per id: an id's value shared evenly by its bytes,
+    so a character's sum (``lab_inputs.characters_with_bits``) is its share of its ids' bits. A byte
+    model's values are returned as they are."""
+    if result.id_bytes is None:
+        return values
+    sizes = result.id_bytes
+    return np.repeat(np.asarray(values, dtype=float) / np.maximum(sizes, 1), sizes)
+
+
+def coloured_characters(result: Generation, values: np.ndarray) -> tuple[list[tuple[str, float]], int | None]:
+    """(characters with their value, index of the first character predicted past the training length or
+    None) for the coloured text: ``values`` (one per id) shared out to bytes, bytes grouped into characters."""
+    from .lab_inputs import characters_with_bits
+
+    data, per_byte, past = result.text_bytes, byte_values(result, values), result.first_past_train_length
+    # where the first id past the training length starts, in bytes (a byte model: at that id)
+    cut = past if result.id_bytes is None else int(result.id_bytes[:past].sum())
+    if result.id_bytes is not None:
+        cut = character_start(data, cut)  # a token may end inside a character: mark the whole character
+    chars = characters_with_bits(data[:cut], per_byte[:cut])
+    mark = len(chars) if past < len(result.ids) else None
+    chars += characters_with_bits(data[cut:], per_byte[cut:])
+    return chars, mark

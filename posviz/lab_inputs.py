@@ -6,13 +6,15 @@ No plotting and no Streamlit here. Everything is capped by ``posviz.limits`` so 
 * A visitor's text becomes bytes through ``prepare_text`` (capped, with notices for anything odd); a
   model turns bytes into its own ids (``LabModel.encode``).
 * ``characters_with_bits`` and ``moving_average`` turn per-byte losses into what a page draws.
+* ``shared_unit``, ``unit_note`` and ``in_units`` say what a page's lengths are counted in: bytes for
+  our checkpoints, tokens for a published model, "ids" for a mix of both.
 * Losses are in bits (nats / ln 2); "bpb" is the mean bits per predicted byte.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -132,3 +134,26 @@ def moving_average(values: np.ndarray, width: int) -> np.ndarray:
     count = np.convolve(finite.astype(float), kernel, mode="same")
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / count, np.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Units: what a page says an id is
+# ---------------------------------------------------------------------------------------------
+UNIT_FOR_A_MIX = "id"  # checkpoints (bytes) next to published models (tokens): lengths in each one's own ids
+
+
+def shared_unit(models: Iterable) -> str:
+    """The unit the models' ids share ("byte" or "token"), "id" when they differ, "byte" for none: what a
+    length or gap drawn for all of them is counted in."""
+    units = {model.unit for model in models}
+    return units.pop() if len(units) == 1 else ("byte" if not units else UNIT_FOR_A_MIX)
+
+
+def unit_note(unit: str) -> str:
+    """How to read a length in ``unit``, for a label: "bytes", "tokens", or what "ids" means in a mix."""
+    return "ids: bytes for a checkpoint, tokens for a published model" if unit == UNIT_FOR_A_MIX else f"{unit}s"
+
+
+def in_units(words: str, unit: str) -> str:
+    """``words`` written for bytes, said in ``unit``: "bytes" -> "tokens" (unchanged for "byte")."""
+    return words if unit == "byte" else words.replace("bytes", f"{unit}s").replace("byte", unit)

@@ -3,19 +3,25 @@
 Perplexity alone cannot say: a flat loss curve can hide a model that ignores everything past a few
 hundred bytes. These probes put a token the model needs far back and measure whether it gets used.
 
+Every probe runs in the model's own ids (``LabModel.encode``): bytes for our checkpoints, a tokenizer's
+tokens for a published model (``model.unit``). Gaps, chunks and the training length are counted in
+those ids; losses are reported in bits per *byte* (an answer's bits summed over its ids, over the bytes
+those ids cover: ``bytes_per_id``), so a byte model and a tokenizer's compare. For a byte model every
+number is what it was when ids were bytes.
+
 * Repeat probe: a chunk of held-out text, a gap of other held-out text, the same chunk again. A model
   that can reach the first copy predicts the second one far better; the ratio second/first loss
   (1 = no help from the first copy, 0 = perfect copy) is read per gap, mean and spread over chunks.
 * Key-value probe, in the corpus's own shape (code): ``name = 40213`` early in a file, a gap of code,
   then ``name = `` again; the loss on the digits tells whether the model recalls the value.
 * Induction heads (Olsson et al. 2022, https://arxiv.org/abs/2209.11895): on the second copy, the
-  attention a byte pays to the byte *after* its earlier occurrence, per layer and head, by gap.
+  attention an id pays to the id *after* its earlier occurrence, per layer and head, by gap.
 * At the end of the module, for the lab's last sections: the retired random-string copy probe
   (``copy_probe_live``, the checkpoints' stored ``shipped_copy_probe``; the probe itself is
   ``copy_probe``) and how much ALiBi attenuates a key by its distance (``alibi_attenuation``).
 
-All bytes come from the validation split (files never seen in training). Losses are in bits per byte.
-Shapes: B chunks in a batch, T sequence length, H heads, n chunk length.
+All text comes from the validation split (files never seen in training). Losses are in bits per byte.
+Shapes: B chunks (rows) in a batch, T sequence length in ids, H heads, n chunk length in ids, k ids of an answer.
 """
 from __future__ import annotations
 
@@ -27,7 +33,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import byte_ids
 from .errors import PosvizError
 from .lab_model import LabModel
 from .positions.alibi import alibi_slopes
@@ -42,9 +47,10 @@ def copy_probe(model: LabModel, filler, gaps: Iterable[int], string_length: int 
 
     A random string cannot be predicted the first time (~5.2 bits/byte for 36 symbols); the second time
     it can, if the model can still attend to the first copy. As the gap grows past what a method can
-    reach, the second copy becomes as hard as the first.
+    reach, the second copy becomes as hard as the first. The string has ``string_length`` bytes (its ids
+    in the model's encoding, each copy the same ids); the gap is ``gap`` ids of ``filler``.
     """
-    filler = byte_ids(filler)
+    filler = _as_ids(filler, model)
     gaps = list(gaps)
     if not isinstance(string_length, (int, np.integer)) or string_length < 2:
         raise PosvizError(f"the copied string needs at least 2 bytes, got {string_length!r}")
@@ -53,28 +59,34 @@ def copy_probe(model: LabModel, filler, gaps: Iterable[int], string_length: int 
     for gap in gaps:
         if not isinstance(gap, (int, np.integer)) or not 0 <= gap <= filler.numel() - 2:
             raise PosvizError(f"each gap must be an integer from 0 to {filler.numel() - 2:,} (the filler text holds "
-                              f"{filler.numel():,} bytes), got {gap!r}")
+                              f"{filler.numel():,} {model.unit}s), got {gap!r}")
     gen = torch.Generator().manual_seed(seed)
     alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz0123456789"))
-    limit = model.max_positions
     result = {}
     for gap in gaps:
-        total = 2 * string_length + gap
-        if limit is not None and total > limit:
-            result[str(gap)] = None
+        if model.unit == "byte" and not _fits(model, 2 * string_length + gap):
+            result[str(gap)] = None  # known before drawing: the next gap's strings are drawn as they always were
             continue
-        rows = []
+        rows, spans = [], []
         for t in range(trials):
             secret = alphabet[torch.randint(0, len(alphabet), (string_length,), generator=gen)]
             start = int(torch.randint(0, filler.numel() - gap - 1, (1,), generator=gen))
+            secret = secret if model.unit == "byte" else model.encode(bytes(secret.tolist()))
             rows.append(torch.cat((secret, filler[start : start + gap], secret)))
-        batch = torch.stack(rows).to(model.device)  # (trials, total)
-        logits = model(batch[:, :-1]).logits.float()
-        losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")  # (trials, total-1)
-        # losses[:, i] predicts byte i + 1; the second copy is bytes total-n .. total-1, and its byte 1
-        # (following the filler) cannot be predicted, so its bytes 2..n are losses[:, total-n : total-1].
-        second = losses[:, total - string_length :]
-        result[str(gap)] = round(float(second.mean()) / LN2, 4)
+            # the second copy's id 0 follows the filler and cannot be predicted: score its ids 1..k-1
+            spans.append((rows[-1].numel() - secret.numel() + 1, rows[-1].numel()))
+        if not _fits(model, max(row.numel() for row in rows)):
+            result[str(gap)] = None
+            continue
+        losses = _row_losses(model, rows)  # (trials, T-1)
+        if model.unit == "byte":  # every row alike: one mean over all the second copies' bytes
+            s, e = spans[0]
+            result[str(gap)] = round(float(losses[:, s - 1:e - 1].mean()) / LN2, 4)
+            continue
+        nats, sizes = _span_nats_per_byte(model, losses, rows, spans)
+        scored = sizes > 0  # a string that is one token leaves nothing to score after its first id
+        result[str(gap)] = (round(float((nats[scored] * sizes[scored]).sum() / sizes[scored].sum()) / LN2, 4)
+                            if scored.any() else None)
     return result
 DIGIT_BITS = math.log2(10)  # a uniformly random digit: what a model that cannot recall pays per digit
 Progress = Callable[[float], None]
@@ -90,14 +102,25 @@ def default_gaps(train_length: int, max_multiple: int = 16) -> list[int]:
     return sorted(set(g for g in gaps if g >= 0))
 
 
-def _held_out(text: np.ndarray | bytes | Sequence[int] | torch.Tensor) -> torch.Tensor:
+def _as_ids(text, model: LabModel | None = None) -> torch.Tensor:
+    """(T,) the model's ids of ``text``. A 1-D int64 tensor is ids already (a caller that encoded once for
+    several probes); anything else (bytes, a uint8 array, byte values) is text, which ``model`` encodes.
+    Without a model, or for a byte model, the bytes are the ids."""
     if isinstance(text, torch.Tensor) and text.dtype == torch.long and text.dim() == 1:
-        data = text  # already converted (evaluate_probes does it once for its three probes)
-    else:
+        return text
+    if model is None or model.unit == "byte":
         array = np.frombuffer(text, dtype=np.uint8) if isinstance(text, (bytes, bytearray)) else np.asarray(text)
-        data = torch.tensor(array, dtype=torch.long).flatten()  # a copy: the corpus arrays are read-only
+        return torch.tensor(array, dtype=torch.long).flatten()  # a copy: the corpus arrays are read-only
+    data = bytes(text) if isinstance(text, (bytes, bytearray)) else np.asarray(text, dtype=np.uint8).tobytes()
+    return model.encode(data)
+
+
+def _held_out(text: np.ndarray | bytes | Sequence[int] | torch.Tensor, model: LabModel | None = None) -> torch.Tensor:
+    """(T,) ids of the held-out text the probes draw from (see ``_as_ids``), at least 1,024 of them."""
+    data = _as_ids(text, model)
+    unit = model.unit if model is not None else "byte"
     if data.numel() < 1024:
-        raise PosvizError(f"the probes need at least 1,024 bytes of held-out text, got {data.numel():,}")
+        raise PosvizError(f"the probes need at least 1,024 {unit}s of held-out text, got {data.numel():,}")
     return data
 
 
@@ -108,14 +131,59 @@ def _fits(model: LabModel, total: int) -> bool:
 
 @torch.inference_mode()
 def _losses(model: LabModel, batch: torch.Tensor) -> torch.Tensor:
-    """(B, T-1) loss in nats of predicting byte t+1 from bytes 0..t."""
+    """(B, T-1) loss in nats of predicting id t+1 from ids 0..t."""
+    return _scores(model, batch)[0]
+
+
+@torch.inference_mode()
+def _scores(model: LabModel, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T-1) loss in nats of predicting id t+1 from ids 0..t, and (B, T-1) the id found most likely there."""
     logits = model(batch[:, :-1].to(model.device)).logits.float()
-    return F.cross_entropy(logits.transpose(1, 2), batch[:, 1:].to(model.device), reduction="none").cpu()
+    losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:].to(model.device), reduction="none").cpu()
+    return losses, logits.argmax(-1).cpu()
+
+
+def _padded(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(B, T) rows of different lengths, padded at the end with id 0 (rows of one length: just stacked).
+
+    Why the end: the models are causal, so what follows a row's last id changes none of its losses;
+    only the padded columns themselves are meaningless, and no probe reads them.
+    """
+    longest = max(row.numel() for row in rows)
+    if all(row.numel() == longest for row in rows):
+        return torch.stack(list(rows))
+    batch = torch.zeros(len(rows), longest, dtype=torch.long)
+    for i, row in enumerate(rows):
+        batch[i, :row.numel()] = row
+    return batch
+
+
+def _row_losses(model: LabModel, rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(B, T-1) nats of each row's id t+1 given its ids 0..t (see ``_padded``)."""
+    return _losses(model, _padded(rows))
+
+
+def _bytes_of(model: LabModel, ids: torch.Tensor) -> torch.Tensor:
+    """(B,) bytes the ids of each row of ``ids`` (B, n) cover."""
+    sizes = model.bytes_per_id(ids.flatten().cpu())  # it reads ids in one flat run
+    return torch.as_tensor(np.asarray(sizes, dtype=np.float64)).reshape(ids.shape).sum(1)
+
+
+def _span_nats_per_byte(model: LabModel, losses: torch.Tensor, rows: Sequence[torch.Tensor],
+                        spans: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) nats per byte of each row's ids ``start..end-1`` (an answer: its ids' loss summed, over the bytes
+    they cover), and (B,) those bytes. losses: (B, T-1), column t predicting id t+1."""
+    nats, sizes = [], []
+    for row, loss, (start, end) in zip(rows, losses, spans):
+        n_bytes = float(model.bytes_per_id(row[start:end]).sum()) if end > start else 0.0
+        nats.append(float(loss[start - 1:end - 1].double().sum()) / n_bytes if n_bytes else float("nan"))
+        sizes.append(n_bytes)
+    return torch.tensor(nats, dtype=torch.float64), torch.tensor(sizes, dtype=torch.float64)
 
 
 @dataclasses.dataclass
 class GapResult:
-    gap: int
+    gap: int  # in the model's ids (bytes for a checkpoint, tokens for a published model)
     first_bits: float  # mean loss on the first copy (bits/byte)
     second_bits: float  # mean loss on the second copy
     ratio: float  # mean over chunks of second / first
@@ -129,30 +197,46 @@ class GapResult:
     gain: float | None = None  # mean over chunks of second / control (1 = the copy does not help)
 
 
-def _summary(gap: int, first: torch.Tensor, second: torch.Tensor, control: torch.Tensor | None = None) -> GapResult:
-    """first, second, control: (B,) mean nats per chunk."""
+@dataclasses.dataclass
+class KeyValueResult(GapResult):
+    """The key-value probe at one gap: GapResult's losses, and how often the value comes out whole."""
+
+    # share of names whose value the model's most likely ids reproduce exactly (every id of it)
+    first_correct: float | None = None
+    second_correct: float | None = None
+
+
+def _summary(gap: int, first: torch.Tensor, second: torch.Tensor, control: torch.Tensor | None = None,
+             weights: torch.Tensor | None = None, result: type[GapResult] = GapResult, **extra) -> GapResult:
+    """first, second, control: (B,) mean nats per byte per chunk. ``weights``: (B,) bytes scored per
+    chunk, when chunks cover different numbers of bytes (a tokenizer's): the bits per byte over all of
+    them is then their bits summed over their bytes. None: every chunk weighs the same (a byte model)."""
+    def mean(x: torch.Tensor) -> float:
+        return float(x.mean()) if weights is None else float((x.double() * weights).sum() / weights.sum())
+
     ratio = (second / first).numpy()
-    result = GapResult(gap, round(float(first.mean()) / LN2, 4), round(float(second.mean()) / LN2, 4),
-                       round(float(ratio.mean()), 4), round(float(np.quantile(ratio, 0.1)), 4),
-                       round(float(np.quantile(ratio, 0.9)), 4), int(ratio.size))
+    out = result(gap, round(mean(first) / LN2, 4), round(mean(second) / LN2, 4),
+                 round(float(ratio.mean()), 4), round(float(np.quantile(ratio, 0.1)), 4),
+                 round(float(np.quantile(ratio, 0.9)), 4), int(ratio.size), **extra)
     if control is not None:
-        result.control_bits = round(float(control.mean()) / LN2, 4)
-        result.gain = round(float((second / control).mean()), 4)
-    return result
+        out.control_bits = round(mean(control) / LN2, 4)
+        out.gain = round(float((second / control).mean()), 4)
+    return out
 
 
 def repeat_batch(text: torch.Tensor, gap: int, chunk: int, chunks: int, seed: int,
-                 control: bool = False) -> torch.Tensor:
-    """(chunks, 2 chunk + gap) rows: chunk, gap of other held-out text, the same chunk again.
+                 control: bool = False, unit: str = "byte") -> torch.Tensor:
+    """(chunks, 2 chunk + gap) rows of ids: chunk, gap of other held-out text, the same chunk again.
 
-    The chunk and the gap are drawn from different places of the held-out text (seeded), so the gap
+    The chunk and the gap are drawn from different places of the held-out ids (seeded), so the gap
     is ordinary text that does not contain the chunk. ``control``: the same rows with another chunk
-    in the first slot (same seed, so the gap and the last chunk are the very same bytes).
+    in the first slot (same seed, so the gap and the last chunk are the very same ids). The rows are
+    cut from the text's ids, not encoded row by row: the second copy must be the first's very ids.
     """
     gen = torch.Generator().manual_seed(seed)
     n = text.numel()
     if n < 2 * (chunk + gap) + 2:
-        raise PosvizError(f"the held-out text has {n:,} bytes, too short for a gap of {gap:,} with {chunk}-byte chunks")
+        raise PosvizError(f"the held-out text has {n:,} {unit}s, too short for a gap of {gap:,} with {chunk}-{unit} chunks")
     rows = []
     for _ in range(chunks):
         a = int(torch.randint(0, n - chunk, (1,), generator=gen))
@@ -166,17 +250,19 @@ def repeat_batch(text: torch.Tensor, gap: int, chunk: int, chunks: int, seed: in
 
 
 def repeat_probe(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 16, seed: int = 0,
-                 batch_bytes: int = 1 << 16, progress: Progress = _no_progress) -> list[GapResult | None]:
+                 batch_ids: int = 1 << 16, progress: Progress = _no_progress) -> list[GapResult | None]:
     """The repeat probe at each gap; None where the method cannot represent the positions.
 
-    Both copies are scored on their bytes 1..n-1 (byte 0 of the second copy follows the gap, and
-    byte 0 of the first has no context at all), so the ratio compares like with like.
+    ``text``: held-out text (bytes, encoded here) or the model's ids of it; ``gaps`` and ``chunk`` are in
+    the model's ids. Both copies are scored on their ids 1..n-1 (id 0 of the second copy follows the gap,
+    and id 0 of the first has no context at all), so the ratio compares like with like; a chunk's loss is
+    its ids' bits over the bytes they cover.
     """
     if not 8 <= chunk <= 1024:
-        raise PosvizError(f"the chunk must have 8 to 1,024 bytes, got {chunk}")
+        raise PosvizError(f"the chunk must have 8 to 1,024 {model.unit}s, got {chunk}")
     if not 1 <= chunks <= 256:
         raise PosvizError(f"use 1 to 256 chunks per gap, got {chunks}")
-    data = _held_out(text)
+    data = _held_out(text, model)
     out: list[GapResult | None] = []
     for i, gap in enumerate(gaps):
         total = 2 * chunk + gap
@@ -184,18 +270,23 @@ def repeat_probe(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, ch
             out.append(None)
             progress((i + 1) / len(gaps))
             continue
-        per = max(1, batch_bytes // total)
+        per = max(1, batch_ids // total)
 
         def losses_of(batch: torch.Tensor) -> torch.Tensor:  # (B, T-1)
             return torch.cat([_losses(model, batch[s:s + per]) for s in range(0, chunks, per)])
 
-        losses = losses_of(repeat_batch(data, gap, chunk, chunks, seed + gap))
-        control = losses_of(repeat_batch(data, gap, chunk, chunks, seed + gap, control=True))
-        # losses[:, t] predicts byte t+1: the first copy's bytes 1..n-1 are losses[:, 0:n-1], the second's
-        # bytes 1..n-1 (positions total-n+1 .. total-1) are losses[:, total-n : total-1]
-        first = losses[:, : chunk - 1].mean(1)
-        second = losses[:, total - chunk:].mean(1)
-        out.append(_summary(gap, first, second, control[:, total - chunk:].mean(1)))
+        batch = repeat_batch(data, gap, chunk, chunks, seed + gap, unit=model.unit)
+        losses = losses_of(batch)
+        control = losses_of(repeat_batch(data, gap, chunk, chunks, seed + gap, control=True, unit=model.unit))
+        # losses[:, t] predicts id t+1: the first copy's ids 1..n-1 are losses[:, 0:n-1], the second's
+        # ids 1..n-1 (positions total-n+1 .. total-1) are losses[:, total-n : total-1]
+        first, second, no_copy = losses[:, : chunk - 1], losses[:, total - chunk:], control[:, total - chunk:]
+        if model.unit == "byte":  # one byte per id: the plain mean per chunk
+            out.append(_summary(gap, first.mean(1), second.mean(1), no_copy.mean(1)))
+        else:  # both copies (and the control's) score the same ids, so one count of bytes serves all three
+            n_bytes = _bytes_of(model, batch[:, total - chunk + 1:])
+            out.append(_summary(gap, first.double().sum(1) / n_bytes, second.double().sum(1) / n_bytes,
+                                no_copy.double().sum(1) / n_bytes, weights=n_bytes))
         progress((i + 1) / len(gaps))
     return out
 
@@ -206,47 +297,144 @@ def _random_name(gen: torch.Generator) -> bytes:
     return b"".join(bytes([letters[int(i)]]) for i in torch.randint(0, 26, (8,), generator=gen))
 
 
-def key_value_batch(text: torch.Tensor, gap: int, trials: int, seed: int, digits: int = 5) -> tuple[torch.Tensor, int, int]:
-    """Rows ``\\n<name> = <number>\\n`` + gap of held-out code + ``\\n<name> = <number>\\n``.
+def ids_covering(sizes: Sequence[int] | np.ndarray, start: int, end: int) -> tuple[int, int]:
+    """(first, last + 1): the ids whose bytes overlap bytes ``start..end-1``, given each id's byte count.
 
-    Returns (rows (trials, T), the offset of the first number, the offset of the second). Every row
-    has the same layout, so one offset serves all; names and numbers differ per row.
+    A tokenizer may fold the byte before an answer into the answer's first id (`` 40`` for " 40213"): that
+    id is the answer's all the same, as the model cannot write the value without it.
+    """
+    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    starts = ends - np.asarray(sizes, dtype=np.int64)
+    inside = np.flatnonzero((starts < end) & (ends > start))
+    if not inside.size:
+        raise PosvizError(f"no id covers bytes {start}..{end - 1}")
+    return int(inside[0]), int(inside[-1]) + 1
+
+
+@dataclasses.dataclass
+class KeyValueRow:
+    """One name of the key-value probe: its row of ids and where its value's ids are, twice.
+
+    ids: (T,) ``\\n<name> = <number>\\n``, a gap of held-out ids, the same binding again (the very same
+    ids: the binding is encoded once). ``first``/``second``: (start, end) of the value's ids in the row.
+    """
+
+    ids: torch.Tensor
+    first: tuple[int, int]
+    second: tuple[int, int]
+
+
+def key_value_rows(text: torch.Tensor, gap: int, trials: int, seed: int, digits: int = 5,
+                   model: LabModel | None = None) -> list[KeyValueRow]:
+    """The probe's rows for ``model`` (None: bytes as ids); ``text``: held-out ids, ``gap`` of them between.
+
+    Each binding is built as text, then encoded whole (its own ids, as the model would read it), so a
+    tokenizer splits the value as it would in any file; the value's ids are those covering its bytes.
     """
     gen = torch.Generator().manual_seed(seed)
     n = text.numel()
+    unit = "byte" if model is None else model.unit
     if n < gap + 2:
-        raise PosvizError(f"the held-out text has {n:,} bytes, too short for a gap of {gap:,}")
-    rows, first_at, second_at = [], 0, 0
+        raise PosvizError(f"the held-out text has {n:,} {unit}s, too short for a gap of {gap:,}")
+    rows = []
     for _ in range(trials):
         name = _random_name(gen)
         number = bytes(str(int(torch.randint(10 ** (digits - 1), 10 ** digits, (1,), generator=gen))), "ascii")
         binding = b"\n" + name + b" = "
         start = int(torch.randint(0, n - gap, (1,), generator=gen))
-        filler = bytes(text[start:start + gap].tolist())
-        row = binding + number + b"\n" + filler + binding + number + b"\n"
-        first_at, second_at = len(binding), len(binding) + digits + 1 + gap + len(binding)
-        rows.append(torch.tensor(list(row)))
-    return torch.stack(rows), first_at, second_at
+        line = binding + number + b"\n"
+        if model is None or model.unit == "byte":
+            piece, value = torch.tensor(list(line)), (len(binding), len(binding) + digits)
+        else:
+            piece = model.encode(line)
+            value = ids_covering(model.bytes_per_id(piece), len(binding), len(binding) + digits)
+        shift = piece.numel() + gap
+        rows.append(KeyValueRow(torch.cat((piece, text[start:start + gap], piece)), value,
+                                (value[0] + shift, value[1] + shift)))
+    return rows
+
+
+def key_value_batch(text: torch.Tensor, gap: int, trials: int, seed: int, digits: int = 5) -> tuple[torch.Tensor, int, int]:
+    """The byte-level rows ``\\n<name> = <number>\\n`` + gap of held-out code + ``\\n<name> = <number>\\n``.
+
+    Returns (rows (trials, T), the offset of the first number, the offset of the second). Every row
+    has the same layout, so one offset serves all; names and numbers differ per row.
+    """
+    rows = key_value_rows(text, gap, trials, seed, digits)
+    return torch.stack([row.ids for row in rows]), rows[0].first[0], rows[0].second[0]
+
+
+@dataclasses.dataclass
+class Recall:
+    """One name's value as the model scored it, unrounded: bits per byte and whether its most likely
+    ids were the value's, where it is first bound and where the name comes back."""
+
+    row: KeyValueRow
+    value_bytes: int
+    first_bits: float
+    second_bits: float
+    first_correct: bool
+    second_correct: bool
+
+
+@torch.inference_mode()
+def key_value_recalls(model: LabModel, text, gap: int, trials: int = 16, seed: int = 0, digits: int = 5) -> list[Recall] | None:
+    """Every name of the key-value probe at ``gap`` (ids), scored; None where the method cannot run the row."""
+    data = _held_out(text, model)
+    rows = key_value_rows(data, gap, trials, seed, digits, model)
+    if not _fits(model, max(row.ids.numel() for row in rows)):
+        return None
+    ids = [row.ids for row in rows]
+    losses, guesses = _scores(model, _padded(ids))
+    scored = {}
+    for which in ("first", "second"):
+        spans = [getattr(row, which) for row in rows]
+        nats, sizes = _span_nats_per_byte(model, losses, ids, spans)
+        right = [bool((guesses[i, s - 1:e - 1] == ids[i][s:e]).all()) for i, (s, e) in enumerate(spans)]
+        scored[which] = (nats / LN2, sizes, right)
+    (first, sizes, first_right), (second, _, second_right) = scored["first"], scored["second"]
+    return [Recall(row, int(sizes[i]), float(first[i]), float(second[i]), first_right[i], second_right[i])
+            for i, row in enumerate(rows)]
 
 
 def key_value_probe(model: LabModel, text, gaps: Sequence[int], trials: int = 16, seed: int = 0,
-                    progress: Progress = _no_progress) -> list[GapResult | None]:
-    """Bits per digit of a 5-digit value when it is first bound (``first``: about log2(10) = 3.3, it
-    is random) and when the name is used again after the gap (``second``: low if recalled)."""
+                    progress: Progress = _no_progress) -> list[KeyValueResult | None]:
+    """Bits per byte of a 5-digit value when it is first bound (``first``: about log2(10) = 3.3 per digit,
+    it is random) and when the name is used again after ``gap`` ids (``second``: low if recalled), and
+    the share of names whose value the model's most likely ids reproduce (``first_correct``/``second_correct``).
+
+    A byte model's value is its 5 digit bytes; a tokenizer's is the ids covering them (see ``ids_covering``),
+    their bits summed over their bytes.
+    """
     if not 1 <= trials <= 256:
         raise PosvizError(f"use 1 to 256 trials per gap, got {trials}")
-    data = _held_out(text)
+    data = _held_out(text, model)
     digits = 5
-    out: list[GapResult | None] = []
+    out: list[KeyValueResult | None] = []
     for i, gap in enumerate(gaps):
-        batch, a, b = key_value_batch(data, gap, trials, seed + gap, digits)
-        if not _fits(model, batch.shape[1]):
-            out.append(None)
+        if model.unit == "byte":  # every row alike: the digits' losses as one slice (the stored numbers' arithmetic)
+            rows = key_value_rows(data, gap, trials, seed + gap, digits)
+            batch = torch.stack([row.ids for row in rows])
+            if not _fits(model, batch.shape[1]):
+                out.append(None)
+            else:
+                (a, a_end), (b, b_end) = rows[0].first, rows[0].second
+                losses, guesses = _scores(model, batch)  # losses[:, t] predicts byte t+1
+                correct = [round(float((guesses[:, s - 1:e - 1] == batch[:, s:e]).all(1).float().mean()), 4)
+                           for s, e in (rows[0].first, rows[0].second)]
+                out.append(_summary(gap, losses[:, a - 1:a_end - 1].mean(1), losses[:, b - 1:b_end - 1].mean(1),
+                                    result=KeyValueResult, first_correct=correct[0], second_correct=correct[1]))
         else:
-            losses = _losses(model, batch)  # losses[:, t] predicts byte t+1
-            first = losses[:, a - 1:a - 1 + digits].mean(1)
-            second = losses[:, b - 1:b - 1 + digits].mean(1)
-            out.append(_summary(gap, first, second))
+            recalls = key_value_recalls(model, data, gap, trials, seed + gap, digits)
+            if recalls is None:
+                out.append(None)
+            else:
+                weights = torch.tensor([r.value_bytes for r in recalls], dtype=torch.float64)
+                out.append(_summary(gap, torch.tensor([r.first_bits for r in recalls], dtype=torch.float64) * LN2,
+                                    torch.tensor([r.second_bits for r in recalls], dtype=torch.float64) * LN2,
+                                    weights=weights, result=KeyValueResult,
+                                    first_correct=round(float(np.mean([r.first_correct for r in recalls])), 4),
+                                    second_correct=round(float(np.mean([r.second_correct for r in recalls])), 4)))
         progress((i + 1) / len(gaps))
     return out
 
@@ -255,13 +443,14 @@ def key_value_probe(model: LabModel, text, gaps: Sequence[int], trials: int = 16
 @torch.inference_mode()
 def induction_scores(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 8, seed: int = 0,
                      progress: Progress = _no_progress) -> dict[int, np.ndarray | None]:
-    """{gap: (n_layer, H) mean attention from second-copy byte t to first-copy byte t+1}, None where the
+    """{gap: (n_layer, H) mean attention from second-copy id t to first-copy id t+1}, None where the
     method cannot run. An induction head puts most of its weight there: "what came after this, last time?".
+    ``gaps`` and ``chunk`` are in the model's ids: the copies must be the very same ids to line up.
 
     The text before the second copy is encoded once into a KV cache; only the second copy's queries
     then ask for a map (n x T per layer, not T x T), so long gaps stay cheap.
     """
-    data = _held_out(text)
+    data = _held_out(text, model)
     L, H = model.n_layer, model.n_head
     out: dict[int, np.ndarray | None] = {}
     for i, gap in enumerate(gaps):
@@ -270,10 +459,10 @@ def induction_scores(model: LabModel, text, gaps: Sequence[int], chunk: int = 64
             out[gap] = None
             progress((i + 1) / len(gaps))
             continue
-        batch = repeat_batch(data, gap, chunk, chunks, seed + gap).to(model.device)  # (B, T)
+        batch = repeat_batch(data, gap, chunk, chunks, seed + gap, unit=model.unit).to(model.device)  # (B, T)
         prefix, second = batch[:, : chunk + gap], batch[:, chunk + gap:]
-        t = torch.arange(chunk - 1, device=model.device)  # second-copy bytes 0..n-2 ...
-        targets = t + 1  # ... look at first-copy bytes 1..n-1
+        t = torch.arange(chunk - 1, device=model.device)  # second-copy ids 0..n-2 ...
+        targets = t + 1  # ... look at first-copy ids 1..n-1
         scores = np.zeros((L, H))
         for layer in range(L):
             cache = model.new_cache()
@@ -294,10 +483,11 @@ def alibi_reach(slopes: Sequence[float], margin: float) -> list[dict]:
 
 def as_rows(results: Sequence[GapResult | None], gaps: Sequence[int]) -> list[dict]:
     """JSON-ready rows for metrics.json and tables; a gap the method cannot run is {gap, None...}."""
+    kind = next((type(r) for r in results if r is not None), GapResult)  # the key-value probe's has more columns
     rows = []
     for gap, r in zip(gaps, results):
         rows.append(dataclasses.asdict(r) if r is not None else
-                    {**{f.name: None for f in dataclasses.fields(GapResult)}, "gap": int(gap), "chunks": 0})
+                    {**{f.name: None for f in dataclasses.fields(kind)}, "gap": int(gap), "chunks": 0})
     return rows
 
 
@@ -324,7 +514,7 @@ def copy_check(model, validation) -> dict | None:
 def evaluate_probes(model: LabModel, text, train_length: int, chunks: int = 16, seed: int = 0) -> dict:
     """The "retrieval" block of a checkpoint's metrics.json: all three probes at the ``default_gaps`` the
     held-out text is long enough for."""
-    text = _held_out(text)
+    text = _held_out(text, model)
     gaps = [g for g in default_gaps(train_length) if 2 * (64 + g) + 2 <= text.numel()]
     induction = induction_scores(model, text, gaps, chunks=max(4, chunks // 2), seed=seed)
     return {
@@ -335,8 +525,9 @@ def evaluate_probes(model: LabModel, text, train_length: int, chunks: int = 16, 
     }
 
 
-__all__ = ["DIGIT_BITS", "GapResult", "RANDOM_STRING_BITS", "alibi_attenuation", "alibi_reach", "as_rows",
-           "copy_probe_live", "default_gaps", "evaluate_probes", "induction_scores", "key_value_probe", "probe_gaps",
+__all__ = ["DIGIT_BITS", "GapResult", "KeyValueResult", "KeyValueRow", "RANDOM_STRING_BITS", "Recall",
+           "alibi_attenuation", "alibi_reach", "as_rows", "copy_probe_live", "default_gaps", "evaluate_probes",
+           "ids_covering", "induction_scores", "key_value_probe", "key_value_recalls", "key_value_rows", "probe_gaps",
            "repeat_probe", "shipped_copy_probe"]
 
 
@@ -415,7 +606,7 @@ def probe_gaps(max_total: int, string_length: int) -> list[int]:
 
 def copy_probe_live(model: LabModel, filler, gaps: Sequence[int], string_length: int = 32, trials: int = 4,
                     progress: Progress = _no_progress) -> dict[int, float | None]:
-    """``copy_probe`` gap by gap (for a progress bar), capped at the device's length cap.
+    """``copy_probe`` gap by gap (for a progress bar), capped at the device's length cap; gaps in the model's ids.
 
     None where the method cannot represent the positions (learned past its table).
     """
@@ -423,15 +614,16 @@ def copy_probe_live(model: LabModel, filler, gaps: Sequence[int], string_length:
         raise PosvizError(f"The random string must have 4 to 256 bytes, got {string_length}.")
     if not 1 <= trials <= 32:
         raise PosvizError(f"Use 1 to 32 trials, got {trials}.")
-    cap = model.length_cap
-    filler = byte_ids(filler)
+    cap, unit = model.length_cap, model.unit
+    filler = _as_ids(filler, model)
     out = {}
     for i, gap in enumerate(gaps):
+        # a string of n bytes is at most n ids: the check holds for a tokenizer's ids too
         if 2 * string_length + gap > cap:
             raise PosvizError(f"A gap of {gap:,} with two {string_length}-byte copies is past this device's cap of "
-                              f"{cap:,} bytes.")
+                              f"{cap:,} {unit}s.")
         if gap + 2 > filler.numel():
-            raise PosvizError(f"The filler text has {filler.numel():,} bytes, too short for a gap of {gap:,}.")
+            raise PosvizError(f"The filler text has {filler.numel():,} {unit}s, too short for a gap of {gap:,}.")
         out[int(gap)] = copy_probe(model, filler, [gap], string_length=string_length, trials=trials,
                                    seed=gap)[str(gap)]
         progress((i + 1) / len(gaps))

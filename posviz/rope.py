@@ -182,3 +182,77 @@ def scaling_wavelengths(rot_dim: int, base: float, factor: float, original_lengt
     columns = {k: np.asarray(v) for k, v in out.items()}
     columns["logit_scale"] = columns["attention_factor"] ** 2
     return columns
+
+
+# =============================================================================================
+# Published RoPE models: their own frequencies against the plain θ ladder
+# =============================================================================================
+SAME_RTOL = 1e-4  # transformers builds inv_freq in float32: the same ladder agrees to ~1e-6 relative
+
+
+def published_wavelengths(inv_freq, theta: float, rotary_dims: int) -> Columns:
+    """Each rotary pair of a published model: its speed and wavelength as the model computes them
+    (``inv_freq`` from its own rotary module, under its own scaling) next to the plain ladder
+    θ^(−2i/d) over its ``rotary_dims`` rotated features.
+
+    Columns: pair, first_feature, second_feature (features i and i + d/2 of the rotated part),
+    inv_freq (radians per token), wavelength (tokens per full turn), plain_inv_freq, plain_wavelength,
+    ratio (wavelength / plain_wavelength) and band: "as θ gives" (ratio 1), "stretched ×s" (the
+    largest ratio s > 1, e.g. llama3's and YaRN's slow pairs, every pair under linear scaling) or
+    "in between" (a blend, e.g. llama3's smoothed band).
+    """
+    require(rotary_dims >= 2 and rotary_dims % 2 == 0, f"rotary_dims must be even and >= 2, got {rotary_dims}")
+    speed = (inv_freq.detach().cpu().double().numpy() if isinstance(inv_freq, torch.Tensor)
+             else np.asarray(inv_freq, dtype=float))
+    half = rotary_dims // 2
+    require(speed.shape == (half,), f"expected {half} frequencies for {rotary_dims} rotated features, got {speed.shape}")
+    require(bool(np.all(speed > 0)), "frequencies must be positive")
+    plain = base_inv_freq(rotary_dims, theta).double().numpy()
+    ratio = plain / speed  # wavelength / plain wavelength
+    top = float(ratio.max())
+    same = np.isclose(ratio, 1.0, rtol=SAME_RTOL, atol=0)
+    stretched = ~same & (top > 1 + SAME_RTOL) & np.isclose(ratio, top, rtol=SAME_RTOL, atol=0)
+    band = np.where(same, "as θ gives", np.where(stretched, f"stretched ×{top:.3g}", "in between"))
+    return {"pair": np.arange(half), "first_feature": np.arange(half), "second_feature": np.arange(half) + half,
+            "inv_freq": speed, "wavelength": 2 * math.pi / speed, "plain_inv_freq": plain,
+            "plain_wavelength": 2 * math.pi / plain, "ratio": ratio, "band": band}
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedRope:
+    """What the RoPE page shows of one published RoPE model, read from the model itself."""
+
+    name: str
+    family: str
+    theta: float
+    rope_type: str  # transformers' name of its scaling: default, llama3, yarn, linear, dynamic, ...
+    factor: float | None  # the scaling's factor (None: no scaling)
+    original_length: int | None  # the context the scaling extends (llama3, yarn), in tokens
+    train_length: int  # the context its config states, in tokens
+    rotary_dims: int
+    head_dim: int
+    attention_factor: float  # multiplies cos and sin (YaRN's 0.1 ln s + 1)
+    notes: list[str]
+    columns: Columns  # ``published_wavelengths``
+
+    @property
+    def rotary_share(self) -> float:
+        """The share of each head's features that rotate (Pythia: 0.25; the rest carry no position)."""
+        return self.rotary_dims / self.head_dim
+
+
+def published_rope(model) -> PublishedRope:
+    """The frequencies of a published RoPE model (a ``PublishedModel`` whose method is rope) under its
+    own scaling, against the plain ladder of its own θ."""
+    require(getattr(model, "method", None) == "rope", f"expected a RoPE model, got {getattr(model, 'method', None)!r}")
+    pos = model.position
+    params = dict(model.rope_parameters or {})
+    theta = float(params.get("rope_theta", 10000.0))
+    factor = params.get("factor")
+    original = params.get("original_max_position_embeddings")
+    return PublishedRope(
+        name=model.name, family=pos.family, theta=theta, rope_type=str(params.get("rope_type", "default")),
+        factor=None if factor is None else float(factor), original_length=None if original is None else int(original),
+        train_length=int(model.train_length), rotary_dims=int(pos.rotary_dims), head_dim=int(pos.head_dim),
+        attention_factor=float(pos.attention_factor), notes=list(pos.notes),
+        columns=published_wavelengths(pos.inv_freq, theta, int(pos.rotary_dims)))

@@ -30,6 +30,7 @@ import math
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -96,12 +97,30 @@ FAMILIES: dict[str, Family] = {
     "llama": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "qwen2": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "mistral": Family(lambda c: "rope", _attr("max_position_embeddings")),
-    # BLOOM's config keeps no context: bloom-560m was trained on 2,048 tokens (its paper, section 3.3)
-    "bloom": Family(lambda c: "alibi", lambda c: getattr(c, "seq_length", None) or 2048),
+    # BLOOM's config has no field for its context; bigscience's configs state it as seq_length (2,048)
+    "bloom": Family(lambda c: "alibi", _attr("seq_length")),
     "falcon": Family(lambda c: "alibi" if c.alibi else "rope", _attr("max_position_embeddings")),
     "mpt": Family(lambda c: "alibi", _attr("max_seq_len"), _attr("max_seq_len")),
 }
 ACTS_ON = {"learned": "input", "rope": "q/k", "alibi": "logits"}
+
+
+UNSTATED_CONTEXT = 2048  # the context of a model that states none anywhere (BLOOM's and Falcon-RW's)
+
+
+def _stated_elsewhere(folder: Path | None) -> int | None:
+    """A context the config leaves out, from the files beside it: posviz's export note, or the tokenizer's
+    model_max_length (where it is a real length, not transformers' 1e30 for "none")."""
+    if folder is None:
+        return None
+    for name, key in (("posviz_export.json", "train_length"), ("tokenizer_config.json", "model_max_length")):
+        try:
+            value = json.loads((folder / name).read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and 1 < value < 10**7:
+            return value
+    return None
 
 
 def supported_families() -> str:
@@ -439,9 +458,9 @@ class PublishedModel(LabModel):
         self.family_name, self._family = config.model_type, family
         self.method = family.method(config)
         self.name = folder.name if folder is not None else ref
-        context = family.context(config)
+        context = family.context(config) if family.context(config) is not None else _stated_elsewhere(folder)
         self.context_known = context is not None
-        self.train_length = int(context or 2048)
+        self.train_length = int(context or UNSTATED_CONTEXT)
         self.n_layer, self.n_head = int(config.num_hidden_layers), int(config.num_attention_heads)
         self.max_positions = family.table_rows(config)
         self.acts_on = ACTS_ON[self.method]
@@ -729,10 +748,27 @@ class TransformersKind(ModelKind):
         where = (str(path.resolve()),) + _folder_stamp(path.resolve()) if path.is_dir() else (ref,)
         return ("transformers",) + where + (tuple(sorted(position_overrides.items())),)
 
+    # A hub id that just failed (offline, gated, unknown) fails again at once for this long, so that every
+    # page run of every visitor does not wait on the network for the same answer.
+    FAILURE_MEMORY_S = 60.0
+
+    def __init__(self):
+        self._failed: dict[str, tuple[float, PosvizError]] = {}
+
     def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel:
         path = Path(ref)
         ref = str(path.resolve()) if path.is_dir() else ref
-        config, folder = read_hf_config(ref)
+        if not path.is_dir():
+            failed = self._failed.get(ref)
+            if failed is not None and time.monotonic() - failed[0] < self.FAILURE_MEMORY_S:
+                raise failed[1]
+            try:
+                config, folder = read_hf_config(ref)
+            except PosvizError as exc:
+                self._failed[ref] = (time.monotonic(), exc)
+                raise
+        else:
+            config, folder = read_hf_config(ref)
         engine = None
         if position_overrides:  # the scaled variants share the weights of the model as published
             engine = open_model(ref, None, device)._engine

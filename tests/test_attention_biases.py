@@ -204,3 +204,33 @@ def test_distance_grid_and_columns():
     assert list(attention_biases.distance_grid(10)) == list(range(10))
     cols = attention_biases.max_weight_columns({"a": np.log(np.full(8192, 0.5))}, g)
     assert set(cols["series"]) == {"a"} and np.allclose(cols["log10_max_weight"], math.log10(0.5))
+
+
+# -- published ALiBi models ------------------------------------------------------------------------------
+@pytest.mark.parametrize("heads", [4, 6, 16])
+def test_published_alibi_slopes_against_the_paper(heads):
+    scaled = torch.tensor(reference_alibi_slopes(heads)) / math.sqrt(8)  # Falcon-style
+    cols = attention_biases.published_alibi_slopes(scaled)
+    np.testing.assert_allclose(cols["paper_slope"], reference_alibi_slopes(heads), rtol=1e-6)
+    np.testing.assert_allclose(cols["ratio"], 1 / math.sqrt(8), rtol=1e-6)
+    np.testing.assert_allclose(cols["half_weight_distance"], math.log(2) / scaled.double().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(cols["paper_half_weight_distance"] * cols["paper_slope"], math.log(2))
+    assert list(cols["head"]) == list(range(heads))
+    with pytest.raises(ValueError):
+        attention_biases.published_alibi_slopes(torch.zeros(3))
+
+
+def test_published_alibi_reads_bloom_and_falcon(hf_family_dir):
+    from posviz.lab_model import open_model
+
+    bloom = attention_biases.published_alibi(open_model(hf_family_dir["bloom"]))
+    np.testing.assert_allclose(bloom["columns"]["slope"], reference_alibi_slopes(4), rtol=1e-6)
+    assert bloom["ratio_range"] == pytest.approx((1.0, 1.0)) and not bloom["notes"]
+    falcon_model = open_model(hf_family_dir["falcon"])
+    falcon = attention_biases.published_alibi(falcon_model)
+    np.testing.assert_allclose(falcon["columns"]["slope"], falcon_model.position.slopes.numpy())
+    # 4 heads: slopes 2^-2 .. 2^-8, exact in bfloat16, so exactly the paper's / sqrt(head_dim 8)
+    assert falcon["ratio_range"] == pytest.approx((1 / math.sqrt(8),) * 2, rel=1e-6)
+    assert any("twice" in note for note in falcon["notes"]) and any("bfloat16" in note for note in falcon["notes"])
+    with pytest.raises(ValueError):
+        attention_biases.published_alibi(open_model(hf_family_dir["gpt2"]))

@@ -114,8 +114,8 @@ def test_sampling_respects_top_k_and_top_1_is_greedy():
 
 def test_bad_settings_and_prompts_are_refused_in_words():
     model = tiny_lab("rope")
-    for bad in (dict(new_bytes=0), dict(new_bytes=10, temperature=-1.0), dict(new_bytes=10, temperature=float("nan")),
-                dict(new_bytes=10, top_k=999), dict(new_bytes=10, strategy="warp"), dict(new_bytes=10, seed=-1)):
+    for bad in (dict(new_ids=0), dict(new_ids=10, temperature=-1.0), dict(new_ids=10, temperature=float("nan")),
+                dict(new_ids=10, top_k=999), dict(new_ids=10, strategy="warp"), dict(new_ids=10, seed=-1)):
         with pytest.raises(PosvizError):
             g.DecodeSettings(**bad)
     cap = g.max_new_bytes(W, model.device)

@@ -102,7 +102,7 @@ def test_every_lab_function_on_cuda_equals_the_cpu(method, options, text):
     assert_same(retrieval.induction_scores(cpu, text, gaps, chunk=16, chunks=4),
                 retrieval.induction_scores(gpu, text, gaps, chunk=16, chunks=4))
     assert_same(retrieval.copy_probe(cpu, text, [0, 16]), retrieval.copy_probe(gpu, text, [0, 16]))
-    settings = generation.DecodeSettings(new_bytes=2 * L)  # greedy: the same bytes where the logits agree
+    settings = generation.DecodeSettings(new_ids=2 * L)  # greedy: the same bytes where the logits agree
     a, b = generation.generate(cpu, text[:L], settings), generation.generate(gpu, text[:L], settings)
     assert a.ids == b.ids and a.error == b.error
     assert_same(a.surprisal, b.surprisal, "surprisal")

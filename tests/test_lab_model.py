@@ -61,7 +61,7 @@ def test_open_model_is_keyed_and_bounded(tiny_models, monkeypatch):
 
 
 def test_an_unknown_name_says_what_a_model_can_be(tiny_models):
-    with pytest.raises(PosvizError, match="shipped checkpoint's name or a checkpoint folder"):
+    with pytest.raises(PosvizError, match="shipped checkpoint's name, a checkpoint folder, a folder holding a transformers model, or a Hugging Face hub id"):
         open_model("no-such-model")
 
 

@@ -115,3 +115,66 @@ def test_frequency_table():
     assert list(t["second_feature"]) == [4, 5, 6, 7]
     assert t["turns_in_training"][0] == pytest.approx(256 / (2 * math.pi))
     assert t["wavelength"][3] == pytest.approx(2 * math.pi * 100 ** (6 / 8))
+
+
+# -- published RoPE models ----------------------------------------------------------------------------------
+def llama3_by_hand(d, theta, factor, low, high, original):
+    """Llama 3.1's frequency rule (Meta's reference code), written out pair by pair: the plain speeds,
+    the scaled ones and which of the three bands each pair falls in."""
+    plain = np.array([theta ** (-2 * i / d) for i in range(d // 2)])
+    scaled, bands = [], []
+    for f in plain:
+        wavelength = 2 * math.pi / f
+        if wavelength < original / high:
+            scaled.append(f), bands.append("as θ gives")
+        elif wavelength > original / low:
+            scaled.append(f / factor), bands.append(f"stretched ×{factor:g}")
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            scaled.append((1 - smooth) * f / factor + smooth * f), bands.append("in between")
+    return plain, np.array(scaled), bands
+
+
+def test_published_wavelengths_of_llama3_bands():
+    plain, scaled, bands = llama3_by_hand(16, 1e5, 8.0, 1.0, 4.0, 32)
+    assert set(bands) == {"as θ gives", "in between", "stretched ×8"}  # all three bands occur
+    cols = rope.published_wavelengths(torch.tensor(scaled, dtype=torch.float32), 1e5, 16)
+    np.testing.assert_allclose(cols["plain_inv_freq"], plain, rtol=1e-12)
+    np.testing.assert_allclose(cols["wavelength"], 2 * math.pi / scaled, rtol=1e-6)
+    np.testing.assert_allclose(cols["plain_wavelength"], 2 * math.pi / plain, rtol=1e-12)
+    np.testing.assert_allclose(cols["ratio"], plain / scaled, rtol=1e-6)
+    assert list(cols["band"]) == bands
+    assert list(cols["second_feature"]) == list(range(8, 16))
+
+
+def test_published_wavelengths_plain_linear_and_bad_input():
+    plain = 1 / 10000.0 ** (np.arange(0, 4, 2) / 4)  # Pythia-style: 4 rotated features, 2 pairs
+    assert list(rope.published_wavelengths(plain, 10000.0, 4)["band"]) == ["as θ gives"] * 2
+    linear = rope.published_wavelengths(plain / 4, 10000.0, 4)
+    assert list(linear["band"]) == ["stretched ×4"] * 2 and linear["ratio"] == pytest.approx([4, 4])
+    with pytest.raises(ValueError):
+        rope.published_wavelengths(plain, 10000.0, 8)  # 2 speeds for 8 rotated features
+    with pytest.raises(ValueError):
+        rope.published_wavelengths(-plain, 10000.0, 4)
+
+
+def test_published_rope_reads_the_model(hf_family_dir):
+    from posviz.lab_model import open_model
+
+    neox = open_model(hf_family_dir["neox"])
+    facts = rope.published_rope(neox)
+    assert (facts.rotary_dims, facts.head_dim, facts.rotary_share) == (4, 16, 0.25)
+    assert facts.theta == 10000.0 and facts.rope_type == "default" and facts.factor is None
+    assert any("Only 4 of each head's 16" in note for note in facts.notes)
+    np.testing.assert_allclose(facts.columns["inv_freq"], neox.position.inv_freq.numpy())
+    np.testing.assert_allclose(facts.columns["plain_inv_freq"], [1.0, 0.01])
+
+    llama = open_model(hf_family_dir["llama3"])
+    facts = rope.published_rope(llama)
+    assert (facts.rope_type, facts.factor, facts.original_length, facts.train_length) == ("llama3", 8.0, 32, 64)
+    _, scaled, bands = llama3_by_hand(16, 1e5, 8.0, 1.0, 4.0, 32)
+    np.testing.assert_allclose(facts.columns["wavelength"], 2 * math.pi / llama.position.inv_freq.numpy())
+    np.testing.assert_allclose(facts.columns["inv_freq"], scaled, rtol=1e-6)
+    assert list(facts.columns["band"]) == bands
+    with pytest.raises(ValueError):
+        rope.published_rope(open_model(hf_family_dir["gpt2"]))

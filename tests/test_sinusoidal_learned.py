@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import tiny_model
 from posviz import sinusoidal_learned
@@ -101,3 +102,61 @@ def test_learned_table_of_a_model():
     np.testing.assert_allclose(table, model.position.table.weight.detach().double().numpy())
     with pytest.raises(ValueError):
         sinusoidal_learned.learned_table(tiny_model("rope"))
+
+
+# -- published learned tables (GPT-2, OPT) ------------------------------------------------------------
+def by_hand_cosine(table):
+    """Cosine similarity of every two rows, one pair at a time."""
+    return np.array([[a @ b / (np.linalg.norm(a) * np.linalg.norm(b)) for b in table] for a in table])
+
+
+def test_position_similarity_small_table_is_the_cosine_matrix():
+    table = torch.randn(40, 12, generator=torch.Generator().manual_seed(0))
+    similarity, block = sinusoidal_learned.position_similarity(table)
+    assert block == 1
+    np.testing.assert_allclose(similarity, by_hand_cosine(table.double().numpy()), atol=1e-12)
+    assert sinusoidal_learned.neighbour_similarity(table) == pytest.approx(
+        np.mean(np.diag(by_hand_cosine(table.double().numpy()), k=1)))
+
+
+@pytest.mark.parametrize("rows,block", [(1024, 2), (1500, 3), (2048, 4)])
+def test_position_similarity_pools_long_tables(rows, block):
+    table = np.random.default_rng(rows).standard_normal((rows, 8))
+    pooled, got_block = sinusoidal_learned.position_similarity(torch.as_tensor(table), max_side=512)
+    assert got_block == block and pooled.shape == (-(-rows // block),) * 2 and max(pooled.shape) <= 512
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    full = unit @ unit.T
+    for i, j in [(0, 0), (3, 7), (pooled.shape[0] - 1, 5), (pooled.shape[0] - 1, pooled.shape[0] - 1)]:
+        cells = full[i * block:(i + 1) * block, j * block:(j + 1) * block]  # the last block may be short
+        assert pooled[i, j] == pytest.approx(cells.mean(), abs=1e-12)
+
+
+def test_principal_components_match_numpy_svd():
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((200, 24)) @ np.diag(np.linspace(3, 0.1, 24)) + 0.7
+    pcs = sinusoidal_learned.principal_components(torch.as_tensor(table, dtype=torch.float32), k=4)
+    centred = table - table.mean(axis=0)
+    u, s, _ = np.linalg.svd(centred)
+    assert pcs.coords.shape == (200, 4)
+    np.testing.assert_allclose(pcs.explained, s[:4] ** 2 / (s ** 2).sum(), rtol=1e-5)
+    for j in range(4):  # the same direction up to its sign, which is fixed: largest coordinate positive
+        expected = u[:, j] * s[j]
+        expected = expected if expected[np.abs(expected).argmax()] > 0 else -expected
+        np.testing.assert_allclose(pcs.coords[:, j], expected, atol=1e-4)
+    columns = pcs.columns()
+    assert list(np.unique(columns["component"])) == [1, 2, 3, 4] and len(columns["value"]) == 4 * 200
+    np.testing.assert_allclose(columns["value"][columns["component"] == 3], pcs.coords[:, 2])
+    assert sinusoidal_learned.principal_components(table[:3], k=4).coords.shape == (3, 3)  # at most rank-many
+
+
+def test_published_learned_tables_of_gpt2_and_opt(hf_family_dir):
+    from posviz.lab_model import open_model
+
+    for name in ("gpt2", "opt"):
+        table = open_model(hf_family_dir[name]).position.table
+        facts = sinusoidal_learned.published_learned_table(table)
+        assert facts["shape"] == (64, 32) and facts["block"] == 1
+        np.testing.assert_allclose(facts["similarity"], by_hand_cosine(table.double().numpy()), atol=1e-9)
+        assert facts["components"].explained.size == 4
+    with pytest.raises(ValueError):
+        sinusoidal_learned.published_learned_table(torch.zeros(1, 4))

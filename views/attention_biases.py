@@ -8,9 +8,11 @@ from views._charts import method_scales, metric_rows, show_chart
 from views._checkpoints import folder_stamp, shipped_checkpoint_json, shipped_model
 from views._matrices import show_matrix
 from views._page import page_header
+from views._published_positions import analysed, published_section, section_failed
 from views._url import qp_bool, qp_choice, qp_float, qp_int, sync_url
 from posviz import attention_biases
 from posviz.checkpoint import shipped_checkpoints
+from posviz.errors import PosvizError
 from posviz.positions import POSITION_METHODS
 from posviz.limits import CACHE_ENTRIES
 from posviz.positions.t5 import T5Options
@@ -121,6 +123,49 @@ chart, df = weight_chart(attention_biases.max_weight_columns(series, grid),
 show_chart(chart, df, f"alibi_max_weight_{heads}h_n{n_keys}",
            "The penalty grows linearly with distance, so every head's ceiling falls exponentially: past a few "
            "“half-weight distances” no content margin can rescue a key. Curves below 1e-24 run along the bottom edge.")
+
+# -- published ALiBi models ($POSVIZ_MODELS) ------------------------------------------------------------
+published = published_section(
+    "alibi", "ALiBi in published models",
+    "BLOOM, Falcon-RW and MPT use ALiBi. Their slopes as each model adds them to its attention logits, read from "
+    "its own bias builder, next to the paper's geometric slopes for the same number of heads.")
+if published is not None:
+    try:
+        facts = analysed(published, "alibi-slopes", lambda: attention_biases.published_alibi(published))
+    except PosvizError as exc:
+        section_failed(published, exc)
+    else:
+        lo, hi = facts["ratio_range"]
+        metric_rows([
+            dict(label="heads", value=f"{facts['n_head']}"),
+            dict(label="head dimension", value=f"{facts['head_dim']}"),
+            dict(label="slope / the paper's", value=f"{lo:.3g}" if abs(hi - lo) <= 1e-3 * hi else f"{lo:.3g} to {hi:.3g}",
+                 help="Each head's slope as the model adds it, over the paper's slope for that head."),
+        ], per_row=3)
+        for note in facts["notes"]:
+            st.info(note, icon="ℹ️")
+        slope_table = pd.DataFrame(facts["columns"])
+        own, paper = f"{facts['name']} (as it adds them)", f"ALiBi paper, {facts['n_head']} heads"
+        bars = pd.concat([slope_table.assign(series=own),
+                          slope_table.assign(series=paper, slope=slope_table["paper_slope"],
+                                             half_weight_distance=slope_table["paper_half_weight_distance"])],
+                         ignore_index=True)[["series", "head", "slope", "half_weight_distance", "ratio"]]
+        low, high = float(bars["slope"].min()), float(bars["slope"].max())
+        st.markdown(f"**{facts['name']}: ALiBi slope of each head, as the model adds it and in the paper**")
+        published_slopes = alt.Chart(bars).mark_bar().encode(
+            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0)),
+            xOffset=alt.XOffset("series:N", sort=[own, paper]),
+            y=alt.Y("slope:Q", title=["slope (logits per token", "of distance, log scale)"],
+                    scale=alt.Scale(type="log", nice=False, domain=[low / 1.5, high * 1.5])),
+            y2=alt.Y2Datum(low / 1.5),  # bars rise from the bottom of the log axis (it has no 0)
+            color=alt.Color("series:N", title=None, sort=[own, paper], legend=alt.Legend(orient="bottom", labelLimit=400)),
+            tooltip=[alt.Tooltip("series:N"), alt.Tooltip("head:O"), alt.Tooltip("slope:Q", format=".4g"),
+                     alt.Tooltip("half_weight_distance:Q", title="weight halves every (tokens)", format=",.1f"),
+                     alt.Tooltip("ratio:Q", title="model / paper", format=".4g")],
+        ).properties(height=300)
+        show_chart(published_slopes, bars, f"published_{facts['name']}_alibi_slopes",
+                   "A head's bias falls by its slope for every token of distance: a steeper head stays local. "
+                   "Equal bars: the model adds the paper's slopes; the notes above say where it does not.")
 
 # -- T5 ---------------------------------------------------------------------------------------------------
 st.header("T5: learned biases per distance bucket")

@@ -1,6 +1,11 @@
-"""Generation lab: several checkpoints continue one prompt side by side, past their training length."""
+"""Generation lab: several checkpoints continue one prompt side by side, past their training length.
+
+Each model writes in its own ids (bytes for a checkpoint, tokens for a published model): counts, positions
+and speeds are in them, bits per byte through the bytes each id covers.
+"""
 from __future__ import annotations
 
+import hashlib
 import time
 
 import altair as alt
@@ -12,7 +17,8 @@ from views._page import error_box, page_header, usable_checkpoints
 from views._serving import compute_once, heavy_turn, store_result, stored_result
 from views._text import choose_text, show_coloured_text
 from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
-from posviz import generation, lab_inputs
+from posviz import generation
+from posviz.lab_inputs import in_units, shared_unit, unit_note
 from posviz.lab_model import open_model
 from posviz.errors import PosvizError
 from posviz.limits import MAX_PROMPT_BYTES, default_device, device_label
@@ -33,13 +39,7 @@ GREEDY_LOOPS = (
 checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
 names = list(models)
 train_length = models[names[0]].train_length
-cap = generation.max_new_bytes(train_length, default_device())
-
-with st.expander("When the window is full (absolute methods)", expanded=False):
-    for key in generation.STRATEGIES:
-        st.markdown(f"**{generation.STRATEGY_TITLES[key]}** (`{key}`) — {generation.STRATEGY_HOW[key]}")
-    st.caption("Relative methods (ALiBi, T5, Shaw, RoPE) and NoPE always keep every byte at its true position: "
-               "their cache stays valid as the text grows.")
+strategies_slot = st.empty()  # filled below, once the chosen models say what an id is (bytes or tokens)
 
 # ------------------------------------------------------------------------------------------------
 # Controls (every one in the URL)
@@ -52,13 +52,18 @@ with left:
     default_models = [n for n in generation.DEFAULT_MODELS if n in names] or names[:2]
     chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models",
                             help="Each writes its own continuation, with its own KV cache.")
-    new_bytes = st.slider(f"Bytes to write (at most {cap:,} here: {cap // train_length} × the training length)",
-                          16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
-                          help=f"Capped per device ({device_label()}).")
+    unit = shared_unit(models[n] for n in chosen)  # what every count below is in: "byte", "token" or "id" (a mix)
+    # each model may write a multiple of its own training length; the slider holds the chosen models' smallest
+    cap = min((generation.max_new_bytes(models[n].train_length, models[n].device) for n in chosen),
+              default=generation.max_new_bytes(train_length, default_device()))
+    multiple = generation.max_new_bytes(1, default_device())
+    new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {multiple} × the training length)",
+                        16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
+                        help=f"Capped per device ({device_label()})." + ("" if unit == "byte" else f" In {unit_note(unit)}."))
     decode = st.radio("Decoding", ["sample", "greedy"], index=["sample", "greedy"].index(
         qp_choice("decode", "sample", ["greedy", "sample"])), horizontal=True, key="w_decode",
-        format_func={"greedy": "Greedy (most likely byte)", "sample": "Sample (fixed seed)"}.get)
-    st.caption(GREEDY_LOOPS)
+        format_func={"greedy": f"Greedy (most likely {unit})", "sample": "Sample (fixed seed)"}.get)
+    st.caption(in_units(GREEDY_LOOPS, unit))
     c1, c2, c3 = st.columns(3)
     temperature = c1.slider("Temperature", 0.1, generation.MAX_TEMPERATURE, step=0.1, key="w_temp",
                             value=qp_float("temp", generation.DEFAULT_TEMPERATURE, 0.1, generation.MAX_TEMPERATURE), disabled=decode == "greedy")
@@ -68,13 +73,20 @@ with left:
                            disabled=decode == "greedy", help="The same seed and settings write the same text.")
     strategy = st.radio("Past the training length, absolute methods…", list(generation.STRATEGIES),
                         index=list(generation.STRATEGIES).index(qp_choice("window", "stop", generation.STRATEGIES)),
-                        format_func=generation.STRATEGY_TITLES.get, key="w_window")
-    colour_by = st.radio("Colour each byte by", ["surprisal", "entropy"], horizontal=True, key="w_colour",
+                        format_func=lambda key: generation.strategy_title(key, unit), key="w_window")
+    colour_by = st.radio(in_units("Colour each byte by", unit), ["surprisal", "entropy"], horizontal=True, key="w_colour",
                          index=["surprisal", "entropy"].index(qp_choice("colour", "surprisal", ["surprisal", "entropy"])),
-                         help="Surprisal: bits the model paid for the byte it wrote. Entropy: how unsure it was.")
+                         help=in_units("Surprisal: bits the model paid for the byte it wrote. Entropy: how unsure it was.", unit)
+                              + ("" if unit == "byte" else " A token's bits are shared evenly by its bytes."))
+with strategies_slot.container():
+    with st.expander("When the window is full (absolute methods)", expanded=False):
+        for key in generation.STRATEGIES:
+            st.markdown(f"**{generation.strategy_title(key, unit)}** (`{key}`) — {generation.strategy_how(key, unit)}")
+        st.caption(in_units("Relative methods (ALiBi, T5, Shaw, RoPE) and NoPE always keep every byte at its true "
+                            "position: their cache stays valid as the text grows.", unit))
 with right:
     text = choose_text()
-sync_url(models=chosen, n=new_bytes, decode=decode, temp=temperature, topk=top_k, seed=int(seed), window=strategy,
+sync_url(models=chosen, n=new_ids, decode=decode, temp=temperature, topk=top_k, seed=int(seed), window=strategy,
          colour=colour_by)
 if not chosen:
     st.info("Pick at least one checkpoint.")
@@ -89,11 +101,14 @@ with right:
 sync_url(p=prompt_length)
 
 ids = text.ids.tolist()
-prompt = ids[:prompt_length]
+# A tokenizer reads text, not loose bytes: when a published model is chosen, the prompt ends on a whole character.
+cut = prompt_length if unit == "byte" else generation.character_start(text.as_bytes(), prompt_length)
+prompt = ids[:cut]  # the prompt's bytes; each model writes after its own ids of them
 from_document = st.session_state.get("w_src") == "doc"
-real = ids[prompt_length:prompt_length + new_bytes] if from_document else []
+real = ids[cut:cut + new_ids] if from_document else []  # a checkpoint's real continuation: bytes are its ids
+rest = text.as_bytes()[cut:] if from_document else b""  # a tokenizer's: its first new_ids tokens of what follows
 try:
-    settings = generation.DecodeSettings(int(new_bytes), temperature=0.0 if decode == "greedy" else float(temperature),
+    settings = generation.DecodeSettings(int(new_ids), temperature=0.0 if decode == "greedy" else float(temperature),
                                          top_k=int(top_k), seed=int(seed), strategy=strategy)
     generation.check_prompt(prompt)
 except PosvizError as exc:
@@ -102,12 +117,29 @@ except PosvizError as exc:
 with st.expander(f"Prompt ({len(prompt):,} bytes)", expanded=False):
     st.code(bytes(prompt).decode("utf-8", errors="replace"), language=None, wrap_lines=True)
 
+
+def units_of(name: str) -> str:
+    """What one of this model's ids is, in the plural: "bytes" or "tokens"."""
+    return f"{models[name].unit}s"
+
+
+def prompt_ids(name: str) -> list[int]:
+    return models[name].encode(bytes(prompt)).tolist()
+
+
 # ------------------------------------------------------------------------------------------------
-# Write, streaming the bytes to the page (results are kept: moving another widget does not rewrite)
+# Write, streaming the text to the page (results are kept: moving another widget does not rewrite)
 # ------------------------------------------------------------------------------------------------
 st.subheader("Side by side")
-marker = (f"the context passes the training length ({train_length:,} bytes): this byte is the first predicted "
-          f"from more than {train_length:,} bytes")
+
+
+def marker(name: str) -> str:
+    """Where the context first holds more than the training length, in the model's own ids."""
+    W, one = models[name].train_length, models[name].unit
+    return (f"the context passes the training length ({W:,} {one}s): this {one} is the first predicted "
+            f"from more than {W:,} {one}s")
+
+
 keys = {name: models[name].key + (bytes(prompt), settings) for name in chosen}
 results: dict[str, generation.Generation] = {}
 for name in chosen:
@@ -128,10 +160,10 @@ if pending:
     decoders = {}
     for name in pending:
         try:
-            decoders[name] = generation.Decoder(models[name], prompt, settings)
+            decoders[name] = generation.Decoder(models[name], prompt_ids(name), settings)
         except PosvizError as exc:
             slots[name]["note"].error(str(exc), icon="🚫")
-    # Bytes between page updates: often enough to watch; each update resends every byte so far, and at 24
+    # Steps between page updates: often enough to watch; each update resends all the text so far, and at 24
     # the updates of two models (75 for 900 bytes) cost the browser more than the writing.
     REFRESH = 64
     written = 0
@@ -143,10 +175,11 @@ if pending:
             written += 1
             if written % REFRESH == 0:
                 for name, decoder in decoders.items():
-                    slots[name]["text"].code(bytes(decoder.generated).decode("utf-8", errors="replace") + "▌",
-                                             language=None, wrap_lines=True)
+                    # the whole sequence decoded each time: a character split over two tokens comes out whole
+                    slots[name]["text"].code(decoder.text + "▌", language=None, wrap_lines=True)
                     rate = len(decoder.generated) / decoder.seconds if decoder.seconds else 0.0
-                    slots[name]["stats"].caption(f"{len(decoder.generated):,} / {new_bytes:,} bytes · {rate:,.0f} bytes/s")
+                    slots[name]["stats"].caption(f"{len(decoder.generated):,} / {new_ids:,} {units_of(name)} · "
+                                                 f"{rate:,.0f} {units_of(name)}/s")
     for name, decoder in decoders.items():
         results[name] = decoder.result()
         store_result("generation", keys[name], results[name])
@@ -156,44 +189,55 @@ for name in chosen:
     if name not in results:
         continue
     r = results[name]
-    own = f"{r.mean_bits:.2f} bits/byte on its own text" if r.ids else "nothing written"
-    rate = f"{r.bytes_per_second:,.0f} bytes/s" if r.ids else "— bytes/s"
-    slots[name]["stats"].caption(f"{len(r.ids):,} bytes · {rate} · {own}"
+    own = f"{r.bits_per_byte:.2f} bits/byte on its own text" if r.ids else "nothing written"
+    rate = f"{r.ids_per_second:,.0f} {units_of(name)}/s" if r.ids else f"— {units_of(name)}/s"
+    slots[name]["stats"].caption(f"{len(r.ids):,} {units_of(name)} · {rate} · {own}"
                                  + ("" if models[name].is_absolute else " · true positions (not an absolute method)"))
     if r.error:
         slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
-    values = r.surprisal if colour_by == "surprisal" else r.entropy
-    past = r.first_past_train_length
-    chars = lab_inputs.characters_with_bits(r.ids[:past], values[:past])
-    mark = len(chars) if past < len(r.ids) else None
-    chars += lab_inputs.characters_with_bits(r.ids[past:], values[past:])
+    chars, mark = generation.coloured_characters(r, r.surprisal if colour_by == "surprisal" else r.entropy)
+    shared_out = "" if r.unit == "byte" else " per byte (a token's shared by its bytes)"
     with slots[name]["text"].container():
-        show_coloured_text(chars, top=top, unit=f"bits of {colour_by}", height=360, mark_at=mark, mark_label=marker)
+        show_coloured_text(chars, top=top, unit=f"bits of {colour_by}{shared_out}", height=360, mark_at=mark,
+                           mark_label=marker(name))
         with st.expander("Plain text"):
             st.code(r.text, language=None, wrap_lines=True)
 
 done = {n: results[n] for n in chosen if n in results}
 if not done:
     st.stop()
+done_unit = shared_unit(models[n] for n in done)  # what the ids of the models that wrote are
 
 # ------------------------------------------------------------------------------------------------
 # The real continuation, teacher-forced
 # ------------------------------------------------------------------------------------------------
+rest_key = hashlib.sha256(rest).hexdigest()
+
+
+def score_real(name: str) -> generation.Generation:
+    """The document's real continuation scored through the model's cache and window strategy: a checkpoint's
+    next ``new_ids`` bytes, a tokenizer's first ``new_ids`` tokens of the rest of the document."""
+    model = models[name]
+    continuation = real if model.unit == "byte" else model.encode(rest)[:new_ids].tolist()
+    return generation.teacher_forced(model, prompt_ids(name), continuation, strategy)
+
+
 if from_document and real:
     st.subheader("Its own text against the document's real continuation")
     rows, notes = [], []
     for name in done:
         model = models[name]
+        what = bytes(real) if model.unit == "byte" else (rest_key, new_ids)  # what the real continuation depends on
         try:
             forced = compute_once(
-                "teacher_forced", model.key + (bytes(prompt), bytes(real), strategy),
-                lambda progress, model=model: generation.teacher_forced(model, prompt, real, strategy),
-                f"{name}: scoring the real continuation…")
+                "teacher_forced", model.key + (bytes(prompt), what, strategy),
+                lambda progress, name=name: score_real(name), f"{name}: scoring the real continuation…")
         except PosvizError as exc:
             error_box(exc)
             continue
-        rows.append({"checkpoint": name, "bits/byte, its own text": done[name].mean_bits,
-                     "bits/byte, the real continuation": forced.mean_bits, "bytes scored": len(forced.ids)})
+        # bits per byte either way (a token's bits over the bytes it covers); the bytes its scored ids cover
+        rows.append({"checkpoint": name, "bits/byte, its own text": done[name].bits_per_byte,
+                     "bits/byte, the real continuation": forced.bits_per_byte, "bytes scored": forced.n_bytes})
         if forced.error:  # below the table, whole: a table cell cut it off
             notes.append(f"**{name}**: {forced.error}")
     if rows:
@@ -204,39 +248,42 @@ if from_document and real:
                                         na_rep="—"), width="stretch", height="content")
         for note in notes:
             st.caption(note)
-        st.caption("The real continuation is read through the same cache and window strategy, one byte at a time "
-                   "(teacher forcing). A model's own text is usually cheaper for it than the real one: it wrote "
-                   "what it found likely.")
+        st.caption(in_units("The real continuation is read through the same cache and window strategy, one byte at a "
+                            "time (teacher forcing). A model's own text is usually cheaper for it than the real one: it "
+                            "wrote what it found likely.", done_unit))
 
 # ------------------------------------------------------------------------------------------------
 # Entropy per position window
 # ------------------------------------------------------------------------------------------------
-width = max(8, train_length // 4)
+width = max(8, models[next(iter(done))].train_length // 4)
+count = f"{done_unit}s"  # the column counting each window's ids: "bytes" for checkpoints
 rows = [{"checkpoint": name, "position": w["window start"], **w}
-        for name, r in done.items() for w in generation.window_means(r.entropy, r.prompt_length, width)]
+        for name, r in done.items() for w in generation.window_means(r.entropy, r.prompt_length, width, count)]
 if rows:
     df = pd.DataFrame(rows)
     colours, dashes = method_scales(list(done))
+    trained = sorted({models[n].train_length for n in done})  # each model's, in its own ids
     lines = alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("position:Q", title=f"position in the text (windows of {width} bytes)"),
-        y=alt.Y("mean:Q", title="mean entropy of the next byte (bits)", scale=alt.Scale(zero=False)),
+        x=alt.X("position:Q", title=f"position in the text (windows of {width} {unit_note(done_unit)})"),
+        y=alt.Y("mean:Q", title=in_units("mean entropy of the next byte (bits)", done_unit), scale=alt.Scale(zero=False)),
         color=alt.Color("checkpoint:N", scale=colours, title="checkpoint"),
         strokeDash=alt.StrokeDash("checkpoint:N", scale=dashes, title="checkpoint"),
-        tooltip=["checkpoint", "window start", "window end", alt.Tooltip("mean:Q", format=".3f"), "bytes"])
-    rule = alt.Chart(pd.DataFrame({"position": [train_length]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
+        tooltip=["checkpoint", "window start", "window end", alt.Tooltip("mean:Q", format=".3f"), count])
+    rule = alt.Chart(pd.DataFrame({"position": trained})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
         x="position:Q")
-    show_chart(alt.layer(lines, rule).properties(height=300), df, f"generation-entropy-{strategy}-n{new_bytes}",
-               f"Grey line: the training length ({train_length:,}). A model that no longer knows where it is "
+    lengths = ", ".join(f"{t:,}" for t in trained) + ("" if done_unit == "byte" else f" {unit_note(done_unit)}")
+    show_chart(alt.layer(lines, rule).properties(height=300), df, f"generation-entropy-{strategy}-n{new_ids}",
+               f"Grey line: the training length ({lengths}). A model that no longer knows where it is "
                "usually becomes unsure (entropy up) or stuck in a loop (entropy down to 0).")
 
 # ------------------------------------------------------------------------------------------------
 # Export
 # ------------------------------------------------------------------------------------------------
-texts = "\n\n".join(f"=== {name} ({results[name].strategy}, {len(results[name].ids):,} bytes) ===\n{results[name].text}"
-                    for name in done)
-per_byte = pd.DataFrame([row for name, r in done.items() for row in generation.per_byte_rows(name, r)])
+texts = "\n\n".join(f"=== {name} ({results[name].strategy}, {len(results[name].ids):,} {units_of(name)}) ===\n"
+                      f"{results[name].text}" for name in done)
+per_id = pd.DataFrame([row for name, r in done.items() for row in generation.per_byte_rows(name, r, models[name])])
 c1, c2 = st.columns(2)
 c1.download_button("Texts (plain text)", texts.encode("utf-8"), file_name="generation.txt", mime="text/plain",
                    key="dl-texts")
-c2.download_button("Per-byte numbers (CSV)", per_byte.to_csv(index=False).encode(), file_name="generation.csv",
-                   mime="text/csv", key="dl-csv")
+c2.download_button(in_units("Per-byte numbers (CSV)", done_unit), per_id.to_csv(index=False).encode(),
+                   file_name="generation.csv", mime="text/csv", key="dl-csv")

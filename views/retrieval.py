@@ -11,8 +11,9 @@ from views._charts import legend_for, method_scales, show_chart, split_title
 from views._page import error_box, page_header, usable_checkpoints
 from views._serving import compute_once
 from views._text import choose_text
-from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
+from views._url import qp_bool, qp_choice, qp_float, qp_int, qp_multi, sync_url
 from posviz import retrieval
+from posviz.lab_inputs import shared_unit, unit_note
 from posviz.lab_model import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
@@ -28,7 +29,9 @@ checkpoints, models = usable_checkpoints(open_model)  # each resolved once for t
 names = list(models)
 metrics = {n: models[n].stored_metrics() for n in names}
 tuned = {n for n in names if models[n].finetuned_from()}  # fine-tuned from another checkpoint
-train_length = models[names[0]].train_length
+# The stored results, the induction heads and the ALiBi section are our byte checkpoints': their lengths are bytes.
+byte_names = [n for n in names if models[n].unit == "byte"] or names
+train_length = models[byte_names[0]].train_length
 COLOURS, DASHES = method_scales(names)
 
 st.markdown(
@@ -51,9 +54,12 @@ MEASURES = {  # the control first: past the training length the plain ratio mixe
 }
 
 
-def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -> alt.LayerChart:
+def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320, unit: str = "byte",
+                train_lengths: list[int] | None = None) -> alt.LayerChart:
+    """``unit``: what the gaps are counted in; ``train_lengths``: where to draw the training lengths (in that unit)."""
     data = df[df["probe"] == probe].dropna(subset=["ratio"]).assign(gap1=lambda d: d["gap"].clip(lower=1))
-    x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap between the copies (bytes, log scale; 0 drawn at 1)")
+    x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2),
+              title=f"gap between the copies ({unit_note(unit)}, log scale; 0 drawn at 1)")
     legend = legend_for(len(COLOURS.domain))  # the legend lists the scale's whole domain
     colour = alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=legend)
     tips = ["model", "gap", alt.Tooltip("first_bits:Q", format=".3f", title="first (bits)"),
@@ -77,15 +83,20 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320) -
             colour, alt.StrokeDash("model:N", scale=DASHES, title="checkpoint", legend=legend), tooltip=tips)  # one merged legend
         one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")
         layers = [layer for layer in (band, line, one) if layer is not None]
-    train = alt.Chart(pd.DataFrame({"gap1": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="gap1:Q")
+    train = alt.Chart(pd.DataFrame({"gap1": train_lengths or [train_length]})).mark_rule(
+        color="grey", strokeDash=[2, 2]).encode(x="gap1:Q")
     return alt.layer(*layers, train).properties(height=height)
 
 
 st.header("Shipped results")
 shipped = pd.DataFrame(retrieval.shipped_rows(metrics))
-missing = [n for n in names if shipped.empty or n not in set(shipped["model"])]
+published = [n for n in names if models[n].unit != "byte"]  # no stored results: they run live only
+missing = [n for n in names if n not in published and (shipped.empty or n not in set(shipped["model"]))]
 if missing:
     st.info(f"No stored probe results for {', '.join(missing)}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
+if published:
+    st.info(f"{', '.join(published)}: published models come without stored probe results; run the probes on them "
+            "live at the bottom of the page (in their own tokens).", icon="ℹ️")
 measure = st.radio("Show", list(MEASURES), format_func=lambda m: MEASURES[m][0], horizontal=True,
                    index=list(MEASURES).index(qp_choice("measure", "gain", list(MEASURES))), key="w_measure")
 if not shipped.empty:
@@ -169,7 +180,7 @@ else:
 # ALiBi: where each head's penalty overwhelms the match
 # ------------------------------------------------------------------------------------------------
 st.header("ALiBi: the distance at which each head's penalty beats the match")
-n_head = models[names[0]].n_head
+n_head = models[byte_names[0]].n_head
 margin = st.slider("how much better the copied key matches, in logits (Δ)", 1.0, 30.0,
                    qp_float("delta", 8.0, 1.0, 30.0), step=0.5, key="w_delta",
                    help="A match worth Δ logits loses to a non-matching neighbour once slope × distance exceeds Δ.")
@@ -236,53 +247,105 @@ st.header("Run the probes live")
 c1, c2, c3 = st.columns([3, 1, 1])
 default_models = [n for n in ("shaw", "alibi", "rope") if n in names] or names[:3]
 chosen = c1.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models")
-gap_options = [g for g in retrieval.default_gaps(train_length) if 2 * 64 + g <= cap]
+# Each model runs in its own ids (bytes for a checkpoint, tokens for a published model): the gaps are counted
+# in them, from the first chosen model's training length, up to the smallest device cap among the chosen.
+unit = shared_unit(models[n] for n in chosen)
+live_train = models[chosen[0]].train_length if chosen else train_length
+live_cap = min((models[n].length_cap for n in chosen), default=cap)
+gap_options = [g for g in retrieval.default_gaps(live_train) if 2 * 64 + g <= live_cap]
+if len(gap_options) < 2:
+    st.info(f"The chosen models' device cap ({live_cap:,} {unit_note(unit)}) leaves no gap to probe.", icon="ℹ️")
+    st.stop()
 longest = c2.select_slider("Longest gap", gap_options[1:], key="w_gap", format_func=lambda g: f"{g:,}",
-                           value=int(qp_choice("gap", str(max(g for g in gap_options if g <= 2 * train_length)),
-                                               [str(g) for g in gap_options[1:]])))
+                           value=int(qp_choice("gap", str(max(g for g in gap_options if g <= 2 * live_train)),
+                                               [str(g) for g in gap_options[1:]])),
+                           help=f"In {unit_note(unit)}.")
 chunks = c3.slider("Chunks per gap", 2, 16, value=qp_int("chunks", 4, 2, 16), key="w_chunks")
+key_values = st.toggle("Also run the key–value probe", value=qp_bool("kv", False), key="w_kv",
+                       help="Names bound to 5-digit values, recalled after each gap: bits per byte of the value, and "
+                            "how often the model's most likely ids write it out whole.")
 text = choose_text()
-sync_url(models=chosen, gap=longest, chunks=chunks)
-st.caption(f"Lengths fit the device cap of {cap:,} bytes ({device_label()}).")
+sync_url(models=chosen, gap=longest, chunks=chunks, kv=key_values)
+st.caption(f"Lengths fit the device cap of {live_cap:,} {unit_note(unit)} ({device_label()}).")
 if text is None:
     st.stop()
 if not chosen:
     st.info("Pick at least one checkpoint.")
     st.stop()
-gaps = [g for g in gap_options if g <= longest and 2 * (64 + g) + 2 <= len(text)]
-if len(gaps) < len([g for g in gap_options if g <= longest]):
-    st.info(f"The text has {len(text):,} bytes: gaps past {max(gaps, default=0):,} need more text, so they are left out.", icon="ℹ️")
-if not gaps:
-    error_box(PosvizError(f"The text has {len(text):,} bytes; the probe needs at least {2 * 64 + 2:,}."),
-              "Pick a longer document or paste more text.")
+wanted = [g for g in gap_options if g <= longest]
+encoded = {name: models[name].encode(text.as_bytes()) for name in chosen}  # each model's own ids of the text
+gaps_for = {name: [g for g in wanted if 2 * (64 + g) + 2 <= encoded[name].numel()] for name in chosen}
+# one notice per length of text: every checkpoint reads the same bytes, each tokenizer its own tokens
+short: dict[tuple[str, int], list[str]] = {}
+for name in chosen:
+    short.setdefault((models[name].unit, encoded[name].numel()), []).append(name)
+for (text_unit, n_ids), holders in short.items():
+    gaps = gaps_for[holders[0]]
+    the_text = "The text" if text_unit == "byte" else f"For {', '.join(holders)}, the text"
+    if len(gaps) < len(wanted):
+        st.info(f"{the_text} has {n_ids:,} {text_unit}s: gaps past {max(gaps, default=0):,} need more text, "
+                "so they are left out.", icon="ℹ️")
+    if not gaps:
+        error_box(PosvizError(f"{the_text} has {n_ids:,} {text_unit}s; the probe needs at least {2 * 64 + 2:,}."),
+                  "Pick a longer document or paste more text.")
+runnable = [name for name in chosen if gaps_for[name]]
+if not runnable:
     st.stop()
 text_key = hashlib.sha256(text.as_bytes()).hexdigest()
-live_rows = []
-live_slot = st.empty()  # each checkpoint's curve appears as soon as it is computed, not after the last
-for name in chosen:
-    model = models[name]
-    try:
-        rows = compute_once(
-            "repeat_probe", model.key + (tuple(gaps), chunks, text_key),
-            lambda progress, model=model: retrieval.results_rows(
-                name, "repeat", retrieval.repeat_probe(model, model.encode(text.as_bytes()), gaps, chunks=chunks,
-                                                        progress=progress), gaps),
-            f"{name}: repeat probe at {len(gaps)} gaps…")
-    except PosvizError as exc:
-        error_box(exc, f"{name} is skipped; the others keep going.")
-        continue
-    live_rows += [{**r, "model": name} for r in rows]
-    if live_rows and name != chosen[-1]:  # the chart alone for now: its download button (a keyed widget) is drawn once, below
-        live_slot.altair_chart(probe_chart(pd.DataFrame(live_rows), measure, "repeat"), width="stretch")
-live = pd.DataFrame(live_rows)
-if live.empty:
-    live_slot.empty()
-else:
+trained = sorted({models[n].train_length for n in runnable})  # each model's training length, in its ids
+
+
+def live_probe(probe: str, what: str, run) -> tuple[pd.DataFrame, object]:
+    """(rows of the probe on every runnable model, the slot its chart goes in): each model's curve is drawn as
+    soon as it is done, not after the last."""
+    rows, slot = [], st.empty()
+    for name in runnable:
+        model, gaps = models[name], gaps_for[name]
+        try:
+            found = compute_once(
+                probe + "_probe", model.key + (tuple(gaps), chunks, text_key),
+                lambda progress, model=model, gaps=gaps, name=name: retrieval.results_rows(
+                    name, probe, run(model, encoded[name], gaps, progress), gaps),
+                f"{name}: {what} at {len(gaps)} gaps…")
+        except PosvizError as exc:
+            error_box(exc, f"{name} is skipped; the others keep going.")
+            continue
+        rows += [{**r, "model": name} for r in found]
+        if rows and name != runnable[-1]:  # the chart alone for now: its download button (a keyed widget) is drawn once, below
+            slot.altair_chart(probe_chart(pd.DataFrame(rows), measure, probe, unit=unit, train_lengths=trained),
+                              width="stretch")
+    if not rows:
+        slot.empty()
+    return pd.DataFrame(rows), slot
+
+
+live, live_slot = live_probe("repeat", "repeat probe", lambda model, ids, gaps, progress: retrieval.repeat_probe(
+    model, ids, gaps, chunks=chunks, progress=progress))
+if not live.empty:
+    in_tokens = "" if unit == "byte" else (f" Chunks of 64 and gaps in {unit_note(unit)}; losses in bits per byte "
+                                           "either way.")
     with live_slot.container():
-        show_chart(probe_chart(live, measure, "repeat"), live, f"repeat-probe-live-g{longest}",
-                   f"Live: {chunks} chunks per gap from the text above. Missing points: the method cannot run that far.")
+        show_chart(probe_chart(live, measure, "repeat", unit=unit, train_lengths=trained), live,
+                   f"repeat-probe-live-g{longest}",
+                   f"Live: {chunks} chunks per gap from the text above. Missing points: the method cannot run that far."
+                   + in_tokens)
     shown = live.pivot(index="model", columns="gap", values="ratio" if measure != "gain" else "gain")
     st.dataframe(shown.style.format("{:.2f}", na_rep="cannot run"), width="stretch", height="content")
+
+if key_values:
+    st.subheader("Key–value probe, live")
+    recalled, recalled_slot = live_probe("key_value", "key–value probe", lambda model, ids, gaps, progress:
+                                         retrieval.key_value_probe(model, ids, gaps, trials=chunks, progress=progress))
+    if not recalled.empty:
+        with recalled_slot.container():
+            show_chart(probe_chart(recalled, measure, "key_value", unit=unit, train_lengths=trained), recalled,
+                       f"key-value-probe-live-g{longest}",
+                       f"Live: {chunks} names per gap. Loss on the value when the name comes back, over its loss at "
+                       "first sight (bits per byte of the ids that write the value).")
+        written = recalled.pivot(index="model", columns="gap", values="second_correct")
+        st.markdown("**Values written out whole** when the name comes back (share of names whose value the model's "
+                    "most likely next ids reproduce, every id of it):")
+        st.dataframe(written.style.format("{:.0%}", na_rep="cannot run"), width="stretch", height="content")
 
 # ------------------------------------------------------------------------------------------------
 # The retired random-string probe

@@ -4,12 +4,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._charts import DASHED_LEGEND, method_scales, show_chart
+from views._charts import DASHED_LEGEND, method_scales, metric_rows, show_chart
 from views._checkpoints import shipped_checkpoint_json
 from views._matrices import show_matrix
 from views._page import page_header
+from views._published_positions import analysed, published_section, section_failed
 from views._url import qp_choice, qp_float, qp_int, sync_url
 from posviz import rope
+from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
 from posviz.palette import rope_series
 from posviz.positions.rope_scaling import ROPE_SCALINGS
@@ -240,5 +242,60 @@ factors = waves.groupby("scaling", sort=False)[["attention_factor", "logit_scale
 st.dataframe(factors.rename(columns={"attention_factor": "attention factor on cos and sin",
                                      "logit_scale": "logits scaled by (factor²)"}), hide_index=True,
              height="content")
+
+# -- published RoPE models ($POSVIZ_MODELS) --------------------------------------------------------------
+published = published_section(
+    "rope", "Frequencies of published RoPE models",
+    "Each published model's own speeds, read from its rotary module under its own scaling (Llama 3's bands, "
+    "YaRN), next to the plain ladder θ^(−2i/d) its θ would give.")
+if published is not None:
+    try:
+        facts = analysed(published, "rope-frequencies", lambda: rope.published_rope(published))
+    except PosvizError as exc:
+        section_failed(published, exc)
+    else:
+        scaling = "none" if facts.rope_type == "default" else facts.rope_type
+        scaling += "" if facts.factor is None else f", factor {facts.factor:g}"
+        metric_rows([
+            dict(label="θ (base)", value=f"{facts.theta:,.0f}"),
+            dict(label="scaling", value=scaling, help="transformers' rope_type in the model's config, and its factor."),
+            dict(label="rotary share of each head", value=f"{facts.rotary_share:.0%}",
+                 help=f"{facts.rotary_dims} of each head's {facts.head_dim} features rotate; the rest carry no position."),
+            dict(label="attention factor", value=f"{facts.attention_factor:.3f}",
+                 help="What the model multiplies cos and sin by (YaRN: 0.1·ln(factor) + 1; 1 otherwise)."),
+            dict(label="trained context (tokens)", value=f"{facts.train_length:,}"),
+        ], per_row=3)
+        for note in facts.notes:
+            st.info(note, icon="ℹ️")
+        own, plain = f"{facts.name} ({scaling})", f"plain θ = {facts.theta:,.0f}"
+        table = pd.DataFrame(facts.columns)
+        lines = pd.concat([table.assign(series=own), table.assign(series=plain, wavelength=table["plain_wavelength"],
+                                                                   inv_freq=table["plain_inv_freq"])], ignore_index=True)
+        lines = lines[["series", "pair", "first_feature", "second_feature", "inv_freq", "wavelength", "ratio", "band"]]
+        marks = [(facts.train_length, f"trained context {facts.train_length:,}")]
+        if facts.original_length and facts.original_length != facts.train_length:
+            marks.append((facts.original_length, f"original context {facts.original_length:,}"))
+        mark_frame = pd.DataFrame({"y": [y for y, _ in marks], "label": [label for _, label in marks]})
+        st.markdown(f"**{facts.name}: wavelength of each rotary pair, under its own scaling and with plain θ**")
+        published_chart = alt.Chart(lines).mark_line(point=True).encode(
+            x=alt.X("pair:Q", title=f"pair i (features i and i + {facts.rotary_dims // 2} of the rotated part)",
+                    axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("wavelength:Q", title=["wavelength (tokens per", "full turn, log scale)"], scale=alt.Scale(type="log")),
+            color=alt.Color("series:N", title=None, sort=[own, plain], legend=alt.Legend(orient="bottom", labelLimit=400)),
+            strokeDash=alt.StrokeDash("series:N", title=None, sort=[own, plain], legend=alt.Legend(orient="bottom", labelLimit=400)),
+            tooltip=[alt.Tooltip("series:N"), alt.Tooltip("pair:Q"), alt.Tooltip("inv_freq:Q", title="θᵢ (rad/token)", format=".4g"),
+                     alt.Tooltip("wavelength:Q", title="wavelength (tokens)", format=",.1f"),
+                     alt.Tooltip("ratio:Q", title="own / plain wavelength", format=".3g"), alt.Tooltip("band:N")],
+        ) + length_marks(mark_frame.head(1))
+        if len(mark_frame) > 1:  # the second mark labelled at the right: the two lines are often close
+            second = mark_frame.iloc[1:]
+            published_chart += alt.Chart(second).mark_rule(strokeDash=[2, 3], color="gray").encode(
+                y=alt.Y("y:Q"), tooltip=[alt.Tooltip("label:N", title="mark")])
+            published_chart += alt.Chart(second).mark_text(align="right", dx=-4, dy=10, color="gray").encode(
+                x=alt.XValue("width"), y=alt.Y("y:Q"), text=alt.Text("label:N"))
+        bands = table["band"].value_counts(sort=False)
+        show_chart(published_chart.properties(height=320), lines, f"published_{facts.name}_rope_frequencies",
+                   "Pairs by what its scaling did to them: " + ", ".join(f"{n} {b}" for b, n in bands.items())
+                   + ". Pairs whose wavelength is above the trained context never complete a turn within it.")
 
 sync_url(m=m, theta=theta, hd=head_dim, rbase=base, sm=qm, sn=kn, ss=s, seed=seed, dmax=max_distance, factor=factor)

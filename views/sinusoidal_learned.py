@@ -5,14 +5,15 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from views._charts import show_chart
+from views._charts import metric_rows, show_chart, split_title
 from views._checkpoints import folder_stamp, shipped_model
-from views._matrices import show_matrix
+from views._matrices import ALTAIR_MAX_CELLS, show_matrix, show_pooled_matrix
 from views._page import page_header
+from views._published_positions import analysed, published_section, section_failed
 from views._url import qp_choice, qp_int, qp_multi, sync_url
 from posviz import sinusoidal_learned
 from posviz.checkpoint import shipped_checkpoints
-from posviz.errors import PositionLimitError
+from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import CACHE_ENTRIES
 
 DIMS = [8, 16, 32, 64, 128, 256, 512]
@@ -199,6 +200,58 @@ else:
         )
     else:
         st.info(f"This checkpoint accepted {limit + 1:,} positions: its table is longer than reported.", icon="ℹ️")
+
+# -- published learned tables ($POSVIZ_MODELS) ----------------------------------------------------
+published = published_section(
+    "learned", "Learned tables of published models",
+    "GPT-2 and OPT learned one vector per position, like the `learned` checkpoint, over 1,024 and 2,048 "
+    "positions. Their tables as the models hold them, position 0 first.")
+if published is not None:
+    try:
+        facts = analysed(published, "learned-table", lambda: sinusoidal_learned.published_learned_table(published.position.table))
+    except PosvizError as exc:
+        section_failed(published, exc)
+    else:
+        rows, width = facts["shape"]
+        name = published.name
+        for note in published.position.notes:
+            st.info(note, icon="ℹ️")
+        components = facts["components"]
+        metric_rows([
+            dict(label="positions × width", value=f"{rows:,} × {width:,}"),
+            dict(label="mean cosine of neighbours p, p + 1", value=f"{facts['neighbours']:.3f}",
+                 help="1: each row points the same way as the next; 0: unrelated rows."),
+            dict(label=f"variance along the first {components.explained.size} PCs",
+                 value=f"{components.explained.sum():.0%}",
+                 help="Share of the table's variance (rows minus their mean) the leading directions hold."),
+        ], per_row=3)
+        similarity, block = facts["similarity"], facts["block"]
+        title = f"{name}: cosine similarity between positions"
+        file = f"published_{name}_cosine_similarity"
+        left, _ = st.columns([3, 2])  # a square map: the full width would make it taller than the window
+        with left:
+            if block == 1 and rows * rows <= ALTAIR_MAX_CELLS:
+                st.markdown(f"**{title}**")
+                show_matrix(similarity, file, x_title="position (tokens)", y_title="position (tokens)",
+                            value_title="cosine similarity", scheme="redblue")
+            else:
+                show_pooled_matrix(similarity, block, (rows, rows), file, x_title="position (tokens)",
+                                   y_title="position (tokens)", value_title="cosine similarity", scheme="redblue",
+                                   title=title + (f" (averaged over {block} × {block} blocks)" if block > 1 else ""),
+                                   key=("published-cosine", published.key))
+        pcs = pd.DataFrame(components.columns())
+        pcs["component"] = [f"PC {c} ({components.explained[c - 1]:.0%} of variance)" for c in pcs["component"]]
+        st.markdown(f"**{name}: the table's first {components.explained.size} principal components, against position**")
+        pc_chart = alt.Chart(pcs).mark_line().encode(
+            x=alt.X("position:Q", title="position (tokens)", scale=alt.Scale(domain=[0, rows - 1], nice=False)),
+            y=alt.Y("value:Q", title=split_title("coordinate along the component (embedding units)")),
+            color=alt.Color("component:N", title="component", sort=None, legend=alt.Legend(labelLimit=320)),
+            tooltip=[alt.Tooltip("component:N"), alt.Tooltip("position:Q"), alt.Tooltip("value:Q", format=".4f")],
+        ).properties(height=320)
+        show_chart(pc_chart, pcs, f"published_{name}_principal_components",
+                   "Each line is one direction of the table (the rows minus their mean), drawn against position. "
+                   "Smooth waves of growing wavelength mean the model learned something like a sinusoidal table "
+                   "on its own; a lone step or spike at the end marks rows that training rarely reached.")
 
 sync_url(len=length, dim=dim, base=base, bits_len=count_len, k=k, small=small, p=example_p, dist=max_distance)
 if dims_shown:
