@@ -114,14 +114,16 @@ def score_with_stride(model: LabModel, ids, length: int, stride: int, budget: in
     bits = np.full(n_pred, np.nan)
     pos_sum, pos_count = np.zeros(length), np.zeros(length)
     start_time = time.perf_counter()
-    per_batch = max(1, batch_tokens // length)
     offsets = torch.arange(length, device=ids.device)
-    for k in range(0, len(starts), per_batch):
+    k, per_batch = 0, 1  # the first window alone tells the vocabulary's size: then batches of at most 1 GiB of logits
+    while k < len(starts):
         first = torch.tensor(starts[k : k + per_batch], device=ids.device)[:, None]
         rows = first + offsets  # (b, L) ids of each window
         logits = model(ids[rows]).logits.float()  # (b, L, V)
         lost = (F.cross_entropy(logits.transpose(1, 2), ids[rows + 1], reduction="none") / LN2).cpu().numpy()
-        for s, row in zip(starts[k : k + per_batch], lost):
+        batch, k = starts[k : k + per_batch], k + per_batch
+        per_batch = max(1, min(batch_tokens // length, (1 << 28) // (length * logits.shape[-1])))
+        for s, row in zip(batch, lost):
             counted = 0 if s == 0 else length - stride  # positions before it were scored by an earlier window
             bits[s + counted : s + length] = row[counted:]
             pos_sum[counted:] += row[counted:]

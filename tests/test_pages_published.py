@@ -181,3 +181,26 @@ def test_a_visitor_adds_a_model_where_any_model_is_allowed(tiny_models, hf_famil
     at.multiselect(key="w_models").set_value(["rope", "neox"])
     run(at)
     assert set(metrics(at)) == {"rope", "neox"}
+
+
+def test_a_hub_model_not_in_the_cache_is_listed_by_its_id_and_fetched_only_when_picked(tiny_models, hf_family_dir,
+                                                                                     monkeypatch, doc):
+    """Online, a hub id whose config is not cached yet costs nothing until a visitor picks it: it is listed
+    by its id alone; picking it fetches it (here: the tiny gpt2 folder stands in for the hub) and loads it."""
+    import views._models as listing
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("POSVIZ_MODELS", "someone/tiny-gpt2")
+    monkeypatch.setattr(listing, "_config_cached", lambda ref: False)
+    fetched = []
+    monkeypatch.setattr(listing, "_open", lambda read, ref: fetched.append(ref) or read(str(hf_family_dir["gpt2"])))
+    at = run(page("compare", a="rope", b="alibi", L="32"))
+    assert "someone/tiny-gpt2 — published (fetched when picked)" in at.selectbox(key="w_b").options
+    assert fetched == []
+    at.selectbox(key="w_b").set_value("someone/tiny-gpt2")
+    run(at)
+    assert fetched == ["someone/tiny-gpt2"]
+    assert "cannot run 128 positions" in texts(at.error)  # opens at 2 x each context: past gpt2's 64 rows
+    at.select_slider(key="w_M").set_value("1")
+    run(at)
+    assert metrics(at)["someone/tiny-gpt2: bits/byte"] == bpb(open_model(hf_family_dir["gpt2"]), doc, 64)

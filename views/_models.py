@@ -24,6 +24,7 @@ from views._page import error_box, usable_checkpoints
 FAILURE_TTL_S = 60.0  # a hub id that could not be opened is tried again after this long, not on every run
 _FAILED: dict[str, tuple[float, str]] = {}  # hub id -> (when, the message), for this server process
 ADD_KEY = "w_add_model"
+LABELS_KEY = "_model_labels"  # {name: label} as this session's pickers first showed them
 
 
 def _deployer_models() -> list[str]:
@@ -94,9 +95,19 @@ class ModelList:
 
     def label(self, name: str) -> str:
         """What the picker shows: a shipped checkpoint's name as it is; a published model's with its
-        position method and trained context ("openai-community/gpt2 — learned, 1,024 tokens")."""
+        position method and trained context ("openai-community/gpt2 — learned, 1,024 tokens").
+
+        A session keeps the label a model first had: a picker's value is its label, so a hub model listed
+        by its id alone and described once fetched must not change label under the visitor's selection.
+        """
         if name not in self.published:
             return name
+        labels = st.session_state.setdefault(LABELS_KEY, {})
+        if name not in labels:
+            labels[name] = self._describe(name)
+        return labels[name]
+
+    def _describe(self, name: str) -> str:
         model = self.models.get(name)
         if model is None:
             return f"{name} — published (fetched when picked)"
