@@ -364,6 +364,17 @@ class _Engine:
         self.net = None
         self.lock = threading.RLock()
 
+    @property
+    def cache_argument(self) -> str:
+        """What this transformers version calls the KV cache in ``forward``: ``cache`` from 5.24 on (where
+        ``past_key_values`` is deprecated), ``past_key_values`` before."""
+        import inspect
+
+        if getattr(self, "_cache_argument", None) is None:
+            self._cache_argument = ("cache" if "cache" in inspect.signature(self.load().forward).parameters
+                                    else "past_key_values")
+        return self._cache_argument
+
     def load(self, progress=None):
         if self.net is not None:
             return self.net
@@ -638,7 +649,7 @@ class PublishedModel(LabModel):
         if self.method != "alibi":  # ALiBi families place keys by the attention mask, not by position ids
             kwargs["position_ids"] = pos[None].expand(B, T)
         if cache is not None:
-            kwargs["past_key_values"] = cache.hf
+            kwargs[self._engine.cache_argument] = cache.hf
             kwargs["attention_mask"] = torch.ones(B, held + T, dtype=torch.long, device=self._device)
             kwargs["cache_position"] = torch.arange(held, held + T, device=self._device)
         captured = {}

@@ -206,13 +206,10 @@ def test_coloured_text_is_whole_characters_with_each_tokens_bits_shared_by_its_b
 # The pages, with published models in the picker
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture()
-def published_pages(hf_family_dir, monkeypatch):
+def published_pages(hf_family_dir, tiny_models, monkeypatch):
     """The pages' model picker lists the tiny neox and gpt2 (as $POSVIZ_MODELS will list published models)."""
-    import views._page as page_frame
-
     folders = {name: hf_family_dir[name] for name in ("neox", "gpt2")}
-    monkeypatch.setattr(page_frame, "usable_checkpoints",
-                        lambda read: (folders, {name: read(folder) for name, folder in folders.items()}))
+    monkeypatch.setenv("POSVIZ_MODELS", ",".join(str(f) for f in folders.values()))
     return folders
 
 

@@ -13,7 +13,8 @@ import pandas as pd
 import streamlit as st
 
 from views._charts import method_scales, show_chart
-from views._page import error_box, page_header, usable_checkpoints
+from views._models import usable_models
+from views._page import error_box, page_header
 from views._serving import compute_once, heavy_turn, store_result, stored_result
 from views._text import choose_text, show_coloured_text
 from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
@@ -36,8 +37,8 @@ GREEDY_LOOPS = (
     "contains of \u2026\u201d) and they all look alike. Sampling with a fixed seed (the same link writes the same "
     "text) shows what each model writes once its text passes the training length.")
 
-checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
-names = list(models)
+catalog = usable_models(open_model)  # each resolved once for this run; weights load when run
+models, names = catalog.models, catalog.names
 train_length = models[names[0]].train_length
 strategies_slot = st.empty()  # filled below, once the chosen models say what an id is (bytes or tokens)
 
@@ -50,8 +51,11 @@ with left:
     # writing code-shaped text, sinusoidal falls apart right after it): every byte is a forward pass per
     # model, so two keep a CPU visitor's wait short. RoPE, NoPE and the rest are one click away.
     default_models = [n for n in generation.DEFAULT_MODELS if n in names] or names[:2]
-    chosen = st.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models",
+    catalog.add_input()
+    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+                            default=qp_multi("models", default_models, names), key="w_models",
                             help="Each writes its own continuation, with its own KV cache.")
+    catalog.caption()
     unit = shared_unit(models[n] for n in chosen)  # what every count below is in: "byte", "token" or "id" (a mix)
     # each model may write a multiple of its own training length; the slider holds the chosen models' smallest
     cap = min((generation.max_new_bytes(models[n].train_length, models[n].device) for n in chosen),
@@ -92,6 +96,10 @@ if not chosen:
     st.info("Pick at least one checkpoint.")
     st.stop()
 if text is None:
+    st.stop()
+chosen = catalog.ready(chosen)  # a published model's weights load now, under a progress bar
+if not chosen:
+    st.info("Pick at least one other model.")
     st.stop()
 with right:
     hi = max(2, min(MAX_PROMPT_BYTES, len(text)))

@@ -8,7 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from views._charts import legend_for, method_scales, show_chart, split_title
-from views._page import error_box, page_header, usable_checkpoints
+from views._models import usable_models
+from views._page import error_box, page_header
 from views._serving import compute_once
 from views._text import choose_text
 from views._url import qp_bool, qp_choice, qp_float, qp_int, qp_multi, sync_url
@@ -25,8 +26,8 @@ page_header(
     "far back — a chunk of code it will see again, a value bound to a name — and measure whether it still gets used.",
 )
 
-checkpoints, models = usable_checkpoints(open_model)  # each resolved once for this run; weights load when run
-names = list(models)
+catalog = usable_models(open_model)  # each resolved once for this run; weights load when run
+models, names = catalog.models, catalog.names
 metrics = {n: models[n].stored_metrics() for n in names}
 tuned = {n for n in names if models[n].finetuned_from()}  # fine-tuned from another checkpoint
 # The stored results, the induction heads and the ALiBi section are our byte checkpoints': their lengths are bytes.
@@ -246,7 +247,11 @@ if not heads.empty:
 st.header("Run the probes live")
 c1, c2, c3 = st.columns([3, 1, 1])
 default_models = [n for n in ("shaw", "alibi", "rope") if n in names] or names[:3]
-chosen = c1.multiselect("Checkpoints", names, default=qp_multi("models", default_models, names), key="w_models")
+with c1:
+    catalog.add_input()
+    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+                            default=qp_multi("models", default_models, names), key="w_models")
+    catalog.caption()
 # Each model runs in its own ids (bytes for a checkpoint, tokens for a published model): the gaps are counted
 # in them, from the first chosen model's training length, up to the smallest device cap among the chosen.
 unit = shared_unit(models[n] for n in chosen)
@@ -271,6 +276,10 @@ if text is None:
     st.stop()
 if not chosen:
     st.info("Pick at least one checkpoint.")
+    st.stop()
+chosen = catalog.ready(chosen)  # a published model's weights load now, under a progress bar
+if not chosen:
+    st.info("Pick at least one other model.")
     st.stop()
 wanted = [g for g in gap_options if g <= longest]
 encoded = {name: models[name].encode(text.as_bytes()) for name in chosen}  # each model's own ids of the text
