@@ -22,6 +22,18 @@ from .look import ConsoleWatch, look_at
 
 OUT = ROOT / "docs" / "screenshots"
 MAX_FULL_HEIGHT = 6000  # px: the whole-page shot of the longest pages stops here
+# ``--published``: the shipped checkpoints exported to transformers (models/hf/) listed as published models,
+# and each lab opened on an export beside its shipped original, saved as <out>/<url_path>-published.png.
+PUBLISHED = "models/hf/rope-neox,models/hf/alibi-bloom,models/hf/learned-gpt2"
+PUBLISHED_QUERIES = {
+    "extrapolation": "models=rope,rope-neox,alibi,alibi-bloom&L=1024",
+    "kv-cache": "models=rope,rope-neox,alibi,alibi-bloom",
+    "context-extension": "base=rope-neox&refs=rope",
+    "retrieval": "models=rope,rope-neox,alibi,alibi-bloom",
+    "generation": "models=rope,rope-neox&decode=greedy",
+    "compare": "a=rope&b=rope-neox",
+    "rope": "", "absolute": "", "biases": "",
+}
 
 
 def save_png(raw: bytes, path: Path) -> int:
@@ -36,14 +48,18 @@ def save_png(raw: bytes, path: Path) -> int:
     return path.stat().st_size
 
 
-def take(out: Path, width: int, height: int, only: list[str] | None = None, models: str | None = None) -> list[str]:
-    """Screenshot every page; return the problems seen (empty when every page looked whole)."""
+def take(out: Path, width: int, height: int, only: list[str] | None = None, models: str | None = None,
+         published: bool = False) -> list[str]:
+    """Screenshot every page; return the problems seen (empty when every page looked whole). ``published``:
+    the pages of PUBLISHED_QUERIES with the exports listed and chosen beside their originals."""
+    import os
     from playwright.sync_api import sync_playwright
 
     out.mkdir(parents=True, exist_ok=True)
-    pages = [p for p in app_pages() if not only or p.url_path in only]
+    pages = [p for p in app_pages() if (not only or p.url_path in only) and (not published or p.url_path in PUBLISHED_QUERIES)]
     problems = []
-    with StreamlitServer(models=models, log=ROOT / "test-output" / "server-screenshots.log") as server, \
+    env = {**os.environ, "POSVIZ_MODELS": PUBLISHED, "HF_HUB_OFFLINE": "1"} if published else None
+    with StreamlitServer(models=models, env=env, log=ROOT / "test-output" / "server-screenshots.log") as server, \
             sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         try:
@@ -52,13 +68,15 @@ def take(out: Path, width: int, height: int, only: list[str] | None = None, mode
                 tab.set_default_timeout(180_000)
                 console = ConsoleWatch(tab)
                 start = time.monotonic()
-                tab.goto(server.url + entry.url + "?present=1")
+                query = PUBLISHED_QUERIES.get(entry.url_path, "") if published else ""
+                tab.goto(server.url + entry.url + "?present=1" + (f"&{query}" if query else ""))
                 wait_rendered(tab, 180_000, quiet_ms=1500)
                 tab.wait_for_timeout(1000)  # charts draw after the script has finished
-                size = save_png(tab.screenshot(), out / f"{entry.url_path}.png")
+                name = f"{entry.url_path}-published" if published else entry.url_path
+                size = save_png(tab.screenshot(), out / f"{name}.png")
                 # the whole page too (a lab's results are below its controls), at the same width
                 size += save_png(screenshot_whole_main(tab, MAX_FULL_HEIGHT, settle_ms=1500),
-                                 out / f"{entry.url_path}-full.png")
+                                 out / f"{name}-full.png")
                 seen = look_at(tab, width, height)  # the whole page, not only what the window shows
                 found = ([f"exception: {e[:200]}" for e in exception_texts(tab)]
                          + [f"error box: {e}" for e in seen.error_boxes] + seen.cut_off() + console.errors)
@@ -79,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--pages", nargs="*", help="url_path of the pages to take (default: all)")
     parser.add_argument("--models", default=None, help="checkpoint folder (default: $POSVIZ_CHECKPOINTS or models/)")
+    parser.add_argument("--published", action="store_true",
+                        help="the exports in models/hf beside their shipped originals, as <page>-published.png")
     args = parser.parse_args(argv)
-    problems = take(args.out, args.width, args.height, args.pages, args.models)
+    problems = take(args.out, args.width, args.height, args.pages, args.models, args.published)
     for problem in problems:
         print("  " + problem)
     print(f"screenshots in {args.out}" + (f"; {len(problems)} problem(s) above" if problems else ""))

@@ -252,7 +252,11 @@ def test_the_command_line_tools_load_checkpoints_on_the_device_asked_for(monkeyp
         raise Stop
 
     import posviz.checkpoint as checkpoint_module
+    import posviz.checkpoint_model as checkpoint_model
+    from posviz.lab_model import forget_models
+    forget_models()  # a model opened earlier on another device would not load again
     monkeypatch.setattr(checkpoint_module, "load_checkpoint", fake_load)
+    monkeypatch.setattr(checkpoint_model, "load_checkpoint", fake_load)  # the evaluate CLI opens models as the labs do
     monkeypatch.setattr(evaluate_all, "load_checkpoint", fake_load)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine: auto is CUDA
     with pytest.raises(Stop):
