@@ -111,7 +111,8 @@ def measure_default_list(only: list[str] | None = None) -> list[dict]:
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from posviz.transformers_model import CPU_FLOP_BUDGET, MAX_LENGTH_MULTIPLE_CPU, FAMILIES, UNSTATED_CONTEXT
+    from posviz.transformers_model import (CPU_FLOP_BUDGET, FAMILIES, MAX_LENGTH_MULTIPLE_CPU, UNSTATED_CONTEXT,
+                                          tokens_within)
 
     rows = []
     for ref, (model_type, shape) in DEFAULT_LIST.items():
@@ -122,7 +123,9 @@ def measure_default_list(only: list[str] | None = None) -> list[dict]:
         n_params = sum(p.numel() for p in net.parameters())
         family = FAMILIES[model_type]
         context = family.context(config) or UNSTATED_CONTEXT
-        cap = max(min(MAX_LENGTH_MULTIPLE_CPU * context, int(CPU_FLOP_BUDGET / (2 * n_params))), min(context, 64))
+        layers, hidden = config.num_hidden_layers, config.hidden_size
+        cap = max(min(MAX_LENGTH_MULTIPLE_CPU * context, tokens_within(CPU_FLOP_BUDGET, n_params, layers, hidden)),
+                  min(context, 64))
         length = min(context, cap)
         x = torch.randint(0, config.vocab_size, (1, length))
         net(input_ids=x[:, :16])
