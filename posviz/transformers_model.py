@@ -43,6 +43,11 @@ from .lab_model import MODEL_KINDS, LabModel, ModelKind, open_model
 from .limits import MAX_LENGTH_MULTIPLE_CPU, MAX_LENGTH_MULTIPLE_GPU
 from .model import ModelOutput
 
+# Resolved once, at this module's import (which Python serialises): transformers' lazy attributes,
+# first touched by two threads at once (the server's warm-up and a visitor), raised "cannot import name
+# 'AutoConfig'" in one of them.
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402,F401
+
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 DEFAULT_MAX_PARAMS = 2_000_000_000  # Falcon-RW-1B (1.3 B) fits; a 7 B model does not, on a shared demo

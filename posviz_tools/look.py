@@ -98,7 +98,7 @@ SIGHT_JS = r"""
       for (const g of svg.querySelectorAll('.mark-line.role-mark, .mark-symbol.role-mark, .mark-area.role-mark')) {
         const layer = [...g.classList].find(c => c.endsWith('_marks')) || '?';
         for (const p of g.querySelectorAll('path')) {
-          const c = (g.classList.contains('mark-line') ? p.getAttribute('stroke') : (p.getAttribute('fill') || p.getAttribute('stroke')) || '').toLowerCase();
+          const c = ((g.classList.contains('mark-line') ? p.getAttribute('stroke') : (p.getAttribute('fill') || p.getAttribute('stroke'))) || '').toLowerCase();
           if (c && c !== 'none' && c !== 'transparent') (byLayer[layer] = byLayer[layer] || new Set()).add(c);
         }
       }
