@@ -11,7 +11,6 @@ never selected by default. Nothing is drawn here but those boxes, bars and the v
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +20,6 @@ from posviz.errors import PosvizError
 from posviz.lab_model import LabModel
 from views._page import error_box, usable_checkpoints
 
-FAILURE_TTL_S = 60.0  # a hub id that could not be opened is tried again after this long, not on every run
-_FAILED: dict[str, tuple[float, str]] = {}  # hub id -> (when, the message), for this server process
 ADD_KEY = "w_add_model"
 LABELS_KEY = "_model_labels"  # {name: label} as this session's pickers first showed them
 
@@ -61,16 +58,9 @@ def _config_cached(ref: str) -> bool:
 
 
 def _open(read, ref: str) -> LabModel:
-    """``read(ref)``; a hub id that failed a moment ago fails again at once with the same words."""
-    failed = _FAILED.get(ref)
-    if failed is not None and time.monotonic() - failed[0] < FAILURE_TTL_S and not _is_folder(ref):
-        raise PosvizError(failed[1])
-    try:
-        return read(ref)
-    except PosvizError as exc:
-        if not _is_folder(ref):
-            _FAILED[ref] = (time.monotonic(), str(exc))
-        raise
+    """``read(ref)``. A hub id that failed a moment ago fails again at once with the same words: the
+    published models' kind remembers it (``TransformersKind.FAILURE_MEMORY_S``), not each page."""
+    return read(ref)
 
 
 @dataclass
