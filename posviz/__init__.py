@@ -1,4 +1,18 @@
-"""posviz: the maths, models, data, training and evaluation behind the app (no Streamlit here)."""
+"""posviz: the maths, models, data, training and evaluation behind the app (no Streamlit here).
+
+Rooms that mirror the app:
+
+* ``positions/``: one file per position method, registered by name (``positions.POSITION_METHODS``);
+* ``models/``: the one interface every lab runs (``models.interface.LabModel``), the byte GPT, our
+  shipped checkpoints and published transformers models behind it, and the export to transformers;
+* ``labs/``: the numbers of each live lab (Extrapolation, KV cache, Context extension, Retrieval,
+  Generation, Compare) and what they share;
+* ``explore/``: the numbers of the explore pages (Home, Sinusoidal & learned, RoPE, Attention biases, About);
+* ``training/``: the corpus, the shared training recipe and the evaluation written into metrics.json;
+* beside them: ``config`` (strict configs), ``errors``, ``limits`` (caps and device), ``palette``
+  (colours), ``serving`` (the store and queue a server shares between visitors), and the commands
+  ``python -m posviz.train``, ``posviz.training.evaluate``, ``posviz.training.evaluate_all`` and ``posviz.models.export``.
+"""
 import os
 
 # Large CPU tensors on transparent huge pages. An attention map at 16 x the training length is 256 MB,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, TypeVar
 
-from .errors import ConfigError
+from posviz.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .positions import method_names
+from posviz.positions import method_names
 
 METHOD_COLOURS: dict[str, str] = {
     "nope": "#000000",  # Okabe-Ito black: no position at all

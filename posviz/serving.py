@@ -27,7 +27,7 @@ from typing import Callable, Hashable
 import numpy as np
 import torch
 
-from .limits import HEAVY_SLOTS, SHARED_RESULT_BYTES, SHARED_RESULT_ENTRIES
+from posviz.limits import HEAVY_SLOTS, SHARED_RESULT_BYTES, SHARED_RESULT_ENTRIES
 
 
 def result_bytes(value, _depth: int = 0) -> int:

@@ -10,7 +10,7 @@ measured on the same machine at the same moment:
 * the cost of also returning an attention map (``attention_layer`` set) against a plain forward;
 * cached decoding against re-encoding the whole window, per byte, at window W = train_length;
 * one move of the Extrapolation lab's length slider to 16 x train_length for one model: what the
-  page computes (``posviz.extrapolation.inspect_at_length``: the score and the attention map of one
+  page computes (``posviz.labs.extrapolation.inspect_at_length``: the score and the attention map of one
   layer with its statistics; then the per-head growth curve), called as the page calls it, no browser;
 * first render of every page of the app, in headless Chromium against a fresh server.
 
@@ -35,13 +35,14 @@ from typing import Callable
 
 import torch
 
-from posviz.checkpoint import load_checkpoint, shipped_checkpoints
+from posviz.models.checkpoint_files import load_checkpoint, shipped_checkpoints
 from posviz.config import ModelConfig
 from posviz.errors import PosvizError
-from posviz.model import GPT, KVCache
+from posviz.models.byte_gpt import GPT
+from posviz.models.kv_cache import KVCache
 from posviz.positions import method_names
 from posviz.positions.base import PositionMethod
-from posviz.train import TrainConfig
+from posviz.training.train import TrainConfig
 
 from .loadtest import MAIN, exception_texts, script_idle
 
@@ -306,9 +307,9 @@ def measure_length_change(models, train_length: int, repeats: int = 3):
     one forward pass when the text holds one window) + ``attention_maps.prefix_growth``, on validation
     text, uncached. Median of ``repeats`` after a warm-up, each beside one bare forward pass that returns
     the map (the bound: the page cannot do less); {method: (seconds, length, bare pass seconds)}."""
-    from posviz import attention_maps, extrapolation, lab_inputs
-    from posviz.checkpoint_model import as_lab_model
-    from posviz.data import load_corpus
+    from posviz.labs import attention_maps, extrapolation, inputs as lab_inputs
+    from posviz.models.shipped import as_lab_model
+    from posviz.training.data import load_corpus
 
     text = b"".join(load_corpus().eval_documents)[: 2 * max(MULTIPLES) * train_length]
     ids = lab_inputs.prepare_text(text).ids
@@ -353,9 +354,9 @@ def measure_lab_all_models(models, train_length: int, repeats: int = 3):
     model's part is when the first result can be on screen. Returns (seconds, length, {method: seconds
     of its part in the last pass}, first model's seconds, seconds of the bare forward passes alone,
     useful FLOPs of those passes)."""
-    from posviz import attention_maps, extrapolation, lab_inputs
-    from posviz.checkpoint_model import as_lab_model
-    from posviz.data import load_corpus
+    from posviz.labs import attention_maps, extrapolation, inputs as lab_inputs
+    from posviz.models.shipped import as_lab_model
+    from posviz.training.data import load_corpus
     from posviz.errors import PositionLimitError
 
     text = b"".join(load_corpus().eval_documents)[: 2 * max(MULTIPLES) * train_length]

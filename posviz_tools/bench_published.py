@@ -46,7 +46,7 @@ def candidate_models(tiny: bool = True) -> dict[str, Path]:
 
 @torch.inference_mode()
 def measure(label: str, folder: Path, min_time: float) -> list[dict]:
-    from posviz.lab_model import open_model
+    from posviz.models.interface import open_model
 
     model = open_model(folder, device="cpu")
     net = model.net
@@ -111,8 +111,9 @@ def measure_default_list(only: list[str] | None = None) -> list[dict]:
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from posviz.transformers_model import (CPU_FLOP_BUDGET, FAMILIES, MAX_LENGTH_MULTIPLE_CPU, UNSTATED_CONTEXT,
-                                          tokens_within)
+    from posviz.models.published.settings import CPU_FLOP_BUDGET, tokens_within
+    from posviz.models.published.families import FAMILIES, UNSTATED_CONTEXT
+    from posviz.limits import MAX_LENGTH_MULTIPLE_CPU
 
     rows = []
     for ref, (model_type, shape) in DEFAULT_LIST.items():

@@ -14,9 +14,9 @@ import math
 import sys
 from pathlib import Path
 
-from posviz.checkpoint import read_config, read_metrics, shipped_checkpoints
+from posviz.models.checkpoint_files import read_config, read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
-from posviz.retrieval import COPY_TARGET, induction_rows, induction_table
+from posviz.labs.retrieval import COPY_TARGET, induction_rows, induction_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results.md"

@@ -29,7 +29,7 @@ from pathlib import Path
 from posviz.config import strict_from_dict
 from posviz.errors import PosvizError
 from posviz.positions import method_names
-from posviz.train import STATE_JSON, TrainConfig, parse_pairs, recipe_differences, state_dir_for
+from posviz.training.train import STATE_JSON, TrainConfig, parse_pairs, recipe_differences, state_dir_for
 
 
 @dataclasses.dataclass
@@ -203,7 +203,7 @@ def main(argv=None) -> None:
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS", 2)), help="runs at a time (default 2)")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("CPU_THREADS", 1)), help="threads per run (default 1)")
     ap.add_argument("--out-dir", default="models", help="where the checkpoints go (default models/)")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="recipe overrides, as for posviz.train")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="recipe overrides, as for posviz.training.train")
     ap.add_argument("--every", type=float, default=60.0, help="seconds between progress lines")
     args = ap.parse_args(argv)
     methods = args.methods or method_names()

@@ -4,7 +4,7 @@
     python scripts/fire_candidates.py --only per-layer     # one (run two shells for two cores)
     python scripts/fire_candidates.py --table              # the table of what has finished
 
-Each candidate is the shipped recipe (posviz.train.TrainConfig defaults) at ``--tokens`` bytes with
+Each candidate is the shipped recipe (posviz.training.train.TrainConfig defaults) at ``--tokens`` bytes with
 other FIRE options, so only the option differs. Scored as docs/results.md's tables are: bits/byte on the
 whole validation split at the training length, the repeat probe's second/first at gap 0, and
 bits/byte at 16x over 1x on the same evaluation bytes. Results go to runs/fire-candidates/.
@@ -21,11 +21,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from posviz.checkpoint import load_checkpoint  # noqa: E402
-from posviz.data import load_corpus  # noqa: E402
-from posviz.evaluate import DEFAULT_EVAL_BYTES, bits_per_byte  # noqa: E402
-from posviz.retrieval import _held_out, repeat_probe  # noqa: E402
-from posviz.train import TrainConfig, train  # noqa: E402
+from posviz.models.checkpoint_files import load_checkpoint  # noqa: E402
+from posviz.training.data import load_corpus  # noqa: E402
+from posviz.training.evaluate import DEFAULT_EVAL_BYTES, bits_per_byte  # noqa: E402
+from posviz.labs.retrieval import _held_out  # noqa: E402
+from posviz.labs.probes import repeat_probe
+from posviz.training.train import TrainConfig, train  # noqa: E402
 
 # name -> FIRE options; the first is the paper's reference code as it is
 CANDIDATES = {

@@ -16,13 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-from posviz.checkpoint import read_metrics, save_checkpoint, write_metrics  # noqa: E402
+from posviz.models.checkpoint_files import read_metrics, save_checkpoint, write_metrics  # noqa: E402
 from posviz.config import ModelConfig  # noqa: E402
-from posviz.data import load_corpus  # noqa: E402
-from posviz.evaluate import evaluate_checkpoint  # noqa: E402
-from posviz.model import GPT  # noqa: E402
+from posviz.training.data import load_corpus  # noqa: E402
+from posviz.training.evaluate import evaluate_checkpoint  # noqa: E402
+from posviz.models.byte_gpt import GPT  # noqa: E402
 from posviz.positions import method_names  # noqa: E402
-from posviz.retrieval import copy_check  # noqa: E402
+from posviz.labs.probes import copy_check  # noqa: E402
 from hf_tiny import hf_family_dir  # noqa: E402,F401  (tiny published-model families, saved as on the hub)
 
 TINY = dict(n_layer=2, n_head=4, n_embd=32, train_length=32)
@@ -36,7 +36,7 @@ def tiny_model(method: str, seed: int = 0, **overrides) -> GPT:
 
 def decode_in_chunks(model: GPT, idx: torch.Tensor, chunks, window: int | None = None) -> torch.Tensor:
     """Logits of ``idx`` fed through one KV cache in pieces of the given sizes, concatenated."""
-    from posviz.model import KVCache
+    from posviz.models.kv_cache import KVCache
 
     cache, outputs, start = KVCache(model.config.n_layer, max_size=window), [], 0
     for size in chunks:
@@ -77,7 +77,7 @@ def tiny_models_dir(tmp_path_factory, corpus) -> Path:
 
 @pytest.fixture()
 def tiny_models(tiny_models_dir, monkeypatch) -> Path:
-    """Point the app and posviz.checkpoint.models_dir() at the tiny checkpoints."""
+    """Point the app and posviz.models.checkpoint_files.models_dir() at the tiny checkpoints."""
     monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(tiny_models_dir))
     return tiny_models_dir
 
@@ -96,7 +96,7 @@ def fresh_shared_results():
 
 
 def tiny_lab(method: str, seed: int = 0, **overrides):
-    """``tiny_model`` as the labs take it: a LabModel (posviz.lab_model) around the GPT."""
-    from posviz.checkpoint_model import as_lab_model
+    """``tiny_model`` as the labs take it: a LabModel (posviz.models.interface) around the GPT."""
+    from posviz.models.shipped import as_lab_model
 
     return as_lab_model(tiny_model(method, seed, **overrides))

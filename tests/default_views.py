@@ -85,7 +85,7 @@ def fingerprint(page: str) -> dict:
 
 def default_text_sha() -> str:
     """The held-out document the labs open on: the record holds for this text only."""
-    from posviz.data import load_corpus
+    from posviz.training.data import load_corpus
 
     return hashlib.sha256(load_corpus().eval_documents[0]).hexdigest()[:16]
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posviz import lab_inputs
+from posviz.labs import inputs as lab_inputs
 
 
 def sharp(model, gain: float = 12.0):

@@ -1,8 +1,8 @@
-"""posviz.about: the per-checkpoint facts, the training recipe and the training curves."""
+"""posviz.explore.about: the per-checkpoint facts, the training recipe and the training curves."""
 from __future__ import annotations
 
 from maths_support import fake_metrics
-from posviz import about
+from posviz.explore import about
 
 
 def test_curves_checkpoint_rows_and_recipe():

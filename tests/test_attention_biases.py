@@ -1,4 +1,4 @@
-"""posviz.attention_biases against independent computations: the ALiBi authors' rule, HF transformers'
+"""posviz.explore.attention_biases against independent computations: the ALiBi authors' rule, HF transformers'
 T5 buckets, brute force and sampled logits."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from posviz import attention_biases
+from posviz.explore import attention_biases
 
 
 # -- ALiBi / T5 / Shaw ---------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def test_published_alibi_slopes_against_the_paper(heads):
 
 
 def test_published_alibi_reads_bloom_and_falcon(hf_family_dir):
-    from posviz.lab_model import open_model
+    from posviz.models.interface import open_model
 
     bloom = attention_biases.published_alibi(open_model(hf_family_dir["bloom"]))
     np.testing.assert_allclose(bloom["columns"]["slope"], reference_alibi_slopes(4), rtol=1e-6)

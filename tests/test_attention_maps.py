@@ -1,4 +1,4 @@
-"""Unit tests of posviz.attention_maps (the labs' attention maps and per-head summaries) on tiny random
+"""Unit tests of posviz.labs.attention_maps (the labs' attention maps and per-head summaries) on tiny random
 models. Attention weights are sharpened (``sharp``) so that position effects are large enough to see
 in a random model."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 from conftest import tiny_lab, tiny_model
 from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
-from posviz.checkpoint_model import as_lab_model
-from posviz import attention_maps
+from posviz.models.shipped import as_lab_model
+from posviz.labs import attention_maps
 from posviz.errors import PosvizError
 from posviz.positions import method_names
 

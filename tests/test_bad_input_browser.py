@@ -262,7 +262,7 @@ def test_ten_megabytes_of_text_is_cut_to_the_cap_with_a_notice(tiny_models):
 def test_invalid_utf8_bytes_are_scored_with_a_notice():
     """No widget can deliver invalid UTF-8 (browsers, and AppTest, send valid Unicode only), so the
     bytes go straight to the function every lab passes its text through, and to the display helper."""
-    from posviz.lab_inputs import characters_with_bits, prepare_text
+    from posviz.labs.inputs import characters_with_bits, prepare_text
 
     raw = b"\xff\xfe\x80 not utf-8 \xc3\x28 \x00\x01" + FILLER.encode()
     text = prepare_text(raw)

@@ -134,7 +134,7 @@ def test_bare_eager_step_is_a_real_decoding_step_of_nope():
     method) it gives the logits of a real cached step."""
     import torch
 
-    from posviz.model import KVCache
+    from posviz.models.kv_cache import KVCache
     from conftest import tiny_model
 
     model, W = tiny_model("nope").eval(), 20

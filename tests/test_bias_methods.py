@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from posviz import attention_biases
-from posviz.checkpoint import load_checkpoint
-from posviz.model import GPT
+from posviz.explore import attention_biases
+from posviz.models.checkpoint_files import load_checkpoint
+from posviz.models.byte_gpt import GPT
 from posviz.positions import ModelShape, build_position_method
-from posviz.train import TrainConfig, train
+from posviz.training.train import TrainConfig, train
 
 SHAPE = ModelShape(n_layer=2, n_head=2, head_dim=4, n_embd=8, train_length=16)
 POS3 = torch.arange(3)

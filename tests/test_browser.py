@@ -27,7 +27,7 @@ from browser_support import (MAIN, OUTPUT, ROOT, ConsoleWatch, StreamlitServer, 
                              assert_no_script_ran, browser, exception_texts, look_at, main_text, menu_sections,
                              new_tab, output_fingerprint, screenshot_main, wait_for_change, wait_for_output_change,
                              wait_rendered)
-from posviz.checkpoint import shipped_checkpoints
+from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz_tools.loadtest import move_a_widget
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import tiny_model
-from posviz.checkpoint import CONFIG, METRICS, WEIGHTS, load_checkpoint, read_config, read_metrics, save_checkpoint
+from posviz.models.checkpoint_files import CONFIG, METRICS, WEIGHTS, load_checkpoint, read_config, read_metrics, save_checkpoint
 from posviz.errors import CheckpointError
 from posviz.positions import POSITION_METHODS
 

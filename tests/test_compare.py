@@ -1,4 +1,4 @@
-"""Unit tests of posviz.compare (the Compare lab: method A vs B, length L vs 2L) on tiny random models.
+"""Unit tests of posviz.labs.compare (the Compare lab: method A vs B, length L vs 2L) on tiny random models.
 Attention weights are sharpened (``sharp``) so that position effects are large enough to see in a
 random model."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from conftest import tiny_lab, tiny_model
 from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
-from posviz.checkpoint_model import as_lab_model
-from posviz import compare, extrapolation
+from posviz.models.shipped import as_lab_model
+from posviz.labs import compare, extrapolation
 from posviz.positions import method_names
 
 
@@ -53,7 +53,7 @@ def test_length_attention_difference_renormalises_for_relative_methods(text_ids)
 
 def test_attention_maps_on_a_log_scale_keep_the_probability_difference(text_ids):
     """The Compare lab draws A and B as log10 probability by default; B - A stays a difference of probabilities."""
-    from posviz.attention_maps import LOG_FLOOR
+    from posviz.labs.attention_maps import LOG_FLOOR
 
     a, b = as_lab_model(sharp(tiny_model("nope"))), as_lab_model(sharp(tiny_model("alibi")))
     linear = compare.attention_difference(a, b, text_ids, 32, 0, 1)

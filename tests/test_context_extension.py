@@ -1,4 +1,4 @@
-"""Unit tests of posviz.context_extension's inference-time RoPE scalings, and of the shipped curves the
+"""Unit tests of posviz.labs.context_extension's inference-time RoPE scalings, and of the shipped curves the
 Extrapolation and Context extension labs draw, on tiny checkpoints."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from conftest import tiny_lab, tiny_model
 from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
-from posviz.checkpoint_model import as_lab_model
-from posviz.lab_model import open_model
-from posviz import context_extension, extrapolation
+from posviz.models.shipped import as_lab_model
+from posviz.models.interface import open_model
+from posviz.labs import context_extension, extrapolation
 from posviz.errors import PosvizError
 from posviz.limits import max_eval_length
 from posviz.positions import method_names

@@ -12,15 +12,16 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from posviz.checkpoint_model import as_lab_model
+from posviz.models.shipped import as_lab_model
 from posviz.config import ModelConfig, strict_from_dict
-from posviz.data import decode_bytes, encode_text
+from posviz.training.data import decode_bytes, encode_text
 from posviz.errors import ConfigError, PosvizError, PositionLimitError
-from posviz.evaluate import bits_per_byte, check_length, eval_table, position_losses, sliding_window_bpb
-from posviz.retrieval import copy_probe
-from posviz.model import GPT, KVCache
+from posviz.training.evaluate import bits_per_byte, check_length, eval_table, position_losses, sliding_window_bpb
+from posviz.labs.probes import copy_probe
+from posviz.models.byte_gpt import GPT
+from posviz.models.kv_cache import KVCache
 from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
-from posviz.train import TrainConfig, main as train_main
+from posviz.training.train import TrainConfig, main as train_main
 
 TEXT = encode_text("def f(x):\n    return x * 2\n" * 20)
 N = TEXT.numel()  # 540 bytes

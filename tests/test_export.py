@@ -4,7 +4,7 @@ Each export is loaded the way a user would load it (``AutoModelForCausalLM`` / `
 the folder alone) and run by transformers directly on real text, then compared with posviz's own
 forward pass: logits, bits/byte, lengths past the training length, and transformers' cached decoding.
 Small random models keep most of this fast; one test runs the exports shipped in models/hf.
-Tolerances and why they differ per architecture: see the docstrings of posviz/export.py.
+Tolerances and why they differ per architecture: see the docstrings of posviz/models/export.py.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import ROOT, tiny_model
-from posviz.checkpoint import load_checkpoint, save_checkpoint, shipped_checkpoints
+from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint, shipped_checkpoints
 from posviz.errors import PosvizError
-from posviz.export import EXPORT_INFO, byte_tokenizer, export_alibi, export_checkpoint, export_gpt2, export_neox, main
+from posviz.models.export import EXPORT_INFO, byte_tokenizer, export_alibi, export_checkpoint, export_gpt2, export_neox, main
 
 EXPORTS = {"learned": export_gpt2, "rope": export_neox, "alibi": export_alibi}
 ARCHITECTURES = {"learned": "GPT2LMHeadModel", "rope": "GPTNeoXForCausalLM", "alibi": "BloomForCausalLM"}
@@ -220,7 +220,7 @@ def test_shipped_exports_match_their_checkpoints(method, tmp_path, monkeypatch):
     with torch.no_grad():
         ours, theirs = model(ids).logits, hf(ids).logits
     # learned: exact but for float32 rounding. rope, alibi at 4x the train length: 1.8e-4 and 1.7e-4
-    # measured, from the float32 angles and BLOOM's row-constant bias (posviz/export.py).
+    # measured, from the float32 angles and BLOOM's row-constant bias (posviz/models/export.py).
     torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-4 if method == "learned" else 4e-4)
     assert abs(bits_per_byte(theirs, TEXT_IDS) - bits_per_byte(ours, TEXT_IDS)) < 1e-4
     if method == "rope":

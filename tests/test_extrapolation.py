@@ -1,4 +1,4 @@
-"""Unit tests of posviz.extrapolation (the Extrapolation lab's scores) on tiny random models."""
+"""Unit tests of posviz.labs.extrapolation (the Extrapolation lab's scores) on tiny random models."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,11 +6,11 @@ import pytest
 from conftest import tiny_lab, tiny_model
 from maths_support import full_forward_bits, sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
-from posviz.checkpoint_model import as_lab_model
-from posviz.lab_model import open_model
-from posviz import attention_maps, extrapolation, lab_inputs
+from posviz.models.shipped import as_lab_model
+from posviz.models.interface import open_model
+from posviz.labs import attention_maps, extrapolation, inputs as lab_inputs
 from posviz.errors import PosvizError, PositionLimitError
-from posviz.evaluate import bits_per_byte, sliding_window_bpb
+from posviz.training.evaluate import bits_per_byte, sliding_window_bpb
 from posviz.limits import max_eval_length
 from posviz.positions import POSITION_METHODS, method_names
 

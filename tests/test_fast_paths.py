@@ -11,8 +11,9 @@ import torch
 
 from conftest import decode_in_chunks
 
-import posviz.model as model_module
-from posviz.model import KVCache, reference_attention
+import posviz.models.attention as attention_module
+from posviz.models.kv_cache import KVCache
+from posviz.models.attention import reference_attention
 from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
 from test_properties import VARIANT_IDS, VARIANTS, model_for, random_bytes
 
@@ -31,7 +32,7 @@ def _both(fn):
 def block_elements(request, monkeypatch):
     """Also walk the queries in many small blocks (the long-text regime) on these short texts."""
     if request.param is not None:
-        monkeypatch.setattr(model_module, "BLOCK_ELEMENTS", request.param)
+        monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", request.param)
     return request.param
 
 
@@ -111,8 +112,8 @@ def test_distance_bias_is_what_logit_bias_puts_at_each_distance(method):
 def test_the_shortcut_runs_where_it_applies(method, shortcut, monkeypatch):
     """So the equality tests above do not pass by falling back to the reference path."""
     calls = []
-    real = getattr(model_module.CausalSelfAttention, shortcut)
-    monkeypatch.setattr(model_module.CausalSelfAttention, shortcut,
+    real = getattr(attention_module.CausalSelfAttention, shortcut)
+    monkeypatch.setattr(attention_module.CausalSelfAttention, shortcut,
                         staticmethod(lambda *a, **k: calls.append(1) or real(*a, **k)))
     model = model_for(method, BELOW_THRESHOLD.get(method))
     with torch.no_grad():

@@ -1,5 +1,5 @@
-"""posviz.generation: decoding with a KV cache past the training length, checked against full forward
-passes and the sliding-window scorer of posviz.kv_cache (tiny random checkpoints, train_length 32)."""
+"""posviz.labs.generation: decoding with a KV cache past the training length, checked against full forward
+passes and the sliding-window scorer of posviz.labs.kv_cache (tiny random checkpoints, train_length 32)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_lab
 
-from posviz import generation as g
-from posviz import kv_cache
+from posviz.labs import generation as g
+from posviz.labs import kv_cache
 from posviz.errors import PosvizError
 from posviz.positions import method_names
 

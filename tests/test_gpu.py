@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-import posviz.model as model_module
+import posviz.models.attention as attention_module
 from conftest import decode_in_chunks
-from posviz.model import KVCache
+from posviz.models.kv_cache import KVCache
 from test_properties import VARIANT_IDS, VARIANTS, model_for, random_bytes
 
 pytestmark = pytest.mark.cuda
@@ -69,15 +69,15 @@ def assert_same(a, b, what=""):
 
 @pytest.fixture(scope="module")
 def text(corpus):
-    from posviz import lab_inputs
+    from posviz.labs import inputs as lab_inputs
     return lab_inputs.prepare_text(corpus.eval_documents[0][:4096]).ids
 
 
 @pytest.mark.parametrize("method,options", ALL)
 def test_every_lab_function_on_cuda_equals_the_cpu(method, options, text):
-    from posviz import attention_maps, extrapolation, generation, kv_cache, retrieval
+    from posviz.labs import attention_maps, extrapolation, generation, key_value, kv_cache, probes
 
-    from posviz.checkpoint_model import as_lab_model
+    from posviz.models.shipped import as_lab_model
 
     cpu, gpu = (as_lab_model(net) for net in pair(method, options))  # the labs run LabModels
     L = cpu.train_length
@@ -97,11 +97,11 @@ def test_every_lab_function_on_cuda_equals_the_cpu(method, options, text):
         assert_same(kv_cache.sliding_score(cpu, text, L // 2, strategy, n_bytes=2 * L),
                     kv_cache.sliding_score(gpu, text, L // 2, strategy, n_bytes=2 * L), f"sliding_score({strategy})")
     gaps = [0, L, 2 * L]
-    assert_same(retrieval.repeat_probe(cpu, text, gaps, chunk=16, chunks=4), retrieval.repeat_probe(gpu, text, gaps, chunk=16, chunks=4))
-    assert_same(retrieval.key_value_probe(cpu, text, gaps, trials=4), retrieval.key_value_probe(gpu, text, gaps, trials=4))
-    assert_same(retrieval.induction_scores(cpu, text, gaps, chunk=16, chunks=4),
-                retrieval.induction_scores(gpu, text, gaps, chunk=16, chunks=4))
-    assert_same(retrieval.copy_probe(cpu, text, [0, 16]), retrieval.copy_probe(gpu, text, [0, 16]))
+    assert_same(probes.repeat_probe(cpu, text, gaps, chunk=16, chunks=4), probes.repeat_probe(gpu, text, gaps, chunk=16, chunks=4))
+    assert_same(key_value.key_value_probe(cpu, text, gaps, trials=4), key_value.key_value_probe(gpu, text, gaps, trials=4))
+    assert_same(probes.induction_scores(cpu, text, gaps, chunk=16, chunks=4),
+                probes.induction_scores(gpu, text, gaps, chunk=16, chunks=4))
+    assert_same(probes.copy_probe(cpu, text, [0, 16]), probes.copy_probe(gpu, text, [0, 16]))
     settings = generation.DecodeSettings(new_ids=2 * L)  # greedy: the same bytes where the logits agree
     a, b = generation.generate(cpu, text[:L], settings), generation.generate(gpu, text[:L], settings)
     assert a.ids == b.ids and a.error == b.error
@@ -112,7 +112,7 @@ def test_every_lab_function_on_cuda_equals_the_cpu(method, options, text):
 @pytest.mark.parametrize("block_elements", [None, 1 << 12], ids=["cuda-blocks", "many-blocks"])
 def test_cached_decoding_on_cuda_equals_the_full_forward(method, options, block_elements, monkeypatch):
     if block_elements is not None:
-        monkeypatch.setattr(model_module, "BLOCK_ELEMENTS_CUDA", block_elements)
+        monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS_CUDA", block_elements)
     _, gpu = pair(method, options)
     idx = random_bytes(2, 29).to(CUDA)
     with torch.no_grad():
@@ -146,7 +146,7 @@ def test_banded_masks_at_lengths_that_start_blocks_off_a_boundary(method, length
     idx = random_bytes(1, length)
     for block in (None, 1 << 16):
         if block is not None:
-            monkeypatch.setattr(model_module, "BLOCK_ELEMENTS_CUDA", block)
+            monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS_CUDA", block)
         with torch.no_grad():
             torch.testing.assert_close(gpu(idx.to(CUDA)).logits.cpu(), cpu(idx).logits, rtol=0, atol=TOL)
         torch.cuda.synchronize()  # a misaligned read surfaces here at the latest
@@ -154,7 +154,7 @@ def test_banded_masks_at_lengths_that_start_blocks_off_a_boundary(method, length
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_short_training_run_on_cuda_in_each_precision(precision, tmp_path):
-    from posviz.train import train
+    from posviz.training.train import train
     from test_train_cli import small_recipe
 
     metrics = train(small_recipe(precision=precision, device="cuda", tokens=4 * 32 * 6, warmup_steps=1),
@@ -166,6 +166,6 @@ def test_a_short_training_run_on_cuda_in_each_precision(precision, tmp_path):
 
 
 def test_auto_precision_on_this_gpu_is_bf16_where_it_is_supported():
-    from posviz.train import precision_rule
+    from posviz.training.train import precision_rule
 
     assert precision_rule("auto", CUDA) == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-import posviz.model as model_module
-from posviz.model import KVCache
+import posviz.models.attention as attention_module
+import posviz.models.byte_gpt as model_module
+from posviz.models.kv_cache import KVCache
 from maths_support import text_ids  # noqa: F401 (a fixture)
 from test_properties import VARIANT_IDS, VARIANTS, model_for, random_bytes
 
@@ -42,7 +43,7 @@ def masks(monkeypatch):
             seen.append((sys._getframe(1).f_code.co_name, attn_mask))
         return real(q, k, v, attn_mask=attn_mask, **kwargs)
 
-    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
     return seen
 
 
@@ -50,7 +51,7 @@ def masks(monkeypatch):
 @pytest.mark.parametrize("block_elements", [None, 1 << 10], ids=["one-block", "many-blocks"])
 def test_every_attention_mask_is_aligned_where_it_is_read_in_place(method, options, block_elements, masks, monkeypatch):
     if block_elements is not None:  # many blocks of a few rows: their views start at many offsets
-        monkeypatch.setattr(model_module, "BLOCK_ELEMENTS", block_elements)
+        monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", block_elements)
     model = model_for(method, options, train_length=64)
     with torch.no_grad():
         for T in (48, 37, 61):  # 48: widths that pass PyTorch's stride check, with blocks off a boundary
@@ -163,7 +164,7 @@ def test_the_host_read_spy_sees_the_reads_it_is_meant_to_catch():
 # ------------------------------------------------------------------------------ training precision
 
 def test_the_training_precision_is_a_rule_not_a_timing(monkeypatch):
-    from posviz import train as train_module
+    from posviz.training import train as train_module
 
     monkeypatch.setattr(train_module.time, "perf_counter", lambda: pytest.fail("the precision was timed"))
     cpu = torch.device("cpu")
@@ -177,7 +178,7 @@ def test_the_training_precision_is_a_rule_not_a_timing(monkeypatch):
 
 def test_a_resume_in_another_precision_is_refused(tmp_path, monkeypatch):
     """"auto" resolves by device, so one recipe may resolve differently on the machine that resumes."""
-    from posviz import train as train_module
+    from posviz.training import train as train_module
     from posviz.errors import PosvizError
     from test_train_cli import small_recipe
 
@@ -206,9 +207,9 @@ def test_fire_runs_its_mlp_in_fp32_under_bf16_autocast():
 def test_the_decoding_labs_read_once_per_byte_at_most(text_ids, monkeypatch):
     """The labs' loops around the model: the sliding-window lab reads nothing until it is done, the
     generator one vector of logits per byte (the byte has to come back to be shown)."""
-    from posviz import generation, kv_cache
+    from posviz.labs import generation, kv_cache
 
-    from posviz.checkpoint_model import as_lab_model
+    from posviz.models.shipped import as_lab_model
 
     monkeypatch.setattr(model_module, "_reads_are_free", lambda t: False)
     model = as_lab_model(model_for("alibi", {}))
@@ -228,7 +229,7 @@ def test_the_decoding_labs_read_once_per_byte_at_most(text_ids, monkeypatch):
 # ------------------------------------------------------------------------------ devices and backends
 
 def test_nccl_only_when_training_on_cuda(monkeypatch):
-    from posviz.train import backend_for
+    from posviz.training.train import backend_for
 
     assert backend_for("cpu") == "gloo" and backend_for("cuda") == "nccl" and backend_for("cuda:1") == "nccl"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine told to train on the CPU
@@ -236,8 +237,8 @@ def test_nccl_only_when_training_on_cuda(monkeypatch):
 
 
 def test_the_command_line_tools_load_checkpoints_on_the_device_asked_for(monkeypatch):
-    from posviz import evaluate, evaluate_all
-    from posviz.checkpoint import shipped_checkpoints
+    from posviz.training import evaluate, evaluate_all
+    from posviz.models.checkpoint_files import shipped_checkpoints
     from posviz.limits import resolve_device
 
     assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -251,9 +252,9 @@ def test_the_command_line_tools_load_checkpoints_on_the_device_asked_for(monkeyp
         asked.append(torch.device(device))
         raise Stop
 
-    import posviz.checkpoint as checkpoint_module
-    import posviz.checkpoint_model as checkpoint_model
-    from posviz.lab_model import forget_models
+    import posviz.models.checkpoint_files as checkpoint_module
+    import posviz.models.shipped as checkpoint_model
+    from posviz.models.interface import forget_models
     forget_models()  # a model opened earlier on another device would not load again
     monkeypatch.setattr(checkpoint_module, "load_checkpoint", fake_load)
     monkeypatch.setattr(checkpoint_model, "load_checkpoint", fake_load)  # the evaluate CLI opens models as the labs do

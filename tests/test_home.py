@@ -1,10 +1,10 @@
-"""posviz.home: the method table and the headline chart's rows, from metrics.json dicts."""
+"""posviz.explore.home: the method table and the headline chart's rows, from metrics.json dicts."""
 from __future__ import annotations
 
 import pytest
 
 from maths_support import fake_metrics
-from posviz import home
+from posviz.explore import home
 from posviz.positions import POSITION_METHODS, method_names
 
 

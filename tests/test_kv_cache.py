@@ -1,4 +1,4 @@
-"""Unit tests of posviz.kv_cache (the KV cache & sliding window lab) on tiny random models.
+"""Unit tests of posviz.labs.kv_cache (the KV cache & sliding window lab) on tiny random models.
 
 The models are untrained, so the tests check identities that hold for any weights: a strategy is
 "correct" when it gives the same per-byte losses as an independent computation, "broken" when it
@@ -13,8 +13,8 @@ import torch
 from conftest import tiny_lab, tiny_model
 from maths_support import full_forward_bits, sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
-from posviz.checkpoint_model import as_lab_model
-from posviz import kv_cache
+from posviz.models.shipped import as_lab_model
+from posviz.labs import kv_cache
 from posviz.errors import PosvizError
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
 from posviz.positions import POSITION_METHODS, method_names

@@ -1,4 +1,4 @@
-"""Unit tests of posviz.lab_inputs (what every live lab reads: the text and the cached models)."""
+"""Unit tests of posviz.labs.inputs (what every live lab reads: the text and the cached models)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from posviz import lab_inputs
+from posviz.labs import inputs as lab_inputs
 from posviz.errors import PosvizError
 from posviz.limits import MAX_TEXT_BYTES
 

@@ -1,5 +1,5 @@
-"""``posviz.lab_model``: the one interface the labs run, how a name becomes a model (once), and the
-shipped checkpoints as its first kind (``posviz.checkpoint_model``)."""
+"""``posviz.models.interface``: the one interface the labs run, how a name becomes a model (once), and the
+shipped checkpoints as its first kind (``posviz.models.shipped``)."""
 from __future__ import annotations
 
 import json
@@ -11,10 +11,11 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from posviz import checkpoint_model, context_extension, extrapolation, kv_cache, lab_inputs, lab_model, retrieval
-from posviz.checkpoint import shipped_checkpoints
+from posviz.models import shipped as checkpoint_model, interface as lab_model
+from posviz.labs import context_extension, extrapolation, inputs as lab_inputs, kv_cache, probes
+from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz.errors import CheckpointError, PosvizError
-from posviz.lab_model import LabModel, forget_models, open_model, opened_models
+from posviz.models.interface import LabModel, forget_models, open_model, opened_models
 from posviz.limits import max_eval_length
 
 
@@ -145,18 +146,20 @@ def test_the_extrapolation_page_reads_each_stamp_once_and_loads_what_it_runs(tin
 # The layers a lab's numbers flow down, top to bottom. A call that goes back up to a layer it left
 # (a lab calling the interface which calls the lab again) is what the interface is there to prevent.
 LAYERS = {
-    **{f"posviz.{m}": 0 for m in ("extrapolation", "attention_maps", "kv_cache", "context_extension", "retrieval",
-                                  "generation", "compare")},
-    "posviz.evaluate": 1, "posviz.lab_inputs": 1,
-    "posviz.lab_model": 2, "posviz.checkpoint_model": 2,  # the interface and its kinds
-    "posviz.checkpoint": 3,
+    **{f"posviz.labs.{m}": 0 for m in ("extrapolation", "attention_maps", "kv_cache", "context_extension", "retrieval",
+                                       "probes", "key_value", "generation", "compare")},
+    "posviz.training.evaluate": 1, "posviz.labs.inputs": 1,
+    "posviz.models.interface": 2, "posviz.models.shipped": 2,  # the interface and its kinds
+    "posviz.models.checkpoint_files": 3,
 }
 
 
 def layer_of(module: str) -> int | None:
     if module in LAYERS:
         return LAYERS[module]
-    return 4 if module.startswith(("posviz.model", "posviz.positions", "posviz.config")) else None  # the network
+    network = ("posviz.models.byte_gpt", "posviz.models.attention", "posviz.models.kv_cache", "posviz.positions",
+               "posviz.config")
+    return 4 if module.startswith(network) else None
 
 
 @contextmanager
@@ -190,7 +193,7 @@ def test_numbers_flow_down_the_layers_without_coming_back(tiny_models, corpus):
         extrapolation.scoring_job(rope, text, 64, True, 1, True).compute()
         kv_cache.sliding_score(alibi, alibi.encode(text), 16, "shifted_cache", 40)
         context_extension.rope_scaling_curves(rope, 2.0, rope.encode(text), [32, 64], ["linear", "dynamic"])
-        retrieval.repeat_probe(alibi, alibi.encode(text), [0, 32], chunks=2)
+        probes.repeat_probe(alibi, alibi.encode(text), [0, 32], chunks=2)
     assert any(path[:3] == (0, 1, 2) for path in paths)  # the tracing saw the layers
     returning = [path for path in paths if list(path) != sorted(path)]
     assert not returning, returning[:5]

@@ -1,6 +1,6 @@
 """The Far-context retrieval and Generation labs on published models (tokenizer ids, not bytes), checked
 against transformers itself: the tiny saved families of ``tests/hf_tiny.py`` (context 64 tokens, a
-byte-level BPE of about 400 ids), loaded through ``posviz.lab_model.open_model``.
+byte-level BPE of about 400 ids), loaded through ``posviz.models.interface.open_model``.
 
 * every probe and every window strategy runs; GPT-2's learned table stops at 64 positions in words;
 * a key-value answer's loss (bits per byte of the value's tokens) equals a direct
@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
 
-from posviz import generation as g
-from posviz import retrieval
-from posviz.lab_model import open_model
+from posviz.labs import generation as g
+from posviz.labs import key_value, probes
+from posviz.models.interface import open_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = ("gpt2", "neox", "bloom")
@@ -65,10 +65,10 @@ def test_every_probe_runs_in_tokens_and_the_learned_table_stops_at_its_rows(fami
     model = open_model(hf_family_dir[family])
     assert model.unit == "token"
     gaps = [0, 16, 64]  # with 8-token chunks: 16, 32 and 80 tokens, the last past GPT-2's 64 rows
-    repeat = retrieval.repeat_probe(model, text, gaps, chunk=8, chunks=2)
-    recall = retrieval.key_value_probe(model, text, gaps, trials=2)
-    heads = retrieval.induction_scores(model, text, gaps, chunk=8, chunks=2)
-    copies = retrieval.copy_probe(model, text, [0, 16], string_length=8, trials=2)
+    repeat = probes.repeat_probe(model, text, gaps, chunk=8, chunks=2)
+    recall = key_value.key_value_probe(model, text, gaps, trials=2)
+    heads = probes.induction_scores(model, text, gaps, chunk=8, chunks=2)
+    copies = probes.copy_probe(model, text, [0, 16], string_length=8, trials=2)
     learned = family == "gpt2"
     for results in (repeat, recall):
         assert all(r is not None and r.gap == gap for r, gap in zip(results[:2], gaps))
@@ -79,7 +79,7 @@ def test_every_probe_runs_in_tokens_and_the_learned_table_stops_at_its_rows(fami
     assert all(0.0 <= r.first_correct <= 1.0 and 0.0 <= r.second_correct <= 1.0 for r in recall if r is not None)
     assert heads[0].shape == (model.n_layer, model.n_head) and (heads[64] is None) == learned
     assert all(v is not None and v > 0 for v in copies.values())
-    rows = retrieval.as_rows(recall, gaps)  # a gap that cannot run still has every column
+    rows = probes.as_rows(recall, gaps)  # a gap that cannot run still has every column
     assert set(rows[2]) == set(rows[0]) and "second_correct" in rows[0]
 
 
@@ -88,7 +88,7 @@ def test_a_key_value_answers_loss_is_transformers_cross_entropy_on_the_same_toke
                                                                                   hf_models):
     folder = hf_family_dir[family]
     model, hf = open_model(folder), hf_models(folder)
-    recalls = retrieval.key_value_recalls(model, text, gap=16, trials=3, seed=5)
+    recalls = key_value.key_value_recalls(model, text, gap=16, trials=3, seed=5)
     for recall in recalls:
         ids = recall.row.ids
         with torch.no_grad():
@@ -104,7 +104,7 @@ def test_a_key_value_answers_loss_is_transformers_cross_entropy_on_the_same_toke
             assert getattr(recall, f"{which}_correct") == guessed
         assert recall.row.second[1] - recall.row.second[0] == recall.row.first[1] - recall.row.first[0]
     # the probe's summary: the answers' bits summed over their bytes, and the share written out whole
-    summary = retrieval.key_value_probe(model, text, [16], trials=3, seed=5 - 16)[0]
+    summary = key_value.key_value_probe(model, text, [16], trials=3, seed=5 - 16)[0]
     total_bytes = sum(r.value_bytes for r in recalls)
     assert summary.second_bits == pytest.approx(sum(r.second_bits * r.value_bytes for r in recalls) / total_bytes, abs=1e-4)
     assert summary.second_correct == pytest.approx(np.mean([r.second_correct for r in recalls]))
@@ -114,8 +114,8 @@ def test_the_repeat_probes_bits_are_per_byte_of_the_chunks_tokens(hf_family_dir,
     folder = hf_family_dir["neox"]
     model, hf = open_model(folder), hf_models(folder)
     gap, chunk, chunks, seed = 16, 8, 3, 2
-    result = retrieval.repeat_probe(model, text, [gap], chunk=chunk, chunks=chunks, seed=seed)[0]
-    batch = retrieval.repeat_batch(model.encode(bytes(text)), gap, chunk, chunks, seed + gap)
+    result = probes.repeat_probe(model, text, [gap], chunk=chunk, chunks=chunks, seed=seed)[0]
+    batch = probes.repeat_batch(model.encode(bytes(text)), gap, chunk, chunks, seed + gap)
     with torch.no_grad():
         logits = hf(batch[:, :-1]).logits.float()
     losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
@@ -254,15 +254,15 @@ def test_an_export_run_in_tokens_gives_its_checkpoints_probes_and_writing(method
     shipped, export = open_model(ROOT / "models" / method), open_model(ROOT / "models" / "hf" / EXPORTS[method])
     assert export.unit == "token" and shipped.unit == "byte"
     gaps = [0, 200]  # 2 x 64 + 200 > 256: past the learned table
-    for probe in (lambda m: retrieval.repeat_probe(m, text, gaps, chunks=2),
-                  lambda m: retrieval.key_value_probe(m, text, gaps, trials=2)):
+    for probe in (lambda m: probes.repeat_probe(m, text, gaps, chunks=2),
+                  lambda m: key_value.key_value_probe(m, text, gaps, trials=2)):
         for a, b in zip(probe(shipped), probe(export)):
             assert (a is None) == (b is None)
             if a is not None:
                 for field in ("first_bits", "second_bits", "ratio", "gain", "first_correct", "second_correct"):
                     if getattr(a, field, None) is not None:
                         assert getattr(b, field) == pytest.approx(getattr(a, field), abs=2e-3), field
-    heads_a, heads_b = (retrieval.induction_scores(m, text, [0], chunk=16, chunks=2)[0] for m in (shipped, export))
+    heads_a, heads_b = (probes.induction_scores(m, text, [0], chunk=16, chunks=2)[0] for m in (shipped, export))
     np.testing.assert_allclose(heads_b, heads_a, atol=1e-4)
     prompt, real = bytes(text[:100]), bytes(text[100:160])
     for strategy in ("stop", "reencode", "shift"):

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from posviz.config import ModelConfig
-from posviz.model import GPT
+from posviz.models.byte_gpt import GPT
 from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
 from posviz.positions.fire import THRESHOLD_FRACTION
 from posviz.positions.kerple import MIN_PARAMETER
-from posviz.train import TrainConfig, train
+from posviz.training.train import TrainConfig, train
 
 CONFIG = dict(n_layer=4, n_head=4, n_embd=128, train_length=256)  # the shipped shape
 

@@ -1,7 +1,7 @@
 """AppTest tests of the explorer pages: Home, Sinusoidal & learned, RoPE, Attention biases, About.
 
 Each test opens the real multipage app (app.py), switches to the page, moves its widgets and checks the
-numbers shown against the page's own module (posviz.home, posviz.sinusoidal_learned, posviz.rope, ...)
+numbers shown against the page's own module (posviz.explore.home, posviz.explore.sinusoidal_learned, posviz.explore.rope, ...)
 or the checkpoints themselves. Charts are checked through the data Streamlit sends to the browser
 (Arrow datasets inside the Vega-Lite element).
 """
@@ -20,8 +20,8 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
-from posviz import attention_biases, home, rope, sinusoidal_learned
-from posviz.checkpoint import load_checkpoint, read_metrics, shipped_checkpoints
+from posviz.explore import attention_biases, home, rope, sinusoidal_learned
+from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints
 from posviz.errors import PositionLimitError
 from posviz.positions import POSITION_METHODS, method_names
 from posviz.positions.rope_scaling import ROPE_SCALINGS
@@ -353,7 +353,7 @@ def test_alibi_slopes_matrix_and_bound(tiny_models):
 def t5_with_a_learned_table(tiny_models_dir: Path, dst: Path) -> Path:
     """A models/ copy whose t5 checkpoint has a non-zero bucket table (an untrained one is all zeros,
     where T5 equals NoPE and any curve-drawing bug would still draw zeros)."""
-    from posviz.checkpoint import save_checkpoint
+    from posviz.models.checkpoint_files import save_checkpoint
 
     models = models_copy(tiny_models_dir, dst)
     model = load_checkpoint(models / "t5")
@@ -512,7 +512,7 @@ def test_about_lists_methods_recipe_and_checkpoints(tiny_models):
     assert list(methods["paper"]) == [f"[paper ↗]({POSITION_METHODS[n].paper})" for n in method_names()]
     assert list(methods["summary"]) == [POSITION_METHODS[n].summary for n in method_names()]
     recipe = table_with(at, "setting").set_index("setting")["value"]
-    from posviz.train import TrainConfig
+    from posviz.training.train import TrainConfig
 
     assert recipe["lr"] == str(TrainConfig().lr) and recipe["tokens"] == str(TrainConfig().tokens)
     checkpoints = table_with(at, "val bits/byte @ train length").set_index("checkpoint")

@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import load_file
 
 from hf_tiny import Family, _save, save_pickle_only
-from posviz.lab_model import open_model
+from posviz.models.interface import open_model
 from test_pages_explore import ABSOLUTE, BIASES, ROPE, assert_clean, frame_with, metric, open_page
 
 SECTIONS = {ABSOLUTE: "Learned tables of published models", ROPE: "Frequencies of published RoPE models",

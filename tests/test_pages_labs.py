@@ -1,5 +1,5 @@
 """AppTest of the live-lab pages: move the widgets, check the numbers shown against the page's own
-module (posviz.extrapolation, posviz.kv_cache, ...) and the shared lab modules.
+module (posviz.labs.extrapolation, posviz.labs.kv_cache, ...) and the shared lab modules.
 
 Pages are run directly from their files (absolute paths) against the tiny checkpoints of the
 ``tiny_models`` fixture; one test runs the real shipped checkpoints in models/.
@@ -19,10 +19,10 @@ import torch
 from conftest import tiny_lab
 from streamlit.testing.v1 import AppTest
 
-from posviz.lab_model import open_model
-from posviz import attention_maps, compare, context_extension, extrapolation, kv_cache, lab_inputs, retrieval
-from posviz.checkpoint import read_metrics, shipped_checkpoints
-from posviz.data import load_corpus
+from posviz.models.interface import open_model
+from posviz.labs import attention_maps, compare, context_extension, extrapolation, inputs as lab_inputs, kv_cache, probes
+from posviz.models.checkpoint_files import read_metrics, shipped_checkpoints
+from posviz.training.data import load_corpus
 from posviz.positions import POSITION_METHODS
 from posviz.limits import MAX_TEXT_BYTES, max_eval_length
 
@@ -228,8 +228,8 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
 def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_dir, tmp_path, monkeypatch, corpus):
     import shutil
 
-    from posviz.checkpoint import load_checkpoint, save_checkpoint, write_metrics
-    from posviz.evaluate import evaluate_checkpoint
+    from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint, write_metrics
+    from posviz.training.evaluate import evaluate_checkpoint
 
     models = tmp_path / "models"
     shutil.copytree(tiny_models_dir, models)
@@ -289,8 +289,8 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
 
     live = at.main.dataframe[-2].value  # the live table (the last one is the retired probe's)
     text = bytes(load_corpus().eval_documents[0])
-    gaps = [g for g in retrieval.default_gaps(32) if g <= 64]
-    expected = retrieval.repeat_probe(open_model(folders["alibi"]), text, gaps, chunks=2)
+    gaps = [g for g in probes.default_gaps(32) if g <= 64]
+    expected = probes.repeat_probe(open_model(folders["alibi"]), text, gaps, chunks=2)
     assert [live.loc["alibi", g] for g in gaps] == pytest.approx([r.gain for r in expected])  # the default measure
     assert all(math.isnan(live.loc["learned", g]) for g in gaps)  # 32 positions: no room for two 64-byte chunks
     at.select_slider(key="w_hgap").set_value(64)
@@ -373,7 +373,7 @@ def plain(result) -> str:
 
 
 def test_generation_same_seed_same_text_and_learned_stops_with_its_explanation(tiny_models, doc_ids):
-    from posviz import generation
+    from posviz.labs import generation
 
     params = dict(models="learned,alibi", n="96", decode="sample", temp="1.0", topk="20", seed="5", p="16", window="stop")
     at = run(page("generation", **params))
@@ -413,7 +413,7 @@ def test_generation_same_seed_same_text_and_learned_stops_with_its_explanation(t
 
 
 def test_generation_opens_on_sampling_greedy_one_click_away_and_junk_params(tiny_models, doc_ids):
-    from posviz import generation
+    from posviz.labs import generation
 
     at = run(page("generation", n="40", p="8"))
     # the opening view: two checkpoints, sampled with a fixed seed, so the same link writes the same text

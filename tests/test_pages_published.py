@@ -1,7 +1,7 @@
 """AppTest of the live labs with published models in the picker: $POSVIZ_MODELS names two tiny saved
 transformers models (GPT-2, learned table of 64 tokens; GPT-NeoX, RoPE, 64 tokens) next to the tiny
 shipped checkpoints (32 bytes). A visitor picks them, moves their widgets, and the numbers shown are the
-labs' own (posviz.extrapolation, posviz.kv_cache, ...) on the models as ``open_model`` opens them.
+labs' own (posviz.labs.extrapolation, posviz.labs.kv_cache, ...) on the models as ``open_model`` opens them.
 """
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hf_tiny import save_oversized_config, save_pickle_only, save_unsupported
 from test_pages_labs import chart_frames, metrics, page, run, texts
 
-from posviz import attention_maps, context_extension, extrapolation, kv_cache, lab_inputs
-from posviz.checkpoint import shipped_checkpoints
-from posviz.data import load_corpus
-from posviz.lab_model import open_model
+from posviz.labs import attention_maps, context_extension, extrapolation, kv_cache, inputs as lab_inputs
+from posviz.models.checkpoint_files import shipped_checkpoints
+from posviz.training.data import load_corpus
+from posviz.models.interface import open_model
 
 
 @pytest.fixture()

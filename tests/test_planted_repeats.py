@@ -1,4 +1,4 @@
-"""Planted repeats (posviz.data.plant_repeats): the recipe's way to make copying from context pay.
+"""Planted repeats (posviz.training.data.plant_repeats): the recipe's way to make copying from context pay.
 
 The probes and the lab measure whether a model copies; these tests check the data that teaches it:
 the copied span is really the row's own earlier text, targets stay the inputs shifted by one, the
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from posviz.data import batch_offsets, get_batch, plant_repeats
+from posviz.training.data import batch_offsets, get_batch, plant_repeats
 
 TEXT = np.frombuffer(bytes(range(256)) * 64, dtype=np.uint8)  # no span repeats by itself within 256 bytes
 

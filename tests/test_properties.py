@@ -14,8 +14,8 @@ import torch
 from conftest import decode_in_chunks, tiny_model
 from maths_support import sharp
 from posviz.errors import PositionLimitError
-from posviz.evaluate import sliding_window_bpb
-from posviz.model import KVCache
+from posviz.training.evaluate import sliding_window_bpb
+from posviz.models.kv_cache import KVCache
 from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
 from posviz.positions.rope import RopeOptions, apply_rotary, rope_cos_sin
 from posviz.positions.rope_scaling import ROPE_SCALINGS

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from posviz import attention_maps, compare, context_extension, extrapolation, kv_cache
-from posviz.data import load_corpus
-from posviz.lab_model import open_model
-from posviz.transformers_model import PublishedModel
+from posviz.labs import attention_maps, compare, context_extension, extrapolation, kv_cache
+from posviz.training.data import load_corpus
+from posviz.models.interface import open_model
+from posviz.models.published.model import PublishedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTS = {"learned": "learned-gpt2", "rope": "rope-neox", "alibi": "alibi-bloom"}

@@ -21,7 +21,7 @@ from transformers.models.llama.modeling_llama import rotate_half as llama_rotate
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from conftest import tiny_model
-from posviz.checkpoint import export_gpt2
+from posviz.models.export import export_gpt2
 from posviz.errors import PosvizError
 from posviz.positions import ModelShape, build_position_method
 from posviz.positions.alibi import alibi_bias, alibi_slopes

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from posviz.checkpoint import read_metrics
+from posviz.models.checkpoint_files import read_metrics
 from posviz.positions import method_names
 from posviz_tools import report
 

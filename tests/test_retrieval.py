@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from conftest import tiny_lab, tiny_model
-from posviz.checkpoint_model import as_lab_model
-from posviz import retrieval
+from posviz.models.shipped import as_lab_model
+from posviz.labs import key_value, probes, retrieval
 from posviz.errors import PosvizError
-from posviz.evaluate import copy_probe
+from posviz.training.evaluate import copy_probe
 from posviz.limits import max_eval_length
-from posviz.model import GPT, ModelOutput
+from posviz.models.byte_gpt import GPT
+from posviz.models.interface import ModelOutput
 
 
 class SuffixCopier(GPT):
@@ -51,7 +52,7 @@ def copier():
 
 
 def test_a_model_that_copies_scores_near_zero_on_the_second_copy_at_every_gap(text):
-    results = retrieval.repeat_probe(copier(), text, [0, 100, 1000], chunk=64, chunks=8)
+    results = probes.repeat_probe(copier(), text, [0, 100, 1000], chunk=64, chunks=8)
     for r in results:
         assert r.first_bits > 6.0  # the first copy cannot be predicted by copying: uniform, 8 bits/byte
         assert r.ratio < 0.4 and r.gain < 0.4 and r.second_bits < 3.0  # its first 6 bytes cannot be copied
@@ -60,28 +61,28 @@ def test_a_model_that_copies_scores_near_zero_on_the_second_copy_at_every_gap(te
 
 def test_a_model_that_cannot_copy_gains_nothing_from_the_first_copy(text):
     model = tiny_lab("alibi", seed=3)  # untrained: its predictions do not depend on a far copy
-    results = retrieval.repeat_probe(model, text, [64, 512], chunk=32, chunks=8)
+    results = probes.repeat_probe(model, text, [64, 512], chunk=32, chunks=8)
     for r in results:
         assert r.gain == pytest.approx(1.0, abs=0.05)  # second copy costs what the same bytes cost without it
 
 
 def test_key_value_probe_recalls_the_number_only_for_a_copier(text):
-    recalled = retrieval.key_value_probe(copier(), text, [0, 300], trials=8)
+    recalled = key_value.key_value_probe(copier(), text, [0, 300], trials=8)
     assert all(r.first_bits > 6.0 and r.second_bits < 1.0 for r in recalled)
-    blind = retrieval.key_value_probe(tiny_lab("rope", seed=2), text, [300], trials=8)[0]
+    blind = key_value.key_value_probe(tiny_lab("rope", seed=2), text, [300], trials=8)[0]
     assert blind.ratio == pytest.approx(1.0, abs=0.1)
-    rows, a, b = retrieval.key_value_batch(torch.tensor(list(b"x = 1\n" * 300)), 40, 3, seed=0)
+    rows, a, b = key_value.key_value_batch(torch.tensor(list(b"x = 1\n" * 300)), 40, 3, seed=0)
     for row in rows:  # the digits at both offsets are the same 5-digit number
         assert bytes(row[a:a + 5].tolist()) == bytes(row[b:b + 5].tolist()) and bytes(row[a:a + 5].tolist()).isdigit()
 
 
 def test_probes_say_none_where_the_method_cannot_run(text):
     model = tiny_lab("learned")  # 32 positions
-    results = retrieval.repeat_probe(model, text, [0, 100], chunk=8, chunks=2)
+    results = probes.repeat_probe(model, text, [0, 100], chunk=8, chunks=2)
     assert results[0] is not None and results[1] is None
-    rows = retrieval.as_rows(results, [0, 100])
+    rows = probes.as_rows(results, [0, 100])
     assert rows[1]["ratio"] is None and rows[1]["gap"] == 100
-    assert retrieval.induction_scores(model, text, [100], chunk=8, chunks=2)[100] is None
+    assert probes.induction_scores(model, text, [100], chunk=8, chunks=2)[100] is None
 
 
 def test_induction_scores_are_read_off_the_full_attention_map(text):
@@ -90,8 +91,8 @@ def test_induction_scores_are_read_off_the_full_attention_map(text):
         for p in model.position.parameters():
             p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(4))
     chunk, gap = 16, 40
-    scores = retrieval.induction_scores(model, text, [gap], chunk=chunk, chunks=3, seed=7)[gap]  # (L, H)
-    batch = retrieval.repeat_batch(retrieval._held_out(text), gap, chunk, 3, seed=7 + gap)
+    scores = probes.induction_scores(model, text, [gap], chunk=chunk, chunks=3, seed=7)[gap]  # (L, H)
+    batch = probes.repeat_batch(probes.held_out(text), gap, chunk, 3, seed=7 + gap)
     for layer in range(model.n_layer):
         with torch.no_grad():
             full = model(batch, attention_layer=layer).attention  # (B, H, T, T)
@@ -101,12 +102,12 @@ def test_induction_scores_are_read_off_the_full_attention_map(text):
 
 
 def test_default_gaps_and_bad_settings(text):
-    assert retrieval.default_gaps(256) == [0, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert probes.default_gaps(256) == [0, 64, 128, 256, 512, 1024, 2048, 4096]
     assert [r["reach"] for r in retrieval.alibi_reach([0.5, 0.25], 5.0)] == [10.0, 20.0]
     with pytest.raises(PosvizError, match="chunk must have 8 to 1,024 bytes"):
-        retrieval.repeat_probe(tiny_lab("nope"), text, [0], chunk=4)
+        probes.repeat_probe(tiny_lab("nope"), text, [0], chunk=4)
     with pytest.raises(PosvizError, match="too short for a gap"):
-        retrieval.repeat_probe(tiny_lab("nope"), text[:2000], [5000], chunk=16)
+        probes.repeat_probe(tiny_lab("nope"), text[:2000], [5000], chunk=16)
 
 
 # ------------------------------------------------------------------------------------------------

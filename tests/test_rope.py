@@ -1,4 +1,4 @@
-"""posviz.rope against independent computations: rotation matrices, HF transformers, brute force."""
+"""posviz.explore.rope against independent computations: rotation matrices, HF transformers, brute force."""
 from __future__ import annotations
 
 import cmath
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from posviz import rope
+from posviz.explore import rope
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 
@@ -159,7 +159,7 @@ def test_published_wavelengths_plain_linear_and_bad_input():
 
 
 def test_published_rope_reads_the_model(hf_family_dir):
-    from posviz.lab_model import open_model
+    from posviz.models.interface import open_model
 
     neox = open_model(hf_family_dir["neox"])
     facts = rope.published_rope(neox)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from posviz.checkpoint import load_checkpoint, read_config, read_metrics, shipped_checkpoints
-from posviz.data import load_corpus
-from posviz.evaluate import bits_per_byte
+from posviz.models.checkpoint_files import load_checkpoint, read_config, read_metrics, shipped_checkpoints
+from posviz.training.data import load_corpus
+from posviz.training.evaluate import bits_per_byte
 from posviz.positions import method_names
-from posviz.train import TrainConfig
+from posviz.training.train import TrainConfig
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 ALL = shipped_checkpoints(MODELS)

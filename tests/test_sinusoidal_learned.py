@@ -1,4 +1,4 @@
-"""posviz.sinusoidal_learned against independent computations: the paper's formula written out, closed
+"""posviz.explore.sinusoidal_learned against independent computations: the paper's formula written out, closed
 forms, a known table."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from posviz import sinusoidal_learned
+from posviz.explore import sinusoidal_learned
 
 
 # -- sinusoidal -----------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ def test_principal_components_match_numpy_svd():
 
 
 def test_published_learned_tables_of_gpt2_and_opt(hf_family_dir):
-    from posviz.lab_model import open_model
+    from posviz.models.interface import open_model
 
     for name in ("gpt2", "opt"):
         table = open_model(hf_family_dir[name]).position.table

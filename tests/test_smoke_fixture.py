@@ -1,4 +1,4 @@
-from posviz.checkpoint import load_checkpoint, read_metrics, shipped_checkpoints
+from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints
 from posviz.positions import method_names
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from posviz.train import TrainConfig
+from posviz.training.train import TrainConfig
 from posviz_tools.train_all import Run, already_trained, progress_line, train_all
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,10 +17,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posviz.checkpoint import load_checkpoint
+from posviz.models.checkpoint_files import load_checkpoint
 from posviz.config import ModelConfig
-from posviz.model import GPT
-from posviz.train import TrainConfig
+from posviz.models.byte_gpt import GPT
+from posviz.training.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = Path(sys.executable)
@@ -123,7 +123,7 @@ def small_recipe(**overrides) -> TrainConfig:
 
 
 def test_a_stopped_run_resumes_to_exactly_the_weights_of_an_uninterrupted_one(tmp_path):
-    from posviz.train import train
+    from posviz.training.train import train
 
     cfg = small_recipe()
     whole = train(cfg, tmp_path / "whole", progress=False, state_dir=tmp_path / "whole.state")
@@ -139,7 +139,7 @@ def test_a_stopped_run_resumes_to_exactly_the_weights_of_an_uninterrupted_one(tm
 
 def test_resume_refuses_a_state_made_with_another_recipe(tmp_path):
     from posviz.errors import PosvizError
-    from posviz.train import train
+    from posviz.training.train import train
 
     train(small_recipe(), tmp_path / "m", progress=False, state_dir=tmp_path / "s", stop_after=3)
     with pytest.raises(PosvizError, match=r"another recipe \(differs in: lr\)"):
@@ -149,7 +149,7 @@ def test_resume_refuses_a_state_made_with_another_recipe(tmp_path):
 def test_a_short_run_in_each_precision_trains_and_records_it(tmp_path):
     """One short run in fp32 and one under bf16 autocast, same seed and data: each lowers the loss and
     records the precision it ran in; bf16 really ran (its rounded matmuls give other weights)."""
-    from posviz.train import train
+    from posviz.training.train import train
 
     weights, curves = {}, {}
     for precision in ("fp32", "bf16"):
@@ -165,8 +165,8 @@ def test_a_short_run_in_each_precision_trains_and_records_it(tmp_path):
 
 
 def test_finetuning_at_a_longer_length_starts_from_the_checkpoint_and_records_it(tmp_path):
-    from posviz.evaluate import bits_per_byte
-    from posviz.data import load_corpus
+    from posviz.training.evaluate import bits_per_byte
+    from posviz.training.data import load_corpus
 
     base = tmp_path / "rope"
     recipe = ["n_embd=32", "n_layer=1", "train_length=32", "batch_size=8", "eval_bytes=4096", "precision=fp32"]

@@ -17,10 +17,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_tiny
 from posviz.errors import PosvizError, PositionLimitError
-from posviz.extrapolation import score_at_length
-from posviz.kv_cache import sliding_score
-from posviz.lab_model import forget_models, open_model
-from posviz.transformers_model import PublishedModel, alibi_slopes_as_added
+from posviz.labs.extrapolation import score_at_length
+from posviz.labs.kv_cache import sliding_score
+from posviz.models.interface import forget_models, open_model
+from posviz.models.published.model import PublishedModel
+from posviz.models.published.families import alibi_slopes_as_added
 
 FAMILIES = list(hf_tiny.FAMILIES)
 TEXT = hf_tiny.training_text().encode()[:6000]
@@ -240,7 +241,7 @@ def test_the_shipped_checkpoints_need_no_transformers_import():
     import subprocess
     import sys
 
-    code = ("import sys; from posviz.lab_model import open_model; m = open_model('rope'); "
+    code = ("import sys; from posviz.models.interface import open_model; m = open_model('rope'); "
             "print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from posviz.checkpoint import read_metrics, shipped_checkpoints
+from posviz.models.checkpoint_files import read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
 
@@ -43,7 +43,7 @@ def checkpoint_summary() -> pd.DataFrame:
 
 @st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
 def _checkpoint_json(folder: str, stamp: tuple) -> tuple[dict | None, dict | None, str | None]:
-    from posviz.checkpoint import read_config
+    from posviz.models.checkpoint_files import read_config
 
     try:
         return read_config(folder), read_metrics(folder), None
@@ -61,7 +61,7 @@ def shipped_checkpoint_json() -> dict[str, tuple[dict | None, dict | None, str |
 
 @st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner="Loading checkpoint…")
 def _cached_checkpoint(folder: str, stamp: tuple):
-    from posviz.checkpoint import load_checkpoint
+    from posviz.models.checkpoint_files import load_checkpoint
 
     return load_checkpoint(folder)
 
@@ -70,7 +70,7 @@ def shipped_model(name: str):
     """(model, None) for the shipped checkpoint ``name``, or (None, message saying what to do)."""
     folder = shipped_checkpoints().get(name)
     if folder is None:
-        from posviz.checkpoint import models_dir
+        from posviz.models.checkpoint_files import models_dir
 
         return None, (f"No '{name}' checkpoint in {models_dir()}. "
                       "Run `make checkpoints` to train the shipped set.")

@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from posviz.errors import PosvizError
-from posviz.lab_model import LabModel
+from posviz.models.interface import LabModel
 from views._page import error_box, usable_checkpoints
 
 ADD_KEY = "w_add_model"
@@ -28,13 +28,13 @@ def _deployer_models() -> list[str]:
     refs = [r.strip() for r in os.environ.get("POSVIZ_MODELS", "").split(",") if r.strip()]
     if not refs:
         return []  # no transformers import (seconds) on a server without published models
-    from posviz.transformers_model import deployer_models
+    from posviz.models.published.settings import deployer_models
 
     return deployer_models()
 
 
 def _any_model_allowed() -> bool:
-    from posviz.transformers_model import any_model_allowed
+    from posviz.models.published.settings import any_model_allowed
 
     return any_model_allowed()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from posviz.checkpoint import shipped_checkpoints
+from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label
 from views._checkpoints import checkpoint_summary

@@ -22,7 +22,7 @@ def listed() -> list[str]:
     """The refs of $POSVIZ_MODELS; [] without importing anything when it is empty."""
     if not os.environ.get("POSVIZ_MODELS", "").strip():
         return []
-    from posviz.transformers_model import deployer_models
+    from posviz.models.published.settings import deployer_models
 
     return deployer_models()
 
@@ -37,8 +37,8 @@ def published_section(method: str, header: str, intro: str):
     refs = listed()
     if not refs:
         return None
-    from posviz.lab_model import open_model
-    from posviz.transformers_model import PublishedModel
+    from posviz.models.interface import open_model
+    from posviz.models.published.model import PublishedModel
 
     st.header(header)
     st.caption(intro)

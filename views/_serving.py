@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from posviz.checkpoint import shipped_checkpoints
+from posviz.models.checkpoint_files import shipped_checkpoints
 from views._text import validation_documents
 
 
@@ -51,8 +51,8 @@ def warm_the_store(pages: tuple[str, ...]):
 
     if os.environ.get("POSVIZ_WARM", "1") == "0" or not st.context.headers.get("Host"):
         return None
-    from posviz import extrapolation
-    from posviz.lab_inputs import prepare_text
+    from posviz.labs import extrapolation
+    from posviz.labs.inputs import prepare_text
     from posviz.positions import POSITION_METHODS
     from views._warm import server_stream_url, visit
 

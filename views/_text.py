@@ -15,14 +15,14 @@ from views._url import qp_choice, qp_int, sync_url
 @st.cache_data(max_entries=4, show_spinner="Reading the held-out validation documents…")
 def validation_documents() -> list[bytes]:
     """The long held-out validation documents (never seen in training)."""
-    from posviz.data import load_corpus
+    from posviz.training.data import load_corpus
 
     return list(load_corpus().eval_documents)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def _document_labels(n: int) -> list[str]:
-    from posviz.lab_inputs import document_label
+    from posviz.labs.inputs import document_label
 
     return [document_label(i, d) for i, d in enumerate(validation_documents())]
 
@@ -30,11 +30,11 @@ def _document_labels(n: int) -> list[str]:
 def choose_text(where=None, default_doc: int = 0):
     """A text picker: a held-out validation document (in the URL as ``doc``) or pasted text.
 
-    Returns a ``posviz.lab_inputs.TextInput``, or None after showing why there is no usable text (the
+    Returns a ``posviz.labs.inputs.TextInput``, or None after showing why there is no usable text (the
     caller then stops). Pasted text is not put in the URL (it can be 64 kB); the choice of
     document is. Notices (cut to the cap, control bytes) are shown as info boxes.
     """
-    from posviz.lab_inputs import prepare_text
+    from posviz.labs.inputs import prepare_text
     from posviz.limits import MAX_TEXT_BYTES
 
     where = where or st

@@ -6,8 +6,8 @@ import streamlit as st
 from views._charts import legend_for, method_scales, show_chart
 from views._checkpoints import shipped_checkpoint_json
 from views._page import page_header, repo_root
-from posviz import about, home
-from posviz.checkpoint import models_dir
+from posviz.explore import about, home
+from posviz.models.checkpoint_files import models_dir
 from posviz.positions import POSITION_METHODS, method_names
 
 page_header(
@@ -40,7 +40,7 @@ metrics = {name: m for name, (c, m, problem) in entries.items() if problem is No
 left, right = st.columns([2, 3])
 with left:
     st.dataframe(pd.DataFrame(about.recipe_rows()), hide_index=True, height="content")
-    st.caption("posviz.train.TrainConfig defaults: the shipped set's recipe. Vocabulary: the 256 byte values.")
+    st.caption("posviz.training.train.TrainConfig defaults: the shipped set's recipe. Vocabulary: the 256 byte values.")
 with right:
     corpus = next((c.get("corpus") for c in configs.values() if c.get("corpus")), None)
     if corpus:

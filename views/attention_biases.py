@@ -10,8 +10,8 @@ from views._matrices import show_matrix
 from views._page import page_header
 from views._published_positions import analysed, published_section, section_failed
 from views._url import qp_bool, qp_choice, qp_float, qp_int, sync_url
-from posviz import attention_biases
-from posviz.checkpoint import shipped_checkpoints
+from posviz.explore import attention_biases
+from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.positions import POSITION_METHODS
 from posviz.limits import CACHE_ENTRIES
@@ -19,7 +19,7 @@ from posviz.positions.t5 import T5Options
 from posviz.positions.fire import THRESHOLD_FRACTION, FireOptions
 from posviz.positions.nezha import NezhaOptions
 from posviz.positions.shaw import ShawOptions
-from posviz.train import TrainConfig
+from posviz.training.train import TrainConfig
 
 CONTEXTS = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 BUCKETS = [8, 16, 32, 64, 128]

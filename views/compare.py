@@ -13,8 +13,8 @@ from views._models import usable_models
 from views._page import error_box, page_header
 from views._text import choose_text
 from views._url import qp_choice, qp_int, sync_url
-from posviz import compare, extrapolation, lab_inputs
-from posviz.lab_model import LabModel, open_model
+from posviz.labs import compare, extrapolation, inputs as lab_inputs
+from posviz.models.interface import LabModel, open_model
 from posviz.errors import PosvizError
 
 page_header(

@@ -11,9 +11,9 @@ from views._page import error_box, page_header
 from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_multi, sync_url
-from posviz import context_extension, extrapolation
-from posviz.checkpoint import shipped_checkpoints
-from posviz.lab_model import open_model
+from posviz.labs import context_extension, extrapolation
+from posviz.models.checkpoint_files import shipped_checkpoints
+from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label
 from posviz.palette import rope_series

@@ -16,8 +16,8 @@ from views._page import error_box, page_header
 from views._serving import compute_once, shared
 from views._text import choose_text, coloured_html
 from views._url import qp_choice, qp_int, qp_multi, sync_url
-from posviz import attention_maps, extrapolation, lab_inputs
-from posviz.lab_model import open_model
+from posviz.labs import attention_maps, extrapolation, inputs as lab_inputs
+from posviz.models.interface import open_model
 from posviz.positions import POSITION_METHODS
 from posviz.errors import PositionLimitError, PosvizError
 from posviz.limits import device_label, max_eval_length

@@ -18,9 +18,9 @@ from views._page import error_box, page_header
 from views._serving import compute_once, heavy_turn, store_result, stored_result
 from views._text import choose_text, show_coloured_text
 from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
-from posviz import generation
-from posviz.lab_inputs import in_units, shared_unit, unit_note
-from posviz.lab_model import open_model
+from posviz.labs import generation
+from posviz.labs.inputs import in_units, shared_unit, unit_note
+from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import MAX_PROMPT_BYTES, default_device, device_label
 

@@ -7,7 +7,7 @@ from views._charts import method_scales, show_chart
 from views._checkpoints import shipped_checkpoint_json
 from views._page import page_header
 from views._url import qp_choice, sync_url
-from posviz import home
+from posviz.explore import home
 from posviz.positions import POSITION_METHODS, method_names
 
 page_header(

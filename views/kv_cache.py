@@ -11,8 +11,8 @@ from views._page import error_box, page_header
 from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_int, qp_multi, sync_url
-from posviz import kv_cache
-from posviz.lab_model import open_model
+from posviz.labs import kv_cache
+from posviz.models.interface import open_model
 
 from posviz.errors import PosvizError
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES, device_label

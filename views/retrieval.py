@@ -13,9 +13,9 @@ from views._page import error_box, page_header
 from views._serving import compute_once
 from views._text import choose_text
 from views._url import qp_bool, qp_choice, qp_float, qp_int, qp_multi, sync_url
-from posviz import retrieval
-from posviz.lab_inputs import shared_unit, unit_note
-from posviz.lab_model import open_model
+from posviz.labs import key_value, probes, retrieval
+from posviz.labs.inputs import shared_unit, unit_note
+from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
 from posviz.positions.alibi import alibi_slopes
@@ -42,7 +42,7 @@ st.markdown(
     "bytes at the same position with an unrelated chunk in front (**no-copy control**): **second / control** is the "
     "part of the gain that comes from retrieving the copy.\n"
     "- **Key–value probe**: `name = 40213` early in a file, a gap of code, then `name = ` again: bits per digit of the "
-    f"value when it is recalled, against the model's own loss when it first saw it (a random digit costs {retrieval.DIGIT_BITS:.2f})."
+    f"value when it is recalled, against the model's own loss when it first saw it (a random digit costs {key_value.DIGIT_BITS:.2f})."
 )
 
 # ------------------------------------------------------------------------------------------------
@@ -257,7 +257,7 @@ with c1:
 unit = shared_unit(models[n] for n in chosen)
 live_train = models[chosen[0]].train_length if chosen else train_length
 live_cap = min((models[n].length_cap for n in chosen), default=cap)
-gap_options = [g for g in retrieval.default_gaps(live_train) if 2 * 64 + g <= live_cap]
+gap_options = [g for g in probes.default_gaps(live_train) if 2 * 64 + g <= live_cap]
 if len(gap_options) < 2:
     st.info(f"The chosen models' device cap ({live_cap:,} {unit_note(unit)}) leaves no gap to probe.", icon="ℹ️")
     st.stop()
@@ -328,7 +328,7 @@ def live_probe(probe: str, what: str, run) -> tuple[pd.DataFrame, object]:
     return pd.DataFrame(rows), slot
 
 
-live, live_slot = live_probe("repeat", "repeat probe", lambda model, ids, gaps, progress: retrieval.repeat_probe(
+live, live_slot = live_probe("repeat", "repeat probe", lambda model, ids, gaps, progress: probes.repeat_probe(
     model, ids, gaps, chunks=chunks, progress=progress))
 if not live.empty:
     in_tokens = "" if unit == "byte" else (f" Chunks of 64 and gaps in {unit_note(unit)}; losses in bits per byte "
@@ -344,7 +344,7 @@ if not live.empty:
 if key_values:
     st.subheader("Key–value probe, live")
     recalled, recalled_slot = live_probe("key_value", "key–value probe", lambda model, ids, gaps, progress:
-                                         retrieval.key_value_probe(model, ids, gaps, trials=chunks, progress=progress))
+                                         key_value.key_value_probe(model, ids, gaps, trials=chunks, progress=progress))
     if not recalled.empty:
         with recalled_slot.container():
             show_chart(probe_chart(recalled, measure, "key_value", unit=unit, train_lengths=trained), recalled,

@@ -10,7 +10,7 @@ from views._matrices import show_matrix
 from views._page import page_header
 from views._published_positions import analysed, published_section, section_failed
 from views._url import qp_choice, qp_float, qp_int, sync_url
-from posviz import rope
+from posviz.explore import rope
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
 from posviz.palette import rope_series

@@ -11,8 +11,8 @@ from views._matrices import ALTAIR_MAX_CELLS, show_matrix, show_pooled_matrix
 from views._page import page_header
 from views._published_positions import analysed, published_section, section_failed
 from views._url import qp_choice, qp_int, qp_multi, sync_url
-from posviz import sinusoidal_learned
-from posviz.checkpoint import shipped_checkpoints
+from posviz.explore import sinusoidal_learned
+from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import CACHE_ENTRIES
 

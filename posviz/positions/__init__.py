@@ -10,8 +10,8 @@ import importlib
 import pkgutil
 from typing import Any, Mapping
 
-from ..errors import ConfigError
-from .base import ModelShape, PositionMethod, relative_distance
+from posviz.errors import ConfigError
+from posviz.positions.base import ModelShape, PositionMethod, relative_distance
 
 POSITION_METHODS: dict[str, type[PositionMethod]] = {}
 

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from ..config import require
-from .base import PositionMethod, relative_distance
+from posviz.config import require
+from posviz.positions.base import PositionMethod, relative_distance
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

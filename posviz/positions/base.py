@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Mapping
 import torch
 from torch import nn
 
-from ..config import strict_from_dict
+from posviz.config import strict_from_dict
 
 
 @dataclasses.dataclass(frozen=True)

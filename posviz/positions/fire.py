@@ -35,8 +35,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..config import require
-from .base import PositionMethod, bias_from_distance_table, distance_range, position_range, relative_distance, run_start
+from posviz.config import require
+from posviz.positions.base import PositionMethod, bias_from_distance_table, distance_range, position_range, relative_distance, run_start
 
 EPS = 1e-6  # keeps psi(max(L, i)) > 0 if c or L were driven to 0
 MLP_INITS = ("spread", "reference")

@@ -17,8 +17,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..config import require
-from .base import PositionMethod, bias_from_distance_table, distance_range, relative_distance
+from posviz.config import require
+from posviz.positions.base import PositionMethod, bias_from_distance_table, distance_range, relative_distance
 
 MIN_PARAMETER = 0.01  # r1, r2 > 0: the kernel is only conditionally positive definite for positive values
 

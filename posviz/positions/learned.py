@@ -10,9 +10,9 @@ import dataclasses
 
 from torch import nn
 
-from ..config import require
-from ..errors import PositionLimitError
-from .base import PositionMethod, position_range
+from posviz.config import require
+from posviz.errors import PositionLimitError
+from posviz.positions.base import PositionMethod, position_range
 
 
 @dataclasses.dataclass

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..config import require
-from .shaw import RelativeKeys
-from .sinusoidal import sinusoidal_table
+from posviz.config import require
+from posviz.positions.shaw import RelativeKeys
+from posviz.positions.sinusoidal import sinusoidal_table
 
 
 @dataclasses.dataclass

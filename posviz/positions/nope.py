@@ -4,7 +4,7 @@ Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalizat
 https://arxiv.org/abs/2305.19466 . A causal decoder can still infer position (e.g. by counting how
 much attention mass is spread), which is why NoPE is a real baseline and not a strawman.
 """
-from .base import PositionMethod
+from posviz.positions.base import PositionMethod
 
 
 class NoPE(PositionMethod):

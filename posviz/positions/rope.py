@@ -15,9 +15,9 @@ import dataclasses
 
 import torch
 
-from ..config import require
-from .base import PositionMethod, position_range
-from .rope_scaling import ROPE_SCALINGS
+from posviz.config import require
+from posviz.positions.base import PositionMethod, position_range
+from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 
 @dataclasses.dataclass

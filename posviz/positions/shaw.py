@@ -18,8 +18,8 @@ import math
 import torch
 from torch import nn
 
-from ..config import require
-from .base import PositionMethod, relative_distance, run_start
+from posviz.config import require
+from posviz.positions.base import PositionMethod, relative_distance, run_start
 
 
 def shaw_clip_matrix(length: int, max_distance: int, causal: bool = True) -> torch.Tensor:

@@ -14,8 +14,8 @@ import math
 
 import torch
 
-from ..config import require
-from .base import PositionMethod
+from posviz.config import require
+from posviz.positions.base import PositionMethod
 
 
 def sinusoidal_table(length: int, dim: int, base: float = 10000.0, offset: int = 0,

@@ -14,8 +14,8 @@ import math
 import torch
 from torch import nn
 
-from ..config import require
-from .base import PositionMethod, bias_from_distance_table, distance_range, relative_distance
+from posviz.config import require
+from posviz.positions.base import PositionMethod, bias_from_distance_table, distance_range, relative_distance
 
 
 def t5_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:

@@ -23,10 +23,10 @@ import math
 import torch
 from torch import nn
 
-from ..config import require
-from .base import distance_range
-from .shaw import RelativeKeys, relative_key_bias
-from .sinusoidal import _table_for
+from posviz.config import require
+from posviz.positions.base import distance_range
+from posviz.positions.shaw import RelativeKeys, relative_key_bias
+from posviz.positions.sinusoidal import _table_for
 
 
 @dataclasses.dataclass

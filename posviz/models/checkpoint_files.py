@@ -13,10 +13,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import ModelConfig
-from .errors import CheckpointError, PosvizError
-from .export import export_gpt2  # noqa: F401  (moved to posviz.export; old imports keep working)
-from .model import GPT
+from posviz.config import ModelConfig
+from posviz.errors import CheckpointError, PosvizError
+from posviz.models.byte_gpt import GPT
 
 WEIGHTS, CONFIG, METRICS = "model.safetensors", "config.json", "metrics.json"
 STORAGE_DTYPE = torch.float16  # 10 mantissa bits: evaluations of the stored weights match fp32 closely
@@ -110,7 +109,7 @@ def models_dir() -> Path:
 
 def shipped_checkpoints(folder: str | Path | None = None) -> dict[str, Path]:
     """{name: folder} of every checkpoint folder (one with a config.json) under ``folder``, in display order."""
-    from .positions import method_names
+    from posviz.positions import method_names
 
     root = Path(folder) if folder is not None else models_dir()
     found = {p.name: p for p in sorted(root.iterdir()) if (p / CONFIG).is_file()} if root.is_dir() else {}

@@ -1,7 +1,7 @@
-"""The shipped checkpoints as models a lab can run (``posviz.lab_model.LabModel``).
+"""The shipped checkpoints as models a lab can run (``posviz.models.interface.LabModel``).
 
 A checkpoint folder (``model.safetensors``, ``config.json``, ``metrics.json``) holds a byte-level GPT
-(``posviz.model``): ids are bytes, so every id covers one byte. Resolving one reads its config.json and
+(``posviz.models.byte_gpt``): ids are bytes, so every id covers one byte. Resolving one reads its config.json and
 the weights file's stamp, enough for a page to lay out its widgets; the weights load on the first
 forward pass (or the first look at its trained position parameters).
 """
@@ -15,12 +15,13 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from .checkpoint import CONFIG, METRICS, WEIGHTS, load_checkpoint, models_dir, read_config, read_metrics
-from .config import ModelConfig
-from .errors import CheckpointError, PosvizError
-from .lab_model import MODEL_KINDS, LabModel, ModelKind
-from .model import GPT, KVCache
-from .positions import ModelShape, build_position_method
+from posviz.models.checkpoint_files import CONFIG, METRICS, WEIGHTS, load_checkpoint, models_dir, read_config, read_metrics
+from posviz.config import ModelConfig
+from posviz.errors import CheckpointError, PosvizError
+from posviz.models.interface import MODEL_KINDS, LabModel, ModelKind
+from posviz.models.byte_gpt import GPT
+from posviz.models.kv_cache import KVCache
+from posviz.positions import ModelShape, build_position_method
 
 
 def checkpoint_stamp(folder: str | Path) -> tuple[int, ...]:
@@ -110,7 +111,7 @@ class CheckpointModel(LabModel):
         return None if frequencies is None else frequencies(seq_len)
 
     def with_position_options(self, overrides: Mapping) -> LabModel:
-        from .lab_model import open_model
+        from posviz.models.interface import open_model
 
         return open_model(self.folder, {**self._overrides, **dict(overrides)}, self._device)
 

@@ -1,5 +1,5 @@
 """The text the live labs (Extrapolation, KV cache, Context extension, Far-context retrieval, Generation,
-Compare) read, and what a page draws of per-byte losses. The models they run are ``posviz.lab_model``'s.
+Compare) read, and what a page draws of per-byte losses. The models they run are ``posviz.models.interface``'s.
 
 No plotting and no Streamlit here. Everything is capped by ``posviz.limits`` so a visitor cannot stall a server.
 
@@ -19,8 +19,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from .errors import PosvizError
-from .limits import MAX_TEXT_BYTES
+from posviz.errors import PosvizError
+from posviz.limits import MAX_TEXT_BYTES
 
 LN2 = math.log(2.0)
 Progress = Callable[[float], None]  # called with the fraction done, 0..1

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import PosvizError
-from .lab_inputs import LN2, Progress, _no_progress
-from .lab_model import LabModel
-from .model import block_elements
+from posviz.errors import PosvizError
+from posviz.labs.inputs import LN2, Progress, _no_progress
+from posviz.models.interface import LabModel
+from posviz.models.attention import block_elements
 
 
 @torch.inference_mode()

@@ -1,7 +1,7 @@
 """The numbers behind the Extrapolation lab: a text's loss at an evaluation length, live and as shipped.
 
 No plotting and no Streamlit here (the page draws; ``bench`` times the same functions). The attention
-maps the page shows next to the scores are in ``posviz.attention_maps``; ``inspect_at_length`` gives
+maps the page shows next to the scores are in ``posviz.labs.attention_maps``; ``inspect_at_length`` gives
 both from one forward pass when it can.
 
 Conventions (shape legend as in ``model.py``: T bytes, H heads, L evaluation length):
@@ -29,11 +29,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .attention_maps import AttentionView, _view_from_probs, attention_view
-from .errors import PosvizError
-from .evaluate import position_losses
-from .lab_inputs import LN2
-from .lab_model import LabModel, open_model
+from posviz.labs.attention_maps import AttentionView, _view_from_probs, attention_view
+from posviz.errors import PosvizError
+from posviz.training.evaluate import position_losses
+from posviz.labs.inputs import LN2
+from posviz.models.interface import LabModel, open_model
 
 
 @dataclass

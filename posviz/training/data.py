@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import PosvizError
+from posviz.errors import PosvizError
 
 # Folders of the standard library that are not "ordinary code": test suites (huge, repetitive) and
 # third-party packages installed into the interpreter.

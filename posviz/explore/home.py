@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .positions import POSITION_METHODS, ModelShape, build_position_method, method_names
+from posviz.positions import POSITION_METHODS, ModelShape, build_position_method, method_names
 
 Columns = dict[str, np.ndarray]
 
@@ -89,7 +89,7 @@ def method_rows(metrics_by_name: Mapping[str, Mapping[str, Any] | None], train_l
     Built from each method's ClassVars; "extrapolates" from the shipped metrics (``extrapolation``).
     Position limits use each checkpoint's training length, else ``train_length``, else the recipe's.
     """
-    from .train import TrainConfig
+    from posviz.training.train import TrainConfig
 
     rows = []
     for name in method_names():

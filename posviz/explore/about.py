@@ -3,7 +3,7 @@
 Per-checkpoint facts (from config.json and metrics.json dicts), the one training recipe every
 checkpoint shares (``train.TrainConfig``'s defaults) and the training curves. Pure functions, no
 plotting, no Streamlit; rows and "column -> array" dicts go straight into ``pandas.DataFrame``. The
-method labels the page shares with the Home page's table (``ACTS_ON_LABEL``) are in ``posviz.home``.
+method labels the page shares with the Home page's table (``ACTS_ON_LABEL``) are in ``posviz.explore.home``.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def checkpoint_rows(configs: Mapping[str, Mapping[str, Any]], metrics: Mapping[s
 
 def recipe_rows() -> list[dict]:
     """The shared training recipe: every TrainConfig field with its default (the shipped set's value)."""
-    from .train import TrainConfig
+    from posviz.training.train import TrainConfig
 
     recipe = TrainConfig()
     rows = []

@@ -13,10 +13,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .config import require
-from .positions.alibi import alibi_bias, alibi_slopes
-from .positions.shaw import shaw_clip_matrix
-from .positions.t5 import t5_bucket
+from posviz.config import require
+from posviz.positions.alibi import alibi_bias, alibi_slopes
+from posviz.positions.shaw import shaw_clip_matrix
+from posviz.positions.t5 import t5_bucket
 
 Columns = dict[str, np.ndarray]
 
@@ -312,7 +312,7 @@ def relative_key_tables(model, layer: int) -> np.ndarray:
 
 def nezha_table(max_distance: int, head_dim: int, base: float = 10000.0) -> np.ndarray:
     """(k+1, hs) NEZHA's fixed relative keys, without a model (the formula of ``positions.nezha``)."""
-    from .positions.sinusoidal import sinusoidal_table
+    from posviz.positions.sinusoidal import sinusoidal_table
     return sinusoidal_table(max_distance + 1, head_dim, base, dtype=torch.float64).numpy()
 
 
@@ -388,14 +388,14 @@ def deciding_term(terms: Mapping[str, np.ndarray], head: int, query: int) -> dic
 def distance_only_bias_methods() -> list[str]:
     """Registered methods whose logit bias is a function of positions alone (ALiBi, T5, KERPLE, FIRE):
     the ones ``bias_by_distance`` can draw as curves. Read off the registry, so a new one shows up."""
-    from .positions import POSITION_METHODS, method_names
+    from posviz.positions import POSITION_METHODS, method_names
     return [n for n in method_names() if POSITION_METHODS[n].acts_on == "logits"
             and not POSITION_METHODS[n].bias_depends_on_query]
 
 
 def fixed_method(name: str, n_layer: int, n_head: int, head_dim: int, train_length: int):
     """A method without parameters (ALiBi), built for a model shape: its curve needs no checkpoint."""
-    from .positions import ModelShape, build_position_method
+    from posviz.positions import ModelShape, build_position_method
     return build_position_method(name, ModelShape(n_layer, n_head, head_dim, n_head * head_dim, train_length))
 
 

@@ -37,11 +37,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .errors import PosvizError, PositionLimitError
-from .limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
-from .lab_inputs import in_units
-from .lab_model import LabModel
-from .positions.base import mark_run
+from posviz.errors import PosvizError, PositionLimitError
+from posviz.limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
+from posviz.labs.inputs import in_units
+from posviz.models.interface import LabModel
+from posviz.positions.base import mark_run
 
 LN2 = math.log(2.0)
 STRATEGIES = ("stop", "reencode", "shift")
@@ -449,7 +449,7 @@ def byte_values(result: Generation, values: np.ndarray) -> np.ndarray:
 def coloured_characters(result: Generation, values: np.ndarray) -> tuple[list[tuple[str, float]], int | None]:
     """(characters with their value, index of the first character predicted past the training length or
     None) for the coloured text: ``values`` (one per id) shared out to bytes, bytes grouped into characters."""
-    from .lab_inputs import characters_with_bits
+    from posviz.labs.inputs import characters_with_bits
 
     data, per_byte, past = result.text_bytes, byte_values(result, values), result.first_past_train_length
     # where the first id past the training length starts, in bytes (a byte model: at that id)

@@ -8,7 +8,7 @@ Every function returns numpy arrays, plain numbers or "column -> array" dicts th
 takes as they are (long format, one row per plotted point). The rotations are posviz's own rotary
 code (``posviz.positions.rope``, the method itself) run in float64; this module arranges what it
 returns so the page can show it. The Context extension lab's live numbers are in
-``posviz.context_extension``.
+``posviz.labs.context_extension``.
 
 Shape legend: T positions, d head dimension, d/2 frequency pairs (GPT-NeoX split: features i and i + d/2).
 """
@@ -21,9 +21,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .config import require
-from .positions.rope import RopeOptions, apply_rotary, rope_cos_sin
-from .positions.rope_scaling import ROPE_SCALINGS, base_inv_freq
+from posviz.config import require
+from posviz.positions.rope import RopeOptions, apply_rotary, rope_cos_sin
+from posviz.positions.rope_scaling import ROPE_SCALINGS, base_inv_freq
 
 Columns = dict[str, np.ndarray]
 

@@ -1,7 +1,7 @@
 """The numbers behind the Compare lab: two methods on the same text, or one method at L against 2L.
 
-No plotting and no Streamlit here. Losses come from ``posviz.extrapolation.score_at_length`` (the
-same windows as the Extrapolation lab) and attention maps from ``posviz.attention_maps``; this
+No plotting and no Streamlit here. Losses come from ``posviz.labs.extrapolation.score_at_length`` (the
+same windows as the Extrapolation lab) and attention maps from ``posviz.labs.attention_maps``; this
 module lines them up position by position and takes their differences.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ import warnings
 
 import numpy as np
 
-from .attention_maps import attention_probs, display_attention, pool_matrix
-from .extrapolation import score_at_length, windows_for
-from .lab_model import LabModel
+from posviz.labs.attention_maps import attention_probs, display_attention, pool_matrix
+from posviz.labs.extrapolation import score_at_length, windows_for
+from posviz.models.interface import LabModel
 
 
 def aligned(model_a: LabModel, model_b: LabModel, text: bytes) -> bool:

@@ -15,12 +15,13 @@ ask which kind of model they run. They take a ``LabModel`` and use only what it 
 ``open_model(ref)`` resolves a name once (a shipped checkpoint's name or a folder) into a LabModel; the
 same ref, options and weights give the same object, from a bounded LRU. Resolving is cheap: a kind reads
 what it needs to describe the model, and loads weights on the first forward pass. A kind of model is one
-class registered in ``MODEL_KINDS``; ``posviz.checkpoint_model`` is the shipped checkpoints' kind.
+class registered in ``MODEL_KINDS``; ``posviz.models.shipped`` is the shipped checkpoints' kind.
 
 Shape legend as in ``model.py``: B batch, T ids, H heads, V vocabulary.
 """
 from __future__ import annotations
 
+import importlib
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -30,8 +31,9 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from .errors import PosvizError
-from .limits import CACHE_ENTRIES, default_device, max_eval_length
+from posviz.errors import PosvizError
+from posviz.limits import CACHE_ENTRIES, default_device, max_eval_length
+from posviz.models.output import ModelOutput  # noqa: F401  (part of the interface: what a forward pass returns)
 
 
 class LabModel(ABC):
@@ -160,22 +162,23 @@ class ModelKind(ABC):
     def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel: ...
 
 
-MODEL_KINDS: dict[str, ModelKind] = {}
+MODEL_KINDS: dict[str, ModelKind] = {}  # filled by the modules below as they are imported
+
+# The modules that register a kind, in the order refs are tried, imported by name when a ref is first
+# resolved: the kinds depend on this interface, never the other way round, and the published models'
+# kind (transformers is seconds to import) loads only when a ref is no shipped checkpoint.
+KIND_MODULES = ("posviz.models.shipped", "posviz.models.published.model")
 
 _OPEN: OrderedDict[tuple, LabModel] = OrderedDict()
 _OPEN_LOCK = threading.Lock()
 
 
 def _kind_of(ref: str) -> ModelKind:
-    from . import checkpoint_model  # noqa: F401  (registers the shipped checkpoints' kind)
-
-    for kind in MODEL_KINDS.values():
-        if kind.recognises(ref):
-            return kind
-    if "transformers" not in MODEL_KINDS:  # imported only when a ref is no shipped checkpoint: transformers is slow to import
-        from . import transformers_model  # noqa: F401  (registers the published models' kind)
-
-        return _kind_of(ref)
+    for module in KIND_MODULES:
+        importlib.import_module(module)  # registers its kind (once: Python keeps imported modules)
+        for kind in MODEL_KINDS.values():
+            if kind.recognises(ref):
+                return kind
     raise PosvizError(f"No model called {ref!r}: give a shipped checkpoint's name, a checkpoint folder, a folder "
                       "holding a transformers model, or a Hugging Face hub id (owner/name).")
 

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import PosvizError, PositionLimitError
-from .lab_inputs import LN2, Progress, _no_progress
-from .lab_model import LabModel
-from .limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
-from .positions.base import mark_run
+from posviz.errors import PosvizError, PositionLimitError
+from posviz.labs.inputs import LN2, Progress, _no_progress
+from posviz.models.interface import LabModel
+from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
+from posviz.positions.base import mark_run
 
 STRATEGIES = ("reencode", "shifted_cache", "cached_window")
 # Re-encoding's steps after the first window are timed on this many of them, run one at a time; the

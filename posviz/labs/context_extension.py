@@ -22,13 +22,12 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from .errors import PositionLimitError, PosvizError
-from .extrapolation import (LengthScore, _length_score, _predicted_bytes, mixed_contexts, score_at_length,
-                            windows_for)
-from .lab_inputs import LN2, Progress, _no_progress
-from .lab_model import LabModel
-from .palette import rope_series
-from .positions.rope_scaling import ROPE_SCALINGS
+from posviz.errors import PositionLimitError, PosvizError
+from posviz.labs.extrapolation import LengthScore, _length_score, _predicted_bytes, mixed_contexts, score_at_length, windows_for
+from posviz.labs.inputs import LN2, Progress, _no_progress
+from posviz.models.interface import LabModel
+from posviz.palette import rope_series
+from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 
 def finetuned_models(models: Mapping[str, LabModel]) -> dict[str, LabModel]:

@@ -19,9 +19,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .config import require
-from .positions.rope_scaling import base_inv_freq
-from .positions.sinusoidal import sinusoidal_shift_matrix, sinusoidal_table
+from posviz.config import require
+from posviz.positions.rope_scaling import base_inv_freq
+from posviz.positions.sinusoidal import sinusoidal_shift_matrix, sinusoidal_table
 
 Columns = dict[str, np.ndarray]
 

@@ -1,0 +1,177 @@
+"""The key-value probe, in the corpus's own shape (code): ``name = 40213`` early in a file, a gap of code,
+then ``name = `` again; the loss on the digits tells whether the model recalls the value. Counted in
+the model's own ids; the answer's loss in bits per byte of its digits.
+Shapes: B rows in a batch, T sequence length in ids, k ids of an answer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from posviz.errors import PosvizError
+from posviz.models.interface import LabModel
+from posviz.labs.probes import GapResult, LN2, Progress, fits, held_out, no_progress, padded, answer_scores, span_nats_per_byte, gap_summary
+
+
+DIGIT_BITS = math.log2(10)  # a uniformly random digit: what a model that cannot recall pays per digit
+
+
+@dataclasses.dataclass
+class KeyValueResult(GapResult):
+    """The key-value probe at one gap: GapResult's losses, and how often the value comes out whole."""
+
+    # share of names whose value the model's most likely ids reproduce exactly (every id of it)
+    first_correct: float | None = None
+    second_correct: float | None = None
+
+
+# -- key-value probe ------------------------------------------------------------------------------------
+def _random_name(gen: torch.Generator) -> bytes:
+    letters = b"abcdefghijklmnopqrstuvwxyz"
+    return b"".join(bytes([letters[int(i)]]) for i in torch.randint(0, 26, (8,), generator=gen))
+
+
+def ids_covering(sizes: Sequence[int] | np.ndarray, start: int, end: int) -> tuple[int, int]:
+    """(first, last + 1): the ids whose bytes overlap bytes ``start..end-1``, given each id's byte count.
+
+    A tokenizer may fold the byte before an answer into the answer's first id (`` 40`` for " 40213"): that
+    id is the answer's all the same, as the model cannot write the value without it.
+    """
+    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    starts = ends - np.asarray(sizes, dtype=np.int64)
+    inside = np.flatnonzero((starts < end) & (ends > start))
+    if not inside.size:
+        raise PosvizError(f"no id covers bytes {start}..{end - 1}")
+    return int(inside[0]), int(inside[-1]) + 1
+
+
+@dataclasses.dataclass
+class KeyValueRow:
+    """One name of the key-value probe: its row of ids and where its value's ids are, twice.
+
+    ids: (T,) ``\\n<name> = <number>\\n``, a gap of held-out ids, the same binding again (the very same
+    ids: the binding is encoded once). ``first``/``second``: (start, end) of the value's ids in the row.
+    """
+
+    ids: torch.Tensor
+    first: tuple[int, int]
+    second: tuple[int, int]
+
+
+def key_value_rows(text: torch.Tensor, gap: int, trials: int, seed: int, digits: int = 5,
+                   model: LabModel | None = None) -> list[KeyValueRow]:
+    """The probe's rows for ``model`` (None: bytes as ids); ``text``: held-out ids, ``gap`` of them between.
+
+    Each binding is built as text, then encoded whole (its own ids, as the model would read it), so a
+    tokenizer splits the value as it would in any file; the value's ids are those covering its bytes.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    n = text.numel()
+    unit = "byte" if model is None else model.unit
+    if n < gap + 2:
+        raise PosvizError(f"the held-out text has {n:,} {unit}s, too short for a gap of {gap:,}")
+    rows = []
+    for _ in range(trials):
+        name = _random_name(gen)
+        number = bytes(str(int(torch.randint(10 ** (digits - 1), 10 ** digits, (1,), generator=gen))), "ascii")
+        binding = b"\n" + name + b" = "
+        start = int(torch.randint(0, n - gap, (1,), generator=gen))
+        line = binding + number + b"\n"
+        if model is None or model.unit == "byte":
+            piece, value = torch.tensor(list(line)), (len(binding), len(binding) + digits)
+        else:
+            piece = model.encode(line)
+            value = ids_covering(model.bytes_per_id(piece), len(binding), len(binding) + digits)
+        shift = piece.numel() + gap
+        rows.append(KeyValueRow(torch.cat((piece, text[start:start + gap], piece)), value,
+                                (value[0] + shift, value[1] + shift)))
+    return rows
+
+
+def key_value_batch(text: torch.Tensor, gap: int, trials: int, seed: int, digits: int = 5) -> tuple[torch.Tensor, int, int]:
+    """The byte-level rows ``\\n<name> = <number>\\n`` + gap of held-out code + ``\\n<name> = <number>\\n``.
+
+    Returns (rows (trials, T), the offset of the first number, the offset of the second). Every row
+    has the same layout, so one offset serves all; names and numbers differ per row.
+    """
+    rows = key_value_rows(text, gap, trials, seed, digits)
+    return torch.stack([row.ids for row in rows]), rows[0].first[0], rows[0].second[0]
+
+
+@dataclasses.dataclass
+class Recall:
+    """One name's value as the model scored it, unrounded: bits per byte and whether its most likely
+    ids were the value's, where it is first bound and where the name comes back."""
+
+    row: KeyValueRow
+    value_bytes: int
+    first_bits: float
+    second_bits: float
+    first_correct: bool
+    second_correct: bool
+
+
+@torch.inference_mode()
+def key_value_recalls(model: LabModel, text, gap: int, trials: int = 16, seed: int = 0, digits: int = 5) -> list[Recall] | None:
+    """Every name of the key-value probe at ``gap`` (ids), scored; None where the method cannot run the row."""
+    data = held_out(text, model)
+    rows = key_value_rows(data, gap, trials, seed, digits, model)
+    if not fits(model, max(row.ids.numel() for row in rows)):
+        return None
+    ids = [row.ids for row in rows]
+    losses, guesses = answer_scores(model, padded(ids))
+    scored = {}
+    for which in ("first", "second"):
+        spans = [getattr(row, which) for row in rows]
+        nats, sizes = span_nats_per_byte(model, losses, ids, spans)
+        right = [bool((guesses[i, s - 1:e - 1] == ids[i][s:e]).all()) for i, (s, e) in enumerate(spans)]
+        scored[which] = (nats / LN2, sizes, right)
+    (first, sizes, first_right), (second, _, second_right) = scored["first"], scored["second"]
+    return [Recall(row, int(sizes[i]), float(first[i]), float(second[i]), first_right[i], second_right[i])
+            for i, row in enumerate(rows)]
+
+
+def key_value_probe(model: LabModel, text, gaps: Sequence[int], trials: int = 16, seed: int = 0,
+                    progress: Progress = no_progress) -> list[KeyValueResult | None]:
+    """Bits per byte of a 5-digit value when it is first bound (``first``: about log2(10) = 3.3 per digit,
+    it is random) and when the name is used again after ``gap`` ids (``second``: low if recalled), and
+    the share of names whose value the model's most likely ids reproduce (``first_correct``/``second_correct``).
+
+    A byte model's value is its 5 digit bytes; a tokenizer's is the ids covering them (see ``ids_covering``),
+    their bits summed over their bytes.
+    """
+    if not 1 <= trials <= 256:
+        raise PosvizError(f"use 1 to 256 trials per gap, got {trials}")
+    data = held_out(text, model)
+    digits = 5
+    out: list[KeyValueResult | None] = []
+    for i, gap in enumerate(gaps):
+        if model.unit == "byte":  # every row alike: the digits' losses as one slice (the stored numbers' arithmetic)
+            rows = key_value_rows(data, gap, trials, seed + gap, digits)
+            batch = torch.stack([row.ids for row in rows])
+            if not fits(model, batch.shape[1]):
+                out.append(None)
+            else:
+                (a, a_end), (b, b_end) = rows[0].first, rows[0].second
+                losses, guesses = answer_scores(model, batch)  # losses[:, t] predicts byte t+1
+                correct = [round(float((guesses[:, s - 1:e - 1] == batch[:, s:e]).all(1).float().mean()), 4)
+                           for s, e in (rows[0].first, rows[0].second)]
+                out.append(gap_summary(gap, losses[:, a - 1:a_end - 1].mean(1), losses[:, b - 1:b_end - 1].mean(1),
+                                    result=KeyValueResult, first_correct=correct[0], second_correct=correct[1]))
+        else:
+            recalls = key_value_recalls(model, data, gap, trials, seed + gap, digits)
+            if recalls is None:
+                out.append(None)
+            else:
+                weights = torch.tensor([r.value_bytes for r in recalls], dtype=torch.float64)
+                out.append(gap_summary(gap, torch.tensor([r.first_bits for r in recalls], dtype=torch.float64) * LN2,
+                                    torch.tensor([r.second_bits for r in recalls], dtype=torch.float64) * LN2,
+                                    weights=weights, result=KeyValueResult,
+                                    first_correct=round(float(np.mean([r.first_correct for r in recalls])), 4),
+                                    second_correct=round(float(np.mean([r.second_correct for r in recalls])), 4)))
+        progress((i + 1) / len(gaps))
+    return out

@@ -1,0 +1,152 @@
+"""How posviz reads each transformers architecture: its position method, its context and table, where its
+layers and attention live, what its ALiBi really adds, and posviz's RoPE scalings in transformers' ``rope_parameters``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import torch
+
+from posviz.errors import PosvizError
+
+
+@dataclass(frozen=True)
+class Family:
+    """One transformers architecture: its position method and where its config keeps the facts."""
+
+    method: Callable[[object], str]  # config -> "learned", "rope" or "alibi"
+    context: Callable[[object], int | None]  # the trained context, in ids (None: not in the config)
+    table_rows: Callable[[object], int | None] = lambda config: None  # positions it can represent at all
+    table_name: str | None = None  # learned: the parameter holding the table
+    table_offset: int = 0  # learned: rows before position 0 (OPT keeps 2)
+
+
+def _attr(*names):
+    return lambda config: next((int(getattr(config, n)) for n in names if getattr(config, n, None)), None)
+
+
+FAMILIES: dict[str, Family] = {
+    "gpt2": Family(lambda c: "learned", _attr("n_positions"), _attr("n_positions"), "transformer.wpe.weight"),
+    "opt": Family(lambda c: "learned", _attr("max_position_embeddings"), _attr("max_position_embeddings"),
+                  "model.decoder.embed_positions.weight", 2),
+    "gpt_neox": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    "llama": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    "qwen2": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    "mistral": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    # BLOOM's config has no field for its context; bigscience's configs state it as seq_length (2,048)
+    "bloom": Family(lambda c: "alibi", _attr("seq_length")),
+    "falcon": Family(lambda c: "alibi" if c.alibi else "rope", _attr("max_position_embeddings")),
+    "mpt": Family(lambda c: "alibi", _attr("max_seq_len"), _attr("max_seq_len")),
+}
+
+
+ACTS_ON = {"learned": "input", "rope": "q/k", "alibi": "logits"}
+
+
+UNSTATED_CONTEXT = 2048  # the context of a model that states none anywhere (BLOOM's and Falcon-RW's)
+
+
+def stated_elsewhere(folder: Path | None) -> int | None:
+    """A context the config leaves out, from the files beside it: posviz's export note, or the tokenizer's
+    model_max_length (where it is a real length, not transformers' 1e30 for "none")."""
+    if folder is None:
+        return None
+    for name, key in (("posviz_export.json", "train_length"), ("tokenizer_config.json", "model_max_length")):
+        try:
+            value = json.loads((folder / name).read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and 1 < value < 10**7:
+            return value
+    return None
+
+
+def supported_families() -> str:
+    return ", ".join(sorted(FAMILIES))
+
+
+SCALING_TO_ROPE_TYPE = {"linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
+
+
+def rope_parameters_for(own: Mapping, rotary_dims: int, train_length: int, overrides: Mapping) -> dict:
+    """transformers' ``rope_parameters`` for posviz's scaling options (``{"scaling": "yarn", "factor": 4}``),
+    keeping the model's own θ. "none" keeps the model's own parameters; "ntk" (static NTK-aware) is the
+    default rotation with θ raised to θ s^(d/(d-2)), as transformers has no name for it."""
+    scaling, factor = overrides.get("scaling", "none"), float(overrides.get("factor", 1.0))
+    theta = float(own.get("rope_theta", 10000.0))
+    kept = {k: own[k] for k in ("partial_rotary_factor",) if k in own}
+    if scaling == "none" or (factor == 1.0 and scaling != "none"):
+        return dict(own) if scaling == "none" else {"rope_type": "default", "rope_theta": theta, **kept}
+    if scaling == "ntk":
+        return {"rope_type": "default", "rope_theta": theta * factor ** (rotary_dims / (rotary_dims - 2)), **kept}
+    if scaling not in SCALING_TO_ROPE_TYPE:
+        raise PosvizError(f"Unknown RoPE scaling {scaling!r} for a published model. Known scalings: none, ntk, "
+                          f"{', '.join(SCALING_TO_ROPE_TYPE)}.")
+    params = {"rope_type": SCALING_TO_ROPE_TYPE[scaling], "rope_theta": theta, "factor": factor, **kept}
+    if scaling in ("yarn", "llama3", "dynamic"):
+        params["original_max_position_embeddings"] = int(overrides.get("original_length") or train_length)
+    for ours, theirs in (("beta_fast", "beta_fast"), ("beta_slow", "beta_slow"), ("attention_factor", "attention_factor"),
+                         ("low_freq_factor", "low_freq_factor"), ("high_freq_factor", "high_freq_factor")):
+        if overrides.get(ours) is not None:
+            params[theirs] = float(overrides[ours])
+    if scaling == "llama3":
+        params.setdefault("low_freq_factor", 1.0)
+        params.setdefault("high_freq_factor", 4.0)
+    return params
+
+
+# Families whose eager attention (the one that returns probabilities) computes something else than their
+# default: transformers 5.x Falcon with ALiBi adds the bias twice in eager attention (once in its mask, once
+# in the scores), measured as a 4e-2 logit difference on a tiny model. Their maps come from eager attention,
+# their scores from the default pass.
+EAGER_DIFFERS = {"falcon"}
+
+
+def sdpa_ok(config) -> bool:
+    return config.model_type not in ("bloom", "mpt")  # these two run eager attention only
+
+
+def modeling_module(config):
+    return importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
+
+
+def decoder_layers(net) -> torch.nn.ModuleList:
+    n = net.config.num_hidden_layers
+    for module in net.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return module
+    raise PosvizError(f"cannot find the {n} decoder layers of {type(net).__name__}")
+
+
+def attention_module(layer) -> torch.nn.Module:
+    for name in ("self_attn", "attn", "attention", "self_attention"):
+        if isinstance(getattr(layer, name, None), torch.nn.Module):
+            return getattr(layer, name)
+    raise PosvizError(f"cannot find the attention of {type(layer).__name__}")
+
+
+def alibi_slopes_as_added(config, n_head: int) -> tuple[torch.Tensor, list[str]]:
+    """(H,) the bias per unit of distance the model adds to its attention logits (after the 1/sqrt(d)
+    scaling), from the family's own bias builder; and what differs from the ALiBi paper."""
+    module, notes = modeling_module(config), []
+    n = 8
+    if config.model_type == "mpt":
+        bias = module.build_mpt_alibi_tensor(n_head, n, alibi_bias_max=config.attn_config.alibi_bias_max)  # (H, 1, n)
+        slopes = (bias[:, 0, -1] - bias[:, 0, -2]).float()
+    else:
+        mask = torch.ones(1, n, dtype=torch.long)
+        bias = module.build_alibi_tensor(mask, n_head, torch.float32).reshape(n_head, n)
+        slopes = (bias[:, 1] - bias[:, 0]).float()
+        if config.model_type == "falcon":
+            head_dim = config.hidden_size // n_head
+            slopes = slopes / math.sqrt(head_dim)
+            notes.append(f"Falcon divides its ALiBi bias by √(head dim) = √{head_dim} along with q·k, so its slopes "
+                         f"are the paper's / {math.sqrt(head_dim):.2f}, and it builds the bias in bfloat16.")
+            notes.append("Falcon's eager attention, the one that returns attention maps, adds this bias twice "
+                         "(transformers 5.x): its maps are sharper than what its default attention computes.")
+    return slopes, notes

@@ -1,0 +1,355 @@
+"""A published transformers model as a ``LabModel``, and its kind (the refs it recognises).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import torch
+
+# Resolved once, at this module's import (which Python serialises): transformers' lazy attributes,
+# first touched by two threads at once (the server's warm-up and a visitor), raised "cannot import name
+# 'AutoConfig'" in one of them.
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: F401
+
+from posviz.errors import PosvizError, PositionLimitError
+from posviz.limits import MAX_LENGTH_MULTIPLE_CPU, MAX_LENGTH_MULTIPLE_GPU
+from posviz.models.interface import MODEL_KINDS, LabModel, ModelKind, ModelOutput, open_model
+from posviz.models.published.cache import PublishedCache
+from posviz.models.published.families import (ACTS_ON, EAGER_DIFFERS, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
+                                              attention_module, decoder_layers, modeling_module, rope_parameters_for,
+                                              sdpa_ok, stated_elsewhere)
+from posviz.models.published.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, hub_file, is_transformers_folder, read_hf_config
+from posviz.models.published.settings import (CPU_FLOP_BUDGET, GPU_FLOP_BUDGET, forward_flops, max_params, max_work_bytes,
+                                              tokens_within)
+from posviz.models.published.text import TokenizerText
+
+
+@dataclass
+class PublishedPositions:
+    """A published model's position parameters as the explore pages draw them, read from the model itself."""
+
+    method: str
+    family: str
+    table: torch.Tensor | None = None  # learned: (rows, C), position 0 first
+    inv_freq: torch.Tensor | None = None  # rope: (rotary_dims / 2,) from the model's rotary module
+    attention_factor: float = 1.0
+    rotary_dims: int | None = None
+    head_dim: int | None = None
+    slopes: torch.Tensor | None = None  # alibi: (H,) the bias per unit of distance, as the model adds it
+    notes: list[str] = field(default_factory=list)  # where the model computes something else than its paper
+
+
+class PublishedModel(LabModel):
+    """A published causal LM (see the module docstring)."""
+
+    unit = "token"
+
+    def __init__(self, ref: str, config, folder: Path | None, overrides: Mapping, device: torch.device, key: tuple,
+                 engine: Engine | None = None):
+        self.ref, self.key, self._device, self._overrides = ref, key, device, dict(overrides)
+        family = FAMILIES[config.model_type]
+        self.family_name, self._family = config.model_type, family
+        self.method = family.method(config)
+        self.name = folder.name if folder is not None else ref
+        context = family.context(config) if family.context(config) is not None else stated_elsewhere(folder)
+        self.context_known = context is not None
+        self.train_length = int(context or UNSTATED_CONTEXT)
+        self.n_layer, self.n_head = int(config.num_hidden_layers), int(config.num_attention_heads)
+        self.max_positions = family.table_rows(config)
+        self.acts_on = ACTS_ON[self.method]
+        self.is_absolute = self.method == "learned"
+        self.n_params = count_parameters(config)
+        if self.n_params > max_params():
+            raise PosvizError(f"{ref} has {self.n_params / 1e9:.2f} B parameters, over this server's cap of "
+                              f"{max_params() / 1e9:.2f} B (POSVIZ_MAX_PARAMS). Choose a smaller model.")
+        base_rope = dict(getattr(config, "rope_parameters", None) or {}) if self.method == "rope" else {}
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.n_head)
+        self.hidden = int(config.hidden_size)
+        self.rotary_dims = (int(self.head_dim * float(base_rope.get("partial_rotary_factor", 1.0))) // 2 * 2
+                            if self.method == "rope" else None)
+        if self._overrides and self.method != "rope":
+            raise PosvizError(f"{self.name} uses {self.method} positions: RoPE scalings apply to rotary models only.")
+        self.rope_parameters = (rope_parameters_for(base_rope, self.rotary_dims, self.train_length, self._overrides)
+                                if self.method == "rope" else None)
+        self.position_options = dict(self._overrides) if self._overrides else (
+            {"scaling": "none", "rope_type": base_rope.get("rope_type", "default"),
+             "base": float(base_rope.get("rope_theta", 10000.0))} if self.method == "rope" else {})
+        self.config = config
+        dtype = getattr(config, "dtype", None) or torch.float32
+        self._dtype = dtype if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else torch.float32
+        self._engine = engine or Engine(ref, folder, config, device, self._dtype)
+        self._rotary = None  # this variant's rotary module (a scaled copy), made on first use
+        self._text: TokenizerText | None = None
+        self.folder = folder
+
+    # -- text ---------------------------------------------------------------------------------------
+    @property
+    def text(self) -> TokenizerText:
+        if self._text is None:
+            from transformers import AutoTokenizer
+
+            source = self.folder if self.folder is not None else Path(hub_file(self.ref, "tokenizer_config.json")).parent
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
+            except Exception as exc:
+                raise PosvizError(f"{self.name}: its tokenizer cannot be loaded ({exc}).") from exc
+            self._text = TokenizerText(tokenizer)
+        return self._text
+
+    def encode(self, text: bytes) -> torch.Tensor:
+        return self.text.encode(text)
+
+    def decode(self, ids) -> bytes:
+        return self.text.decode(ids)
+
+    def bytes_per_id(self, ids) -> np.ndarray:
+        return self.text.bytes_per_id(ids)
+
+    # -- running ------------------------------------------------------------------------------------
+    @property
+    def net(self):
+        return self._engine.load()
+
+    def load(self, progress=None) -> None:
+        self._engine.load(progress)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (a page shows a progress bar while they load)."""
+        return self._engine.net is not None
+
+    def new_cache(self, max_size: int | None = None) -> PublishedCache:
+        return PublishedCache(max_size=max_size)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    def is_shift_invariant(self) -> bool:
+        return self.method != "learned" and (self.rope_parameters or {}).get("rope_type") != "dynamic"
+
+    def with_position_options(self, overrides: Mapping) -> LabModel:
+        return open_model(self.ref, {**self._overrides, **dict(overrides)}, self._device)
+
+    def work_bytes(self, n_keys: int, n_queries: int | None = None, attention_map: bool = False) -> int:
+        """The biggest temporaries of one forward pass over ``n_keys`` positions: an ALiBi bias and eager
+        attention's scores are (B, H, T, Tk) floats; sdpa's fused kernels keep none."""
+        n_queries = n_keys if n_queries is None else n_queries
+        per_map = self.n_head * n_queries * n_keys * 4
+        if attention_map or not sdpa_ok(self.config):
+            return 3 * per_map  # scores, probabilities, and the mask or bias
+        return per_map if self.method == "alibi" else 0
+
+    def _check_work(self, n_keys: int, n_queries: int, attention_map: bool) -> None:
+        need = self.work_bytes(n_keys, n_queries, attention_map)
+        if need > max_work_bytes():
+            raise PosvizError(f"{self.name} at {n_keys:,} tokens would need about {need / 2**30:.1f} GiB for "
+                              f"{'an attention map' if attention_map else 'its attention biases'}, over this server's "
+                              f"{max_work_bytes() / 2**30:.1f} GiB (POSVIZ_MAX_WORK_BYTES). Choose a shorter length.")
+
+    @property
+    def length_cap(self) -> int:
+        """16 x the context on a CPU (32 on a GPU), and at most what one pass may cost in time."""
+        multiple = MAX_LENGTH_MULTIPLE_GPU if self._device.type == "cuda" else MAX_LENGTH_MULTIPLE_CPU
+        budget = GPU_FLOP_BUDGET if self._device.type == "cuda" else CPU_FLOP_BUDGET
+        return max(min(multiple * self.train_length, tokens_within(budget, self.n_params, self.n_layer, self.hidden)),
+                   min(self.train_length, 64))
+
+    @property
+    def length_cap_reason(self) -> str:
+        multiple = MAX_LENGTH_MULTIPLE_GPU if self._device.type == "cuda" else MAX_LENGTH_MULTIPLE_CPU
+        if self.length_cap < multiple * self.train_length:
+            flops = forward_flops(self.length_cap, self.n_params, self.n_layer, self.hidden)
+            return (f"time: one pass over {self.length_cap:,} tokens of a {self.n_params / 1e6:.0f} M-parameter model "
+                    f"is about {flops / 1e12:.0f} TFLOP on this {self._device.type}")
+        return f"{multiple} × its trained context on this {self._device.type}"
+
+    def cannot_run(self, n_positions: int) -> str | None:
+        if self.max_positions is not None and n_positions > self.max_positions:
+            what = "max_seq_len" if self.family_name == "mpt" else f"{self.method} table"
+            return (f"{self.name} cannot run {n_positions:,} positions: its {what} holds "
+                    f"{self.max_positions:,} (positions 0–{self.max_positions - 1:,}).")
+        return None
+
+    @contextlib.contextmanager
+    def _variant(self, eager: bool):
+        """This variant's rotary module and attention implementation, in place for one forward pass."""
+        net, swapped = self.net, None
+        before = net.config._attn_implementation
+        if self.method == "rope" and self._overrides:
+            parent = next(m for m in net.modules() if isinstance(getattr(m, "rotary_emb", None), torch.nn.Module))
+            swapped = (parent, parent.rotary_emb)
+            parent.rotary_emb = self._rotary_module()
+        if eager:
+            net.config._attn_implementation_internal = "eager"
+        try:
+            yield net
+        finally:
+            net.config._attn_implementation_internal = before
+            if swapped is not None:
+                swapped[0].rotary_emb = swapped[1]
+
+    def _rotary_module(self) -> torch.nn.Module:
+        if self._rotary is None:
+            self._rotary = self._new_rotary(self._device)
+        return self._rotary
+
+    def _new_rotary(self, device) -> torch.nn.Module:
+        config = self.config.__class__.from_dict({**self.config.to_dict(), "rope_parameters": self.rope_parameters})
+        cls = next(v for k, v in vars(modeling_module(self.config)).items() if k.endswith("RotaryEmbedding")
+                   and isinstance(v, type))
+        return cls(config=config).to(device)
+
+    @torch.inference_mode()
+    def __call__(self, ids, positions=None, cache: PublishedCache | None = None, attention_layer=None,
+                 attention_head=None) -> ModelOutput:
+        ids = torch.as_tensor(ids, device=self._device)
+        B, T = ids.shape
+        start = cache.next_position() if cache is not None else 0
+        if positions is None:
+            pos = torch.arange(start, start + T, device=self._device)
+        elif isinstance(positions, int):
+            pos = torch.arange(positions, positions + T, device=self._device)
+        else:
+            pos = torch.as_tensor(positions, device=self._device).flatten()
+        if cache is not None and cache.max_size is not None and T <= cache.max_size:
+            cache.keep_last(cache.max_size - T)  # each query sees the max_size keys ending at itself, itself included
+        held = len(cache) if cache is not None else 0
+        if cache is not None and cache.max_size is not None and T > 1 and held + T > cache.max_size:
+            # a chunk into a full window: each query must see only the window ending at itself
+            outs = [self(ids[:, i:i + 1], positions=pos[i:i + 1], cache=cache, attention_layer=attention_layer,
+                         attention_head=attention_head) for i in range(T)]
+            return ModelOutput(torch.cat([o.logits for o in outs], 1), None)
+        reach = int(pos.max()) + 1 if self.method == "learned" else held + T
+        problem = self.cannot_run(reach)
+        if problem:
+            raise PositionLimitError(problem)
+        self._check_work(held + T, T, attention_layer is not None)
+        # Without a cache of ours the call is the bare one, the model's own use_cache default included: BLOOM's
+        # pass without a cache took a slower mask path (1.2x its default at 2,048 tokens)
+        kwargs = {"input_ids": ids}
+        if self.method != "alibi":  # ALiBi families place keys by the attention mask, not by position ids
+            kwargs["position_ids"] = pos[None].expand(B, T)
+        if cache is not None:
+            kwargs[self._engine.cache_argument] = cache.hf
+            kwargs["attention_mask"] = torch.ones(B, held + T, dtype=torch.long, device=self._device)
+            kwargs["cache_position"] = torch.arange(held, held + T, device=self._device)
+        captured = {}
+        with self._engine.lock, self._variant(attention_layer is not None) as net:
+            hook = None
+            if attention_layer is not None:
+                if not 0 <= attention_layer < self.n_layer:
+                    raise PosvizError(f"layer must be in 0..{self.n_layer - 1}, got {attention_layer}")
+                module = attention_module(decoder_layers(net)[attention_layer])
+                def keep_probs(module, args, out):  # returns None: the layer's output passes on unchanged
+                    captured["probs"] = out[1]
+
+                hook = module.register_forward_hook(keep_probs)
+            try:
+                logits = net(**kwargs).logits
+            finally:
+                if hook is not None:
+                    hook.remove()
+        if attention_layer is not None and cache is None and self.family_name in EAGER_DIFFERS:
+            # the map is eager attention's; the scores come from the implementation the model runs by default
+            logits = self(ids, positions=pos).logits
+        if cache is not None:
+            cache.positions = pos if cache.positions is None else torch.cat((cache.positions, pos))
+            if cache.max_size is not None:
+                cache.keep_last(cache.max_size)
+        probs = captured.get("probs")
+        if probs is not None:
+            probs = probs.float()
+            if attention_head is not None:
+                probs = probs[:, attention_head]
+        return ModelOutput(logits, probs)
+
+    # -- positions, as the explore pages draw them ----------------------------------------------------
+    def frequencies(self, seq_len: int):
+        """(inv_freq, attention_factor) from transformers' own rotary module for this variant; None unless RoPE."""
+        if self.method != "rope":
+            return None
+        rotary = self._new_rotary(torch.device("cpu"))
+        if self.rope_parameters.get("rope_type") == "dynamic":  # its speeds follow the longest position seen
+            rotary(torch.zeros(1, dtype=torch.float32), torch.arange(seq_len)[None])
+        return rotary.inv_freq.detach().double().cpu(), float(rotary.attention_scaling)
+
+    @property
+    def position(self) -> PublishedPositions:
+        out = PublishedPositions(self.method, self.family_name, head_dim=self.head_dim, rotary_dims=self.rotary_dims)
+        if self.method == "learned":
+            table = dict(self.net.named_parameters())[self._family.table_name].detach().float().cpu()
+            out.table = table[self._family.table_offset:]
+            if self._family.table_offset:
+                out.notes.append(f"{self.family_name} keeps {self._family.table_offset} rows before position 0 "
+                                 f"(its table has {table.shape[0]:,} rows for {table.shape[0] - self._family.table_offset:,} positions).")
+        elif self.method == "rope":
+            out.inv_freq, out.attention_factor = self.frequencies(self.train_length)
+            if self.rotary_dims < self.head_dim:
+                out.notes.append(f"Only {self.rotary_dims} of each head's {self.head_dim} dimensions rotate "
+                                 f"({self.rotary_dims / self.head_dim:.0%}); the rest carry no position.")
+        else:
+            out.slopes, notes = alibi_slopes_as_added(self.config, self.n_head)
+            out.notes.extend(notes)
+        return out
+
+    def stored_metrics(self) -> dict:
+        return {}
+
+
+def _folder_stamp(folder: Path) -> tuple[int, ...]:
+    return tuple((folder / f).stat().st_mtime_ns if (folder / f).is_file() else 0
+                 for f in ("config.json", *WEIGHT_FILES, "tokenizer.json"))
+
+
+class TransformersKind(ModelKind):
+    """A folder holding a transformers model, or a hub id (``owner/name``)."""
+
+    def recognises(self, ref: str) -> bool:
+        path = Path(ref)
+        if path.is_dir():
+            return is_transformers_folder(path)
+        return bool(HUB_ID.match(ref)) and "/" in ref
+
+    def identify(self, ref: str, position_overrides: Mapping) -> tuple:
+        path = Path(ref)
+        where = (str(path.resolve()),) + _folder_stamp(path.resolve()) if path.is_dir() else (ref,)
+        return ("transformers",) + where + (tuple(sorted(position_overrides.items())),)
+
+    # A hub id that just failed (offline, gated, unknown) fails again at once for this long, so that every
+    # page run of every visitor does not wait on the network for the same answer.
+    FAILURE_MEMORY_S = 60.0
+
+    def __init__(self):
+        self._failed: dict[str, tuple[float, PosvizError]] = {}
+
+    def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel:
+        path = Path(ref)
+        ref = str(path.resolve()) if path.is_dir() else ref
+        if not path.is_dir():
+            failed = self._failed.get(ref)
+            if failed is not None and time.monotonic() - failed[0] < self.FAILURE_MEMORY_S:
+                raise failed[1]
+            try:
+                config, folder = read_hf_config(ref)
+            except PosvizError as exc:
+                self._failed[ref] = (time.monotonic(), exc)
+                raise
+        else:
+            config, folder = read_hf_config(ref)
+        engine = None
+        if position_overrides:  # the scaled variants share the weights of the model as published
+            engine = open_model(ref, None, device)._engine
+        return PublishedModel(ref, config, folder, position_overrides, device, key, engine)
+
+
+MODEL_KINDS["transformers"] = TransformersKind()

@@ -1,0 +1,281 @@
+"""Evaluation: bits per byte vs length, per-position loss, sliding windows and a copy-distance probe.
+
+``python -m posviz.evaluate --checkpoint models/rope --lengths 256 512 ... --write`` prints a table and
+stores the results in the checkpoint's metrics.json under "eval".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from posviz.errors import PosvizError, PositionLimitError
+from posviz.training.data import byte_ids
+from posviz.models.byte_gpt import GPT
+from posviz.models.interface import LabModel
+from posviz.models.shipped import as_lab_model
+from posviz.labs.key_value import key_value_probe
+from posviz.labs.probes import as_rows, copy_probe, default_gaps, held_out, induction_scores, repeat_probe
+
+LN2 = math.log(2.0)
+DEFAULT_EVAL_BYTES = 1 << 17  # 131,072 bytes: every length scores the same bytes of text
+
+
+
+def evaluate_probes(model: LabModel, text, train_length: int, chunks: int = 16, seed: int = 0) -> dict:
+    """The "retrieval" block of a checkpoint's metrics.json: all three probes at the ``default_gaps`` the
+    held-out text is long enough for."""
+    text = held_out(text, model)
+    gaps = [g for g in default_gaps(train_length) if 2 * (64 + g) + 2 <= text.numel()]
+    induction = induction_scores(model, text, gaps, chunks=max(4, chunks // 2), seed=seed)
+    return {
+        "gaps": gaps,
+        "repeat": as_rows(repeat_probe(model, text, gaps, chunks=chunks, seed=seed), gaps),
+        "key_value": as_rows(key_value_probe(model, text, gaps, trials=chunks, seed=seed), gaps),
+        "induction": {str(g): (None if s is None else np.round(s, 4).tolist()) for g, s in induction.items()},
+    }
+
+
+def check_length(length: int, n_bytes: int) -> None:
+    """``length`` is the number of positions the model sees: a window needs length + 1 bytes."""
+    if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 2:
+        raise PosvizError(f"evaluation length must be an integer of at least 2 bytes, got {length!r}")
+    if length + 1 > n_bytes:
+        raise PosvizError(f"evaluation length {length:,} needs {length + 1:,} bytes of text (inputs plus the next byte "
+                          f"to predict), but the text has {n_bytes:,} bytes")
+
+
+@torch.inference_mode()
+def position_losses(model: GPT, data, length: int, batch_tokens: int = 1 << 15, max_windows: int | None = None,
+                    progress: bool = False) -> torch.Tensor:
+    """Loss in nats of every prediction in non-overlapping windows of ``length`` positions.
+
+    Returns (n_windows, length): row w, column i is the loss of predicting the byte after position i
+    of window w from the i + 1 bytes before it *in its window* (the ALiBi paper's non-overlapping
+    evaluation). The model sees positions 0 .. length-1, exactly as in training at that length.
+    """
+    data = byte_ids(data)
+    check_length(length, data.numel())
+    n_windows = (data.numel() - 1) // length
+    if max_windows is not None:
+        n_windows = min(n_windows, max_windows)
+    inputs = data[: n_windows * length].view(n_windows, length).to(model.device)  # (W, L)
+    targets = data[1 : n_windows * length + 1].view(n_windows, length).to(model.device)  # (W, L)
+    per_batch = max(1, batch_tokens // length)
+    out = []
+    for start in tqdm(range(0, n_windows, per_batch), disable=not progress, desc=f"L={length}", leave=False):
+        logits = model(inputs[start : start + per_batch]).logits.float()  # (b, L, V)
+        out.append(F.cross_entropy(logits.transpose(1, 2), targets[start : start + per_batch], reduction="none").cpu())
+    return torch.cat(out)
+
+
+def bits_per_byte(model: GPT, data, length: int, **kw) -> float:
+    return float(position_losses(model, data, length, **kw).mean()) / LN2
+
+
+@torch.inference_mode()
+def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: bool = False) -> float:
+    """Every byte scored once, with up to ``window`` bytes of context: windows advance by ``stride``
+    and only their last ``stride`` predictions count (the first window counts all of its own)."""
+    data = byte_ids(data)
+    check_length(window, data.numel())
+    if window >= data.numel():  # a window of W predictions needs W + 1 bytes
+        raise PosvizError(f"a sliding window of {window:,} bytes needs at least {window + 1:,} bytes of text, "
+                          f"got {data.numel():,}")
+    if not isinstance(stride, (int, np.integer)) or not 1 <= stride <= window:
+        raise PosvizError(f"stride must be an integer between 1 and the window ({window}), got {stride!r}")
+    total, count = 0.0, 0
+    last = data.numel() - window - 1  # start of the window that predicts the final byte
+    starts = list(range(0, last, stride)) + [last]  # the last window scores the tail a stride would skip
+    scored = 0  # bytes 1..scored already have a loss
+    for s in tqdm(starts, disable=not progress, desc=f"sliding W={window} s={stride}", leave=False):
+        chunk = data[s : s + window + 1].to(model.device)[None]
+        logits = model(chunk[:, :-1]).logits.float()
+        losses = F.cross_entropy(logits[0], chunk[0, 1:], reduction="none")  # predictions of bytes s+1..s+W
+        keep = losses[scored - s :] if scored > s else losses
+        total, count = total + float(keep.sum()), count + keep.numel()
+        scored = s + window
+    return total / count / LN2
+
+
+def eval_table(model: GPT, data, lengths: Iterable[int], progress: bool = True) -> dict[str, float | None]:
+    """{length: bpb}; None where the method cannot represent the positions (learned past its table)."""
+    table = {}
+    for length in lengths:
+        try:
+            table[str(length)] = round(bits_per_byte(model, data, int(length), progress=progress), 4)
+        except PositionLimitError:
+            table[str(length)] = None
+    return table
+
+
+@torch.inference_mode()
+def scaling_factors(name: str, length: int, train_length: int) -> float | None:
+    """The factor each RoPE scaling is evaluated at for ``length``: the stretch L / train_length for
+    the static ones; dynamic NTK adapts by itself, so it runs at its usual factor 2 throughout."""
+    if length <= train_length:
+        return None
+    return 2.0 if name == "dynamic" else length / train_length
+
+
+def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=(0, 16, 64, 128, 192, 512, 1024, 2048),
+                        progress: bool = True, validation=None, probe_chunks: int = 16, device="cpu") -> dict:
+    """The full "eval" block of a checkpoint's metrics.json: bpb vs length, the copy probe and, for
+    rope, every inference scaling. Lengths too long for the data are skipped. ``validation``: the
+    whole validation split, scored at train_length as well (the headline quality number)."""
+    from posviz.models.checkpoint_files import load_checkpoint
+    from posviz.positions.rope_scaling import ROPE_SCALINGS
+
+    from posviz.models.checkpoint_files import read_config
+
+    model = load_checkpoint(folder, device=device)
+    L = model.config.train_length
+    finetuned = read_config(folder).get("finetuned_from")
+    # A fine-tuned checkpoint is scored at the lengths of the one it came from (multiples of *its* training
+    # length), so "before" and "after" and every other checkpoint share one x axis.
+    base_folder = None
+    if finetuned:
+        base_folder = Path(finetuned["checkpoint"])
+        if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
+            base_folder = Path(folder).parent / base_folder.name
+    L_ref = read_config(base_folder)["model"]["train_length"] if finetuned else L
+    data = byte_ids(data)
+    lengths = [int(m * L_ref) for m in multiples if int(m * L_ref) <= data.numel()]
+    block, seconds = timed(eval_table, model, data, lengths, progress)
+    block = {"nonoverlapping_bpb": block, "lengths_x_train": {str(n): n / L for n in lengths},
+             "eval_bytes": int(data.numel()), "seconds": round(seconds, 2)}
+    if validation is not None:
+        block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
+    block["copy_probe"] = copy_probe(as_lab_model(model), data, [g for g in copy_gaps if 64 + g < data.numel()])
+    block["retrieval"] = retrieval_block(model, data if validation is None else validation, probe_chunks, L_ref)
+    if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
+        base = load_checkpoint(base_folder, model.config.position_options, device=device)
+        block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
+                                      "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
+    if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one
+        scalings = {}
+        for name in ROPE_SCALINGS:
+            if name == "none":
+                continue
+            row, factors = {}, {}
+            for n in lengths:
+                factor = scaling_factors(name, n, L)
+                if factor is None:
+                    continue
+                scaled = load_checkpoint(folder, {"scaling": name, "factor": factor}, device=device)
+                row[str(n)] = round(bits_per_byte(scaled, data, n, progress=progress), 4)
+                factors[str(n)] = factor
+            scalings[name] = {"nonoverlapping_bpb": row, "factor": factors}
+        block["rope_scalings"] = scalings
+    return block
+
+
+def retrieval_block(model: GPT, text, chunks: int = 16, reference_length: int | None = None) -> dict:
+    """The far-context probes (``posviz.labs.probes``) for metrics.json, with the seconds they took; gaps
+    are multiples of ``reference_length`` (default: the model's training length)."""
+    block, seconds = timed(evaluate_probes, as_lab_model(model), text, reference_length or model.config.train_length,
+                           chunks=chunks)
+    return {**block, "held_out_bytes": int(np.asarray(text).size), "seconds": round(seconds, 1)}
+
+
+def timed(fn, *args, **kw):
+    start = time.perf_counter()
+    value = fn(*args, **kw)
+    return value, time.perf_counter() - start
+
+
+def published_eval_table(model, ids: torch.Tensor, lengths: Iterable[int], progress: bool = True) -> dict:
+    """{length: bpb} of any LabModel on ``ids`` (its own ids), bits per *byte* through ``bytes_per_id`` so a
+    tokenizer's numbers compare with the byte checkpoints'; None where the model cannot run the length."""
+    table = {}
+    for length in lengths:
+        length = int(length)
+        if length + 1 > ids.numel() or model.cannot_run(length):
+            table[str(length)] = None
+            continue
+        try:
+            losses = position_losses(model, ids, length, batch_tokens=max(length, 1 << 13), progress=progress)  # (W, L)
+        except PositionLimitError:
+            table[str(length)] = None
+            continue
+        predicted = model.bytes_per_id(ids[1 : losses.numel() + 1])
+        table[str(length)] = round(float(losses.sum(dtype=torch.float64)) / LN2 / float(predicted.sum()), 4)
+    return table
+
+
+def main(argv=None) -> None:
+    from posviz.models.checkpoint_files import read_metrics, write_metrics
+    from posviz.models.shipped import CheckpointModel
+    from posviz.training.data import load_corpus
+    from posviz.models.interface import open_model
+    from posviz.limits import add_device_argument, resolve_device
+
+    ap = argparse.ArgumentParser(description="Evaluate a model: bits per byte vs evaluation length, and the copy probe. "
+                                             "A shipped checkpoint, a checkpoint folder, a folder holding a "
+                                             "transformers model, or a Hugging Face hub id (owner/name).")
+    ap.add_argument("--checkpoint", required=True, help="e.g. models/alibi, rope, models/hf/rope-neox, openai-community/gpt2")
+    ap.add_argument("--multiples", type=float, nargs="+", default=[1, 2, 4, 8, 16, 32],
+                    help="evaluation lengths as multiples of the trained context (in the model's own ids)")
+    ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
+    ap.add_argument("--scaling", default=None, help="RoPE scaling to apply (RoPE models only)")
+    ap.add_argument("--factor", type=float, default=None, help="RoPE scaling factor")
+    ap.add_argument("--sliding", type=int, nargs=2, metavar=("WINDOW", "STRIDE"), default=None)
+    ap.add_argument("--copy-gaps", type=int, nargs="*", default=[0, 16, 64, 128, 192, 512, 1024, 2048])
+    ap.add_argument("--write", action="store_true", help="store the results in the checkpoint's metrics.json")
+    ap.add_argument("--corpus", default=None, help="folder of text files instead of the standard library")
+    add_device_argument(ap)
+    args = ap.parse_args(argv)
+
+    overrides = {"scaling": args.scaling, "factor": args.factor or 1.0} if args.scaling else {}
+    try:
+        model = open_model(args.checkpoint, overrides, device=resolve_device(args.device))
+        model.load()
+    except PosvizError as exc:
+        raise SystemExit(f"error: {exc}")
+    corpus = load_corpus(args.corpus)
+    data = corpus.eval_stream(args.eval_bytes)
+    ids = model.encode(data.tobytes())
+    L = model.train_length
+    lengths = [int(round(m * L)) for m in args.multiples]
+    table, seconds = timed(published_eval_table, model, ids, lengths)
+    result = {"nonoverlapping_bpb": table, "eval_bytes": args.eval_bytes, "eval_ids": int(ids.numel()),
+              "unit": model.unit, "train_length": L, "seconds": round(seconds, 2)}
+    print(f"{model.name}: {model.method}, trained context {L:,} {model.unit}s"
+          f"{'  scaling ' + args.scaling + ' x' + str(args.factor) if args.scaling else ''}")
+    if model.decode(ids) != data.tobytes():
+        print("note: the tokenizer does not round-trip this text; bits per byte count the bytes its ids stand for")
+    print(f"{'length':>8} {'x L':>6} {'bits/byte':>10}")
+    for length in lengths:
+        v = table[str(length)]
+        why = model.cannot_run(length) or (f"the text has {ids.numel():,} {model.unit}s" if length + 1 > ids.numel() else "")
+        print(f"{length:>8} {length / L:>6.1f} {'cannot run' if v is None else f'{v:.4f}':>10}  {why if v is None else ''}")
+    if args.sliding and isinstance(model, CheckpointModel):
+        w, s = args.sliding
+        result["sliding_bpb"] = {f"W={w},s={s}": round(sliding_window_bpb(model.net, data[: 1 << 14], w, s, progress=True), 4)}
+    if args.copy_gaps:
+        result["copy_probe"] = copy_probe(model, data, [g for g in args.copy_gaps if 64 + g < data.size])
+        print("copy probe (bits/byte on the second copy, by gap):", result["copy_probe"])
+    if args.write:
+        if not isinstance(model, CheckpointModel):
+            raise SystemExit("error: --write stores into a shipped checkpoint's metrics.json; a published model has none")
+        metrics = read_metrics(args.checkpoint)
+        key = f"rope_{args.scaling}_x{args.factor:g}" if args.scaling else None
+        ev = metrics.setdefault("eval", {})
+        if key:
+            ev.setdefault("scalings", {})[key] = result
+        else:
+            ev.update(result)
+        write_metrics(args.checkpoint, metrics)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

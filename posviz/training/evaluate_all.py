@@ -1,0 +1,44 @@
+"""Evaluate every shipped checkpoint into its metrics.json: ``python -m posviz.evaluate_all``.
+
+Uses ``evaluate.evaluate_checkpoint`` (bpb at 1..32 x train_length, the copy probe, and for rope every
+inference scaling) on the same evaluation bytes for every checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+
+from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints, write_metrics
+from posviz.training.data import load_corpus
+from posviz.training.evaluate import DEFAULT_EVAL_BYTES, evaluate_checkpoint, retrieval_block
+from posviz.limits import add_device_argument, resolve_device
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="checkpoint names (default: all)")
+    ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
+    ap.add_argument("--probes-only", action="store_true",
+                    help="only (re)run the far-context probes into eval.retrieval; keep the rest of each eval block")
+    add_device_argument(ap)
+    args = ap.parse_args(argv)
+    device = resolve_device(args.device)
+    corpus = load_corpus()
+    data = corpus.eval_stream(args.eval_bytes)
+    for name, folder in shipped_checkpoints().items():
+        if args.only and name not in args.only:
+            continue
+        metrics = read_metrics(folder)
+        if args.probes_only:
+            metrics.setdefault("eval", {})["retrieval"] = retrieval_block(load_checkpoint(folder, device=device), corpus.validation)
+            write_metrics(folder, metrics)
+            print(name, "retrieval probes:", metrics["eval"]["retrieval"]["seconds"], "s", flush=True)
+            continue
+        block = evaluate_checkpoint(folder, data, validation=corpus.validation, device=device)
+        metrics["eval"] = block
+        write_metrics(folder, metrics)
+        print(name, "validation split:", block["validation_split_bpb"], block["nonoverlapping_bpb"],
+              "copy:", block["copy_probe"], flush=True)
+
+
+if __name__ == "__main__":
+    main()
