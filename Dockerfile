@@ -1,6 +1,7 @@
 # Hugging Face Docker Space (see the YAML block at the top of README.md): the app on port 7860.
 # torch==2.13.0 from requirements.txt is PyPI's Linux build, which runs on the CPU and uses a CUDA GPU
-# when the Space has one (posviz.limits.default_device picks it); nothing is downloaded at run time.
+# when the Space has one (posviz.limits.default_device picks it). At run time only a published model a visitor
+# picks from $POSVIZ_MODELS is downloaded (from the Hugging Face hub); the shipped checkpoints are in the image.
 # Streamlit reads its settings (no file watcher, headless, no usage stats) from .streamlit/config.toml.
 FROM python:3.11-slim
 

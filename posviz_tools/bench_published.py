@@ -111,8 +111,8 @@ def measure_default_list(only: list[str] | None = None) -> list[dict]:
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from posviz.models.published.settings import CPU_FLOP_BUDGET, tokens_within
-    from posviz.models.published.families import FAMILIES, UNSTATED_CONTEXT
+    from posviz.models.hf.settings import CPU_FLOP_BUDGET, tokens_within
+    from posviz.models.hf.families import FAMILIES, UNSTATED_CONTEXT
     from posviz.limits import MAX_LENGTH_MULTIPLE_CPU
 
     rows = []

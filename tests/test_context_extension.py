@@ -41,8 +41,8 @@ def assert_same_scores(fast: dict, model, text_ids, lengths):
     for n in lengths:
         slow = extrapolation.score_at_length(model, text_ids, n)
         got = fast[n]
-        assert (got.n_windows, got.n_bytes) == (slow.n_windows, slow.n_bytes), n
-        assert np.allclose(got.byte_bits, slow.byte_bits, atol=1e-5, equal_nan=True), (n, np.nanmax(abs(got.byte_bits - slow.byte_bits)))
+        assert (got.n_windows, got.n_ids) == (slow.n_windows, slow.n_ids), n
+        assert np.allclose(got.id_bits, slow.id_bits, atol=1e-5, equal_nan=True), (n, np.nanmax(abs(got.id_bits - slow.id_bits)))
         assert got.bpb == pytest.approx(slow.bpb, abs=1e-5) and np.allclose(got.position_bits, slow.position_bits, atol=1e-5)
 
 

@@ -16,6 +16,9 @@ from default_views import LABS, RECORD, default_text_sha, fingerprint
 TOLERANCE = 1e-6
 
 
+SHOWN_ROUNDING = 0.0100001  # a tooltip's 2 decimals
+
+
 def differences(expected, got, where: str = "") -> list[str]:
     """Where two fingerprints differ: numbers by more than 1e-6 (relative to the larger, or absolute
     below 1), anything else at all."""
@@ -31,7 +34,9 @@ def differences(expected, got, where: str = "") -> list[str]:
     if isinstance(expected, float) or isinstance(got, float):
         if not isinstance(got, (int, float)) or math.isnan(expected) != math.isnan(got):
             return [f"{where}: {expected!r} recorded, {got!r} shown"]
-        if not math.isnan(expected) and abs(expected - got) > TOLERANCE * max(1.0, abs(expected), abs(got)):
+        # a coloured text's tooltips are rounded to 0.01: one step of that rounding, no more
+        tolerance = SHOWN_ROUNDING if "/values[" in where else TOLERANCE * max(1.0, abs(expected), abs(got))
+        if not math.isnan(expected) and abs(expected - got) > tolerance:
             return [f"{where}: {expected!r} recorded, {got!r} shown"]
         return []
     return [] if expected == got else [f"{where}: {expected!r} recorded, {got!r} shown"]
@@ -60,3 +65,7 @@ def test_the_comparison_catches_a_changed_number():
     assert differences(base, {"charts": [{"bits": {"sum": 12.5 + 1e-4, "n": 3}}], "code": ["def f"]})
     assert differences(base, {"charts": [{"bits": {"sum": 12.5, "n": 3}}], "code": ["def g"]})
     assert differences(base, {"charts": [], "code": ["def f"]})
+    coloured = {"html": [{"markup": "ab12", "values": [float("nan"), 1.25, 3.5]}]}
+    assert not differences(coloured, {"html": [{"markup": "ab12", "values": [float("nan"), 1.26, 3.5]}]})  # one rounding step
+    assert differences(coloured, {"html": [{"markup": "ab12", "values": [float("nan"), 1.27, 3.5]}]})
+    assert differences(coloured, {"html": [{"markup": "ab13", "values": [float("nan"), 1.25, 3.5]}]})

@@ -30,14 +30,14 @@ def test_score_at_length_matches_evaluate(method, text_ids):
     length = 32  # the tiny models' training length: every method can run it
     score = extrapolation.score_at_length(model, text_ids, length)
     budget = max_eval_length(32)
-    assert score.n_windows == budget // length and score.n_bytes == score.n_windows * length + 1
-    assert score.bpb == pytest.approx(bits_per_byte(model, text_ids[: score.n_bytes], length), abs=1e-5)
+    assert score.n_windows == budget // length and score.n_ids == score.n_windows * length + 1
+    assert score.bpb == pytest.approx(bits_per_byte(model, text_ids[: score.n_ids], length), abs=1e-5)
     assert score.position_bits.shape == (length,) and np.isfinite(score.position_bits).all()
-    assert np.isnan(score.byte_bits[0]) and np.isfinite(score.byte_bits[1:]).all()
-    assert score.bpb == pytest.approx(np.nanmean(score.byte_bits), abs=1e-6)
+    assert np.isnan(score.id_bits[0]) and np.isfinite(score.id_bits[1:]).all()
+    assert score.bpb == pytest.approx(np.nanmean(score.id_bits), abs=1e-6)
     # one window's byte losses are the full forward pass's
     first = full_forward_bits(model, text_ids[:length])
-    assert np.allclose(score.byte_bits[1:length], first, atol=1e-5)
+    assert np.allclose(score.id_bits[1:length], first, atol=1e-5)
 
 
 @pytest.mark.parametrize("method", ["alibi", "learned"])
@@ -47,13 +47,13 @@ def test_stride_scoring_counts_each_byte_once_from_its_window(method, text_ids):
     model = tiny_lab(method)
     plain, same = extrapolation.score_at_length(model, text_ids, 32), extrapolation.score_with_stride(model, text_ids, 32, 32)
     assert same.bpb == pytest.approx(plain.bpb, abs=1e-6) and same.n_windows == plain.n_windows
-    assert np.allclose(same.byte_bits, plain.byte_bits, atol=1e-5, equal_nan=True)
+    assert np.allclose(same.id_bits, plain.id_bits, atol=1e-5, equal_nan=True)
     strided = extrapolation.score_with_stride(model, text_ids, 32, 8)
-    assert strided.n_windows == (max_eval_length(32) - 32) // 8 + 1 and strided.n_bytes == max_eval_length(32) + 1
-    assert np.isnan(strided.byte_bits[0]) and np.isfinite(strided.byte_bits[1:]).all()
-    assert strided.bpb == pytest.approx(sliding_window_bpb(model, text_ids[: strided.n_bytes], 32, 8), abs=1e-5)
+    assert strided.n_windows == (max_eval_length(32) - 32) // 8 + 1 and strided.n_ids == max_eval_length(32) + 1
+    assert np.isnan(strided.id_bits[0]) and np.isfinite(strided.id_bits[1:]).all()
+    assert strided.bpb == pytest.approx(sliding_window_bpb(model, text_ids[: strided.n_ids], 32, 8), abs=1e-5)
     # byte 41 is predicted by the window starting at byte 16 (it counts positions 24..31), from 25 bytes of context
-    assert strided.byte_bits[41] == pytest.approx(full_forward_bits(model, text_ids[16:49])[24], abs=1e-5)
+    assert strided.id_bits[41] == pytest.approx(full_forward_bits(model, text_ids[16:49])[24], abs=1e-5)
     with pytest.raises(PosvizError, match="stride"):
         extrapolation.score_with_stride(model, text_ids, 32, 0)
 
@@ -81,10 +81,10 @@ def test_one_pass_inspection_equals_score_and_map_run_apart(method, text_ids):
         score, view = extrapolation.inspect_at_length(model, text_ids, length, layer=1)
         apart_score = extrapolation.score_at_length(model, text_ids, length)
         apart_view = attention_maps.attention_view(model, text_ids, length, layer=1)
-        assert (score.n_windows, score.n_bytes) == (apart_score.n_windows, apart_score.n_bytes)
+        assert (score.n_windows, score.n_ids) == (apart_score.n_windows, apart_score.n_ids)
         assert score.n_windows == (1 if length == model.length_cap else model.length_cap // 64)
         assert score.bpb == pytest.approx(apart_score.bpb, rel=1e-5)
-        np.testing.assert_allclose(score.byte_bits, apart_score.byte_bits, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(score.id_bits, apart_score.id_bits, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(view.entropy, apart_view.entropy, rtol=1e-5)
         np.testing.assert_allclose(np.stack(view.maps), np.stack(apart_view.maps), rtol=1e-4, atol=1e-6)
 

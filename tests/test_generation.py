@@ -69,7 +69,7 @@ def test_window_strategies_past_the_training_length_match_the_sliding_window_sco
     prompt, real = text[:len(PROMPT)], text[len(PROMPT):]
     scored = g.teacher_forced(model, prompt, real, strategy)
     assert scored.strategy == strategy and scored.error is None
-    sliding = kv_cache.sliding_score(model, text, W, kv_cache_strategy).byte_bits  # [t]: byte t + 1
+    sliding = kv_cache.sliding_score(model, text, W, kv_cache_strategy).id_bits  # [t]: byte t + 1
     assert np.allclose(scored.surprisal, sliding[len(PROMPT) - 1:], atol=1e-4)
     stop = g.teacher_forced(model, prompt, real, "stop")
     past = scored.first_past_train_length
@@ -136,6 +136,8 @@ def test_window_means_and_csv_rows():
     csv = g.per_byte_rows("nope", result)
     assert [r["position"] for r in csv] == list(range(len(PROMPT), len(PROMPT) + 20))
     assert [r["byte"] for r in csv] == result.ids
+    assert [r["bytes"] for r in csv] == [1] * 20
+    assert "".join(r["text"] for r in csv) == "".join(chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in result.ids)
     assert [r["context_past_train_length"] for r in csv].index(True) == W + 1 - len(PROMPT)
 
 

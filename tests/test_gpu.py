@@ -94,8 +94,8 @@ def test_every_lab_function_on_cuda_equals_the_cpu(method, options, text):
                 kv_cache.cache_check(gpu, text, 2 * L if cpu.max_positions is None else L, time_reencode=False),
                 "cache_check")
     for strategy in kv_cache.STRATEGIES:
-        assert_same(kv_cache.sliding_score(cpu, text, L // 2, strategy, n_bytes=2 * L),
-                    kv_cache.sliding_score(gpu, text, L // 2, strategy, n_bytes=2 * L), f"sliding_score({strategy})")
+        assert_same(kv_cache.sliding_score(cpu, text, L // 2, strategy, n_ids=2 * L),
+                    kv_cache.sliding_score(gpu, text, L // 2, strategy, n_ids=2 * L), f"sliding_score({strategy})")
     gaps = [0, L, 2 * L]
     assert_same(probes.repeat_probe(cpu, text, gaps, chunk=16, chunks=4), probes.repeat_probe(gpu, text, gaps, chunk=16, chunks=4))
     assert_same(key_value.key_value_probe(cpu, text, gaps, trials=4), key_value.key_value_probe(gpu, text, gaps, trials=4))

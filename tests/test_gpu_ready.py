@@ -215,7 +215,7 @@ def test_the_decoding_labs_read_once_per_byte_at_most(text_ids, monkeypatch):
     model = as_lab_model(model_for("alibi", {}))
     for strategy in kv_cache.STRATEGIES:
         with HostReads() as spy:
-            result = kv_cache.sliding_score(model, text_ids, 8, strategy, n_bytes=30)
+            result = kv_cache.sliding_score(model, text_ids, 8, strategy, n_ids=30)
         assert result.error is None and np.isfinite(result.bpb)
         assert [name for name, _ in spy.reads] == ["cpu"], (strategy, spy.reads)  # the bits, once at the end
     decoder = generation.Decoder(model, text_ids[:16].tolist(), generation.DecodeSettings(new_ids=40, strategy="stop"))

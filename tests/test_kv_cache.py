@@ -28,9 +28,9 @@ def test_reencode_equals_the_full_forward_pass_inside_the_window(method, text_id
     """With the window as long as the text, re-encoding the prefix at each step is the full forward pass."""
     model = as_lab_model(sharp(tiny_model(method)))
     n = 32
-    r = kv_cache.sliding_score(model, text_ids, window=n, strategy="reencode", n_bytes=n, one_pass_prefix=False)
+    r = kv_cache.sliding_score(model, text_ids, window=n, strategy="reencode", n_ids=n, one_pass_prefix=False)
     assert r.error is None and r.n_scored == n - 1
-    assert np.allclose(r.byte_bits, full_forward_bits(model, text_ids[:n]), atol=1e-4)
+    assert np.allclose(r.id_bits, full_forward_bits(model, text_ids[:n]), atol=1e-4)
 
 
 @pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if cls.is_shift_invariant()])
@@ -42,7 +42,7 @@ def test_cached_window_equals_reencode_for_relative_methods(method, text_ids):
     cached = kv_cache.sliding_score(model, text_ids, window, "cached_window", n)
     reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
     assert cached.error is None
-    assert np.allclose(cached.byte_bits, reencode.byte_bits, atol=2e-4), np.abs(cached.byte_bits - reencode.byte_bits).max()
+    assert np.allclose(cached.id_bits, reencode.id_bits, atol=2e-4), np.abs(cached.id_bits - reencode.id_bits).max()
 
 
 @pytest.mark.parametrize("method", method_names())
@@ -51,12 +51,12 @@ def test_strategies_agree_until_the_window_is_full(method, text_ids):
     window, n = 8, 30
     results = {s: kv_cache.sliding_score(model, text_ids, window, s, n, one_pass_prefix=False) for s in kv_cache.STRATEGIES}
     for s in kv_cache.STRATEGIES:  # steps 0..W-1 never evict: same context, same positions
-        assert np.allclose(results[s].byte_bits[:window], results["reencode"].byte_bits[:window], atol=1e-4), s
+        assert np.allclose(results[s].id_bits[:window], results["reencode"].id_bits[:window], atol=1e-4), s
     # ... which is why the lab computes them in one forward pass that also fills the cache: same bits throughout
     for s in kv_cache.STRATEGIES:
         fast = kv_cache.sliding_score(model, text_ids, window, s, n)
         assert fast.error is None and fast.n_scored == results[s].n_scored
-        assert np.allclose(fast.byte_bits, results[s].byte_bits, atol=1e-4), (s, np.abs(fast.byte_bits - results[s].byte_bits).max())
+        assert np.allclose(fast.id_bits, results[s].id_bits, atol=1e-4), (s, np.abs(fast.id_bits - results[s].id_bits).max())
 
 
 @pytest.mark.parametrize("method", method_names())
@@ -71,7 +71,7 @@ def test_batched_reencode_equals_reencoding_byte_by_byte(method, timed, text_ids
     stepped = kv_cache.sliding_score(model, text_ids, window, "reencode", n, timed_steps=None)
     batched = kv_cache.sliding_score(model, text_ids, window, "reencode", n, timed_steps=timed)
     assert stepped.error is None and batched.error is None and batched.n_scored == stepped.n_scored == n - 1
-    assert np.allclose(batched.byte_bits, stepped.byte_bits, atol=1e-5), np.abs(batched.byte_bits - stepped.byte_bits).max()
+    assert np.allclose(batched.id_bits, stepped.id_bits, atol=1e-5), np.abs(batched.id_bits - stepped.id_bits).max()
     assert batched.bpb_full == pytest.approx(stepped.bpb_full, abs=1e-5)
     assert stepped.timed_steps == n - 1 - window and batched.timed_steps == timed and batched.ms_per_byte > 0
 
@@ -82,7 +82,7 @@ def test_batched_reencode_steps_like_the_loop_where_the_window_does_not_fit(text
     stepped = kv_cache.sliding_score(model, text_ids, 40, "reencode", 60, timed_steps=None)
     batched = kv_cache.sliding_score(model, text_ids, 40, "reencode", 60)
     assert batched.error == stepped.error and batched.error.startswith("Stopped at byte 32")
-    assert np.allclose(batched.byte_bits, stepped.byte_bits, atol=1e-6, equal_nan=True)
+    assert np.allclose(batched.id_bits, stepped.id_bits, atol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("method", method_names())
@@ -94,7 +94,7 @@ def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, te
     shifted = kv_cache.sliding_score(model, text_ids, window, "shifted_cache", n)
     reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
     assert shifted.error is None
-    gap = np.abs(shifted.byte_bits - reencode.byte_bits)[window:].max()
+    gap = np.abs(shifted.id_bits - reencode.id_bits)[window:].max()
     if model.position.acts_on in ("nothing", "logits"):
         assert gap < 1e-4
         assert "Correct" in kv_cache.strategy_verdict(model, "shifted_cache")
@@ -110,7 +110,7 @@ def test_shifted_cache_equals_cached_window_for_attention_time_methods(method, t
     model = as_lab_model(sharp(tiny_model(method)))
     shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
     cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
-    assert np.allclose(shifted.byte_bits, cached.byte_bits, atol=1e-5)
+    assert np.allclose(shifted.id_bits, cached.id_bits, atol=1e-5)
     assert kv_cache.strategy_verdict(model, "shifted_cache").startswith("Correct")
 
 
@@ -121,8 +121,8 @@ def test_a_cached_window_keeps_fires_true_query_positions(text_ids):
     model = as_lab_model(sharp(tiny_model("fire")))  # training length 32: L = 8
     shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
     cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
-    assert np.allclose(shifted.byte_bits[:8], cached.byte_bits[:8], atol=1e-5)  # no eviction yet: same positions
-    assert not np.allclose(shifted.byte_bits[8:], cached.byte_bits[8:], atol=1e-3)
+    assert np.allclose(shifted.id_bits[:8], cached.id_bits[:8], atol=1e-5)  # no eviction yet: same positions
+    assert not np.allclose(shifted.id_bits[8:], cached.id_bits[8:], atol=1e-3)
     assert "true position" in kv_cache.strategy_verdict(model, "cached_window")
 
 
@@ -141,7 +141,7 @@ def test_cached_window_for_absolute_methods(text_ids):
 def test_sliding_result_fields(text_ids):
     r = kv_cache.sliding_score(tiny_lab("nope"), text_ids, 8, "cached_window", 30)
     assert r.n_scored == 29 and r.ms_per_byte > 0
-    assert r.bpb == pytest.approx(r.byte_bits.mean()) and r.bpb_full == pytest.approx(r.byte_bits[8:].mean())
+    assert r.bpb == pytest.approx(r.id_bits.mean()) and r.bpb_full == pytest.approx(r.id_bits[8:].mean())
 
 
 def test_sliding_caps(text_ids):

@@ -161,8 +161,8 @@ def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
     assert "Stopped at byte 32" in texts(at.warning)
     # ALiBi's bias is added at attention time: the shifted cache gives the cached-window result
     alibi = open_model(folders["alibi"])
-    assert np.allclose(kv_cache.sliding_score(alibi, doc_ids, 16, "shifted_cache", 60).byte_bits,
-                       kv_cache.sliding_score(alibi, doc_ids, 16, "cached_window", 60).byte_bits, atol=1e-5)
+    assert np.allclose(kv_cache.sliding_score(alibi, doc_ids, 16, "shifted_cache", 60).id_bits,
+                       kv_cache.sliding_score(alibi, doc_ids, 16, "cached_window", 60).id_bits, atol=1e-5)
     shown = metrics(at)
     assert float(shown["max |cached − full| logit"]) < 1e-4
     assert shown["cached, per byte"].endswith(" ms")

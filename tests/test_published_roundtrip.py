@@ -15,7 +15,7 @@ import torch
 from posviz.labs import attention_maps, compare, context_extension, extrapolation, kv_cache
 from posviz.training.data import load_corpus
 from posviz.models.interface import open_model
-from posviz.models.published.model import PublishedModel
+from posviz.models.hf.model import PublishedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTS = {"learned": "learned-gpt2", "rope": "rope-neox", "alibi": "alibi-bloom"}
@@ -71,7 +71,7 @@ def test_the_kv_cache_lab_gives_the_shipped_numbers(method):
         assert (a.bpb is None) == (b.bpb is None), strategy
         if a.bpb is not None:
             assert b.bpb == pytest.approx(a.bpb, abs=BPB), strategy
-            np.testing.assert_allclose(b.byte_bits, a.byte_bits, atol=2e-3)
+            np.testing.assert_allclose(b.id_bits, a.id_bits, atol=2e-3)
     check = kv_cache.cache_check(export, export.encode(TEXT), 100, time_reencode=False)
     assert check["max_abs_diff"] < 1e-3
 

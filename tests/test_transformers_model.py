@@ -20,8 +20,8 @@ from posviz.errors import PosvizError, PositionLimitError
 from posviz.labs.extrapolation import score_at_length
 from posviz.labs.kv_cache import sliding_score
 from posviz.models.interface import forget_models, open_model
-from posviz.models.published.model import PublishedModel
-from posviz.models.published.families import alibi_slopes_as_added
+from posviz.models.hf.model import PublishedModel
+from posviz.models.hf.families import alibi_slopes_as_added
 
 FAMILIES = list(hf_tiny.FAMILIES)
 TEXT = hf_tiny.training_text().encode()[:6000]
@@ -194,10 +194,10 @@ def test_a_sliding_cache_is_a_banded_mask(hf_family_dir, name):
     with torch.no_grad():
         logits = direct(hf_family_dir[name])(ids[None, :-1], attention_mask=mask).logits[0]
     bits = (F.cross_entropy(logits, ids[1:], reduction="none") / math.log(2)).numpy()
-    np.testing.assert_allclose(cached.byte_bits, bits, atol=1e-4)
+    np.testing.assert_allclose(cached.id_bits, bits, atol=1e-4)
     # relabelling the window (the shifted cache) moves every new query but not the keys' baked-in angles
     shifted = sliding_score(model, ids, W, "shifted_cache")
-    assert np.abs(shifted.byte_bits - bits)[W:].max() > 1e-3
+    assert np.abs(shifted.id_bits - bits)[W:].max() > 1e-3
 
 
 def test_alibi_needs_no_true_positions(hf_family_dir):
@@ -205,7 +205,7 @@ def test_alibi_needs_no_true_positions(hf_family_dir):
     model = open_model(hf_family_dir["bloom"])
     ids = model.encode(TEXT)[:60]
     shifted, cached = (sliding_score(model, ids, 16, s) for s in ("shifted_cache", "cached_window"))
-    np.testing.assert_allclose(shifted.byte_bits, cached.byte_bits, atol=1e-5)
+    np.testing.assert_allclose(shifted.id_bits, cached.id_bits, atol=1e-5)
 
 
 def test_bad_published_models_are_refused_in_words(tmp_path, monkeypatch):

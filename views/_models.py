@@ -28,13 +28,13 @@ def _deployer_models() -> list[str]:
     refs = [r.strip() for r in os.environ.get("POSVIZ_MODELS", "").split(",") if r.strip()]
     if not refs:
         return []  # no transformers import (seconds) on a server without published models
-    from posviz.models.published.settings import deployer_models
+    from posviz.models.hf.settings import deployer_models
 
     return deployer_models()
 
 
 def _any_model_allowed() -> bool:
-    from posviz.models.published.settings import any_model_allowed
+    from posviz.models.hf.settings import any_model_allowed
 
     return any_model_allowed()
 
@@ -65,11 +65,12 @@ def _open(read, ref: str) -> LabModel:
 
 @dataclass
 class ModelList:
-    """Every model a lab page can pick, in the picker's order: shipped checkpoints first."""
+    """Every model a lab page can pick, in the picker's order: the shipped checkpoints first, then the models
+    the deployer lists (``$POSVIZ_MODELS``) or a visitor adds, which may be described only once picked."""
 
     refs: dict[str, str]  # name -> ref (a shipped checkpoint's folder, a hub id or a folder)
-    models: dict[str, LabModel]  # name -> model, for those resolved (every shipped one; published when described)
-    published: list[str] = field(default_factory=list)  # names of the published models, in order
+    models: dict[str, LabModel]  # name -> model, for those resolved (every shipped one; a listed one once described)
+    listed: list[str] = field(default_factory=list)  # names added from the deployer's list or by a visitor, in order
     read: object = None  # what resolves a ref (open_model)
 
     @property
@@ -78,33 +79,24 @@ class ModelList:
 
     @property
     def shipped(self) -> list[str]:
-        return [n for n in self.refs if n not in self.published]
+        return [n for n in self.refs if n not in self.listed]
 
-    def is_published(self, name: str) -> bool:
-        return name in self.published
+    def say(self, ours: str, any_model: str) -> str:
+        """A picker's words: ``ours`` while it lists only our checkpoints ("Checkpoints"), else ``any_model``."""
+        return any_model if self.listed else ours
 
     def label(self, name: str) -> str:
-        """What the picker shows: a shipped checkpoint's name as it is; a published model's with its
-        position method and trained context ("openai-community/gpt2 — learned, 1,024 tokens").
+        """What the picker shows: the name and the model's ``description`` (a published model's position method
+        and trained context, "openai-community/gpt2 — learned, 1,024 tokens").
 
         A session keeps the label a model first had: a picker's value is its label, so a hub model listed
         by its id alone and described once fetched must not change label under the visitor's selection.
         """
-        if name not in self.published:
-            return name
         labels = st.session_state.setdefault(LABELS_KEY, {})
         if name not in labels:
-            labels[name] = self._describe(name)
+            model = self.models.get(name)
+            labels[name] = name + (model.description if model is not None else " — published (fetched when picked)")
         return labels[name]
-
-    def _describe(self, name: str) -> str:
-        model = self.models.get(name)
-        if model is None:
-            return f"{name} — published (fetched when picked)"
-        context = f"{model.train_length:,} {model.unit}s"
-        if not getattr(model, "context_known", True):
-            context += " (assumed)"
-        return f"{name} — {model.method}, {context}"
 
     def add_input(self, where=None) -> None:
         """Where any model is allowed, a text input for a hub id or a folder (added to the list)."""
@@ -117,27 +109,24 @@ class ModelList:
 
     def caption(self, where=None) -> None:
         """A line on what published models are, shown only when some are listed."""
-        if self.published:
+        if self.listed:
             (where or st).caption(
                 "Published models run through transformers with their own tokenizer: their lengths are in tokens, "
                 "their scores in bits per byte of text, comparable with the byte-level checkpoints. They load "
                 "when picked.")
 
     def ready(self, chosen: list[str], where=None) -> list[str]:
-        """``chosen`` without the published models that cannot be opened or loaded (each gets an error box);
-        each chosen published model is resolved and its weights loaded now, under a progress bar."""
+        """``chosen`` without the models that cannot be opened or loaded (each gets an error box); each chosen
+        model not resolved yet is resolved now, and one whose weights take a while loads now under a progress bar."""
         where = where or st
         out = []
         for name in chosen:
-            if name not in self.published:
-                out.append(name)
-                continue
             try:
                 model = self.models.get(name)
                 if model is None:  # listed by its hub id only: fetch its config now
                     with where.spinner(f"Fetching {name}'s config from the Hugging Face hub…"):
                         model = self.models[name] = _open(self.read, self.refs[name])
-                if not getattr(model, "loaded", True):
+                if model.needs_loading:
                     bar = where.progress(0.0, text=f"Loading {name}…")
                     try:
                         model.load(progress=lambda f, bar=bar, name=name: bar.progress(
@@ -189,7 +178,7 @@ def add_published(listing: ModelList) -> ModelList:
             if name in listing.refs:
                 continue
         listing.refs[name] = ref
-        listing.published.append(name)
+        listing.listed.append(name)
         if model is not None:
             listing.models[name] = model
     return listing

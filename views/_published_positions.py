@@ -22,7 +22,7 @@ def listed() -> list[str]:
     """The refs of $POSVIZ_MODELS; [] without importing anything when it is empty."""
     if not os.environ.get("POSVIZ_MODELS", "").strip():
         return []
-    from posviz.models.published.settings import deployer_models
+    from posviz.models.hf.settings import deployer_models
 
     return deployer_models()
 
@@ -38,7 +38,6 @@ def published_section(method: str, header: str, intro: str):
     if not refs:
         return None
     from posviz.models.interface import open_model
-    from posviz.models.published.model import PublishedModel
 
     st.header(header)
     st.caption(intro)
@@ -49,7 +48,7 @@ def published_section(method: str, header: str, intro: str):
         except PosvizError as exc:
             error_box(PosvizError(f"Published model {ref!r} cannot be opened: {exc}"), FIX)
             continue
-        if not isinstance(model, PublishedModel):
+        if model.stored_metrics():  # our checkpoints come with the metrics they were evaluated on
             error_box(PosvizError(f"{ref!r} in $POSVIZ_MODELS is one of posviz's own checkpoints, not a published "
                                   "model: the sections above show the shipped checkpoints."), FIX)
             continue

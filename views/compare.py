@@ -28,7 +28,7 @@ page_header(
 # in the server's work queue, as every lab computes.
 def one_loss(model: LabModel, text: bytes, length: int) -> dict:
     def compute(progress):
-        s = extrapolation.score_at_length(model, model.encode(text), length)
+        s = extrapolation.score_at_length(model, model.tokenize(text).ids, length)
         return {"position_bits": s.position_bits, "bpb": s.bpb}
 
     return compute_once("compare-loss", model.key + (text, length), compute, f"{model.name} at {length:,} {model.unit}s…")
@@ -37,7 +37,7 @@ def one_loss(model: LabModel, text: bytes, length: int) -> dict:
 def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length: int, layer: int, head: int,
                       log_scale: bool) -> dict:
     return compute_once("compare-methods-attention", model_a.key + model_b.key + (text, length, layer, head, log_scale),
-                        lambda progress: compare.attention_difference(model_a, model_b, model_a.encode(text), length,
+                        lambda progress: compare.attention_difference(model_a, model_b, model_a.tokenize(text).ids, length,
                                                                       layer, head, log_scale=log_scale),
                         f"Attention of {model_a.name} and {model_b.name}…")
 
@@ -47,21 +47,21 @@ def methods_attention_apart(model_a: LabModel, length_a: int, model_b: LabModel,
     """A's and B's maps each over its own ids (their ids do not line up: no difference map)."""
     return compute_once("compare-methods-attention-apart",
                         model_a.key + model_b.key + (text, length_a, length_b, layer, head, log_scale),
-                        lambda progress: compare.attention_pair(model_a, model_a.encode(text), length_a, model_b,
-                                                                model_b.encode(text), length_b, layer, head,
+                        lambda progress: compare.attention_pair(model_a, model_a.tokenize(text).ids, length_a, model_b,
+                                                                model_b.tokenize(text).ids, length_b, layer, head,
                                                                 log_scale=log_scale),
                         f"Attention of {model_a.name} and {model_b.name}…")
 
 
 def lengths_losses(model: LabModel, text: bytes, length: int) -> dict:
     return compute_once("compare-lengths", model.key + (text, length),
-                        lambda progress: compare.compare_lengths(model, model.encode(text), length),
+                        lambda progress: compare.compare_lengths(model, model.tokenize(text).ids, length),
                         f"{model.name} at {length:,} and {2 * length:,} {model.unit}s…")
 
 
 def lengths_attention(model: LabModel, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
     return compute_once("compare-lengths-attention", model.key + (text, length, layer, head, log_scale),
-                        lambda progress: compare.length_attention_difference(model, model.encode(text), length, layer,
+                        lambda progress: compare.length_attention_difference(model, model.tokenize(text).ids, length, layer,
                                                                              head, log_scale=log_scale),
                         f"Attention of {model.name} at {length:,} and {2 * length:,} {model.unit}s…")
 
@@ -111,9 +111,7 @@ text_bytes = text.as_bytes()
 
 def id_count(name: str) -> int:
     """The text's length in this model's ids (its bytes for a checkpoint)."""
-    model = models[name]
-    return len(text) if model.unit == "byte" else shared(
-        "n-ids", model.key + (text_bytes,), lambda: extrapolation.id_count(model, text_bytes))
+    return models[name].count_ids(text_bytes)
 
 def methods_apart(a: str, b: str, where) -> None:
     """Method A vs method B when their ids do not line up (a byte-level checkpoint and a published model, or
@@ -199,7 +197,7 @@ def methods_apart(a: str, b: str, where) -> None:
 
 if mode == "methods":
     c1, c2, c3 = st.columns(3)
-    label_a, label_b = ("Model A", "Model B") if catalog.published else ("Method A", "Method B")
+    label_a, label_b = catalog.say("Method A", "Model A"), catalog.say("Method B", "Model B")
     a = c1.selectbox(label_a, names, index=names.index(qp_choice("a", shipped_names[0], names)), key="w_a",
                      format_func=catalog.label)
     b = c2.selectbox(label_b, names, index=names.index(qp_choice("b", shipped_names[-1], names)), key="w_b",
@@ -313,7 +311,7 @@ if mode == "methods":
                    "sharp), not head numbers.")
 else:
     c1, c2 = st.columns(2)
-    model_name = c1.selectbox("Model" if catalog.published else "Method", names, format_func=catalog.label,
+    model_name = c1.selectbox(catalog.say("Method", "Model"), names, format_func=catalog.label,
                               index=names.index(qp_choice("model", shipped_names[-1], names)), key="w_model")
     if not catalog.ready([model_name]):  # a published model loads now, under a progress bar
         st.stop()

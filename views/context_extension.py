@@ -37,7 +37,7 @@ catalog = add_published(ModelList({n: str(shipped_checkpoints()[n]) for n in mod
 tuned = context_extension.finetuned_models(models)  # rope fine-tuned at a longer length: a section of their own
 rope_names = [n for n, m in models.items() if m.method == "rope" and n not in tuned]
 # a published model listed by its hub id alone is described once picked: offered here, checked when chosen
-bases = rope_names + [n for n in catalog.published if n not in catalog.models or catalog.models[n].method == "rope"]
+bases = rope_names + [n for n in catalog.listed if n not in catalog.models or catalog.models[n].method == "rope"]
 if not bases:
     st.warning("No RoPE checkpoint found in models/. Run `make checkpoints` (or `python -m posviz.train --method rope`).")
     st.stop()
@@ -59,7 +59,7 @@ with left:
                                  help="Published models' scalings are transformers' own (rope_parameters), keeping "
                                       "the model's θ.")
         sync_url(base=rope_name)
-    if catalog.is_published(rope_name) and not catalog.ready([rope_name]):  # it loads now, under a progress bar
+    if not catalog.ready([rope_name]):  # a published model loads now, under a progress bar
         st.stop()
     rope = catalog.models[rope_name]
     if rope.method != "rope":
@@ -234,7 +234,7 @@ def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
 
 c1, c2 = st.columns(2)
 with c1:
-    if shipped.empty and catalog.is_published(rope_name):
+    if shipped.empty and not rope.stored_metrics():
         st.info(f"{rope_name} is a published model: it has no stored curves; its live curves are on the right.")
     elif shipped.empty:
         st.info("No stored curves yet (run `python -m posviz.evaluate_all`).")
@@ -254,7 +254,7 @@ try:
 except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
     with c2:
         live_slot.empty()
-        error_box(exc, f"Choose another model above; {rope_name}'s scalings cannot run." if catalog.is_published(rope_name)
+        error_box(exc, f"Choose another model above; {rope_name}'s scalings cannot run." if rope_name in catalog.listed
                   else "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
                        "`python -m posviz.train --method rope`.")
     st.stop()
@@ -263,7 +263,7 @@ text_bytes = text.as_bytes()
 
 def id_count(model) -> int:
     """The text's length in the model's ids (its bytes for a checkpoint)."""
-    return len(text) if model.unit == "byte" else int(model.encode(text_bytes).numel())
+    return model.count_ids(text_bytes)
 
 
 lengths = context_extension.extension_lengths(train_length, rope.length_cap, id_count(rope))
@@ -305,13 +305,13 @@ for i, (kind, name) in enumerate(jobs):
             live_rows += compute_once(
                 "rope_scaling", scaling_key(name),
                 lambda progress, scaling=name: context_extension.rope_scaling_curves(
-                    rope, factor, rope.encode(text_bytes), lengths, [scaling], progress),
+                    rope, factor, rope.tokenize(text_bytes).ids, lengths, [scaling], progress),
                 f"{'rope' if rope_name in models else rope_name} + {name} at s = {factor:g}: {len(lengths)} lengths…")
         else:
             model = catalog.models[name]
             rows = compute_once("reference_curve", reference_key(model, name),
                                 lambda progress, model=model, name=name: context_extension.reference_curve(
-                                    model, model.encode(text_bytes), ref_lengths[name], progress),
+                                    model, model.tokenize(text_bytes).ids, ref_lengths[name], progress),
                                 f"{name}: {len(ref_lengths[name])} lengths…")
             reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
                 curve=name, kind="no scaling needed", factor=None))

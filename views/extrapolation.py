@@ -80,7 +80,7 @@ with left:
     catalog.add_input()
     shipped_names = catalog.shipped  # published models and fine-tuned variants: on request
     pretrained = [n for n in shipped_names if n in POSITION_METHODS] or shipped_names
-    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+    chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
                             default=qp_multi("models", pretrained, names), key="w_models")
     catalog.caption()
     sync_url(models=chosen)
@@ -100,9 +100,7 @@ if not chosen:
 text_bytes = text.as_bytes()
 text_digest = hashlib.blake2b(text_bytes, digest_size=16).hexdigest()
 # the text's length in each model's ids (its bytes for a byte-level checkpoint)
-n_ids = {n: len(text) if models[n].unit == "byte" else
-         shared("n-ids", models[n].key + (text_digest,), lambda m=models[n]: extrapolation.id_count(m, text_bytes))
-         for n in chosen}
+n_ids = {n: models[n].count_ids(text_bytes) for n in chosen}
 # Models of different units or trained contexts share one slider in multiples of each one's own context.
 mixed = extrapolation.mixed_contexts([models[n] for n in chosen])
 train_length = models[chosen[0]].train_length
@@ -192,10 +190,9 @@ def at_this_length() -> None:
         x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
         y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
         colour = alt.Color("model:N", scale=COLOURS, title="checkpoint")
-        layers = [alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
-                  .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])]
-        if shipped.empty and catalog.published:  # published models only: no stored curves to draw
-            layers = []
+        layers = [] if shipped.empty else [  # no stored curves (published models): live points only
+            alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
+            .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])]
         if not live.empty:
             layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
                           .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"),
@@ -235,7 +232,7 @@ def at_this_length() -> None:
         + (text_digest, tuple(models[n].key for n in chosen)) + ((("stride", stride_choice),) if stride_choice != "none" else ())
     curve_slot = st.empty()
     with curve_slot.container():
-        if shipped.empty and not any(catalog.is_published(n) for n in chosen):
+        if shipped.empty and any(models[n].stored_metrics() for n in chosen):  # evaluated checkpoints store a curve
             st.info("The shipped checkpoints have no stored bpb-vs-length curve yet (run `python -m posviz.evaluate_all`). "
                     "Live numbers follow.")
         elif shipped.empty:
@@ -422,27 +419,20 @@ def at_this_length() -> None:
         model = models[inspect]
         # the inspected model's own length, unit and trained context (they differ between models only when mixed)
         L, u, T = lengths[inspect], model.unit, model.train_length
-        short = "B" if u == "byte" else "tok"
+        short = lab_inputs.UNIT_SHORT.get(u, u)
 
         with st.expander(f"The text, coloured by {inspect}'s loss at length {L:,}", expanded=True):
             s = scores[inspect]
-            if u == "byte":
-                shown = min(s["n_bytes"], 4096)
-                st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.characters_with_bits(
-                    list(text_bytes[:shown]), s["byte_bits"][:shown]), top=8.0)))
-                st.caption(f"The first {shown:,} bytes of the text; hover a character for its loss. " + (
-                    f"A new window starts every {L:,} bytes: the byte after a boundary is predicted from one byte of context."
-                    if not strides[inspect] else f"Windows of {L:,} bytes advance by {strides[inspect]:,}: past the first "
-                    f"window every byte is predicted from at least {L - strides[inspect]:,} bytes of context."))
-            else:
-                shown = min(s["n_bytes"], 2048)
-                st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.id_characters_with_bits(
-                    model, model.encode(text_bytes)[:shown], s["byte_bits"][:shown]), top=8.0)))
-                st.caption(f"The first {shown:,} {u}s of the text; hover a character for its loss (each {u}'s bits shared "
-                           f"equally among its bytes). " + (f"A new window starts every {L:,} {u}s: the {u} after a boundary "
-                           f"is predicted from one {u} of context." if not strides[inspect] else f"Windows of {L:,} {u}s "
-                           f"advance by {strides[inspect]:,}: past the first window every {u} is predicted from at least "
-                           f"{L - strides[inspect]:,} {u}s of context."))
+            encoded = model.tokenize(text_bytes)
+            # the ids covering the first 4,096 bytes (a byte model's first 4,096 bytes)
+            shown = min(s["n_ids"], int(np.searchsorted(np.cumsum(encoded.id_bytes), 4096, side="right")))
+            st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.id_characters_with_bits(
+                model, encoded.ids[:shown], s["id_bits"][:shown]), top=8.0)))
+            shared_out = "" if encoded.n_ids == encoded.n_bytes else f" (each {u}'s bits shared equally among its bytes)"
+            st.caption(f"The first {shown:,} {u}s of the text; hover a character for its loss{shared_out}. " + (
+                f"A new window starts every {L:,} {u}s: the {u} after a boundary is predicted from one {u} of context."
+                if not strides[inspect] else f"Windows of {L:,} {u}s advance by {strides[inspect]:,}: past the first "
+                f"window every {u} is predicted from at least {L - strides[inspect]:,} {u}s of context."))
 
         try:
             view = live_view(inspect, L, layer, scale == "log")

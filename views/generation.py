@@ -19,7 +19,7 @@ from views._serving import compute_once, heavy_turn, store_result, stored_result
 from views._text import choose_text, show_coloured_text
 from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
 from posviz.labs import generation
-from posviz.labs.inputs import in_units, shared_unit, unit_note
+from posviz.labs.inputs import in_units, shared_unit, unit_note, when_not_bytes
 from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import MAX_PROMPT_BYTES, default_device, device_label
@@ -52,7 +52,7 @@ with left:
     # model, so two keep a CPU visitor's wait short. RoPE, NoPE and the rest are one click away.
     default_models = [n for n in generation.DEFAULT_MODELS if n in names] or names[:2]
     catalog.add_input()
-    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+    chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
                             default=qp_multi("models", default_models, names), key="w_models",
                             help="Each writes its own continuation, with its own KV cache.")
     catalog.caption()
@@ -63,7 +63,7 @@ with left:
     multiple = generation.max_new_bytes(1, default_device())
     new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {multiple} × the training length)",
                         16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
-                        help=f"Capped per device ({device_label()})." + ("" if unit == "byte" else f" In {unit_note(unit)}."))
+                        help=f"Capped per device ({device_label()})." + when_not_bytes(unit, f" In {unit_note(unit)}."))
     decode = st.radio("Decoding", ["sample", "greedy"], index=["sample", "greedy"].index(
         qp_choice("decode", "sample", ["greedy", "sample"])), horizontal=True, key="w_decode",
         format_func={"greedy": f"Greedy (most likely {unit})", "sample": "Sample (fixed seed)"}.get)
@@ -81,7 +81,7 @@ with left:
     colour_by = st.radio(in_units("Colour each byte by", unit), ["surprisal", "entropy"], horizontal=True, key="w_colour",
                          index=["surprisal", "entropy"].index(qp_choice("colour", "surprisal", ["surprisal", "entropy"])),
                          help=in_units("Surprisal: bits the model paid for the byte it wrote. Entropy: how unsure it was.", unit)
-                              + ("" if unit == "byte" else " A token's bits are shared evenly by its bytes."))
+                              + when_not_bytes(unit, " A token's bits are shared evenly by its bytes."))
 with strategies_slot.container():
     with st.expander("When the window is full (absolute methods)", expanded=False):
         for key in generation.STRATEGIES:
@@ -109,8 +109,8 @@ with right:
 sync_url(p=prompt_length)
 
 ids = text.ids.tolist()
-# A tokenizer reads text, not loose bytes: when a published model is chosen, the prompt ends on a whole character.
-cut = prompt_length if unit == "byte" else generation.character_start(text.as_bytes(), prompt_length)
+# A tokenizer reads text, not loose bytes: the prompt ends on a whole character.
+cut = generation.character_start(text.as_bytes(), prompt_length)
 prompt = ids[:cut]  # the prompt's bytes; each model writes after its own ids of them
 from_document = st.session_state.get("w_src") == "doc"
 real = ids[cut:cut + new_ids] if from_document else []  # a checkpoint's real continuation: bytes are its ids
@@ -132,7 +132,7 @@ def units_of(name: str) -> str:
 
 
 def prompt_ids(name: str) -> list[int]:
-    return models[name].encode(bytes(prompt)).tolist()
+    return models[name].tokenize(bytes(prompt)).ids.tolist()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ for name in chosen:
     if r.error:
         slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
     chars, mark = generation.coloured_characters(r, r.surprisal if colour_by == "surprisal" else r.entropy)
-    shared_out = "" if r.unit == "byte" else " per byte (a token's shared by its bytes)"
+    shared_out = "" if r.id_bytes.max(initial=1) == 1 else " per byte (a token's shared by its bytes)"
     with slots[name]["text"].container():
         show_coloured_text(chars, top=top, unit=f"bits of {colour_by}{shared_out}", height=360, mark_at=mark,
                            mark_label=marker(name))
@@ -226,7 +226,7 @@ def score_real(name: str) -> generation.Generation:
     """The document's real continuation scored through the model's cache and window strategy: a checkpoint's
     next ``new_ids`` bytes, a tokenizer's first ``new_ids`` tokens of the rest of the document."""
     model = models[name]
-    continuation = real if model.unit == "byte" else model.encode(rest)[:new_ids].tolist()
+    continuation = model.tokenize(rest).ids[:new_ids].tolist()
     return generation.teacher_forced(model, prompt_ids(name), continuation, strategy)
 
 
@@ -235,7 +235,7 @@ if from_document and real:
     rows, notes = [], []
     for name in done:
         model = models[name]
-        what = bytes(real) if model.unit == "byte" else (rest_key, new_ids)  # what the real continuation depends on
+        what = (rest_key, new_ids)  # what the real continuation depends on
         try:
             forced = compute_once(
                 "teacher_forced", model.key + (bytes(prompt), what, strategy),
@@ -279,7 +279,7 @@ if rows:
         tooltip=["checkpoint", "window start", "window end", alt.Tooltip("mean:Q", format=".3f"), count])
     rule = alt.Chart(pd.DataFrame({"position": trained})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
         x="position:Q")
-    lengths = ", ".join(f"{t:,}" for t in trained) + ("" if done_unit == "byte" else f" {unit_note(done_unit)}")
+    lengths = ", ".join(f"{t:,}" for t in trained) + when_not_bytes(done_unit, f" {unit_note(done_unit)}")
     show_chart(alt.layer(lines, rule).properties(height=300), df, f"generation-entropy-{strategy}-n{new_ids}",
                f"Grey line: the training length ({lengths}). A model that no longer knows where it is "
                "usually becomes unsure (entropy up) or stuck in a loop (entropy down to 0).")
@@ -289,7 +289,7 @@ if rows:
 # ------------------------------------------------------------------------------------------------
 texts = "\n\n".join(f"=== {name} ({results[name].strategy}, {len(results[name].ids):,} {units_of(name)}) ===\n"
                       f"{results[name].text}" for name in done)
-per_id = pd.DataFrame([row for name, r in done.items() for row in generation.per_byte_rows(name, r, models[name])])
+per_id = pd.DataFrame([row for name, r in done.items() for row in generation.per_byte_rows(name, r)])
 c1, c2 = st.columns(2)
 c1.download_button("Texts (plain text)", texts.encode("utf-8"), file_name="generation.txt", mime="text/plain",
                    key="dl-texts")

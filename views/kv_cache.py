@@ -45,7 +45,7 @@ with left:
     # One of each kind by default (absolute, attention-time bias, rotary): every byte is a forward pass,
     # so every shipped checkpoint at once takes several times longer; the others are one click away.
     default_models = [n for n in ("sinusoidal", "alibi", "rope") if n in catalog.shipped] or catalog.shipped[:3]
-    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+    chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
                             default=qp_multi("models", default_models, names), key="w_models",
                             help="Each model scores the text three times, one byte (or token) at a time.")
     catalog.caption()
@@ -72,11 +72,11 @@ low = min(window + 2, most)
 # 64 bytes past the window by default (was 128): each re-encoded byte is a forward pass of W bytes, most of a first
 # visit's wait. 64 still tell the story on the default document at W = 256: the shifted cache costs sinusoidal and
 # RoPE 2.6 and 3.7 bits per byte more than re-encoding, ALiBi 0.005 (at 128: 2.7, 3.5 and 0.01).
-n_bytes = st.slider(f"{many.capitalize()} to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
+n_scored = st.slider(f"{many.capitalize()} to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
                     step=1, key="w_n", help="The first W predictions come from one forward pass (nothing is evicted yet, "
                     f"so the strategies agree); every {one} after that is a step of its own. "
                     f"Capped at {MAX_SLIDING_BYTES:,} {many}.")
-sync_url(n=n_bytes)
+sync_url(n=n_scored)
 text_bytes = text.as_bytes()
 chosen = catalog.ready(chosen)  # a published model's weights load now, under a progress bar
 if not chosen:
@@ -121,10 +121,10 @@ two_pass_section()
 # ------------------------------------------------------------------------------------------------
 # Score the document under each strategy
 # ------------------------------------------------------------------------------------------------
-st.subheader(f"Scoring {n_bytes:,} {many} with a {window:,}-{one} window")
+st.subheader(f"Scoring {n_scored:,} {many} with a {window:,}-{one} window")
 expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: kv_cache.strategy_verdict(models[n], s) for s in kv_cache.STRATEGIES}}
                          for n in chosen])
-with st.expander("What to expect for each model" if catalog.published else "What to expect for each checkpoint",
+with st.expander(catalog.say("What to expect for each checkpoint", "What to expect for each model"),
                  expanded=False):
     st.dataframe(expected, hide_index=True, height="content")
 
@@ -178,7 +178,7 @@ def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
     return bpb, speed
 
 
-st.markdown(f"**Bits per byte on {many} {window + 1:,}–{n_bytes - 1:,}** (after the first eviction, where the strategies "
+st.markdown(f"**Bits per byte on {many} {window + 1:,}–{n_scored - 1:,}** (after the first eviction, where the strategies "
             "can differ; blank = cannot run)")
 bpb_slot = st.empty()
 st.markdown(f"**Milliseconds per {one}**, measured on this page ({device_label()})")
@@ -191,7 +191,7 @@ notes = st.container()
 
 
 def sliding_key(model, strategy: str) -> tuple:
-    return model.key + (text_bytes, window, strategy, n_bytes)
+    return model.key + (text_bytes, window, strategy, n_scored)
 
 
 # A first visitor sees each number as it is computed (the tables at once, the bars checkpoint by checkpoint);
@@ -205,14 +205,14 @@ for i, name in enumerate(chosen):
     model = models[name]
     for strategy in kv_cache.STRATEGIES:
         def compute(progress, model=model, strategy=strategy):
-            r = kv_cache.sliding_score(model, model.encode(text_bytes), window, strategy, n_bytes, progress)
+            r = kv_cache.sliding_score(model, model.tokenize(text_bytes).ids, window, strategy, n_scored, progress)
             return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error,
                     "timed": r.timed_steps}
 
         try:
             with working:
                 r = compute_once("sliding", sliding_key(model, strategy), compute,
-                                 f"{name}: {TITLES[strategy].lower()} over {n_bytes:,} {model.unit}s…")
+                                 f"{name}: {TITLES[strategy].lower()} over {n_scored:,} {model.unit}s…")
         except PosvizError as exc:
             r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
         rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
@@ -236,9 +236,9 @@ speed_note.caption(
     + "Measured on the first run; later views reuse it.")
 bpb_chart, speed_chart = bar_charts(results)
 with bpb_chart_slot.container():
-    show_chart(bpb_chart, results, f"sliding-bpb-W{window}-n{n_bytes}", "Missing bars: the strategy cannot run (see notes).")
+    show_chart(bpb_chart, results, f"sliding-bpb-W{window}-n{n_scored}", "Missing bars: the strategy cannot run (see notes).")
 with speed_chart_slot.container():
-    show_chart(speed_chart, results, f"sliding-speed-W{window}-n{n_bytes}",
+    show_chart(speed_chart, results, f"sliding-speed-W{window}-n{n_scored}",
                f"Wall-clock milliseconds per {one} of the steps after the window filled, one {one} at a time, as a "
                "generator runs (first run; later views reuse it).")
 
@@ -263,22 +263,21 @@ def cache_check_section() -> None:
         "once byte by byte through a cache; the logits agree to float precision."
     )
     c1, c2 = st.columns(2)
-    check_model = c1.selectbox("Checkpoint" if not catalog.published else "Model", names, format_func=catalog.label,
+    check_model = c1.selectbox(catalog.say("Checkpoint", "Model"), names, format_func=catalog.label,
                                index=names.index(qp_choice("check", default_check, names)), key="w_check")
     if not catalog.ready([check_model], c1):  # a published model loads now; one that cannot says why
         return
     model = models[check_model]
     u = model.unit
-    n_text = len(text) if u == "byte" else int(model.encode(text_bytes).numel())  # the text in the model's ids
+    n_text = model.count_ids(text_bytes)  # the text in the model's ids
     check_cap = min(MAX_KV_CACHE_POSITIONS, n_text, 1024)
     check_length = c2.slider(f"{u.capitalize()}s", 16, max(16, check_cap), value=qp_int("cl", min(128, check_cap), 16, max(16, check_cap)),
                              key="w_cl", help=f"Cached decoding of this many {u}s vs one forward pass over them.")
     sync_url(check=check_model, cl=check_length)
     try:
         check = compute_once(
-            "cache_check", model.key + (text_bytes[:check_length], check_length) if u == "byte" else
-            model.key + (text_bytes, check_length),
-            lambda progress: kv_cache.cache_check(model, model.encode(text_bytes), check_length, progress=progress),
+            "cache_check", model.key + (text_bytes, check_length),
+            lambda progress: kv_cache.cache_check(model, model.tokenize(text_bytes).ids, check_length, progress=progress),
             f"{check_model}: cached vs full forward over {check_length:,} {u}s…")
     except PosvizError as exc:
         error_box(exc, f"Choose fewer {u}s, or a model that can represent this many positions.")

@@ -30,8 +30,8 @@ catalog = usable_models(open_model)  # each resolved once for this run; weights 
 models, names = catalog.models, catalog.names
 metrics = {n: models[n].stored_metrics() for n in names}
 tuned = {n for n in names if models[n].finetuned_from()}  # fine-tuned from another checkpoint
-# The stored results, the induction heads and the ALiBi section are our byte checkpoints': their lengths are bytes.
-byte_names = [n for n in names if models[n].unit == "byte"] or names
+# The stored results, the induction heads and the ALiBi section are our checkpoints' (those that stored metrics).
+byte_names = [n for n in names if metrics[n]] or names
 train_length = models[byte_names[0]].train_length
 COLOURS, DASHES = method_scales(names)
 
@@ -91,7 +91,7 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320, u
 
 st.header("Shipped results")
 shipped = pd.DataFrame(retrieval.shipped_rows(metrics))
-published = [n for n in names if models[n].unit != "byte"]  # no stored results: they run live only
+published = [n for n in names if not metrics[n]]  # no stored results (published models): they run live only
 missing = [n for n in names if n not in published and (shipped.empty or n not in set(shipped["model"]))]
 if missing:
     st.info(f"No stored probe results for {', '.join(missing)}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
@@ -249,7 +249,7 @@ c1, c2, c3 = st.columns([3, 1, 1])
 default_models = [n for n in ("shaw", "alibi", "rope") if n in names] or names[:3]
 with c1:
     catalog.add_input()
-    chosen = st.multiselect("Models" if catalog.published else "Checkpoints", names, format_func=catalog.label,
+    chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
                             default=qp_multi("models", default_models, names), key="w_models")
     catalog.caption()
 # Each model runs in its own ids (bytes for a checkpoint, tokens for a published model): the gaps are counted
@@ -282,7 +282,8 @@ if not chosen:
     st.info("Pick at least one other model.")
     st.stop()
 wanted = [g for g in gap_options if g <= longest]
-encoded = {name: models[name].encode(text.as_bytes()) for name in chosen}  # each model's own ids of the text
+text_bytes = text.as_bytes()
+encoded = {name: models[name].tokenize(text_bytes).ids for name in chosen}  # each model's own ids of the text
 gaps_for = {name: [g for g in wanted if 2 * (64 + g) + 2 <= encoded[name].numel()] for name in chosen}
 # one notice per length of text: every checkpoint reads the same bytes, each tokenizer its own tokens
 short: dict[tuple[str, int], list[str]] = {}
@@ -290,7 +291,7 @@ for name in chosen:
     short.setdefault((models[name].unit, encoded[name].numel()), []).append(name)
 for (text_unit, n_ids), holders in short.items():
     gaps = gaps_for[holders[0]]
-    the_text = "The text" if text_unit == "byte" else f"For {', '.join(holders)}, the text"
+    the_text = "The text" if len(short) == 1 else f"For {', '.join(holders)}, the text"
     if len(gaps) < len(wanted):
         st.info(f"{the_text} has {n_ids:,} {text_unit}s: gaps past {max(gaps, default=0):,} need more text, "
                 "so they are left out.", icon="ℹ️")
@@ -300,7 +301,7 @@ for (text_unit, n_ids), holders in short.items():
 runnable = [name for name in chosen if gaps_for[name]]
 if not runnable:
     st.stop()
-text_key = hashlib.sha256(text.as_bytes()).hexdigest()
+text_key = hashlib.sha256(text_bytes).hexdigest()
 trained = sorted({models[n].train_length for n in runnable})  # each model's training length, in its ids
 
 
@@ -331,8 +332,9 @@ def live_probe(probe: str, what: str, run) -> tuple[pd.DataFrame, object]:
 live, live_slot = live_probe("repeat", "repeat probe", lambda model, ids, gaps, progress: probes.repeat_probe(
     model, ids, gaps, chunks=chunks, progress=progress))
 if not live.empty:
-    in_tokens = "" if unit == "byte" else (f" Chunks of 64 and gaps in {unit_note(unit)}; losses in bits per byte "
-                                           "either way.")
+    ids_are_bytes = all(models[n].tokenize(text_bytes).id_bytes.max(initial=1) == 1 for n in chosen)
+    in_tokens = "" if ids_are_bytes else (f" Chunks of 64 and gaps in {unit_note(unit)}; losses in bits per byte "
+                                          "either way.")
     with live_slot.container():
         show_chart(probe_chart(live, measure, "repeat", unit=unit, train_lengths=trained), live,
                    f"repeat-probe-live-g{longest}",

@@ -17,14 +17,9 @@ from posviz.models.interface import LabModel
 
 def aligned(model_a: LabModel, model_b: LabModel, text: bytes) -> bool:
     """Whether A and B read ``text`` as the same ids, so that their losses and attention line up position by
-    position: two byte-level checkpoints always do (whatever their trained contexts, as ever); a tokenized
-    model and a byte-level one never; two tokenized ones when their tokenizers agree on the text and they
-    were trained on the same context."""
-    if model_a.unit == "byte" and model_b.unit == "byte":
-        return True
-    if (model_a.unit, model_a.train_length) != (model_b.unit, model_b.train_length):
-        return False
-    return bool(np.array_equal(model_a.encode(text).numpy(), model_b.encode(text).numpy()))
+    position (``LabModel.reads_alike``): two byte-level checkpoints always do, whatever their trained
+    contexts; a tokenized model and a byte-level one never."""
+    return model_a.reads_alike(model_b, text)
 
 
 def attention_pair(model_a: LabModel, ids_a, length_a: int, model_b: LabModel, ids_b, length_b: int, layer: int,
@@ -60,9 +55,9 @@ def compare_lengths(model: LabModel, ids, length: int) -> dict:
     n = windows_for(2 * length, ids.numel() - 1, budget) * 2 * length  # predictions scored both ways
     long = score_at_length(model, ids[: n + 1], 2 * length, budget=n)
     short = score_at_length(model, ids[: n + 1], length, budget=n)
-    # byte_bits[j + 1] is the prediction made at text position j: fold both into rows of 2L positions
-    long_bits = long.byte_bits[1:].reshape(-1, 2 * length)  # (windows, 2L)
-    short_bits = short.byte_bits[1:].reshape(-1, 2 * length)  # the same predictions, in windows of L
+    # id_bits[j + 1] is the prediction made at text position j: fold both into rows of 2L positions
+    long_bits = long.id_bits[1:].reshape(-1, 2 * length)  # (windows, 2L)
+    short_bits = short.id_bits[1:].reshape(-1, 2 * length)  # the same predictions, in windows of L
     diff = long_bits - short_bits
     return {"length": length, "position": np.arange(2 * length), "long": _col_mean(long_bits),
             "short": _col_mean(short_bits), "diff": _col_mean(diff), "bpb_long": long.bpb, "bpb_short": short.bpb,

@@ -155,7 +155,7 @@ def length_scores(model: LabModel, ids, lengths: Sequence[int], progress: Progre
             done += n * len(starts[k : k + per_batch])
             progress(done / total)
         seconds[n] = time.perf_counter() - start_time
-    # bits per byte: a tokenized model's ids cover several bytes each (None: one each, the plain mean)
+    # bits per byte: the bytes the predicted ids cover (a tokenized model's ids cover several each)
     return {n: _length_score(torch.stack([bits_at[w * n][:n] for w in range(windows[n])]).numpy(), n, seconds[n],
                              _predicted_bytes(model, ids, windows[n] * n))
             for n in lengths}

@@ -38,40 +38,39 @@ from posviz.models.interface import LabModel, open_model
 
 @dataclass
 class LengthScore:
-    """Losses of non-overlapping windows of ``length`` bytes over the first ``n_bytes`` of a text."""
+    """Losses of non-overlapping windows of ``length`` ids over the first ``n_ids`` ids of a text."""
 
     length: int
     n_windows: int
-    n_bytes: int  # bytes covered: n_windows * length inputs plus the byte the last position predicts
-    bpb: float  # mean bits per predicted byte
+    n_ids: int  # ids covered: n_windows * length inputs plus the id the last position predicts
+    bpb: float  # bits per byte of the predicted ids' text
     position_bits: np.ndarray  # (length,) mean loss of the prediction made at each position of a window
-    byte_bits: np.ndarray  # (n_bytes,) loss of each byte; NaN at byte 0, which nothing predicts
+    id_bits: np.ndarray  # (n_ids,) loss of each id in bits; NaN at id 0, which nothing predicts
     seconds: float
 
 
-def windows_for(length: int, n_bytes: int, budget: int) -> int:
-    """How many non-overlapping windows of ``length`` fit in ``min(n_bytes, budget)`` (at least one)."""
-    return max(1, min(n_bytes, budget) // length)
+def windows_for(length: int, n_ids: int, budget: int) -> int:
+    """How many non-overlapping windows of ``length`` fit in ``min(n_ids, budget)`` (at least one)."""
+    return max(1, min(n_ids, budget) // length)
 
 
-def single_window(length: int, text_bytes: int, budget: int) -> bool:
-    """Whether scoring a text of ``text_bytes`` at ``length`` is one window: then an attention map's
-    forward pass over the first ``length`` bytes is the score's forward pass too."""
-    return windows_for(length, text_bytes - 1, budget) == 1
+def single_window(length: int, n_ids: int, budget: int) -> bool:
+    """Whether scoring a text of ``n_ids`` ids at ``length`` is one window: then an attention map's
+    forward pass over the first ``length`` ids is the score's forward pass too."""
+    return windows_for(length, n_ids - 1, budget) == 1
 
 
-def _length_score(bits: np.ndarray, length: int, seconds: float, id_bytes: np.ndarray | None = None) -> LengthScore:
+def _length_score(bits: np.ndarray, length: int, seconds: float, id_bytes: np.ndarray) -> LengthScore:
     """A LengthScore from the bits of every prediction, (n_windows, length); ``id_bytes``: the bytes each
-    predicted id covers (None: one each), so that bits per byte compare across tokenizers."""
-    byte_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # byte 0 has no context; byte j is predicted at j-1
-    bpb = float(bits.mean()) if id_bytes is None else float(bits.sum(dtype=np.float64) / id_bytes.sum())
-    return LengthScore(length, bits.shape[0], bits.shape[0] * length + 1, bpb, bits.mean(axis=0), byte_bits, seconds)
+    predicted id covers, so that bits per byte compare across tokenizers."""
+    id_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # id 0 has no context; id j is predicted at j-1
+    bpb = float(bits.sum(dtype=np.float64) / id_bytes.sum())
+    return LengthScore(length, bits.shape[0], bits.shape[0] * length + 1, bpb, bits.mean(axis=0), id_bits, seconds)
 
 
-def _predicted_bytes(model: LabModel, ids: torch.Tensor, n: int) -> np.ndarray | None:
-    """Bytes covered by ids 1..n (the predicted ones); None when every id is one byte (the plain mean)."""
-    sizes = model.bytes_per_id(ids[1 : n + 1])  # the ids as they are: no list of up to 65,536 ints per score
-    return None if (sizes == 1).all() else sizes
+def _predicted_bytes(model: LabModel, ids: torch.Tensor, n: int) -> np.ndarray:
+    """Bytes covered by ids 1..n (the predicted ones)."""
+    return np.asarray(model.bytes_per_id(ids[1 : n + 1]))  # the ids as they are: no list of 65,536 ints per score
 
 
 @torch.inference_mode()
@@ -128,8 +127,7 @@ def score_with_stride(model: LabModel, ids, length: int, stride: int, budget: in
             bits[s + counted : s + length] = row[counted:]
             pos_sum[counted:] += row[counted:]
             pos_count[counted:] += 1
-    sizes = _predicted_bytes(model, ids, n_pred)
-    bpb = float(bits.mean()) if sizes is None else float(bits.sum(dtype=np.float64) / sizes.sum())
+    bpb = float(bits.sum(dtype=np.float64) / _predicted_bytes(model, ids, n_pred).sum())
     return LengthScore(length, len(starts), n_pred + 1, bpb, pos_sum / pos_count, np.concatenate(([np.nan], bits)),
                        time.perf_counter() - start_time)
 
@@ -168,18 +166,10 @@ MULTIPLES = (0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16
 
 
 def mixed_contexts(models: Sequence[LabModel]) -> bool:
-    """Whether ``models`` differ in unit (bytes, tokens) or, with a tokenized one among them, in trained
-    context: then a length in ids means something else to each, and the lab compares them at the same
-    multiple of their own context. Byte-level checkpoints always share the byte axis (a fine-tuned one
-    trained on 1,024 bytes next to the 256-byte ones, as ever)."""
-    if all(m.unit == "byte" for m in models):
-        return False
-    return len({(m.unit, m.train_length) for m in models}) > 1
-
-
-def id_count(model: LabModel, text: bytes) -> int:
-    """How many of ``model``'s ids ``text`` is (its bytes for a byte-level model)."""
-    return len(text) if model.unit == "byte" else int(model.encode(text).numel())
+    """Whether a length in ids means something else to some of ``models`` (``LabModel.id_axis``): then the lab
+    compares them at the same multiple of their own context. Byte-level checkpoints share the byte axis
+    (a fine-tuned one trained on 1,024 bytes next to the 256-byte ones)."""
+    return len({m.id_axis for m in models}) > 1
 
 
 def length_at_multiple(model: LabModel, multiple: float) -> int:
@@ -207,8 +197,7 @@ def cannot_run_at(model: LabModel, length: int, n_ids: int) -> str | None:
         return problem
     unit, cap = model.unit, model.length_cap
     if length > cap:
-        why = getattr(model, "length_cap_reason", None) or f"{cap // model.train_length} × its trained context on this device"
-        return f"{model.name} cannot run {length:,} {unit}s here: past its cap of {cap:,} {unit}s ({why})."
+        return f"{model.name} cannot run {length:,} {unit}s here: past its cap of {cap:,} {unit}s ({model.length_cap_reason})."
     if length + 1 > n_ids:
         return (f"{model.name} cannot run {length:,} {unit}s on this text: it is only {n_ids:,} {unit}s long. "
                 "Paste a longer text.")
@@ -249,13 +238,13 @@ class LiveJob:
 
 def score_job(model: LabModel, text: bytes, length: int) -> LiveJob:
     return LiveJob("extrapolation-score", model.key + (text, length),
-                   lambda: dataclasses.asdict(score_at_length(model, model.encode(text), length)))
+                   lambda: dataclasses.asdict(score_at_length(model, model.tokenize(text).ids, length)))
 
 
 def inspect_job(model: LabModel, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
     """Score and attention map from one forward pass (for a text that holds a single window)."""
     def compute():
-        score, view = inspect_at_length(model, model.encode(text), length, layer, log_scale=log_scale)
+        score, view = inspect_at_length(model, model.tokenize(text).ids, length, layer, log_scale=log_scale)
         return dataclasses.asdict(score), view
 
     return LiveJob("extrapolation-inspect", model.key + (text, length, layer, log_scale), compute)
@@ -263,19 +252,19 @@ def inspect_job(model: LabModel, text: bytes, length: int, layer: int, log_scale
 
 def attention_job(model: LabModel, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
     return LiveJob("extrapolation-attention", model.key + (text, length, layer, log_scale),
-                   lambda: attention_view(model, model.encode(text), length, layer, log_scale=log_scale))
+                   lambda: attention_view(model, model.tokenize(text).ids, length, layer, log_scale=log_scale))
 
 
 def stride_job(model: LabModel, text: bytes, length: int, stride: int) -> LiveJob:
     """``score_with_stride`` as a job of the page (a dict of LengthScore)."""
     return LiveJob("extrapolation-stride", model.key + (text, length, stride),
-                   lambda: dataclasses.asdict(score_with_stride(model, model.encode(text), length, stride)))
+                   lambda: dataclasses.asdict(score_with_stride(model, model.tokenize(text).ids, length, stride)))
 
 
 def scoring_job(model: LabModel, text: bytes, length: int, inspected: bool, layer: int, log_scale: bool) -> LiveJob:
     """The job that scores one model as the page does: the inspected one from its map's forward pass
     when the text holds a single window at this length (the map is then free), the others plainly."""
-    if inspected and single_window(length, len(model.encode(text)), model.length_cap):
+    if inspected and single_window(length, model.count_ids(text), model.length_cap):
         return inspect_job(model, text, length, layer, log_scale)
     return score_job(model, text, length)
 

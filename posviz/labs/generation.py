@@ -162,15 +162,13 @@ def check_prompt(prompt: Sequence[int] | torch.Tensor, model: LabModel | None = 
     """The prompt as a list of ids, refused in words when empty, too long or not ids of ``model``
     (None: bytes, as a page's prompt text is)."""
     ids = [int(b) for b in (prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt)]
-    unit = "byte" if model is None else model.unit
+    unit, vocab_size = ("byte", 256) if model is None else (model.unit, model.vocab_size)
     if not ids:
         raise PosvizError("The prompt is empty. Paste some text or pick a held-out document.")
     if len(ids) > MAX_PROMPT_BYTES:  # a prompt of MAX_PROMPT_BYTES bytes never has more ids than that
         raise PosvizError(f"The prompt has {len(ids):,} {unit}s; at most {MAX_PROMPT_BYTES:,} are allowed.")
-    if unit == "byte" and not all(0 <= b < 256 for b in ids):
-        raise PosvizError("The prompt must be bytes (values 0..255).")
-    if unit != "byte" and min(ids) < 0:
-        raise PosvizError(f"The prompt must be the model's {unit} ids (whole numbers from 0).")
+    if not all(0 <= i < vocab_size for i in ids):
+        raise PosvizError(f"The prompt must be {unit} ids (whole numbers 0..{vocab_size - 1:,}).")
     return ids
 
 
@@ -201,7 +199,7 @@ class Decoder:
         self.cache = model.new_cache(max_size=self.window if self.strategy == "shift" else None)
         self._logits: torch.Tensor | None = None  # prediction for the id after self.seq
         self._limit = settings.new_ids if self.forced is None else min(settings.new_ids, len(self.forced))
-        self._prompt_bytes = None if model.unit == "byte" else len(model.decode(self.prompt))
+        self._prompt_bytes = len(model.decode(self.prompt))
 
     @property
     def done(self) -> bool:
@@ -215,8 +213,6 @@ class Decoder:
     def text_bytes(self) -> bytes:
         """The bytes written so far: the decoding of the whole sequence, less the prompt's bytes (decoding
         the new ids alone could cut a character whose bytes span the prompt's last id and the first new one)."""
-        if self._prompt_bytes is None:
-            return bytes(self.generated)
         return self.model.decode(self.seq)[self._prompt_bytes:]
 
     @property
@@ -290,11 +286,11 @@ class Decoder:
 
     def result(self) -> "Generation":
         ids = self.generated
-        per_id = None if self.model.unit == "byte" else np.asarray(self.model.bytes_per_id(ids), dtype=np.int64)
         return Generation(self.model.method, len(self.prompt), self.window, self.strategy,
                           ids, np.array([s.surprisal for s in self.steps]),
                           np.array([s.entropy for s in self.steps]), self.error, self.seconds,
-                          unit=self.model.unit, id_bytes=per_id, written=None if per_id is None else self.text_bytes)
+                          unit=self.model.unit, id_bytes=np.asarray(self.model.bytes_per_id(ids), dtype=np.int64),
+                          text_bytes=self.text_bytes)
 
 
 @dataclass
@@ -310,13 +306,9 @@ class Generation:
     entropy: np.ndarray = field(repr=False)  # (n,) bits per id
     error: str | None
     seconds: float
-    unit: str = "byte"  # what one id is: "byte" (a checkpoint) or "token"
-    id_bytes: np.ndarray | None = field(default=None, repr=False)  # (n,) bytes each id covers; None: one each
-    written: bytes | None = field(default=None, repr=False)  # the bytes of ``ids`` (None: the ids are the bytes)
-
-    @property
-    def text_bytes(self) -> bytes:
-        return bytes(self.ids) if self.written is None else self.written
+    unit: str  # what one id is, as pages say it: "byte" (a checkpoint) or "token"
+    id_bytes: np.ndarray = field(repr=False)  # (n,) bytes of text each id covers (a byte model: one each)
+    text_bytes: bytes = field(repr=False)  # the bytes ``ids`` stand for
 
     @property
     def text(self) -> str:
@@ -324,13 +316,11 @@ class Generation:
 
     @property
     def n_bytes(self) -> int:
-        return len(self.ids) if self.id_bytes is None else int(self.id_bytes.sum())
+        return int(self.id_bytes.sum())
 
     @property
     def ids_per_second(self) -> float:
         return len(self.ids) / self.seconds if self.seconds > 0 else float("nan")
-
-    bytes_per_second = ids_per_second  # the name from when every id was a byte
 
     @property
     def first_past_train_length(self) -> int:
@@ -344,8 +334,8 @@ class Generation:
     @property
     def bits_per_byte(self) -> float:
         """Bits per byte of the text: the ids' bits summed over the bytes they cover (a byte model: the mean)."""
-        if self.id_bytes is None or not len(self.surprisal):
-            return self.mean_bits
+        if not len(self.surprisal):
+            return float("nan")
         return float(self.surprisal.sum() / self.id_bytes.sum()) if self.id_bytes.sum() else float("nan")
 
 
@@ -383,10 +373,9 @@ def teacher_forced(model: LabModel, prompt, continuation: Sequence[int], strateg
         target = torch.tensor(forced, device=logp.device)
         surprisal = (-logp.gather(1, target[:, None])[:, 0] / LN2).cpu().numpy()
         entropy = (-(logp.exp() * logp).nansum(-1) / LN2).cpu().numpy()
-        per_id = None if model.unit == "byte" else np.asarray(model.bytes_per_id(forced), dtype=np.int64)
         return Generation(model.method, len(prompt_ids), model.train_length, "stop", forced,
-                          surprisal, entropy, None, time.perf_counter() - start, unit=model.unit, id_bytes=per_id,
-                          written=None if per_id is None else model.decode(forced))
+                          surprisal, entropy, None, time.perf_counter() - start, unit=model.unit,
+                          id_bytes=np.asarray(model.bytes_per_id(forced), dtype=np.int64), text_bytes=model.decode(forced))
     return generate(model, prompt_ids, settings, forced=forced)
 
 
@@ -420,28 +409,22 @@ def _shown(piece: bytes) -> str:
     return "".join(chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in piece)
 
 
-def per_byte_rows(name: str, result: Generation, model: LabModel | None = None) -> list[dict]:
-    """One row per generated id, for the CSV export: a byte model's as they always were (byte, char);
-    a tokenizer's with the id, its text and the bytes it covers (``model`` decodes them)."""
+def per_byte_rows(name: str, result: Generation) -> list[dict]:
+    """One row per generated id, for the CSV export: the id (named by its unit: "byte", "token"), the text it
+    stands for (printable ASCII as it is, any other byte as \\xNN) and the bytes it covers."""
     past = result.first_past_train_length
-    if result.unit == "byte":
-        return [{"checkpoint": name, "index": i, "position": result.prompt_length + i, "byte": b,
-                 "char": chr(b) if 32 <= b < 127 else f"\\x{b:02x}", "surprisal_bits": float(s), "entropy_bits": float(e),
-                 "context_past_train_length": i >= past}
-                for i, (b, s, e) in enumerate(zip(result.ids, result.surprisal, result.entropy))]
-    sizes = result.id_bytes if result.id_bytes is not None else np.ones(len(result.ids), dtype=np.int64)
+    ends = np.cumsum(result.id_bytes)
+    pieces = [result.text_bytes[e - n:e] for e, n in zip(ends, result.id_bytes)]
     return [{"checkpoint": name, "index": i, "position": result.prompt_length + i, result.unit: t,
-             "text": _shown(model.decode([t])) if model is not None else "", "bytes": int(n),
-             "surprisal_bits": float(s), "entropy_bits": float(e), "context_past_train_length": i >= past}
-            for i, (t, n, s, e) in enumerate(zip(result.ids, sizes, result.surprisal, result.entropy))]
+             "text": _shown(piece), "bytes": int(n), "surprisal_bits": float(s), "entropy_bits": float(e),
+             "context_past_train_length": i >= past}
+            for i, (t, piece, n, s, e) in enumerate(zip(result.ids, pieces, result.id_bytes, result.surprisal,
+                                                        result.entropy))]
 
 
 def byte_values(result: Generation, values: np.ndarray) -> np.ndarray:
     """(n_bytes,) one value per byte of the text from one per id: an id's value shared evenly by its bytes,
-    so a character's sum (``lab_inputs.characters_with_bits``) is its share of its ids' bits. A byte
-    model's values are returned as they are."""
-    if result.id_bytes is None:
-        return values
+    so a character's sum (``lab_inputs.characters_with_bits``) is its share of its ids' bits."""
     sizes = result.id_bytes
     return np.repeat(np.asarray(values, dtype=float) / np.maximum(sizes, 1), sizes)
 
@@ -452,10 +435,9 @@ def coloured_characters(result: Generation, values: np.ndarray) -> tuple[list[tu
     from posviz.labs.inputs import characters_with_bits
 
     data, per_byte, past = result.text_bytes, byte_values(result, values), result.first_past_train_length
-    # where the first id past the training length starts, in bytes (a byte model: at that id)
-    cut = past if result.id_bytes is None else int(result.id_bytes[:past].sum())
-    if result.id_bytes is not None:
-        cut = character_start(data, cut)  # a token may end inside a character: mark the whole character
+    # where the first id past the training length starts, in bytes, moved back to the start of its character (a
+    # token, or a byte, may begin inside one: the mark goes before the whole character)
+    cut = character_start(data, int(result.id_bytes[:past].sum()))
     chars = characters_with_bits(data[:cut], per_byte[:cut])
     mark = len(chars) if past < len(result.ids) else None
     chars += characters_with_bits(data[cut:], per_byte[cut:])

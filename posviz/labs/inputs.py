@@ -110,17 +110,15 @@ def characters_with_bits(ids: torch.Tensor | Sequence[int], byte_bits: np.ndarra
 
 
 def id_characters_with_bits(model, ids, id_bits: np.ndarray) -> list[tuple[str, float]]:
-    """``characters_with_bits`` for a model whose ids cover several bytes (a tokenizer's): each id's
-    bits are shared equally among its bytes, so a character costs its share of its token's loss. For a
-    byte-level model it is ``characters_with_bits`` itself."""
+    """``characters_with_bits`` for ids of ``model``: each id's bits are shared equally among the bytes it
+    covers, so a character costs its share of its token's loss (a byte model's: its byte's)."""
     ids = torch.as_tensor(ids).flatten()
-    if model.unit == "byte":
-        return characters_with_bits(ids, id_bits)
-    sizes = model.bytes_per_id(ids)
-    pieces = [model.decode(ids[k : k + 1]) for k in range(ids.numel())]
-    sizes = np.array([len(p) for p in pieces], dtype=np.int64) if sum(map(len, pieces)) != sizes.sum() else sizes
+    sizes, data = np.asarray(model.bytes_per_id(ids), dtype=np.int64), model.decode(ids)
+    if len(data) != sizes.sum():  # a tokenizer whose ids do not decode one by one to their bytes: decode each
+        pieces = [model.decode(ids[k : k + 1]) for k in range(ids.numel())]
+        sizes, data = np.array([len(p) for p in pieces], dtype=np.int64), b"".join(pieces)
     per_byte = np.repeat(np.asarray(id_bits[: ids.numel()], dtype=float) / np.maximum(sizes, 1), sizes)
-    return characters_with_bits(np.frombuffer(b"".join(pieces), dtype=np.uint8), per_byte)
+    return characters_with_bits(np.frombuffer(data, dtype=np.uint8), per_byte)
 
 
 def moving_average(values: np.ndarray, width: int) -> np.ndarray:
@@ -139,6 +137,7 @@ def moving_average(values: np.ndarray, width: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # Units: what a page says an id is
 # ---------------------------------------------------------------------------------------------
+UNIT_SHORT = {"byte": "B", "token": "tok"}  # a unit in an axis title or a tooltip
 UNIT_FOR_A_MIX = "id"  # checkpoints (bytes) next to published models (tokens): lengths in each one's own ids
 
 
@@ -154,6 +153,12 @@ def unit_note(unit: str) -> str:
     return "ids: bytes for a checkpoint, tokens for a published model" if unit == UNIT_FOR_A_MIX else f"{unit}s"
 
 
+def when_not_bytes(unit: str, words: str) -> str:
+    """``words`` where a page's lengths are not bytes (a tokenizer's tokens, or ids of a mix), "" where they are:
+    a label explains its unit only when it is not the bytes the page was written for."""
+    return "" if unit == "byte" else words  # wording only: the one place a label asks what an id is
+
+
 def in_units(words: str, unit: str) -> str:
     """``words`` written for bytes, said in ``unit``: "bytes" -> "tokens" (unchanged for "byte")."""
-    return words if unit == "byte" else words.replace("bytes", f"{unit}s").replace("byte", unit)
+    return words.replace("bytes", f"{unit}s").replace("byte", unit)

@@ -81,11 +81,11 @@ def key_value_rows(text: torch.Tensor, gap: int, trials: int, seed: int, digits:
         binding = b"\n" + name + b" = "
         start = int(torch.randint(0, n - gap, (1,), generator=gen))
         line = binding + number + b"\n"
-        if model is None or model.unit == "byte":
+        if model is None:  # byte-level rows
             piece, value = torch.tensor(list(line)), (len(binding), len(binding) + digits)
         else:
-            piece = model.encode(line)
-            value = ids_covering(model.bytes_per_id(piece), len(binding), len(binding) + digits)
+            line_ids = model.tokenize(line)
+            piece, value = line_ids.ids, ids_covering(line_ids.id_bytes, len(binding), len(binding) + digits)
         shift = piece.numel() + gap
         rows.append(KeyValueRow(torch.cat((piece, text[start:start + gap], piece)), value,
                                 (value[0] + shift, value[1] + shift)))
@@ -150,28 +150,15 @@ def key_value_probe(model: LabModel, text, gaps: Sequence[int], trials: int = 16
     digits = 5
     out: list[KeyValueResult | None] = []
     for i, gap in enumerate(gaps):
-        if model.unit == "byte":  # every row alike: the digits' losses as one slice (the stored numbers' arithmetic)
-            rows = key_value_rows(data, gap, trials, seed + gap, digits)
-            batch = torch.stack([row.ids for row in rows])
-            if not fits(model, batch.shape[1]):
-                out.append(None)
-            else:
-                (a, a_end), (b, b_end) = rows[0].first, rows[0].second
-                losses, guesses = answer_scores(model, batch)  # losses[:, t] predicts byte t+1
-                correct = [round(float((guesses[:, s - 1:e - 1] == batch[:, s:e]).all(1).float().mean()), 4)
-                           for s, e in (rows[0].first, rows[0].second)]
-                out.append(gap_summary(gap, losses[:, a - 1:a_end - 1].mean(1), losses[:, b - 1:b_end - 1].mean(1),
-                                    result=KeyValueResult, first_correct=correct[0], second_correct=correct[1]))
+        recalls = key_value_recalls(model, data, gap, trials, seed + gap, digits)
+        if recalls is None:
+            out.append(None)
         else:
-            recalls = key_value_recalls(model, data, gap, trials, seed + gap, digits)
-            if recalls is None:
-                out.append(None)
-            else:
-                weights = torch.tensor([r.value_bytes for r in recalls], dtype=torch.float64)
-                out.append(gap_summary(gap, torch.tensor([r.first_bits for r in recalls], dtype=torch.float64) * LN2,
-                                    torch.tensor([r.second_bits for r in recalls], dtype=torch.float64) * LN2,
-                                    weights=weights, result=KeyValueResult,
-                                    first_correct=round(float(np.mean([r.first_correct for r in recalls])), 4),
-                                    second_correct=round(float(np.mean([r.second_correct for r in recalls])), 4)))
+            weights = torch.tensor([r.value_bytes for r in recalls], dtype=torch.float64)
+            out.append(gap_summary(gap, torch.tensor([r.first_bits for r in recalls], dtype=torch.float64) * LN2,
+                                   torch.tensor([r.second_bits for r in recalls], dtype=torch.float64) * LN2,
+                                   weights=weights, result=KeyValueResult,
+                                   first_correct=round(float(np.mean([r.first_correct for r in recalls])), 4),
+                                   second_correct=round(float(np.mean([r.second_correct for r in recalls])), 4)))
         progress((i + 1) / len(gaps))
     return out

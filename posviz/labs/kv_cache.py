@@ -107,13 +107,13 @@ class SlidingResult:
     bpb_full: float | None  # over predictions made after the first eviction (t >= W), where strategies differ
     ms_per_byte: float
     n_scored: int  # predictions made (bytes 1..n)
-    byte_bits: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # (n_scored,)
+    id_bits: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # (n_scored,)
     error: str | None = None
     timed_steps: int = 0  # steps ms_per_byte was measured on, each run alone as a generator runs it (0: the prefix)
 
 
-def check_sliding(model: LabModel, ids: torch.Tensor, window: int, n_bytes: int | None) -> int:
-    n = ids.numel() if n_bytes is None else min(n_bytes, ids.numel())
+def check_sliding(model: LabModel, ids: torch.Tensor, window: int, n_ids: int | None) -> int:
+    n = ids.numel() if n_ids is None else min(n_ids, ids.numel())
     if n < 2:
         raise PosvizError("Sliding-window scoring needs a text of at least 2 bytes.")
     if n > MAX_SLIDING_BYTES:
@@ -130,7 +130,7 @@ def _sync(model: LabModel) -> None:
 
 
 @torch.inference_mode()
-def sliding_score(model: LabModel, ids, window: int, strategy: str, n_bytes: int | None = None,
+def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int | None = None,
                   progress: Progress = _no_progress, one_pass_prefix: bool = True,
                   timed_steps: int | None = REENCODE_TIMED_STEPS) -> SlidingResult:
     """Score bytes 1..n-1 of ``ids`` one at a time, each from (at most) the ``window`` bytes ending
@@ -150,7 +150,7 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_bytes: int
     if strategy not in STRATEGIES:
         raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     ids = model.ids_on_device(ids)
-    n = check_sliding(model, ids, window, n_bytes)
+    n = check_sliding(model, ids, window, n_ids)
     dev = model.device
     steps = n - 1
     # filled on the model's device and read once at the end: a read per byte would make every step

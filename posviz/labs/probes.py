@@ -62,14 +62,11 @@ def copy_probe(model: LabModel, filler, gaps: Iterable[int], string_length: int 
     alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz0123456789"))
     result = {}
     for gap in gaps:
-        if model.unit == "byte" and not fits(model, 2 * string_length + gap):
-            result[str(gap)] = None  # known before drawing: the next gap's strings are drawn as they always were
-            continue
         rows, spans = [], []
         for t in range(trials):
             secret = alphabet[torch.randint(0, len(alphabet), (string_length,), generator=gen)]
             start = int(torch.randint(0, filler.numel() - gap - 1, (1,), generator=gen))
-            secret = secret if model.unit == "byte" else model.encode(bytes(secret.tolist()))
+            secret = model.encode(bytes(secret.tolist()))  # the string as the model reads it (a byte model: the bytes)
             rows.append(torch.cat((secret, filler[start : start + gap], secret)))
             # the second copy's id 0 follows the filler and cannot be predicted: score its ids 1..k-1
             spans.append((rows[-1].numel() - secret.numel() + 1, rows[-1].numel()))
@@ -77,10 +74,6 @@ def copy_probe(model: LabModel, filler, gaps: Iterable[int], string_length: int 
             result[str(gap)] = None
             continue
         losses = _row_losses(model, rows)  # (trials, T-1)
-        if model.unit == "byte":  # every row alike: one mean over all the second copies' bytes
-            s, e = spans[0]
-            result[str(gap)] = round(float(losses[:, s - 1:e - 1].mean()) / LN2, 4)
-            continue
         nats, sizes = span_nats_per_byte(model, losses, rows, spans)
         scored = sizes > 0  # a string that is one token leaves nothing to score after its first id
         result[str(gap)] = (round(float((nats[scored] * sizes[scored]).sum() / sizes[scored].sum()) / LN2, 4)
@@ -104,21 +97,21 @@ def default_gaps(train_length: int, max_multiple: int = 16) -> list[int]:
 def as_ids(text, model: LabModel | None = None) -> torch.Tensor:
     """(T,) the model's ids of ``text``. A 1-D int64 tensor is ids already (a caller that encoded once for
     several probes); anything else (bytes, a uint8 array, byte values) is text, which ``model`` encodes.
-    Without a model, or for a byte model, the bytes are the ids."""
+    Without a model the bytes are the ids."""
     if isinstance(text, torch.Tensor) and text.dtype == torch.long and text.dim() == 1:
         return text
-    if model is None or model.unit == "byte":
+    if model is None:
         array = np.frombuffer(text, dtype=np.uint8) if isinstance(text, (bytes, bytearray)) else np.asarray(text)
         return torch.tensor(array, dtype=torch.long).flatten()  # a copy: the corpus arrays are read-only
     data = bytes(text) if isinstance(text, (bytes, bytearray)) else np.asarray(text, dtype=np.uint8).tobytes()
-    return model.encode(data)
+    return model.tokenize(data).ids
 
 
 def held_out(text: np.ndarray | bytes | Sequence[int] | torch.Tensor, model: LabModel | None = None) -> torch.Tensor:
     """(T,) ids of the held-out text the probes draw from (see ``as_ids``), at least 1,024 of them."""
     data = as_ids(text, model)
-    unit = model.unit if model is not None else "byte"
     if data.numel() < 1024:
+        unit = model.unit if model is not None else "byte"
         raise PosvizError(f"the probes need at least 1,024 {unit}s of held-out text, got {data.numel():,}")
     return data
 
@@ -271,12 +264,10 @@ def repeat_probe(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, ch
         # losses[:, t] predicts id t+1: the first copy's ids 1..n-1 are losses[:, 0:n-1], the second's
         # ids 1..n-1 (positions total-n+1 .. total-1) are losses[:, total-n : total-1]
         first, second, no_copy = losses[:, : chunk - 1], losses[:, total - chunk:], control[:, total - chunk:]
-        if model.unit == "byte":  # one byte per id: the plain mean per chunk
-            out.append(gap_summary(gap, first.mean(1), second.mean(1), no_copy.mean(1)))
-        else:  # both copies (and the control's) score the same ids, so one count of bytes serves all three
-            n_bytes = _bytes_of(model, batch[:, total - chunk + 1:])
-            out.append(gap_summary(gap, first.double().sum(1) / n_bytes, second.double().sum(1) / n_bytes,
-                                no_copy.double().sum(1) / n_bytes, weights=n_bytes))
+        # both copies (and the control's) score the same ids, so one count of bytes serves all three
+        n_bytes = _bytes_of(model, batch[:, total - chunk + 1:])
+        out.append(gap_summary(gap, first.double().sum(1) / n_bytes, second.double().sum(1) / n_bytes,
+                               no_copy.double().sum(1) / n_bytes, weights=n_bytes))
         progress((i + 1) / len(gaps))
     return out
 

@@ -43,8 +43,8 @@ Every folder holds ``config.json`` (with ``architectures``, ``model_type``, ``to
 the model runs in float32 as posviz does), ``tokenizer.json`` + ``tokenizer_config.json`` (see
 ``byte_tokenizer``) and ``posviz_export.json`` (source checkpoint, method, train_length).
 
-transformers and tokenizers are test-only dependencies of posviz: nothing here imports them at import
-time, and only ``byte_tokenizer`` needs tokenizers.
+Nothing here imports transformers or tokenizers at import time (the app runs the shipped checkpoints
+without them); only ``byte_tokenizer`` needs tokenizers, which transformers brings.
 
 Shape legend: V vocab (256 bytes), C n_embd, H n_head, hs head size (C / H), L n_layer.
 """
@@ -102,7 +102,7 @@ def byte_tokenizer(folder: str | Path, model_max_length: int | None = None) -> P
     model_max_length: the length the tokenizer warns past (transformers' default is "no limit").
     Writes tokenizer.json and tokenizer_config.json into ``folder``; returns ``folder``.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # test-only dependency
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # comes with transformers
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,17 @@ The labs (Extrapolation, KV cache, Context extension, Far-context retrieval, Gen
 ask which kind of model they run. They take a ``LabModel`` and use only what it answers here:
 
 * who it is: ``name``, its position ``method``, its ``train_length`` in its own units (ids), its shape;
-* text in its units: ``encode`` / ``decode`` and ``bytes_per_id``, so bits per byte stay comparable
-  between a byte model and a tokenizer's;
+* text in its units, one way for every lab: ``tokenize(text)`` -> ``EncodedText`` (the ids *and* the bytes
+  each id covers: one each for a byte model, a token's bytes for a tokenizer's), from which every lab
+  counts lengths, caps, bits per byte and coloured text; ``encode`` / ``decode`` / ``bytes_per_id`` below
+  it; ``id_axis`` (models on the same axis compare length for length) and ``vocab_size``;
 * a forward pass, ``model(ids, positions=, cache=, attention_layer=, attention_head=)`` -> ``ModelOutput``
   (logits, and one layer's attention probabilities per head when asked), with a cache from ``new_cache``;
-* what it cannot do, in words a page shows (``cannot_run``: a learned table past its rows);
+* what it cannot do, in words a page shows (``cannot_run``: a learned table past its rows;
+  ``length_cap_reason``; ``context_known``: whether its trained context is stated or assumed);
+* loading: ``needs_loading`` and ``load(progress)`` (a page shows a progress bar while weights arrive);
+* what it stored when it was made: ``stored_metrics``, ``has_stored_results``, ``finetuned_from``;
+* ``description``: what a model picker says after its name;
 * ``length_cap`` on its device, ``position`` (the parameters the explore pages draw), ``device``, ``dtype``;
 * ``key``: what the server's shared store keys a result on (identity, options and the weights' stamp).
 
@@ -17,14 +23,16 @@ same ref, options and weights give the same object, from a bounded LRU. Resolvin
 what it needs to describe the model, and loads weights on the first forward pass. A kind of model is one
 class registered in ``MODEL_KINDS``; ``posviz.models.shipped`` is the shipped checkpoints' kind.
 
-Shape legend as in ``model.py``: B batch, T ids, H heads, V vocabulary.
+Shape legend as in ``byte_gpt.py``: B batch, T ids, H heads, V vocabulary.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -34,6 +42,30 @@ import torch
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES, default_device, max_eval_length
 from posviz.models.output import ModelOutput  # noqa: F401  (part of the interface: what a forward pass returns)
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    """A text in one model's ids, with the bytes of text each id covers: what every lab counts lengths in
+    (ids), and what turns bits per id into bits per byte (a byte model: one byte per id)."""
+
+    ids: torch.Tensor  # (T,) int64, on the CPU
+    id_bytes: np.ndarray  # (T,) int64: bytes of text each id covers
+
+    @property
+    def n_ids(self) -> int:
+        return int(self.ids.numel())
+
+    @property
+    def n_bytes(self) -> int:
+        return int(self.id_bytes.sum())
+
+    def bytes_before(self, n_ids: int) -> int:
+        """Bytes of text the first ``n_ids`` ids cover."""
+        return int(self.id_bytes[:n_ids].sum())
+
+
+_TOKENIZED_LOCK = threading.Lock()
 
 
 class LabModel(ABC):
@@ -50,6 +82,19 @@ class LabModel(ABC):
     acts_on: str  # where positions enter: "input", "q/k", "logits" or "nothing"
     key: tuple  # what a stored result depends on: identity, options and weights' stamp
     unit: str = "byte"  # what one id is, as pages say it: "byte" (our checkpoints) or "token" (a tokenizer's)
+    vocab_size: int  # ids run 0..vocab_size - 1
+    context_known: bool = True  # False: the trained context is assumed (its config states none)
+
+    @property
+    def id_axis(self) -> tuple:
+        """What a length in this model's ids means. Models with the same axis compare length for length on one
+        slider; models on different axes compare at the same multiple of each one's trained context."""
+        return (self.unit, self.train_length)
+
+    @property
+    def description(self) -> str:
+        """What a model picker adds after its name ("" for our checkpoints: their names say their method)."""
+        return ""
 
     # -- text in the model's units ------------------------------------------------------------------
     @abstractmethod
@@ -64,6 +109,35 @@ class LabModel(ABC):
     def bytes_per_id(self, ids) -> np.ndarray:
         """(T,) how many bytes of text each id covers (1 for a byte model)."""
 
+    TOKENIZED_KEPT = 4  # texts whose encoding a model keeps: a page's text, and a few visitors' at once
+
+    def tokenize(self, text: bytes) -> EncodedText:
+        """``text`` in this model's ids with the bytes each covers: the one way a lab reads a text. Encoded once
+        per text (the last few are kept), however many lengths, jobs and checks read it."""
+        digest = hashlib.blake2b(text, digest_size=16).digest()
+        kept = self.__dict__.setdefault("_tokenized", OrderedDict())
+        with _TOKENIZED_LOCK:
+            if digest in kept:
+                kept.move_to_end(digest)
+                return kept[digest]
+        ids = self.encode(text)
+        encoded = EncodedText(ids, np.asarray(self.bytes_per_id(ids), dtype=np.int64))
+        with _TOKENIZED_LOCK:
+            kept[digest] = encoded
+            while len(kept) > self.TOKENIZED_KEPT:
+                kept.popitem(last=False)
+        return encoded
+
+    def count_ids(self, text: bytes) -> int:
+        """How many ids ``text`` is in this model's units."""
+        return self.tokenize(text).n_ids
+
+    def reads_alike(self, other: "LabModel", text: bytes) -> bool:
+        """Whether ``other`` reads ``text`` as the same ids on the same axis, so that their losses and attention
+        line up position by position."""
+        return self.id_axis == other.id_axis and bool(np.array_equal(self.encode(text).numpy(),
+                                                                     other.encode(text).numpy()))
+
     # -- running ------------------------------------------------------------------------------------
     @abstractmethod
     def __call__(self, ids: torch.Tensor, positions=None, cache=None, attention_layer: int | None = None,
@@ -71,8 +145,15 @@ class LabModel(ABC):
         """The forward pass on ids (B, T): ``ModelOutput(logits (B, T, V), attention (B, H, T, Tk) or None)``."""
 
     @abstractmethod
-    def load(self) -> None:
-        """Load the weights now (they load on the first forward pass anyway): a damaged file raises here."""
+    def load(self, progress=None) -> None:
+        """Load the weights now (they load on the first forward pass anyway): a damaged file raises here.
+        ``progress(fraction)`` hears how far a long load (a download) has come."""
+
+    @property
+    def needs_loading(self) -> bool:
+        """Whether running it now would first wait on its weights long enough for a page to show a progress
+        bar (a download, or gigabytes from disk); a shipped checkpoint loads in milliseconds: never."""
+        return False
 
     @abstractmethod
     def new_cache(self, max_size: int | None = None):
@@ -116,6 +197,11 @@ class LabModel(ABC):
         """Longest live evaluation length on its device (16 x train_length on a CPU)."""
         return max_eval_length(self.train_length, self.device)
 
+    @property
+    def length_cap_reason(self) -> str:
+        """Why the cap is where it is, in a page's words."""
+        return f"{self.length_cap // self.train_length} × its trained context on this device"
+
     def check_length(self, length: int, n_ids: int | None = None) -> None:
         """Reject lengths a lab will not run: too short, past the device cap, or longer than the text.
 
@@ -140,6 +226,10 @@ class LabModel(ABC):
     def stored_metrics(self) -> dict:
         """The evaluation stored with the model ({} when none)."""
         return {}
+
+    def has_stored_results(self) -> bool:
+        """Whether it was evaluated when it was made (the labs then draw its stored curves beside live ones)."""
+        return bool(self.stored_metrics().get("eval"))
 
     def finetuned_from(self) -> dict | None:
         """{checkpoint, train_length, tokens, position_options} when fine-tuned from another model."""
@@ -167,7 +257,7 @@ MODEL_KINDS: dict[str, ModelKind] = {}  # filled by the modules below as they ar
 # The modules that register a kind, in the order refs are tried, imported by name when a ref is first
 # resolved: the kinds depend on this interface, never the other way round, and the published models'
 # kind (transformers is seconds to import) loads only when a ref is no shipped checkpoint.
-KIND_MODULES = ("posviz.models.shipped", "posviz.models.published.model")
+KIND_MODULES = ("posviz.models.shipped", "posviz.models.hf.model")
 
 _OPEN: OrderedDict[tuple, LabModel] = OrderedDict()
 _OPEN_LOCK = threading.Lock()

@@ -50,7 +50,7 @@ class CheckpointModel(LabModel):
             raise CheckpointError(f"{folder / WEIGHTS}: file is missing.")
         self.model_config, self.position_options = cfg, dict(cfg.position_options)
         self.name, self.method, self.train_length = folder.name, cfg.position, cfg.train_length
-        self.n_layer, self.n_head = cfg.n_layer, cfg.n_head
+        self.n_layer, self.n_head, self.vocab_size = cfg.n_layer, cfg.n_head, cfg.vocab_size
         # The method as configured, without weights: what it can represent, and its frequencies.
         self._described = build_position_method(cfg.position, ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim,
                                                                          cfg.n_embd, cfg.train_length),
@@ -80,12 +80,19 @@ class CheckpointModel(LabModel):
     def bytes_per_id(self, ids) -> np.ndarray:
         return np.ones(len(ids), dtype=np.int64)
 
+    def count_ids(self, text: bytes) -> int:
+        return len(text)
+
+    @property
+    def id_axis(self) -> tuple:
+        return ("byte",)  # a byte is a byte whatever the context it was trained on: every checkpoint shares one axis
+
     # -- running ------------------------------------------------------------------------------------
     def __call__(self, ids, positions=None, cache=None, attention_layer=None, attention_head=None):
         return self.net(ids, positions=positions, cache=cache, attention_layer=attention_layer,
                         attention_head=attention_head)
 
-    def load(self) -> None:
+    def load(self, progress=None) -> None:
         self.net
 
     def new_cache(self, max_size: int | None = None) -> KVCache:
@@ -171,7 +178,7 @@ class InMemoryModel(CheckpointModel):
         self.position_options = dict(cfg.position_options)
         self.key = ("in-memory", id(net))
         self.name, self.method, self.train_length = name, cfg.position, cfg.train_length
-        self.n_layer, self.n_head = cfg.n_layer, cfg.n_head
+        self.n_layer, self.n_head, self.vocab_size = cfg.n_layer, cfg.n_head, cfg.vocab_size
         self._described = net.position
         self.max_positions, self.is_absolute = net.position.max_positions, net.position.is_absolute
         self.acts_on = net.position.acts_on

@@ -54,13 +54,14 @@ def check_length(length: int, n_bytes: int) -> None:
 
 
 @torch.inference_mode()
-def position_losses(model: GPT, data, length: int, batch_tokens: int = 1 << 15, max_windows: int | None = None,
+def position_losses(model: LabModel | GPT, data, length: int, batch_tokens: int = 1 << 15, max_windows: int | None = None,
                     progress: bool = False) -> torch.Tensor:
     """Loss in nats of every prediction in non-overlapping windows of ``length`` positions.
 
-    Returns (n_windows, length): row w, column i is the loss of predicting the byte after position i
-    of window w from the i + 1 bytes before it *in its window* (the ALiBi paper's non-overlapping
-    evaluation). The model sees positions 0 .. length-1, exactly as in training at that length.
+    Returns (n_windows, length): row w, column i is the loss of predicting the id after position i
+    of window w from the i + 1 ids before it *in its window* (the ALiBi paper's non-overlapping
+    evaluation). The model sees positions 0 .. length-1, exactly as in training at that length. ``model``:
+    any model a lab runs, or the byte GPT itself (training); ``data``: its ids.
     """
     data = byte_ids(data)
     check_length(length, data.numel())
@@ -77,14 +78,16 @@ def position_losses(model: GPT, data, length: int, batch_tokens: int = 1 << 15, 
     return torch.cat(out)
 
 
-def bits_per_byte(model: GPT, data, length: int, **kw) -> float:
+def bits_per_byte(model: LabModel | GPT, data, length: int, **kw) -> float:
     return float(position_losses(model, data, length, **kw).mean()) / LN2
 
 
 @torch.inference_mode()
-def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: bool = False) -> float:
-    """Every byte scored once, with up to ``window`` bytes of context: windows advance by ``stride``
-    and only their last ``stride`` predictions count (the first window counts all of its own)."""
+def sliding_window_bpb(model: LabModel | GPT, data, window: int, stride: int, progress: bool = False,
+                       id_bytes: np.ndarray | None = None) -> float:
+    """Every id scored once, with up to ``window`` ids of context: windows advance by ``stride`` and only
+    their last ``stride`` predictions count (the first window counts all of its own). Bits per byte of the
+    text: ``id_bytes`` are the bytes each id of ``data`` covers (None: one each, ids are bytes)."""
     data = byte_ids(data)
     check_length(window, data.numel())
     if window >= data.numel():  # a window of W predictions needs W + 1 bytes
@@ -92,6 +95,7 @@ def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: boo
                           f"got {data.numel():,}")
     if not isinstance(stride, (int, np.integer)) or not 1 <= stride <= window:
         raise PosvizError(f"stride must be an integer between 1 and the window ({window}), got {stride!r}")
+    sizes = np.ones(data.numel(), dtype=np.int64) if id_bytes is None else np.asarray(id_bytes, dtype=np.int64)
     total, count = 0.0, 0
     last = data.numel() - window - 1  # start of the window that predicts the final byte
     starts = list(range(0, last, stride)) + [last]  # the last window scores the tail a stride would skip
@@ -100,8 +104,8 @@ def sliding_window_bpb(model: GPT, data, window: int, stride: int, progress: boo
         chunk = data[s : s + window + 1].to(model.device)[None]
         logits = model(chunk[:, :-1]).logits.float()
         losses = F.cross_entropy(logits[0], chunk[0, 1:], reduction="none")  # predictions of bytes s+1..s+W
-        keep = losses[scored - s :] if scored > s else losses
-        total, count = total + float(keep.sum()), count + keep.numel()
+        first = max(scored - s, 0)
+        total, count = total + float(losses[first:].sum()), count + int(sizes[s + 1 + first : s + window + 1].sum())
         scored = s + window
     return total / count / LN2
 
@@ -213,7 +217,6 @@ def published_eval_table(model, ids: torch.Tensor, lengths: Iterable[int], progr
 
 def main(argv=None) -> None:
     from posviz.models.checkpoint_files import read_metrics, write_metrics
-    from posviz.models.shipped import CheckpointModel
     from posviz.training.data import load_corpus
     from posviz.models.interface import open_model
     from posviz.limits import add_device_argument, resolve_device
@@ -257,15 +260,17 @@ def main(argv=None) -> None:
         v = table[str(length)]
         why = model.cannot_run(length) or (f"the text has {ids.numel():,} {model.unit}s" if length + 1 > ids.numel() else "")
         print(f"{length:>8} {length / L:>6.1f} {'cannot run' if v is None else f'{v:.4f}':>10}  {why if v is None else ''}")
-    if args.sliding and isinstance(model, CheckpointModel):
+    if args.sliding:
         w, s = args.sliding
-        result["sliding_bpb"] = {f"W={w},s={s}": round(sliding_window_bpb(model.net, data[: 1 << 14], w, s, progress=True), 4)}
+        head = ids[: 1 << 14]
+        bpb = sliding_window_bpb(model, head, w, s, progress=True, id_bytes=model.bytes_per_id(head))
+        result["sliding_bpb"] = {f"W={w},s={s}": round(bpb, 4)}
     if args.copy_gaps:
         result["copy_probe"] = copy_probe(model, data, [g for g in args.copy_gaps if 64 + g < data.size])
         print("copy probe (bits/byte on the second copy, by gap):", result["copy_probe"])
     if args.write:
-        if not isinstance(model, CheckpointModel):
-            raise SystemExit("error: --write stores into a shipped checkpoint's metrics.json; a published model has none")
+        if not model.stored_metrics():  # a published model (or a folder without one) has no metrics.json to update
+            raise SystemExit("error: --write stores into a shipped checkpoint's metrics.json; this model has none")
         metrics = read_metrics(args.checkpoint)
         key = f"rope_{args.scaling}_x{args.factor:g}" if args.scaling else None
         ev = metrics.setdefault("eval", {})

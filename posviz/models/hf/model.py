@@ -19,14 +19,14 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Dynami
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import MAX_LENGTH_MULTIPLE_CPU, MAX_LENGTH_MULTIPLE_GPU
 from posviz.models.interface import MODEL_KINDS, LabModel, ModelKind, ModelOutput, open_model
-from posviz.models.published.cache import PublishedCache
-from posviz.models.published.families import (ACTS_ON, EAGER_DIFFERS, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
+from posviz.models.hf.cache import PublishedCache
+from posviz.models.hf.families import (ACTS_ON, EAGER_DIFFERS, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
                                               attention_module, decoder_layers, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
-from posviz.models.published.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, hub_file, is_transformers_folder, read_hf_config
-from posviz.models.published.settings import (CPU_FLOP_BUDGET, GPU_FLOP_BUDGET, forward_flops, max_params, max_work_bytes,
+from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, hub_file, is_transformers_folder, read_hf_config
+from posviz.models.hf.settings import (CPU_FLOP_BUDGET, GPU_FLOP_BUDGET, forward_flops, max_params, max_work_bytes,
                                               tokens_within)
-from posviz.models.published.text import TokenizerText
+from posviz.models.hf.text import TokenizerText
 
 
 @dataclass
@@ -60,6 +60,7 @@ class PublishedModel(LabModel):
         self.context_known = context is not None
         self.train_length = int(context or UNSTATED_CONTEXT)
         self.n_layer, self.n_head = int(config.num_hidden_layers), int(config.num_attention_heads)
+        self.vocab_size = int(config.vocab_size)
         self.max_positions = family.table_rows(config)
         self.acts_on = ACTS_ON[self.method]
         self.is_absolute = self.method == "learned"
@@ -101,6 +102,11 @@ class PublishedModel(LabModel):
             self._text = TokenizerText(tokenizer)
         return self._text
 
+    @property
+    def description(self) -> str:
+        """Its position method and trained context (" — learned, 1,024 tokens")."""
+        return f" — {self.method}, {self.train_length:,} {self.unit}s{'' if self.context_known else ' (assumed)'}"
+
     def encode(self, text: bytes) -> torch.Tensor:
         return self.text.encode(text)
 
@@ -119,9 +125,8 @@ class PublishedModel(LabModel):
         self._engine.load(progress)
 
     @property
-    def loaded(self) -> bool:
-        """Whether the weights are in memory (a page shows a progress bar while they load)."""
-        return self._engine.net is not None
+    def needs_loading(self) -> bool:
+        return self._engine.net is None  # a download or gigabytes from disk: the page shows a bar
 
     def new_cache(self, max_size: int | None = None) -> PublishedCache:
         return PublishedCache(max_size=max_size)

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from posviz.errors import PosvizError
-from posviz.models.published.families import FAMILIES, sdpa_ok, supported_families
+from posviz.models.hf.families import FAMILIES, sdpa_ok, supported_families
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
