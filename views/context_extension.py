@@ -5,7 +5,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import DASHED_LEGEND, legend_for, method_scales, metric_rows, show_chart
+from views._charts import DASHED_LEGEND, legend_for, method_scales, metric_rows, show_cached_chart
 from views._models import ModelList, add_published
 from views._page import error_box, page_header
 from views._serving import compute_once, stored_result
@@ -68,10 +68,6 @@ with left:
         st.stop()
     train_length, unit = rope.train_length, rope.unit
     others = [n for n in catalog.names if n != rope_name and n not in tuned]
-    factors = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
-    factor = st.select_slider("Scaling factor s", factors, value=float(qp_choice("factor", "4.0", [str(f) for f in factors] + [f"{f:g}" for f in factors])),
-                              key="w_factor", format_func=lambda f: f"{f:g}×",
-                              help=f"Stretch the {train_length:,}-{unit} training context to s × {train_length:,} {unit}s.")
     scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", SCALINGS, SCALINGS), key="w_scalings")
     default_refs = [n for n in ("alibi", "t5") if n in others and n in models] or [n for n in others if n in models][:2]
     references = st.multiselect("Compare with", others, default=qp_multi("refs", default_refs, others), key="w_refs",
@@ -80,253 +76,276 @@ with left:
     catalog.caption()
 with right:
     text = choose_text()
-sync_url(factor=factor, scalings=scalings, refs=references)
+sync_url(scalings=scalings, refs=references)
 references = catalog.ready(references)  # a published reference loads now
 # Models of other units or trained contexts than the scaled one: lengths as multiples of each one's context.
 mixed = extrapolation.mixed_contexts([rope] + [catalog.models[n] for n in references])
 
-# ------------------------------------------------------------------------------------------------
-# Wavelengths: what each scaling does to the rotation of every pair (no text needed)
-# ------------------------------------------------------------------------------------------------
-st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
-waves = pd.DataFrame(context_extension.rope_wavelengths(rope, factor, scalings=scalings or SCALINGS))
-wave_colours, wave_dashes = method_scales(scalings or SCALINGS, ALIASES)
-marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
-                      "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
-y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
-lines = alt.Chart(waves).mark_line(point=True).encode(
-    x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
-    color=alt.Color("scaling:N", scale=wave_colours, title="scaling", legend=DASHED_LEGEND),
-    strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling", legend=DASHED_LEGEND),
-    tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
-rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
-notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
-show_chart(alt.layer(lines, rules, notes).properties(height=340), waves, f"rope-wavelengths-s{factor:g}",
-           "Pairs whose wavelength is longer than the training length never completed a turn in training: the model only "
-           "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
-           "change and slow ones stretch about s×; YaRN and Llama 3 leave fast pairs alone and interpolate only the slow "
-           "ones (YaRN also sharpens attention by its attention factor).")
-af = waves.groupby("scaling", sort=False)["attention_factor"].first()
-if (af != 1).any():
-    st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "
-               + ", ".join(f"{k} {v:.3f}" for k, v in af.items()))
+FACTORS = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
+
 
 # ------------------------------------------------------------------------------------------------
-# Fine-tuned at a longer length: the same scaling before and after (shipped, drawn at once)
+# Everything below depends on the factor: a fragment, so that moving its slider reruns and resends this
+# part alone (the header, the model pickers and the text above stay as they are)
 # ------------------------------------------------------------------------------------------------
-st.subheader("With fine-tuning: position interpolation and YaRN as their papers use them")
-st.markdown(
-    "Position interpolation (Chen et al. 2023) and YaRN (Peng et al. 2023) are meant to be followed by a short "
-    "fine-tuning at the new length. The shipped `rope` checkpoint was fine-tuned at 4× its training length three "
-    "ways, with the same small budget each: no scaling, linear interpolation, YaRN. Dashed: the same scaling "
-    "before fine-tuning; solid: after. The methods that need no stretching are drawn for reference."
-)
-# the shipped rope checkpoint's training length, whichever model the scalings below apply to
-ft_length = models[rope_names[0]].train_length if rope_names else train_length
-ft_rows = pd.DataFrame(context_extension.finetuning_rows(models), columns=["curve", "length", "bpb", "stage", "of"])
-if ft_rows.empty:
-    st.info("No fine-tuned RoPE checkpoints in models/ yet. `scripts/finetune_rope.sh` makes them "
-            "(part of `make checkpoints`); then `python -m posviz.evaluate_all` stores their curves.", icon="ℹ️")
-else:
-    ft_refs = [n for n in ("alibi", "t5", "kerple", "fire") if n in others and n in models]
-    refs = pd.DataFrame([{"curve": n, "length": L, "bpb": v, "stage": "no fine-tuning needed", "of": n}
-                         for n in ft_refs for L, v in extrapolation.shipped_bpb_curve(models[n]) if v is not None],
-                        columns=ft_rows.columns)
-    ft_all = pd.concat([ft_rows, refs], ignore_index=True)
-    ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
-    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
-    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-    colour = alt.Color("curve:N", scale=ft_colours, title=None, legend=legend_for(ft_all["curve"].nunique()))
-    tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
-    stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
-        domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
-    ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
-    target = 4 * ft_length
-    ft_rules = alt.Chart(pd.DataFrame({"length": [ft_length, target]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
-    # One above the other: beside the chart, the tables' columns were cut at 1366 px.
-    left, right = st.container(), st.container()
-    with left:
-        show_chart(alt.layer(ft_chart, ft_rules).properties(height=340), ft_all, "context-extension-finetuned",
-                   f"Dotted: the training length ({ft_length:,}) and the fine-tuning length ({target:,}).")
-    with right:
-        facts = pd.DataFrame(context_extension.finetuning_facts(models))
-        st.dataframe(facts, hide_index=True, height="content")
-        at_target = ft_all[ft_all["length"] == target]
-        if not at_target.empty:
-            value = lambda of, stage: next((f"{v:.3f}" for v in at_target[(at_target["of"] == of)  # noqa: E731
-                                                                       & (at_target["stage"] == stage)]["bpb"]), "—")
-            table = pd.DataFrame([{"checkpoint": of, "before fine-tuning": value(of, "before fine-tuning"),
-                                   "after fine-tuning": value(of, "after fine-tuning"),
-                                   "no fine-tuning needed": value(of, "no fine-tuning needed")}
-                                  for of in dict.fromkeys(at_target["of"])])
-            st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
-            st.dataframe(table, hide_index=True, width="stretch", height="content")
-        curves = pd.DataFrame(context_extension.finetuning_curves(models))
-        if not curves.empty:
-            ft_train = alt.Chart(curves).mark_line().encode(
-                x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
-                                                                        scale=alt.Scale(zero=False)),
-                color=alt.Color("checkpoint:N", scale=method_scales(list(dict.fromkeys(curves["checkpoint"])))[0],
-                                title=None),  # the legend names the fine-tuning runs drawn, not every curve above
-                tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
-            show_chart(ft_train, curves, "finetuning-curves",
-                       "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
+@st.fragment
+def at_this_factor() -> None:
+    factor = st.select_slider("Scaling factor s", FACTORS, value=float(qp_choice(
+                                  "factor", "4.0", [str(f) for f in FACTORS] + [f"{f:g}" for f in FACTORS])),
+                              key="w_factor", format_func=lambda f: f"{f:g}×",
+                              help=f"Stretch the {train_length:,}-{unit} training context to s × {train_length:,} {unit}s.")
+    sync_url(factor=factor)
+    # Everything the charts depend on: visitors with the same choices share them (see show_cached_chart)
+    view_key = ("context-extension", rope.key, factor, tuple(scalings), tuple(references), mixed,
+                tuple(catalog.models[n].key for n in references), tuple(m.key for m in models.values()))
+    # ------------------------------------------------------------------------------------------------
+    # Wavelengths: what each scaling does to the rotation of every pair (no text needed)
+    # ------------------------------------------------------------------------------------------------
+    st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
+    waves = pd.DataFrame(context_extension.rope_wavelengths(rope, factor, scalings=scalings or SCALINGS))
+    wave_colours, wave_dashes = method_scales(scalings or SCALINGS, ALIASES)
+    marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
+                          "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
+    y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
+    lines = alt.Chart(waves).mark_line(point=True).encode(
+        x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
+        color=alt.Color("scaling:N", scale=wave_colours, title="scaling", legend=DASHED_LEGEND),
+        strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling", legend=DASHED_LEGEND),
+        tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
+    rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
+    notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
+    show_cached_chart(view_key + ("wavelengths",), lambda: (alt.layer(lines, rules, notes).properties(height=340), waves),
+                      f"rope-wavelengths-s{factor:g}",
+               "Pairs whose wavelength is longer than the training length never completed a turn in training: the model only "
+               "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
+               "change and slow ones stretch about s×; YaRN and Llama 3 leave fast pairs alone and interpolate only the slow "
+               "ones (YaRN also sharpens attention by its attention factor).")
+    af = waves.groupby("scaling", sort=False)["attention_factor"].first()
+    if (af != 1).any():
+        st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "
+                   + ", ".join(f"{k} {v:.3f}" for k, v in af.items()))
 
-if text is None:
-    st.stop()
-if not scalings:
-    st.info("Pick at least one scaling.")
-    st.stop()
-
-# ------------------------------------------------------------------------------------------------
-# bits per byte vs length: shipped (stored factors) and live (the chosen factor)
-# ------------------------------------------------------------------------------------------------
-st.subheader("Bits per byte vs evaluation length")
-shipped = pd.DataFrame(context_extension.shipped_scaling_curves(rope), columns=["scaling", "length", "bpb", "factor"])
-shipped = shipped[shipped["scaling"].isin(scalings)].rename(columns={"scaling": "curve"})
-shipped["kind"] = "rope + scaling"
-ref_rows = [{"curve": n, "length": L, "bpb": v, "factor": None, "kind": "no scaling needed"}
-            for n in references for L, v in extrapolation.shipped_bpb_curve(catalog.models[n]) if v is not None]
-shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], ignore_index=True)
-CONTEXT = {rope_name: train_length, **{n: catalog.models[n].train_length for n in references}}
-
-
-def with_multiples(df: pd.DataFrame) -> pd.DataFrame:
-    """Mixed units or contexts: each row's length as a multiple of its own model's trained context."""
-    if not mixed:
-        return df
-    contexts = [train_length if kind == "rope + scaling" else CONTEXT[curve] for curve, kind in zip(df["curve"], df["kind"])]
-    return df.assign(multiple=df["length"] / pd.Series(contexts, index=df.index, dtype=float))
-
-
-shipped = with_multiples(shipped)
-
-
-def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
-    if mixed:
-        return multiple_chart(df, title)
-    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
-    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-    colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
-    colour = alt.Color("curve:N", scale=colours, title=None)
-    tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
-    dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)  # rope's scalings dashed, other methods solid
-    rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
-    refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
-    rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
-    return alt.layer(rope, refs, rule).properties(height=340, title=title)
-
-
-def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
-    """``curve_chart`` against the multiple of each model's trained context (bytes and tokens on one axis)."""
-    x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
-    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-    colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
-    colour = alt.Color("curve:N", scale=colours, title=None)
-    tip = ["curve", "length", alt.Tooltip("multiple:Q", format="g"), alt.Tooltip("bpb:Q", format=".3f"),
-           alt.Tooltip("factor:Q", format="g")]
-    dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)
-    parts = [df[df["kind"] == "rope + scaling"], df[df["kind"] != "rope + scaling"]]  # scalings dashed, references solid
-    lines = [alt.Chart(part).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip) for part in parts if len(part)]
-    rule = alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="multiple:Q")
-    return alt.layer(*lines, rule).properties(height=340, title=title)
-
-
-c1, c2 = st.columns(2)
-with c1:
-    if shipped.empty and not rope.stored_metrics():
-        st.info(f"{rope_name} is a published model: it has no stored curves; its live curves are on the right.")
-    elif shipped.empty:
-        st.info("No stored curves yet (run `python -m posviz.evaluate_all`).")
+    # ------------------------------------------------------------------------------------------------
+    # Fine-tuned at a longer length: the same scaling before and after (shipped, drawn at once)
+    # ------------------------------------------------------------------------------------------------
+    st.subheader("With fine-tuning: position interpolation and YaRN as their papers use them")
+    st.markdown(
+        "Position interpolation (Chen et al. 2023) and YaRN (Peng et al. 2023) are meant to be followed by a short "
+        "fine-tuning at the new length. The shipped `rope` checkpoint was fine-tuned at 4× its training length three "
+        "ways, with the same small budget each: no scaling, linear interpolation, YaRN. Dashed: the same scaling "
+        "before fine-tuning; solid: after. The methods that need no stretching are drawn for reference."
+    )
+    # the shipped rope checkpoint's training length, whichever model the scalings below apply to
+    ft_length = models[rope_names[0]].train_length if rope_names else train_length
+    ft_rows = pd.DataFrame(context_extension.finetuning_rows(models), columns=["curve", "length", "bpb", "stage", "of"])
+    if ft_rows.empty:
+        st.info("No fine-tuned RoPE checkpoints in models/ yet. `scripts/finetune_rope.sh` makes them "
+                "(part of `make checkpoints`); then `python -m posviz.evaluate_all` stores their curves.", icon="ℹ️")
     else:
-        show_chart(curve_chart(shipped, "Shipped: factor = length ÷ training length"), shipped, "context-extension-shipped",
-                   "Stored in metrics.json (131 kB of validation text). Static scalings were evaluated at the factor that "
-                   "exactly fits each length; dynamic NTK adapts by itself (factor 2). Every window is one full forward pass, so "
-                   "dynamic NTK rotates all its positions with the frequencies of the window's length; a cached decoder "
-                   "keeps each key's frequencies from the step that wrote it, and scores differently past the training length.")
-with c2:
-    live_slot = st.empty()
-    live_slot.info("Live curves are being computed…")
-    working = st.container()  # progress bars, under the chart they fill
+        ft_refs = [n for n in ("alibi", "t5", "kerple", "fire") if n in others and n in models]
+        refs = pd.DataFrame([{"curve": n, "length": L, "bpb": v, "stage": "no fine-tuning needed", "of": n}
+                             for n in ft_refs for L, v in extrapolation.shipped_bpb_curve(models[n]) if v is not None],
+                            columns=ft_rows.columns)
+        ft_all = pd.concat([ft_rows, refs], ignore_index=True)
+        ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
+        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+        y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+        colour = alt.Color("curve:N", scale=ft_colours, title=None, legend=legend_for(ft_all["curve"].nunique()))
+        tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
+        stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
+            domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
+        ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
+        target = 4 * ft_length
+        ft_rules = alt.Chart(pd.DataFrame({"length": [ft_length, target]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+        # One above the other: beside the chart, the tables' columns were cut at 1366 px.
+        left, right = st.container(), st.container()
+        with left:
+            show_cached_chart(view_key + ("finetuned",), lambda: (alt.layer(ft_chart, ft_rules).properties(height=340), ft_all),
+                              "context-extension-finetuned",
+                       f"Dotted: the training length ({ft_length:,}) and the fine-tuning length ({target:,}).")
+        with right:
+            facts = pd.DataFrame(context_extension.finetuning_facts(models))
+            st.dataframe(facts, hide_index=True, height="content")
+            at_target = ft_all[ft_all["length"] == target]
+            if not at_target.empty:
+                value = lambda of, stage: next((f"{v:.3f}" for v in at_target[(at_target["of"] == of)  # noqa: E731
+                                                                           & (at_target["stage"] == stage)]["bpb"]), "—")
+                table = pd.DataFrame([{"checkpoint": of, "before fine-tuning": value(of, "before fine-tuning"),
+                                       "after fine-tuning": value(of, "after fine-tuning"),
+                                       "no fine-tuning needed": value(of, "no fine-tuning needed")}
+                                      for of in dict.fromkeys(at_target["of"])])
+                st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
+                st.dataframe(table, hide_index=True, width="stretch", height="content")
+            curves = pd.DataFrame(context_extension.finetuning_curves(models))
+            if not curves.empty:
+                ft_train = alt.Chart(curves).mark_line().encode(
+                    x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
+                                                                            scale=alt.Scale(zero=False)),
+                    color=alt.Color("checkpoint:N", scale=method_scales(list(dict.fromkeys(curves["checkpoint"])))[0],
+                                    title=None),  # the legend names the fine-tuning runs drawn, not every curve above
+                    tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
+                show_cached_chart(view_key + ("finetuning-curves",), lambda: (ft_train, curves), "finetuning-curves",
+                           "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
 
-try:
-    rope.load()
-except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
-    with c2:
-        live_slot.empty()
-        error_box(exc, f"Choose another model above; {rope_name}'s scalings cannot run." if rope_name in catalog.listed
-                  else "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
-                       "`python -m posviz.train --method rope`.")
-    st.stop()
-text_bytes = text.as_bytes()
+    if text is None:
+        st.stop()
+    if not scalings:
+        st.info("Pick at least one scaling.")
+        st.stop()
+
+    # ------------------------------------------------------------------------------------------------
+    # bits per byte vs length: shipped (stored factors) and live (the chosen factor)
+    # ------------------------------------------------------------------------------------------------
+    st.subheader("Bits per byte vs evaluation length")
+    shipped = pd.DataFrame(context_extension.shipped_scaling_curves(rope), columns=["scaling", "length", "bpb", "factor"])
+    shipped = shipped[shipped["scaling"].isin(scalings)].rename(columns={"scaling": "curve"})
+    shipped["kind"] = "rope + scaling"
+    ref_rows = [{"curve": n, "length": L, "bpb": v, "factor": None, "kind": "no scaling needed"}
+                for n in references for L, v in extrapolation.shipped_bpb_curve(catalog.models[n]) if v is not None]
+    shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], ignore_index=True)
+    CONTEXT = {rope_name: train_length, **{n: catalog.models[n].train_length for n in references}}
 
 
-def id_count(model) -> int:
-    """The text's length in the model's ids (its bytes for a checkpoint)."""
-    return model.count_ids(text_bytes)
+    def with_multiples(df: pd.DataFrame) -> pd.DataFrame:
+        """Mixed units or contexts: each row's length as a multiple of its own model's trained context."""
+        if not mixed:
+            return df
+        contexts = [train_length if kind == "rope + scaling" else CONTEXT[curve] for curve, kind in zip(df["curve"], df["kind"])]
+        return df.assign(multiple=df["length"] / pd.Series(contexts, index=df.index, dtype=float))
 
 
-lengths = context_extension.extension_lengths(train_length, rope.length_cap, id_count(rope))
-if not lengths:
-    with c2:
-        live_slot.empty()
-        error_box(PosvizError(f"The text has {id_count(rope):,} {unit}s, fewer than the training length ({train_length:,})."),
-                  "Pick a validation document or paste a longer text.")
-    st.stop()
-LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
-# each reference's own lengths: the same as the scaled model's, or the same multiples of its own context
-ref_lengths = {n: context_extension.reference_lengths(rope, lengths, catalog.models[n], id_count(catalog.models[n]))
-               for n in references}
+    shipped = with_multiples(shipped)
 
 
-def scaling_key(scaling: str) -> tuple:
-    # "none" is the checkpoint as trained whatever the factor: one result for every s
-    return rope.key + (text_bytes, scaling, 1.0 if scaling == "none" else factor, tuple(lengths))
+    def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
+        if mixed:
+            return multiple_chart(df, title)
+        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
+        y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+        colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
+        colour = alt.Color("curve:N", scale=colours, title=None)
+        tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
+        dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)  # rope's scalings dashed, other methods solid
+        rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+        refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+        rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+        return alt.layer(rope, refs, rule).properties(height=340, title=title)
 
 
-def reference_key(model, name: str) -> tuple:
-    return model.key + (text_bytes, tuple(ref_lengths[name]))
+    def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
+        """``curve_chart`` against the multiple of each model's trained context (bytes and tokens on one axis)."""
+        x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
+        y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+        colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
+        colour = alt.Color("curve:N", scale=colours, title=None)
+        tip = ["curve", "length", alt.Tooltip("multiple:Q", format="g"), alt.Tooltip("bpb:Q", format=".3f"),
+               alt.Tooltip("factor:Q", format="g")]
+        dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)
+        parts = [df[df["kind"] == "rope + scaling"], df[df["kind"] != "rope + scaling"]]  # scalings dashed, references solid
+        lines = [alt.Chart(part).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip) for part in parts if len(part)]
+        rule = alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="multiple:Q")
+        return alt.layer(*lines, rule).properties(height=340, title=title)
 
 
-def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame]) -> pd.DataFrame:
-    live = pd.DataFrame(scaling_rows, columns=["scaling", "factor", "length", "bpb"]).rename(columns={"scaling": "curve"})
-    live["kind"] = "rope + scaling"
-    return with_multiples(pd.concat([live, *reference_frames], ignore_index=True))
-
-
-# A first visitor sees each curve join the chart as it is computed; one whose curves are all stored gets it whole.
-streaming = not (all(stored_result("rope_scaling", scaling_key(s))[0] for s in scalings)
-                 and all(stored_result("reference_curve", reference_key(catalog.models[n], n))[0] for n in references))
-live_rows, reference_frames = [], []
-jobs = [("scaling", s) for s in scalings] + [("reference", n) for n in references]
-for i, (kind, name) in enumerate(jobs):
-    with working:
-        if kind == "scaling":
-            live_rows += compute_once(
-                "rope_scaling", scaling_key(name),
-                lambda progress, scaling=name: context_extension.rope_scaling_curves(
-                    rope, factor, rope.tokenize(text_bytes).ids, lengths, [scaling], progress),
-                f"{'rope' if rope_name in models else rope_name} + {name} at s = {factor:g}: {len(lengths)} lengths…")
+    c1, c2 = st.columns(2)
+    with c1:
+        if shipped.empty and not rope.stored_metrics():
+            st.info(f"{rope_name} is a published model: it has no stored curves; its live curves are on the right.")
+        elif shipped.empty:
+            st.info("No stored curves yet (run `python -m posviz.evaluate_all`).")
         else:
-            model = catalog.models[name]
-            rows = compute_once("reference_curve", reference_key(model, name),
-                                lambda progress, model=model, name=name: context_extension.reference_curve(
-                                    model, model.tokenize(text_bytes).ids, ref_lengths[name], progress),
-                                f"{name}: {len(ref_lengths[name])} lengths…")
-            reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
-                curve=name, kind="no scaling needed", factor=None))
-    if streaming and i < len(jobs) - 1:  # the last one is drawn below, with its download
-        live_slot.altair_chart(curve_chart(live_frame(live_rows, reference_frames), LIVE_TITLE), width="stretch")
-live = live_frame(live_rows, reference_frames)
-with live_slot.container():
-    show_chart(curve_chart(live, LIVE_TITLE), live,
-               f"context-extension-live-s{factor:g}",
-               f"Computed now on {device_label()}. A single factor for every length: below s × {train_length:,} the "
-               "scalings give up some short-range precision; past it they run out of stretch.")
+            show_cached_chart(view_key + ("shipped",), lambda: (curve_chart(shipped, "Shipped: factor = length ÷ training length"),
+                                                               shipped), "context-extension-shipped",
+                       "Stored in metrics.json (131 kB of validation text). Static scalings were evaluated at the factor that "
+                       "exactly fits each length; dynamic NTK adapts by itself (factor 2). Every window is one full forward pass, so "
+                       "dynamic NTK rotates all its positions with the frequencies of the window's length; a cached decoder "
+                       "keeps each key's frequencies from the step that wrote it, and scores differently past the training length.")
+    with c2:
+        live_slot = st.empty()
+        live_slot.info("Live curves are being computed…")
+        working = st.container()  # progress bars, under the chart they fill
 
-best = (live[live["multiple"] == max(lengths) / train_length] if mixed else live[live["length"] == max(lengths)]).sort_values("bpb")
-if not best.empty:
-    st.markdown(f"**At {max(lengths) // train_length}× each model's trained context, live:**" if mixed else
-                f"**At {max(lengths):,} {unit}s ({max(lengths) // train_length}× the training length), live:**")
-    metric_rows([dict(label=r["curve"], value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
-                per_row=4)
+    try:
+        rope.load()
+    except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
+        with c2:
+            live_slot.empty()
+            error_box(exc, f"Choose another model above; {rope_name}'s scalings cannot run." if rope_name in catalog.listed
+                      else "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
+                           "`python -m posviz.train --method rope`.")
+        st.stop()
+    text_bytes = text.as_bytes()
+
+
+    def id_count(model) -> int:
+        """The text's length in the model's ids (its bytes for a checkpoint)."""
+        return model.count_ids(text_bytes)
+
+
+    lengths = context_extension.extension_lengths(train_length, rope.length_cap, id_count(rope))
+    if not lengths:
+        with c2:
+            live_slot.empty()
+            error_box(PosvizError(f"The text has {id_count(rope):,} {unit}s, fewer than the training length ({train_length:,})."),
+                      "Pick a validation document or paste a longer text.")
+        st.stop()
+    LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
+    # each reference's own lengths: the same as the scaled model's, or the same multiples of its own context
+    ref_lengths = {n: context_extension.reference_lengths(rope, lengths, catalog.models[n], id_count(catalog.models[n]))
+                   for n in references}
+
+
+    def scaling_key(scaling: str) -> tuple:
+        # "none" is the checkpoint as trained whatever the factor: one result for every s
+        return rope.key + (text_bytes, scaling, 1.0 if scaling == "none" else factor, tuple(lengths))
+
+
+    def reference_key(model, name: str) -> tuple:
+        return model.key + (text_bytes, tuple(ref_lengths[name]))
+
+
+    def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame]) -> pd.DataFrame:
+        live = pd.DataFrame(scaling_rows, columns=["scaling", "factor", "length", "bpb"]).rename(columns={"scaling": "curve"})
+        live["kind"] = "rope + scaling"
+        return with_multiples(pd.concat([live, *reference_frames], ignore_index=True))
+
+
+    # A first visitor sees each curve join the chart as it is computed; one whose curves are all stored gets it whole.
+    streaming = not (all(stored_result("rope_scaling", scaling_key(s))[0] for s in scalings)
+                     and all(stored_result("reference_curve", reference_key(catalog.models[n], n))[0] for n in references))
+    live_rows, reference_frames = [], []
+    jobs = [("scaling", s) for s in scalings] + [("reference", n) for n in references]
+    for i, (kind, name) in enumerate(jobs):
+        with working:
+            if kind == "scaling":
+                live_rows += compute_once(
+                    "rope_scaling", scaling_key(name),
+                    lambda progress, scaling=name: context_extension.rope_scaling_curves(
+                        rope, factor, rope.tokenize(text_bytes).ids, lengths, [scaling], progress),
+                    f"{'rope' if rope_name in models else rope_name} + {name} at s = {factor:g}: {len(lengths)} lengths…")
+            else:
+                model = catalog.models[name]
+                rows = compute_once("reference_curve", reference_key(model, name),
+                                    lambda progress, model=model, name=name: context_extension.reference_curve(
+                                        model, model.tokenize(text_bytes).ids, ref_lengths[name], progress),
+                                    f"{name}: {len(ref_lengths[name])} lengths…")
+                reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
+                    curve=name, kind="no scaling needed", factor=None))
+        if streaming and i < len(jobs) - 1:  # the last one is drawn below, with its download
+            live_slot.altair_chart(curve_chart(live_frame(live_rows, reference_frames), LIVE_TITLE), width="stretch")
+    live = live_frame(live_rows, reference_frames)
+    with live_slot.container():
+        show_cached_chart(view_key + ("live", text_bytes), lambda: (curve_chart(live, LIVE_TITLE), live),
+                   f"context-extension-live-s{factor:g}",
+                   f"Computed now on {device_label()}. A single factor for every length: below s × {train_length:,} the "
+                   "scalings give up some short-range precision; past it they run out of stretch.")
+
+    best = (live[live["multiple"] == max(lengths) / train_length] if mixed else live[live["length"] == max(lengths)]).sort_values("bpb")
+    if not best.empty:
+        st.markdown(f"**At {max(lengths) // train_length}× each model's trained context, live:**" if mixed else
+                    f"**At {max(lengths):,} {unit}s ({max(lengths) // train_length}× the training length), live:**")
+        metric_rows([dict(label=r["curve"], value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
+                    per_row=4)
+
+
+at_this_factor()

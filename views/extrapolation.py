@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from views import _extrapolation_charts as charts
 from views._charts import cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._models import usable_models
@@ -153,7 +154,7 @@ def at_this_length() -> None:
         sync_url(L=length)
         multiple, lengths, blocked = None, {n: length for n in chosen}, {}
         # a published model's cap can be set by the time one pass takes: then say so
-        reason = (getattr(models[chosen[0]], "length_cap_reason", None)
+        reason = (models[chosen[0]].length_cap_reason
                   if cap != max_eval_length(train_length, models[chosen[0]].device) else None)
         st.caption(f"Cap on this device ({device_label()}): {cap:,} {unit}s = {cap // train_length} × the training length of "
                    f"{train_length:,}" + (f" ({reason})" if reason else "") + ". "
@@ -185,47 +186,7 @@ def at_this_length() -> None:
 
 
     def bpb_chart(live: pd.DataFrame) -> alt.LayerChart:
-        if mixed:
-            return multiple_chart(live)
-        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
-        y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
-        colour = alt.Color("model:N", scale=COLOURS, title="checkpoint")
-        layers = [] if shipped.empty else [  # no stored curves (published models): live points only
-            alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
-            .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])]
-        if not live.empty:
-            layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
-                          .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"),
-                                                         "source"]))
-        rules = pd.DataFrame({"length": [train_length], "what": ["training length = this length"]}) if length == train_length \
-            else pd.DataFrame({"length": [train_length, length], "what": ["training length", "this length"]})
-        layers.append(alt.Chart(rules).mark_rule(strokeDash=[2, 2], color="grey").encode(
-            x="length:Q", tooltip=["what", "length"]))
-        layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6, color="grey", baseline="top").encode(
-            x="length:Q", y=alt.value(0), text="what"))
-        return alt.layer(*layers).properties(height=360)
-
-
-    def multiple_chart(live: pd.DataFrame) -> alt.LayerChart:
-        """bpb against the multiple of each model's trained context: bytes and tokens on one axis."""
-        x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
-        y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
-        colour = alt.Color("model:N", scale=COLOURS, title="model")
-        tip = ["model", alt.Tooltip("multiple:Q", format="g"), "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"]
-        layers = [] if shipped.empty else [
-            alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
-            .encode(x, y, colour, tooltip=tip)]
-        if not live.empty:
-            layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
-                          .encode(x, y, colour, tooltip=tip))
-        rules = pd.DataFrame({"multiple": [1.0], "what": ["trained context = this length"]}) if multiple == 1 \
-            else pd.DataFrame({"multiple": [1.0, multiple], "what": ["trained context", "this length"]})
-        layers.append(alt.Chart(rules).mark_rule(strokeDash=[2, 2], color="grey").encode(
-            x="multiple:Q", tooltip=["what", "multiple"]))
-        layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6, color="grey", baseline="top").encode(
-            x="multiple:Q", y=alt.value(0), text="what"))
-        return alt.layer(*layers).properties(height=360)
-
+        return charts.bpb_chart(shipped, live, COLOURS, unit, train_length, length, multiple if mixed else None)
 
     # Everything the charts below depend on: visitors with the same choices share them (see show_cached_chart).
     view_key = (("extrapolation-multiple", tuple(chosen), multiple) if mixed else ("extrapolation", tuple(chosen), length)) \
@@ -327,69 +288,16 @@ def at_this_length() -> None:
     smooth = max(1, (length or 0) // 64)
     n_windows = max(s["n_windows"] for s in scores.values())
 
-    def multiple_loss_chart() -> tuple[alt.LayerChart, pd.DataFrame]:
-        """Each model's loss by position as a fraction of its own trained context (its ids differ)."""
-        frames = []
-        for name, s in scores.items():
-            raw = np.asarray(s["position_bits"], dtype=float)
-            smoothed = lab_inputs.moving_average(raw, max(1, lengths[name] // 64))
-            keep = np.isfinite(smoothed)
-            position = np.arange(raw.size)
-            frames.append(pd.DataFrame({"model": name, "position": position[keep],
-                                        "multiple": position[keep] / models[name].train_length, "bits": smoothed[keep],
-                                        "raw bits": raw[keep], "unit": models[name].unit}))
-        pos_df = pd.concat(frames, ignore_index=True)
-        every = {n: max(1, lengths[n] // 512) for n in scores}
-        drawn = pos_df[[p % every[m] == 0 or p == lengths[m] - 1 for m, p in zip(pos_df["model"], pos_df["position"])]]
-        x = alt.X("multiple:Q", title="position in the window ÷ the model's trained context")
-        lines = alt.Chart(drawn).mark_line().encode(
-            x, alt.Y("bits:Q", title="mean loss per id (bits)", scale=alt.Scale(zero=False)),
-            alt.Color("model:N", scale=COLOURS, title="model"),
-            tooltip=["model", "position", "unit", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
-        layers = [lines]
-        if multiple > 1:
-            mark = pd.DataFrame({"multiple": [1.0], "what": ["trained context"]})
-            layers += [alt.Chart(mark).mark_rule(strokeDash=[4, 3], color="grey").encode(x="multiple:Q"),
-                       alt.Chart(mark).mark_text(align="left", dx=4, color="grey", baseline="top").encode(
-                           x="multiple:Q", y=alt.value(0), text="what")]
-        return alt.layer(*layers).properties(height=320), pos_df
-
-
-    def loss_chart() -> tuple[alt.LayerChart, pd.DataFrame]:
-        # Draw at most ~512 points a line (the smoothing window is wider than the gap between them); the CSV
-        # keeps every position. Thousands of points per line made the browser, not the model, the slow part.
-        drawn_every = max(1, length // 512)
-        frames = []
-        for name, s in scores.items():
-            raw = np.asarray(s["position_bits"], dtype=float)
-            smoothed = lab_inputs.moving_average(raw, smooth)
-            keep = np.isfinite(smoothed)
-            frames.append(pd.DataFrame({"model": name, "position": np.arange(raw.size)[keep], "bits": smoothed[keep],
-                                        "raw bits": raw[keep]}))
-        pos_df = pd.concat(frames, ignore_index=True)
-        drawn = pos_df[(pos_df["position"] % drawn_every == 0) | (pos_df["position"] == length - 1)]
-        x = alt.X("position:Q", title=f"position in the window (the prediction made there sees position + 1 {unit}s)")
-        lines = alt.Chart(drawn).mark_line().encode(
-            x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
-            alt.Color("model:N", scale=COLOURS, title="checkpoint"),
-            tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
-        layers = [lines]
-        if train_length < length:
-            mark = pd.DataFrame({"position": [train_length], "what": ["training length"]})
-            layers += [alt.Chart(mark).mark_rule(strokeDash=[4, 3], color="grey").encode(x="position:Q"),
-                       alt.Chart(mark).mark_text(align="left", dx=4, color="grey", baseline="top").encode(
-                           x="position:Q", y=alt.value(0), text="what")]
-        return alt.layer(*layers).properties(height=320), pos_df
-
-
     if mixed:
-        show_cached_chart(view_key + ("loss",), multiple_loss_chart, f"loss-by-position-M{multiple:g}",
+        show_cached_chart(view_key + ("loss",), lambda: charts.multiple_loss_chart(scores, lengths, models, COLOURS, multiple),
+                          f"loss-by-position-M{multiple:g}",
                           "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a "
                           "byte-level checkpoint, per token for a tokenized model, so compare each curve's shape, not "
                           "their levels. Past the dashed line the model predicts from more context than it ever had "
                           "in training.")
     else:
-        show_cached_chart(view_key + ("loss",), loss_chart, f"loss-by-position-L{length}",
+        show_cached_chart(view_key + ("loss",), lambda: charts.loss_chart(scores, length, smooth, train_length, unit, COLOURS),
+                          f"loss-by-position-L{length}",
                           f"Mean over {n_windows} window(s)" + (f", smoothed over {smooth} positions" if smooth > 1 else "") +
                           (f"; sliding windows: each position's mean over the windows where it counts (the first "
                            "window's every position, the others' last stride)" if stride_choice != "none" else "") +
@@ -477,24 +385,13 @@ def at_this_length() -> None:
         st.subheader("How far each head looks as the window grows")
         growth_at = attention_maps.growth_lengths(L, T, model.max_positions)
 
-        def growth_chart(value: str, title: str, fmt: str):
-            # Read off the map's own forward pass: the first n queries of a causal model attend as a window of n would.
-            growth = pd.DataFrame(attention_maps.prefix_growth(view, growth_at))
-            growth["head"] = growth["head"].map(lambda h: f"head {h}")
-            x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"window length ({u}s, log scale)")
-            rule = alt.Chart(pd.DataFrame({"length": [T]})).mark_rule(strokeDash=[4, 3], color="grey").encode(
-                x="length:Q")
-            return alt.layer(alt.Chart(growth).mark_line(point=True).encode(
-                x, alt.Y(f"{value}:Q", title=title), alt.Color("head:N", title=None),
-                tooltip=["head", "length", alt.Tooltip(f"{value}:Q", format=fmt)]), rule).properties(height=280), growth
-
         growth_key = view_key + (inspect, layer, scale)
         g1, g2 = st.columns(2)
         with g1:
-            show_cached_chart(growth_key + ("distance",), lambda: growth_chart("distance", f"mean attention distance ({u}s)", ".1f"),
+            show_cached_chart(growth_key + ("distance",), lambda: charts.growth_chart(view, growth_at, u, T, "distance", f"mean attention distance ({u}s)", ".1f"),
                               f"attention-distance-{inspect}-l{layer}", "Σⱼ p(i→j)·(i−j), averaged over queries.")
         with g2:
-            show_cached_chart(growth_key + ("entropy",), lambda: growth_chart("entropy", "mean attention entropy (bits)", ".2f"),
+            show_cached_chart(growth_key + ("entropy",), lambda: charts.growth_chart(view, growth_at, u, T, "entropy", "mean attention entropy (bits)", ".2f"),
                               f"attention-entropy-{inspect}-l{layer}",
                               "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
         if model.max_positions is not None and model.max_positions < L:
