@@ -40,20 +40,28 @@ def show_cached_chart(key: tuple, build, name: str, caption: str | None = None) 
     ``key`` must hold everything the chart depends on. Building an Altair chart and writing its
     Vega-Lite spec (with the schema checks Altair runs) took 0.1–0.4 s a chart on every run, for
     every visitor; the spec is kept with its datasets already in Arrow, as Streamlit sends them.
+    A vertically concatenated chart is kept as its views, drawn one under the other (see ``show_chart``).
     """
-    spec, data = shared("chart", key, lambda: _spec_and_data(*build()))
-    draw_spec(spec)
+    specs, data = shared("chart", key, lambda: _specs_of(*build()))
+    for spec in specs:
+        draw_spec(spec)
     row = st.container(horizontal=True, vertical_alignment="center")
     row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
                         mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
     row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
 
 
-def draw_spec(spec: dict) -> None:
+def _specs_of(chart: alt.TopLevelMixin, data: pd.DataFrame) -> tuple[list[dict], pd.DataFrame]:
+    parts = chart.vconcat if isinstance(chart, alt.VConcatChart) else [chart]
+    return [_spec_and_data(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, None)[0]
+            for part in parts], data
+
+
+def draw_spec(spec: dict, width: str = "stretch") -> None:
     """A stored Vega-Lite spec on the page (Streamlit moves the datasets out of the spec it is given,
     so it gets a copy)."""
     st.vega_lite_chart(spec={**copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"}),
-                             "datasets": dict(spec.get("datasets", {}))}, width="stretch")
+                             "datasets": dict(spec.get("datasets", {}))}, width=width)
 
 
 def cached_spec(key: tuple, build) -> dict:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._charts import method_scales, show_chart
+from views._charts import method_scales, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._serving import compute_once, shared
 from views._models import usable_models
@@ -171,7 +171,8 @@ def methods_apart(a: str, b: str, where) -> None:
     if multiple > 1:
         layers.append(alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
             x="multiple:Q"))
-    show_chart(alt.layer(*layers), df, f"compare-loss-{a}-{b}-M{multiple:g}",
+    show_cached_chart(("compare", text_bytes) + ma.key + mb.key + (f"compare-loss-{a}-{b}-M{multiple:g}",),
+                      lambda: (alt.layer(*layers), df), f"compare-loss-{a}-{b}-M{multiple:g}",
                "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a byte-level "
                "checkpoint, per token for a tokenized model; the dashed line: the trained context.")
     if len(curves) < 2:
@@ -195,7 +196,10 @@ def methods_apart(a: str, b: str, where) -> None:
                "sharp), not head numbers.")
 
 
-if mode == "methods":
+# Each mode's section is a fragment: moving its widgets reruns and resends that section alone (the header,
+# the mode and the text above stay as they are).
+@st.fragment
+def methods_section() -> None:
     c1, c2, c3 = st.columns(3)
     label_a, label_b = catalog.say("Method A", "Model A"), catalog.say("Method B", "Model B")
     a = c1.selectbox(label_a, names, index=names.index(qp_choice("a", shipped_names[0], names)), key="w_a",
@@ -279,11 +283,13 @@ if mode == "methods":
                 tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
             alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"),
             *layers[1:]).properties(height=180)
-        show_chart(alt.vconcat(top, bottom), df, f"compare-loss-{a}-{b}-L{length}",
+        show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
+                          lambda: (alt.vconcat(top, bottom), df), f"compare-loss-{a}-{b}-L{length}",
                    "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")
                    + f". Below: {b} minus {a}; below 0, {b} predicts better.")
     else:
-        show_chart(top, df, f"compare-loss-{a}-{b}-L{length}")
+        show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
+                          lambda: (top, df), f"compare-loss-{a}-{b}-L{length}")
         if a == b:
             st.info("Pick two different methods to see a difference.")
 
@@ -309,7 +315,10 @@ if mode == "methods":
         st.caption(f"Largest single difference: {maps['max_abs_diff']:.3f}. Red: {b} attends more; blue: {a} attends more. "
                    "Layers and heads are not aligned across separately trained models: compare patterns (how far, how "
                    "sharp), not head numbers.")
-else:
+
+
+@st.fragment
+def lengths_section() -> None:
     c1, c2 = st.columns(2)
     model_name = c1.selectbox(catalog.say("Method", "Model"), names, format_func=catalog.label,
                               index=names.index(qp_choice("model", shipped_names[-1], names)), key="w_model")
@@ -365,7 +374,8 @@ else:
             x, alt.Y("bits:Q", title="2L − L (bits)"),
             tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
         alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"), rules).properties(height=180)
-    show_chart(alt.vconcat(top, bottom), df, f"compare-lengths-{model_name}-L{length}",
+    show_cached_chart(("compare", text_bytes) + model.key + (f"compare-lengths-{model_name}-L{length}",),
+                      lambda: (alt.vconcat(top, bottom), df), f"compare-lengths-{model_name}-L{length}",
                f"Below: 2L − L; below 0, the extra context helped. Each {unit} is scored twice: in windows of 2L and in windows of L over the same {unit}s. In the first half "
                f"the two agree exactly (same context). In the second half the 2L window gives {length:,} more {unit}s of "
                f"context, at positions {length:,}–{2 * length - 1:,}" +
@@ -393,7 +403,14 @@ else:
         x=alt.X("query:Q", title=f"query {unit} in the 2L window"),
         y=alt.Y(f"mass on the first L {unit}s:Q", title=f"attention on the first L {unit}s", scale=alt.Scale(domain=[0, 1])),
         tooltip=["query", alt.Tooltip(f"mass on the first L {unit}s:Q", format=".3f")]).properties(height=240)
-    show_chart(chart, far, f"far-mass-{model_name}-l{layer}-h{head}-L{length}",
+    show_cached_chart(("compare", text_bytes, log_scale) + model.key + (f"far-mass-{model_name}-l{layer}-h{head}-L{length}",),
+                      lambda: (chart, far), f"far-mass-{model_name}-l{layer}-h{head}-L{length}",
                "How much of each second-half query's attention goes to the extra context. A relative method's map of the "
                "same bytes changes only because the extra keys take some of the mass; an absolute method's changes "
                "because every position moved by L.")
+
+
+if mode == "methods":
+    methods_section()
+else:
+    lengths_section()

@@ -7,7 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import legend_for, method_scales, show_chart, split_title
+from views._charts import cached_spec, draw_spec, legend_for, method_scales, show_cached_chart, show_chart, split_title
 from views._models import usable_models
 from views._page import error_box, page_header
 from views._serving import compute_once
@@ -151,9 +151,12 @@ st.markdown(
 )
 table = retrieval.induction_table(metrics)
 heads = pd.DataFrame(retrieval.induction_rows(table))
-if heads.empty:
-    st.info("No stored induction scores. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
-else:
+stored_key = tuple(m.key for m in models.values())  # what the stored results' charts depend on
+
+
+# The gap picker and what hangs under it rerun alone (a fragment); the grid's spec is kept per gap.
+@st.fragment
+def induction_section() -> None:
     gaps_stored = sorted(set(heads["gap"]))
     c1, c2 = st.columns(2)
     head_gap = c1.select_slider("gap", gaps_stored, value=int(qp_choice("hgap", "0", [str(g) for g in gaps_stored])),
@@ -165,7 +168,7 @@ else:
         facet=alt.Facet("model:N", columns=6, title=None, sort=[n for n in names if n in set(maps["model"])]),
         tooltip=["model", "layer", "head", alt.Tooltip("score:Q", format=".3f")],
     ).properties(width=110, height=90)
-    st.vega_lite_chart(grid.to_dict(), width="content")
+    draw_spec(cached_spec(("induction-grid", head_gap, stored_key), lambda: grid), width="content")
     c2.caption(f"Each square: one layer and head of one checkpoint at gap {head_gap:,}. Bright: an induction head.")
     st.download_button("Data (CSV)", maps.to_csv(index=False).encode(), file_name=f"induction-gap{head_gap}.csv",
                        mime="text/csv", key="csv-induction")
@@ -175,35 +178,53 @@ else:
         y=alt.Y("score:Q", title=split_title("induction score of the strongest head")),
         color=alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=legend_for(best["model"].nunique())),
         tooltip=["model", "layer", "head", "gap", alt.Tooltip("score:Q", format=".3f")]).properties(height=280)
-    show_chart(falls, best, "induction-vs-gap", "Each checkpoint's strongest head at gap 0, followed as the gap grows.")
+    show_cached_chart(("induction-vs-gap", stored_key), lambda: (falls, best), "induction-vs-gap",
+                      "Each checkpoint's strongest head at gap 0, followed as the gap grows.")
+    sync_url(hgap=head_gap)
+
+
+if heads.empty:
+    st.info("No stored induction scores. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
+else:
+    induction_section()
 
 # ------------------------------------------------------------------------------------------------
 # ALiBi: where each head's penalty overwhelms the match
 # ------------------------------------------------------------------------------------------------
 st.header("ALiBi: the distance at which each head's penalty beats the match")
 n_head = models[byte_names[0]].n_head
-margin = st.slider("how much better the copied key matches, in logits (Δ)", 1.0, 30.0,
-                   qp_float("delta", 8.0, 1.0, 30.0), step=0.5, key="w_delta",
-                   help="A match worth Δ logits loses to a non-matching neighbour once slope × distance exceeds Δ.")
-reach = pd.DataFrame(retrieval.alibi_reach(alibi_slopes(n_head).tolist(), margin))
-left, right = st.columns([2, 3])
-left.dataframe(reach.assign(head=reach["head"].map(lambda h: f"head {h}")).rename(
-    columns={"slope": "slope m", "reach": "reach Δ/m (bytes)"}).style.format({"slope m": "{:.4g}", "reach Δ/m (bytes)": "{:,.0f}"}),
-    hide_index=True, height="content")
-if "alibi" in table:
-    alibi_heads = heads[(heads["model"] == "alibi")].assign(gap1=lambda d: d["gap"].clip(lower=1))
-    alibi_heads = alibi_heads.assign(series=lambda d: "L" + d["layer"].astype(str) + " H" + d["head"].astype(str))
-    with right:
-        chart = alt.Chart(alibi_heads).mark_line().encode(
-            x=alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap (bytes, log scale)"),
-            y=alt.Y("score:Q", title="induction score"), color=alt.Color("head:N", title="head"), detail="layer:N",
-            tooltip=["series", "gap", alt.Tooltip("score:Q", format=".3f")]).properties(height=240)
-        reach_rules = alt.Chart(reach).mark_rule(strokeDash=[4, 3]).encode(x="reach:Q", color="head:N")
-        show_chart(chart + reach_rules, alibi_heads, "alibi-induction-vs-reach",
-                   "Lines: the `alibi` checkpoint's induction score per layer and head, by gap. Dashed: each head's reach "
-                   "Δ/m. A head's score collapses around its reach: past it the penalty beats any match.")
-else:
-    right.info("No stored induction scores for `alibi`.", icon="ℹ️")
+
+
+@st.fragment
+def alibi_reach_section() -> None:
+    """The margin slider and the reach it gives each head: reruns alone."""
+    margin = st.slider("how much better the copied key matches, in logits (Δ)", 1.0, 30.0,
+                       qp_float("delta", 8.0, 1.0, 30.0), step=0.5, key="w_delta",
+                       help="A match worth Δ logits loses to a non-matching neighbour once slope × distance exceeds Δ.")
+    reach = pd.DataFrame(retrieval.alibi_reach(alibi_slopes(n_head).tolist(), margin))
+    left, right = st.columns([2, 3])
+    left.dataframe(reach.assign(head=reach["head"].map(lambda h: f"head {h}")).rename(
+        columns={"slope": "slope m", "reach": "reach Δ/m (bytes)"}).style.format({"slope m": "{:.4g}", "reach Δ/m (bytes)": "{:,.0f}"}),
+        hide_index=True, height="content")
+    if "alibi" in table:
+        alibi_heads = heads[(heads["model"] == "alibi")].assign(gap1=lambda d: d["gap"].clip(lower=1))
+        alibi_heads = alibi_heads.assign(series=lambda d: "L" + d["layer"].astype(str) + " H" + d["head"].astype(str))
+        with right:
+            chart = alt.Chart(alibi_heads).mark_line().encode(
+                x=alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap (bytes, log scale)"),
+                y=alt.Y("score:Q", title="induction score"), color=alt.Color("head:N", title="head"), detail="layer:N",
+                tooltip=["series", "gap", alt.Tooltip("score:Q", format=".3f")]).properties(height=240)
+            reach_rules = alt.Chart(reach).mark_rule(strokeDash=[4, 3]).encode(x="reach:Q", color="head:N")
+            show_cached_chart(("alibi-induction-vs-reach", margin, stored_key), lambda: (chart + reach_rules, alibi_heads),
+                              "alibi-induction-vs-reach",
+                       "Lines: the `alibi` checkpoint's induction score per layer and head, by gap. Dashed: each head's reach "
+                       "Δ/m. A head's score collapses around its reach: past it the penalty beats any match.")
+    else:
+        right.info("No stored induction scores for `alibi`.", icon="ℹ️")
+    sync_url(delta=margin)
+
+
+alibi_reach_section()
 cap = max_eval_length(train_length)
 st.subheader("Why ALiBi's perplexity stays flat while it forgets")
 distances = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, cap})
@@ -237,9 +258,7 @@ st.markdown(
     "- Flat perplexity is *graceful forgetting*, not long-context use: the repeat probe above tells the two apart."
 )
 
-sync_url(measure=measure, delta=margin)
-if not heads.empty:
-    sync_url(hgap=head_gap)
+sync_url(measure=measure)
 
 # ------------------------------------------------------------------------------------------------
 # Live probe on your text
