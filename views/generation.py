@@ -12,11 +12,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import method_scales, show_chart
+from views._charts import method_scales, show_cached_chart
 from views._models import usable_models
 from views._page import error_box, page_header
-from views._serving import compute_once, heavy_turn, store_result, stored_result
-from views._text import choose_text, show_coloured_text
+from views._serving import compute_once, heavy_turn, shared, store_result, stored_result
+from views._text import choose_text, coloured_html
 from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
 from posviz.labs import generation
 from posviz.labs.inputs import in_units, shared_unit, unit_note, when_not_bytes
@@ -203,11 +203,15 @@ for name in chosen:
                                  + ("" if models[name].is_absolute else " · true positions (not an absolute method)"))
     if r.error:
         slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
-    chars, mark = generation.coloured_characters(r, r.surprisal if colour_by == "surprisal" else r.entropy)
-    shared_out = "" if r.id_bytes.max(initial=1) == 1 else " per byte (a token's shared by its bytes)"
+
+    def coloured(r=r, name=name) -> str:
+        chars, mark = generation.coloured_characters(r, r.surprisal if colour_by == "surprisal" else r.entropy)
+        shared_out = "" if r.id_bytes.max(initial=1) == 1 else " per byte (a token's shared by its bytes)"
+        return coloured_html(chars, top=top, unit=f"bits of {colour_by}{shared_out}", height=360, mark_at=mark,
+                             mark_label=marker(name))
+
     with slots[name]["text"].container():
-        show_coloured_text(chars, top=top, unit=f"bits of {colour_by}{shared_out}", height=360, mark_at=mark,
-                           mark_label=marker(name))
+        st.html(shared("generation-coloured", keys[name] + (colour_by,), coloured))  # built once per result
         with st.expander("Plain text"):
             st.code(r.text, language=None, wrap_lines=True)
 
@@ -280,7 +284,8 @@ if rows:
     rule = alt.Chart(pd.DataFrame({"position": trained})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
         x="position:Q")
     lengths = ", ".join(f"{t:,}" for t in trained) + when_not_bytes(done_unit, f" {unit_note(done_unit)}")
-    show_chart(alt.layer(lines, rule).properties(height=300), df, f"generation-entropy-{strategy}-n{new_ids}",
+    show_cached_chart(("generation-entropy",) + tuple(keys[n] for n in done) + (width,),
+                      lambda: (alt.layer(lines, rule).properties(height=300), df), f"generation-entropy-{strategy}-n{new_ids}",
                f"Grey line: the training length ({lengths}). A model that no longer knows where it is "
                "usually becomes unsure (entropy up) or stuck in a loop (entropy down to 0).")
 
