@@ -5,10 +5,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import metric_rows, show_chart
+from views._charts import metric_rows, show_cached_chart, show_chart
 from views._models import usable_models
 from views._page import error_box, page_header
-from views._serving import compute_once, stored_result
+from views._serving import compute_once, shared, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_int, qp_multi, sync_url
 from posviz.labs import kv_cache
@@ -51,32 +51,14 @@ with left:
     catalog.caption()
     # The window and the bytes scored count each model's own ids: bytes for a checkpoint, tokens for a published model.
     one, many = kv_cache.unit_words({models[n].unit for n in chosen if n in models} or {"byte"})
-    windows = sorted({w for w in (16, 32, 64, 128, 256, 512, 1024, train_length) if w <= min(MAX_KV_CACHE_POSITIONS, 1024)})
-    window = st.select_slider(f"Window W ({many} of context, including the current {one})", windows,
-                              value=int(qp_choice("W", str(train_length), [str(w) for w in windows])), key="w_W",
-                              format_func=lambda w: f"{w:,}" + (" (train length)" if w == train_length else ""))
 with right:
     text = choose_text()
-sync_url(models=chosen, W=window)
+sync_url(models=chosen)
 if not chosen:
     st.info("Pick at least one checkpoint.")
     st.stop()
 if text is None:
     st.stop()
-most = min(MAX_SLIDING_BYTES, len(text))
-if most < window + 2:
-    error_box(PosvizError(f"The text has {len(text):,} bytes; scoring with a window of {window:,} needs at least "
-                          f"{window + 2:,}."), "Choose a smaller window or a longer text.")
-    st.stop()
-low = min(window + 2, most)
-# 64 bytes past the window by default (was 128): each re-encoded byte is a forward pass of W bytes, most of a first
-# visit's wait. 64 still tell the story on the default document at W = 256: the shifted cache costs sinusoidal and
-# RoPE 2.6 and 3.7 bits per byte more than re-encoding, ALiBi 0.005 (at 128: 2.7, 3.5 and 0.01).
-n_scored = st.slider(f"{many.capitalize()} to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
-                    step=1, key="w_n", help="The first W predictions come from one forward pass (nothing is evicted yet, "
-                    f"so the strategies agree); every {one} after that is a step of its own. "
-                    f"Capped at {MAX_SLIDING_BYTES:,} {many}.")
-sync_url(n=n_scored)
 text_bytes = text.as_bytes()
 chosen = catalog.ready(chosen)  # a published model's weights load now, under a progress bar
 if not chosen:
@@ -121,130 +103,157 @@ two_pass_section()
 # ------------------------------------------------------------------------------------------------
 # Score the document under each strategy
 # ------------------------------------------------------------------------------------------------
-st.subheader(f"Scoring {n_scored:,} {many} with a {window:,}-{one} window")
-expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: kv_cache.strategy_verdict(models[n], s) for s in kv_cache.STRATEGIES}}
-                         for n in chosen])
-with st.expander(catalog.say("What to expect for each checkpoint", "What to expect for each model"),
-                 expanded=False):
-    st.dataframe(expected, hide_index=True, height="content")
+@st.fragment
+def scoring_section() -> None:
+    """The window, the length scored and the three strategies' scores: moving either slider reruns this alone."""
+    windows = sorted({w for w in (16, 32, 64, 128, 256, 512, 1024, train_length) if w <= min(MAX_KV_CACHE_POSITIONS, 1024)})
+    window = st.select_slider(f"Window W ({many} of context, including the current {one})", windows,
+                              value=int(qp_choice("W", str(train_length), [str(w) for w in windows])), key="w_W",
+                              format_func=lambda w: f"{w:,}" + (" (train length)" if w == train_length else ""))
+    sync_url(W=window)
+    most = min(MAX_SLIDING_BYTES, len(text))
+    if most < window + 2:
+        error_box(PosvizError(f"The text has {len(text):,} bytes; scoring with a window of {window:,} needs at least "
+                              f"{window + 2:,}."), "Choose a smaller window or a longer text.")
+        st.stop()
+    low = min(window + 2, most)
+    # 64 bytes past the window by default (was 128): each re-encoded byte is a forward pass of W bytes, most of a first
+    # visit's wait. 64 still tell the story on the default document at W = 256: the shifted cache costs sinusoidal and
+    # RoPE 2.6 and 3.7 bits per byte more than re-encoding, ALiBi 0.005 (at 128: 2.7, 3.5 and 0.01).
+    n_scored = st.slider(f"{many.capitalize()} to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
+                        step=1, key="w_n", help="The first W predictions come from one forward pass (nothing is evicted yet, "
+                        f"so the strategies agree); every {one} after that is a step of its own. "
+                        f"Capped at {MAX_SLIDING_BYTES:,} {many}.")
+    sync_url(n=n_scored)
+    st.subheader(f"Scoring {n_scored:,} {many} with a {window:,}-{one} window")
+    expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: kv_cache.strategy_verdict(models[n], s) for s in kv_cache.STRATEGIES}}
+                             for n in chosen])
+    with st.expander(catalog.say("What to expect for each checkpoint", "What to expect for each model"),
+                     expanded=False):
+        st.dataframe(expected, hide_index=True, height="content")
 
-BPB = "bits/byte after the window fills"
-STEP = one if " " not in one else "step"  # what one step scores: "byte" for the checkpoints
-MS, SCORED, TIMED_COLUMN = f"ms/{STEP}", f"{STEP}s scored", f"{STEP}s timed"
-COLUMNS = [TITLES[s] for s in kv_cache.STRATEGIES]
-
-
-def results_frame(rows: list[dict]) -> pd.DataFrame:
-    results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", MS,
-                                          SCORED, TIMED_COLUMN, "note"])
-    for column in (BPB, "bits/byte, all bytes", MS):
-        results[column] = pd.to_numeric(results[column])
-    return results
-
-
-def show_tables(results: pd.DataFrame, done: bool) -> None:
-    """The two tables so far; a cell not computed yet reads "…" (until ``done``: then "cannot run")."""
-    def pivot(column: str) -> pd.DataFrame:
-        table = results.pivot(index="checkpoint", columns="how", values=column) if len(results) else pd.DataFrame()
-        return table.reindex(index=chosen, columns=COLUMNS)
-
-    computed = {(r["checkpoint"], r["how"]) for _, r in results.iterrows()}
-
-    def cell(table: pd.DataFrame, missing: str, fmt: str) -> pd.DataFrame:
-        return pd.DataFrame([[f"{v:{fmt}}" if not pd.isna(v) else missing if (name, how) in computed or done else "…"
-                              for how, v in zip(COLUMNS, table.loc[name])] for name in chosen],
-                            index=pd.Index(chosen, name="checkpoint"), columns=pd.Index(COLUMNS, name="how"))
-
-    # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
-    bpb_slot.dataframe(cell(pivot(BPB), "cannot run", ".3f"), width="stretch", height="content")
-    speed_slot.dataframe(cell(pivot(MS), "—", ".2f"), width="stretch", height="content")
+    BPB = "bits/byte after the window fills"
+    STEP = one if " " not in one else "step"  # what one step scores: "byte" for the checkpoints
+    MS, SCORED, TIMED_COLUMN = f"ms/{STEP}", f"{STEP}s scored", f"{STEP}s timed"
+    COLUMNS = [TITLES[s] for s in kv_cache.STRATEGIES]
 
 
-def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
-    bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
-        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
-        y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
-        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
-                        labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
-                                  "'cached_window': 'Cached, true positions'}[datum.label]")),
-        tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
-    ).properties(height=320)
-    speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(
-        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
-        y=alt.Y(f"{MS}:Q", title=f"milliseconds per {STEP} (lower is faster)"),
-        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
-        tooltip=["checkpoint", "how", alt.Tooltip(f"{MS}:Q", format=".2f"), TIMED_COLUMN],
-    ).properties(height=320)
-    return bpb, speed
+    def results_frame(rows: list[dict]) -> pd.DataFrame:
+        results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", MS,
+                                              SCORED, TIMED_COLUMN, "note"])
+        for column in (BPB, "bits/byte, all bytes", MS):
+            results[column] = pd.to_numeric(results[column])
+        return results
 
 
-st.markdown(f"**Bits per byte on {many} {window + 1:,}–{n_scored - 1:,}** (after the first eviction, where the strategies "
-            "can differ; blank = cannot run)")
-bpb_slot = st.empty()
-st.markdown(f"**Milliseconds per {one}**, measured on this page ({device_label()})")
-speed_slot = st.empty()
-speed_note = st.empty()
-working = st.container()  # progress bars of the computations, under the tables they fill
-c1, c2 = st.columns(2)
-bpb_chart_slot, speed_chart_slot = c1.empty(), c2.empty()
-notes = st.container()
+    def show_tables(results: pd.DataFrame, done: bool) -> None:
+        """The two tables so far; a cell not computed yet reads "…" (until ``done``: then "cannot run")."""
+        def pivot(column: str) -> pd.DataFrame:
+            table = results.pivot(index="checkpoint", columns="how", values=column) if len(results) else pd.DataFrame()
+            return table.reindex(index=chosen, columns=COLUMNS)
+
+        computed = {(r["checkpoint"], r["how"]) for _, r in results.iterrows()}
+
+        def cell(table: pd.DataFrame, missing: str, fmt: str) -> pd.DataFrame:
+            return pd.DataFrame([[f"{v:{fmt}}" if not pd.isna(v) else missing if (name, how) in computed or done else "…"
+                                  for how, v in zip(COLUMNS, table.loc[name])] for name in chosen],
+                                index=pd.Index(chosen, name="checkpoint"), columns=pd.Index(COLUMNS, name="how"))
+
+        # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
+        bpb_slot.dataframe(cell(pivot(BPB), "cannot run", ".3f"), width="stretch", height="content")
+        speed_slot.dataframe(cell(pivot(MS), "—", ".2f"), width="stretch", height="content")
 
 
-def sliding_key(model, strategy: str) -> tuple:
-    return model.key + (text_bytes, window, strategy, n_scored)
+    def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
+        bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
+            x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
+            y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
+            color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
+                            labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
+                                      "'cached_window': 'Cached, true positions'}[datum.label]")),
+            tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
+        ).properties(height=320)
+        speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(
+            x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
+            y=alt.Y(f"{MS}:Q", title=f"milliseconds per {STEP} (lower is faster)"),
+            color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
+            tooltip=["checkpoint", "how", alt.Tooltip(f"{MS}:Q", format=".2f"), TIMED_COLUMN],
+        ).properties(height=320)
+        return bpb, speed
 
 
-# A first visitor sees each number as it is computed (the tables at once, the bars checkpoint by checkpoint);
-# a visitor whose results are all stored gets the finished page in one go.
-streaming = not all(stored_result("sliding", sliding_key(models[n], s))[0]
-                    for n in chosen for s in kv_cache.STRATEGIES)
-rows = []
-if streaming:
-    show_tables(results_frame(rows), done=False)
-for i, name in enumerate(chosen):
-    model = models[name]
-    for strategy in kv_cache.STRATEGIES:
-        def compute(progress, model=model, strategy=strategy):
-            r = kv_cache.sliding_score(model, model.tokenize(text_bytes).ids, window, strategy, n_scored, progress)
-            return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error,
-                    "timed": r.timed_steps}
+    st.markdown(f"**Bits per byte on {many} {window + 1:,}–{n_scored - 1:,}** (after the first eviction, where the strategies "
+                "can differ; blank = cannot run)")
+    bpb_slot = st.empty()
+    st.markdown(f"**Milliseconds per {one}**, measured on this page ({device_label()})")
+    speed_slot = st.empty()
+    speed_note = st.empty()
+    working = st.container()  # progress bars of the computations, under the tables they fill
+    c1, c2 = st.columns(2)
+    bpb_chart_slot, speed_chart_slot = c1.empty(), c2.empty()
+    notes = st.container()
 
-        try:
-            with working:
-                r = compute_once("sliding", sliding_key(model, strategy), compute,
-                                 f"{name}: {TITLES[strategy].lower()} over {n_scored:,} {model.unit}s…")
-        except PosvizError as exc:
-            r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
-        rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
-                     BPB: r["bpb_full"], "bits/byte, all bytes": r["bpb"],
-                     MS: r["ms"], SCORED: r["n"], TIMED_COLUMN: r.get("timed"),
-                     "note": r["error"] or kv_cache.strategy_verdict(models[name], strategy)})
-        if streaming:
-            show_tables(results_frame(rows), done=False)
-    if streaming and i < len(chosen) - 1:  # the last checkpoint's bars are drawn with their downloads below
-        bpb_chart, speed_chart = bar_charts(results_frame(rows))
-        bpb_chart_slot.altair_chart(bpb_chart, width="stretch")
-        speed_chart_slot.altair_chart(speed_chart, width="stretch")
-results = results_frame(rows)
-show_tables(results, done=True)
-reencoded = results[results["strategy"] == "reencode"][TIMED_COLUMN].dropna()
-speed_note.caption(
-    f"Shifted and cached strategies: every {one} after the window filled, each a step of its own. Re-encode: "
-    + (f"the mean of {int(reencoded.max()):,} of those {many}, evenly spread, each re-encoded alone as a generator "
-       f"does; its other {many} were re-encoded as batches of windows (the same bits, in fewer calls), whose time per "
-       f"{one} is not what one {one} costs a generator. " if len(reencoded) and reencoded.max() > 0 else "")
-    + "Measured on the first run; later views reuse it.")
-bpb_chart, speed_chart = bar_charts(results)
-with bpb_chart_slot.container():
-    show_chart(bpb_chart, results, f"sliding-bpb-W{window}-n{n_scored}", "Missing bars: the strategy cannot run (see notes).")
-with speed_chart_slot.container():
-    show_chart(speed_chart, results, f"sliding-speed-W{window}-n{n_scored}",
-               f"Wall-clock milliseconds per {one} of the steps after the window filled, one {one} at a time, as a "
-               "generator runs (first run; later views reuse it).")
 
-for _, r in results.iterrows():
-    if pd.isna(r[BPB]):
-        notes.warning(f"**{r['checkpoint']} · {r['how']}** — {r['note']}", icon="⚠️")
+    def sliding_key(model, strategy: str) -> tuple:
+        return model.key + (text_bytes, window, strategy, n_scored)
+
+
+    # A first visitor sees each number as it is computed (the tables at once, the bars checkpoint by checkpoint);
+    # a visitor whose results are all stored gets the finished page in one go.
+    streaming = not all(stored_result("sliding", sliding_key(models[n], s))[0]
+                        for n in chosen for s in kv_cache.STRATEGIES)
+    rows = []
+    if streaming:
+        show_tables(results_frame(rows), done=False)
+    for i, name in enumerate(chosen):
+        model = models[name]
+        for strategy in kv_cache.STRATEGIES:
+            def compute(progress, model=model, strategy=strategy):
+                r = kv_cache.sliding_score(model, model.tokenize(text_bytes).ids, window, strategy, n_scored, progress)
+                return {"bpb": r.bpb, "bpb_full": r.bpb_full, "ms": r.ms_per_byte, "n": r.n_scored, "error": r.error,
+                        "timed": r.timed_steps}
+
+            try:
+                with working:
+                    r = compute_once("sliding", sliding_key(model, strategy), compute,
+                                     f"{name}: {TITLES[strategy].lower()} over {n_scored:,} {model.unit}s…")
+            except PosvizError as exc:
+                r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
+            rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
+                         BPB: r["bpb_full"], "bits/byte, all bytes": r["bpb"],
+                         MS: r["ms"], SCORED: r["n"], TIMED_COLUMN: r.get("timed"),
+                         "note": r["error"] or kv_cache.strategy_verdict(models[name], strategy)})
+            if streaming:
+                show_tables(results_frame(rows), done=False)
+        if streaming and i < len(chosen) - 1:  # the last checkpoint's bars are drawn with their downloads below
+            bpb_chart, speed_chart = bar_charts(results_frame(rows))
+            bpb_chart_slot.altair_chart(bpb_chart, width="stretch")
+            speed_chart_slot.altair_chart(speed_chart, width="stretch")
+    results = results_frame(rows)
+    show_tables(results, done=True)
+    reencoded = results[results["strategy"] == "reencode"][TIMED_COLUMN].dropna()
+    speed_note.caption(
+        f"Shifted and cached strategies: every {one} after the window filled, each a step of its own. Re-encode: "
+        + (f"the mean of {int(reencoded.max()):,} of those {many}, evenly spread, each re-encoded alone as a generator "
+           f"does; its other {many} were re-encoded as batches of windows (the same bits, in fewer calls), whose time per "
+           f"{one} is not what one {one} costs a generator. " if len(reencoded) and reencoded.max() > 0 else "")
+        + "Measured on the first run; later views reuse it.")
+    view_key = ("sliding-charts", text_bytes, window, n_scored) + tuple(models[n].key for n in chosen)
+    bpb_chart, speed_chart = shared("sliding-bar-charts", view_key, lambda: bar_charts(results))
+    with bpb_chart_slot.container():
+        show_cached_chart(view_key + ("bpb",), lambda: (bpb_chart, results), f"sliding-bpb-W{window}-n{n_scored}",
+                          "Missing bars: the strategy cannot run (see notes).")
+    with speed_chart_slot.container():
+        show_cached_chart(view_key + ("speed",), lambda: (speed_chart, results), f"sliding-speed-W{window}-n{n_scored}",
+                   f"Wall-clock milliseconds per {one} of the steps after the window filled, one {one} at a time, as a "
+                   "generator runs (first run; later views reuse it).")
+
+    for _, r in results.iterrows():
+        if pd.isna(r[BPB]):
+            notes.warning(f"**{r['checkpoint']} · {r['how']}** — {r['note']}", icon="⚠️")
+
+
+scoring_section()
 
 
 # ------------------------------------------------------------------------------------------------
