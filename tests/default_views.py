@@ -27,7 +27,7 @@ LABS = ("extrapolation", "kv_cache", "context_extension", "retrieval", "generati
 
 # What changes from run to run on the same machine (wall-clock times and what is derived from them).
 TIMED = re.compile(r"(^|\W)(ms|seconds?|milliseconds?|bytes/s|speed|time)(\W|$)", re.IGNORECASE)
-TIMED_TEXT = re.compile(r"\d[\d,.]*\s*(ms|s|bytes/s)\b|\d[\d,.]*\s*(ms|s)/byte")
+TIMED_TEXT = re.compile(r"\d[\d,.]*\s*(ms|s|bytes/s|tokens/s|ids/s)\b|\d[\d,.]*\s*(ms|s)/(byte|token|id)")
 
 
 def _column_summary(values: pd.Series) -> dict:
@@ -87,13 +87,44 @@ def fingerprint_of(at) -> dict:
             "captions": captions, "errors": errors}
 
 
-def fingerprint(page: str) -> dict:
+# The exports in models/hf (three shipped checkpoints as GPT-2, GPT-NeoX and BLOOM folders) listed as published
+# models, and each lab opened on them by its link: the same views through transformers' forward and tokenizers.
+EXPORTS = ",".join(str(ROOT / "models" / "hf" / name) for name in ("learned-gpt2", "rope-neox", "alibi-bloom"))
+EXPORT_LINKS = {
+    "extrapolation": {"models": "rope,rope-neox,alibi-bloom,learned-gpt2"},
+    "kv_cache": {"models": "rope-neox,alibi-bloom"},
+    "context_extension": {"base": "rope-neox", "refs": "alibi-bloom"},
+    "retrieval": {"models": "rope-neox,alibi-bloom"},
+    "generation": {"models": "rope-neox,learned-gpt2"},
+    "compare": {"a": "rope", "b": "rope-neox"},
+}
+
+
+def fingerprint(page: str, link: dict | None = None, published: str | None = None) -> dict:
+    """What ``page`` shows at its defaults, or opened by a ``link`` (query parameters) with ``published``
+    models listed ($POSVIZ_MODELS)."""
+    import os
+
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "views" / f"{page}.py"), default_timeout=300)
-    at.run()
+    before = os.environ.get("POSVIZ_MODELS")
+    os.environ["POSVIZ_MODELS"] = published or ""
+    try:
+        at = AppTest.from_file(str(ROOT / "views" / f"{page}.py"), default_timeout=300)
+        for key, value in (link or {}).items():
+            at.query_params[key] = value
+        at.run()
+    finally:
+        if before is None:
+            os.environ.pop("POSVIZ_MODELS", None)
+        else:
+            os.environ["POSVIZ_MODELS"] = before
     assert not at.exception, [e.value for e in at.exception]
     return fingerprint_of(at)
+
+
+def export_fingerprint(page: str) -> dict:
+    return fingerprint(page, EXPORT_LINKS[page], EXPORTS)
 
 
 def default_text_sha() -> str:
@@ -105,7 +136,8 @@ def default_text_sha() -> str:
 
 def record() -> dict:
     return {"text_sha": default_text_sha(), "python": sys.version.split()[0],
-            "pages": {page: fingerprint(page) for page in LABS}}
+            "pages": {page: fingerprint(page) for page in LABS},
+            "exports": {page: export_fingerprint(page) for page in LABS}}
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import json
 import math
 
 import pytest
-from default_views import LABS, RECORD, default_text_sha, fingerprint
+from default_views import LABS, RECORD, default_text_sha, export_fingerprint, fingerprint
 
 TOLERANCE = 1e-6
 
@@ -48,15 +48,24 @@ def recorded() -> dict:
     assert record["text_sha"] == default_text_sha(), (
         f"The record was made on Python {record['python']}'s standard library, whose first held-out document "
         "differs from this interpreter's: the numbers cannot be compared.")
-    return record["pages"]
+    return record
 
 
 @pytest.mark.parametrize("page", LABS)
 def test_default_view_shows_the_recorded_numbers(page, recorded):
     shown = fingerprint(page)
     assert shown["charts"] or shown["tables"] or shown["code"], f"{page}: nothing drawn"
-    diff = differences(recorded[page], shown)
+    diff = differences(recorded["pages"][page], shown)
     assert not diff, f"{page}: {len(diff)} differences, e.g. {diff[:8]}"
+
+
+@pytest.mark.parametrize("page", LABS)
+def test_the_exports_opened_by_a_link_show_the_recorded_numbers(page, recorded):
+    """The same labs on the exports in models/hf, run as published models (transformers' forward)."""
+    shown = export_fingerprint(page)
+    assert shown["charts"] or shown["tables"] or shown["code"], f"{page}: nothing drawn"
+    diff = differences(recorded["exports"][page], shown)
+    assert not diff, f"{page} on the exports: {len(diff)} differences, e.g. {diff[:8]}"
 
 
 def test_the_comparison_catches_a_changed_number():

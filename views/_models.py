@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from posviz.errors import PosvizError
+from posviz.models.hf.settings import any_model_allowed, deployer_models
 from posviz.models.interface import LabModel
 from views._page import error_box, usable_checkpoints
 
@@ -25,17 +26,10 @@ LABELS_KEY = "_model_labels"  # {name: label} as this session's pickers first sh
 
 
 def _deployer_models() -> list[str]:
-    refs = [r.strip() for r in os.environ.get("POSVIZ_MODELS", "").split(",") if r.strip()]
-    if not refs:
-        return []  # no transformers import (seconds) on a server without published models
-    from posviz.models.hf.settings import deployer_models
-
-    return deployer_models()
+    return deployer_models()  # posviz.models.hf.settings imports nothing heavy: no transformers here
 
 
 def _any_model_allowed() -> bool:
-    from posviz.models.hf.settings import any_model_allowed
-
     return any_model_allowed()
 
 

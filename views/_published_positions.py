@@ -5,7 +5,6 @@ opened, and their numbers worked out once per server. Nothing is drawn, imported
 """
 from __future__ import annotations
 
-import os
 
 import streamlit as st
 
@@ -19,9 +18,7 @@ FIX = "Fix or remove it in $POSVIZ_MODELS; the rest of this page works without i
 
 
 def listed() -> list[str]:
-    """The refs of $POSVIZ_MODELS; [] without importing anything when it is empty."""
-    if not os.environ.get("POSVIZ_MODELS", "").strip():
-        return []
+    """The refs of $POSVIZ_MODELS (posviz.models.hf.settings imports nothing heavy)."""
     from posviz.models.hf.settings import deployer_models
 
     return deployer_models()

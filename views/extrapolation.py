@@ -336,7 +336,7 @@ def at_this_length() -> None:
             shown = min(s["n_ids"], int(np.searchsorted(np.cumsum(encoded.id_bytes), 4096, side="right")))
             st.html(shared("coloured-text", view_key + (inspect,), lambda: coloured_html(lab_inputs.id_characters_with_bits(
                 model, encoded.ids[:shown], s["id_bits"][:shown]), top=8.0)))
-            shared_out = "" if encoded.n_ids == encoded.n_bytes else f" (each {u}'s bits shared equally among its bytes)"
+            shared_out = lab_inputs.when_not_bytes(u, f" (each {u}'s bits shared equally among its bytes)")
             st.caption(f"The first {shown:,} {u}s of the text; hover a character for its loss{shared_out}. " + (
                 f"A new window starts every {L:,} {u}s: the {u} after a boundary is predicted from one {u} of context."
                 if not strides[inspect] else f"Windows of {L:,} {u}s advance by {strides[inspect]:,}: past the first "

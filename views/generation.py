@@ -206,7 +206,7 @@ for name in chosen:
 
     def coloured(r=r, name=name) -> str:
         chars, mark = generation.coloured_characters(r, r.surprisal if colour_by == "surprisal" else r.entropy)
-        shared_out = "" if r.id_bytes.max(initial=1) == 1 else " per byte (a token's shared by its bytes)"
+        shared_out = when_not_bytes(r.unit, " per byte (a token's shared by its bytes)")
         return coloured_html(chars, top=top, unit=f"bits of {colour_by}{shared_out}", height=360, mark_at=mark,
                              mark_label=marker(name))
 

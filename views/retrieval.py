@@ -14,7 +14,7 @@ from views._serving import compute_once
 from views._text import choose_text
 from views._url import qp_bool, qp_choice, qp_float, qp_int, qp_multi, sync_url
 from posviz.labs import key_value, probes, retrieval
-from posviz.labs.inputs import shared_unit, unit_note
+from posviz.labs.inputs import shared_unit, unit_note, when_not_bytes
 from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
@@ -351,9 +351,8 @@ def live_probe(probe: str, what: str, run) -> tuple[pd.DataFrame, object]:
 live, live_slot = live_probe("repeat", "repeat probe", lambda model, ids, gaps, progress: probes.repeat_probe(
     model, ids, gaps, chunks=chunks, progress=progress))
 if not live.empty:
-    ids_are_bytes = all(models[n].tokenize(text_bytes).id_bytes.max(initial=1) == 1 for n in chosen)
-    in_tokens = "" if ids_are_bytes else (f" Chunks of 64 and gaps in {unit_note(unit)}; losses in bits per byte "
-                                          "either way.")
+    in_tokens = when_not_bytes(unit, f" Chunks of 64 and gaps in {unit_note(unit)}; losses in bits per byte "
+                                     "either way.")
     with live_slot.container():
         show_chart(probe_chart(live, measure, "repeat", unit=unit, train_lengths=trained), live,
                    f"repeat-probe-live-g{longest}",

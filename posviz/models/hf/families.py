@@ -46,8 +46,6 @@ FAMILIES: dict[str, Family] = {
 
 
 ACTS_ON = {"learned": "input", "rope": "q/k", "alibi": "logits"}
-
-
 UNSTATED_CONTEXT = 2048  # the context of a model that states none anywhere (BLOOM's and Falcon-RW's)
 
 

@@ -16,8 +16,6 @@ from posviz.models.hf.families import FAMILIES, sdpa_ok, supported_families
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-
-
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
 

@@ -6,20 +6,11 @@ from __future__ import annotations
 import math
 import os
 
-
-
-
 DEFAULT_MAX_PARAMS = 2_000_000_000  # Falcon-RW-1B (1.3 B) fits; a 7 B model does not, on a shared demo
-
-
 # Work one forward pass may take (multiply-adds x 2) on a CPU: ~20 s for GPT-2 small on 2 cores. It caps
 # a published model's length on a CPU below 16 x its context (GPT-2 small: 8,192 tokens, not 16,384).
 CPU_FLOP_BUDGET = 2e12
-
-
 GPU_FLOP_BUDGET = 5e14
-
-
 DEFAULT_MAX_WORK_BYTES = 6 * 2**30  # a forward pass's biggest temporaries (attention maps, ALiBi biases)
 
 

@@ -8,7 +8,6 @@ import numpy as np
 import torch
 
 
-
 def _byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level alphabet, character -> byte: printable bytes stand for themselves, the other
     68 are moved to code points from 256 up (the scheme of byte-level BPE, Radford et al. 2019)."""
