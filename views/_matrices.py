@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from posviz.limits import CACHE_ENTRIES
-from views._charts import csv_file, show_chart
+from views._charts import csv_file, show_cached_chart, show_chart
 from views._serving import shared
 
 
@@ -61,28 +61,23 @@ def downsample(matrix: np.ndarray, max_side: int) -> tuple[np.ndarray, int]:
 
 
 def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value_title: str,
-                scheme: str = "viridis", marks: Sequence[int] = (), mark_label: str = "") -> None:
+                scheme: str = "viridis", marks: Sequence[int] = (), mark_label: str = "", key: tuple | None = None) -> None:
     """A matrix as an Altair heatmap with tooltips when small, else as a downsampled image.
 
     Altair in the browser takes minutes at 2048² and fails at 4096², so large matrices are
     block-averaged to at most 512 px a side and drawn as a PNG with the axes stated in the caption.
-    ``marks``: rows/columns to outline (e.g. the training length).
+    ``marks``: rows/columns to outline (e.g. the training length). ``key``: everything the matrix
+    depends on; the heatmap's Vega-Lite spec is then built once per server under it (building it
+    took tens of milliseconds on every rerun).
     """
     matrix = np.asarray(matrix, dtype=float)
     h, w = matrix.shape
+    if h * w <= ALTAIR_MAX_CELLS and key is not None:
+        show_cached_chart(("matrix", name, scheme, x_title, y_title, value_title) + tuple(key),
+                          lambda: _heatmap(matrix, x_title, y_title, value_title, scheme), name)
+        return
     if h * w <= ALTAIR_MAX_CELLS:
-        df = pd.DataFrame({"row": np.repeat(np.arange(h), w), "col": np.tile(np.arange(w), h), "value": matrix.ravel()})
-        plot = df.dropna()
-        chart = alt.Chart(plot).mark_rect().encode(
-            x=alt.X("col:O", title=x_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, w, max(1, w // 16))))),
-            y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, h, max(1, h // 16))))),
-            color=alt.Color("value:Q", title=value_title,
-                            scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0) if scheme == "redblue"
-                            else alt.Scale(scheme="viridis")),
-            tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
-                     alt.Tooltip("value:Q", title=value_title, format=".4g")],
-        ).properties(height=min(520, max(220, 6 * h)))
-        show_chart(chart, df, name)
+        show_chart(*_heatmap(matrix, x_title, y_title, value_title, scheme), name)
         return
     small, block = downsample(matrix, 512)
     rgb = _colorize(small, scheme)
@@ -108,6 +103,23 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
                         width="content", on_click="ignore")
     row.download_button("Data (CSV, downsampled)", csv_file(pd.DataFrame(small), index=True),
                         file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+
+
+def _heatmap(matrix: np.ndarray, x_title: str, y_title: str, value_title: str, scheme: str):
+    """(Altair heatmap, its long-format data) of a small matrix; NaN cells (masked) are left out."""
+    h, w = matrix.shape
+    df = pd.DataFrame({"row": np.repeat(np.arange(h), w), "col": np.tile(np.arange(w), h), "value": matrix.ravel()})
+    plot = df.dropna()
+    chart = alt.Chart(plot).mark_rect().encode(
+        x=alt.X("col:O", title=x_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, w, max(1, w // 16))))),
+        y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, h, max(1, h // 16))))),
+        color=alt.Color("value:Q", title=value_title,
+                        scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0) if scheme == "redblue"
+                        else alt.Scale(scheme="viridis")),
+        tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
+                 alt.Tooltip("value:Q", title=value_title, format=".4g")],
+    ).properties(height=min(520, max(220, 6 * h)))
+    return chart, df
 
 
 def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, int], name: str, x_title: str,
