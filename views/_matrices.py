@@ -79,6 +79,21 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
     if h * w <= ALTAIR_MAX_CELLS:
         show_chart(*_heatmap(matrix, x_title, y_title, value_title, scheme), name)
         return
+    args = (x_title, y_title, value_title, scheme, tuple(marks), mark_label)
+    png, caption, small = (shared("matrix-png", ("png", name) + args + tuple(key), lambda: _picture(matrix, *args))
+                           if key is not None else _picture(matrix, *args))
+    st.image(png, caption=caption)
+    row = st.container(horizontal=True)
+    row.download_button("Image (PNG)", png, file_name=f"{name}.png", mime="image/png", key=f"png-{name}",
+                        width="content", on_click="ignore")
+    row.download_button("Data (CSV, downsampled)", csv_file(pd.DataFrame(small), index=True),
+                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+
+
+def _picture(matrix: np.ndarray, x_title: str, y_title: str, value_title: str, scheme: str, marks: tuple,
+             mark_label: str) -> tuple[bytes, str, np.ndarray]:
+    """(PNG, its caption, the block-averaged values) of a matrix too large for a heatmap."""
+    h, w = matrix.shape
     small, block = downsample(matrix, 512)
     rgb = _colorize(small, scheme)
     from PIL import Image, ImageDraw
@@ -92,17 +107,13 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
             draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
             draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     lo, hi = np.nanmin(matrix), np.nanmax(matrix)
-    st.image(image, caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
-                             f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
-                             f"each pixel averages {block}×{block} cells"
-                             + (f"; white lines mark {mark_label}" if marks else "") + "."))
+    caption = (f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
+               f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
+               f"each pixel averages {block}×{block} cells"
+               + (f"; white lines mark {mark_label}" if marks else "") + ".")
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    row = st.container(horizontal=True)
-    row.download_button("Image (PNG)", buf.getvalue(), file_name=f"{name}.png", mime="image/png", key=f"png-{name}",
-                        width="content", on_click="ignore")
-    row.download_button("Data (CSV, downsampled)", csv_file(pd.DataFrame(small), index=True),
-                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+    return buf.getvalue(), caption, small
 
 
 def _heatmap(matrix: np.ndarray, x_title: str, y_title: str, value_title: str, scheme: str):
