@@ -34,7 +34,7 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | N
     row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
 
 
-def show_cached_chart(key: tuple, build, name: str, caption: str | None = None) -> None:
+def show_cached_chart(key: tuple, build, name: str, caption: str | None = None, width: str = "stretch") -> None:
     """``show_chart`` of the (chart, data) that ``build()`` makes, built once per server for ``key``.
 
     ``key`` must hold everything the chart depends on. Building an Altair chart and writing its
@@ -44,7 +44,7 @@ def show_cached_chart(key: tuple, build, name: str, caption: str | None = None) 
     """
     specs, data = shared("chart", key, lambda: _specs_of(*build()))
     for spec in specs:
-        draw_spec(spec)
+        draw_spec(spec, width)
     row = st.container(horizontal=True, vertical_alignment="center")
     row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
                         mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
@@ -59,7 +59,7 @@ def _specs_of(chart: alt.TopLevelMixin, data: pd.DataFrame) -> tuple[list[dict],
 
 def draw_spec(spec: dict, width: str = "stretch") -> None:
     """A stored Vega-Lite spec on the page (Streamlit moves the datasets out of the spec it is given,
-    so it gets a copy)."""
+    so it gets a copy); ``width="content"`` keeps a chart of fixed size (a square) as it is."""
     st.vega_lite_chart(spec={**copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"}),
                              "datasets": dict(spec.get("datasets", {}))}, width=width)
 

@@ -1,6 +1,6 @@
 """The shipped checkpoints as the pages read them: their config and metrics files, their validation
 bits per byte for the sidebar, and their models, each read once per change on disk (training may
-rewrite them while the app runs). Nothing is drawn here.
+rewrite them while the app runs); their trained parameters through the model interface. Nothing is drawn here.
 """
 from __future__ import annotations
 
@@ -59,22 +59,21 @@ def shipped_checkpoint_json() -> dict[str, tuple[dict | None, dict | None, str |
     return {name: _checkpoint_json(str(folder), folder_stamp(folder)) for name, folder in shipped_checkpoints().items()}
 
 
-@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner="Loading checkpoint…")
-def _cached_checkpoint(folder: str, stamp: tuple):
-    from posviz.models.checkpoint_files import load_checkpoint
-
-    return load_checkpoint(folder)
-
-
-def shipped_model(name: str):
-    """(model, None) for the shipped checkpoint ``name``, or (None, message saying what to do)."""
+def shipped_lab_model(name: str):
+    """(LabModel, None) for the shipped checkpoint ``name`` with its weights loaded, through the model
+    interface (``open_model``: one object per server for the checkpoint as it is on disk), or (None,
+    message saying what to do)."""
     folder = shipped_checkpoints().get(name)
     if folder is None:
         from posviz.models.checkpoint_files import models_dir
 
         return None, (f"No '{name}' checkpoint in {models_dir()}. "
                       "Run `make checkpoints` to train the shipped set.")
+    from posviz.models.interface import open_model
+
     try:
-        return _cached_checkpoint(str(folder), folder_stamp(folder)), None
+        model = open_model(str(folder))
+        model.load()  # a damaged weights file says so here, not in the middle of a chart
+        return model, None
     except PosvizError as exc:
         return None, f"{exc} Run `make checkpoints` (or `python -m posviz.train --method {name}`) to rebuild it."

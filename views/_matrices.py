@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from posviz.limits import CACHE_ENTRIES
-from views._charts import csv_file, show_chart
+from views._charts import csv_file, show_cached_chart, show_chart
 from views._serving import shared
 
 
@@ -61,29 +61,39 @@ def downsample(matrix: np.ndarray, max_side: int) -> tuple[np.ndarray, int]:
 
 
 def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value_title: str,
-                scheme: str = "viridis", marks: Sequence[int] = (), mark_label: str = "") -> None:
+                scheme: str = "viridis", marks: Sequence[int] = (), mark_label: str = "", key: tuple | None = None) -> None:
     """A matrix as an Altair heatmap with tooltips when small, else as a downsampled image.
 
     Altair in the browser takes minutes at 2048² and fails at 4096², so large matrices are
     block-averaged to at most 512 px a side and drawn as a PNG with the axes stated in the caption.
-    ``marks``: rows/columns to outline (e.g. the training length).
+    ``marks``: rows/columns to outline (e.g. the training length). ``key``: everything the matrix
+    depends on; the heatmap's Vega-Lite spec is then built once per server under it (building it
+    took tens of milliseconds on every rerun).
     """
     matrix = np.asarray(matrix, dtype=float)
     h, w = matrix.shape
-    if h * w <= ALTAIR_MAX_CELLS:
-        df = pd.DataFrame({"row": np.repeat(np.arange(h), w), "col": np.tile(np.arange(w), h), "value": matrix.ravel()})
-        plot = df.dropna()
-        chart = alt.Chart(plot).mark_rect().encode(
-            x=alt.X("col:O", title=x_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, w, max(1, w // 16))))),
-            y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, h, max(1, h // 16))))),
-            color=alt.Color("value:Q", title=value_title,
-                            scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0) if scheme == "redblue"
-                            else alt.Scale(scheme="viridis")),
-            tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
-                     alt.Tooltip("value:Q", title=value_title, format=".4g")],
-        ).properties(height=min(520, max(220, 6 * h)))
-        show_chart(chart, df, name)
+    if h * w <= ALTAIR_MAX_CELLS and key is not None:
+        show_cached_chart(("matrix", name, scheme, x_title, y_title, value_title) + tuple(key),
+                          lambda: _heatmap(matrix, x_title, y_title, value_title, scheme), name)
         return
+    if h * w <= ALTAIR_MAX_CELLS:
+        show_chart(*_heatmap(matrix, x_title, y_title, value_title, scheme), name)
+        return
+    args = (x_title, y_title, value_title, scheme, tuple(marks), mark_label)
+    png, caption, small = (shared("matrix-png", ("png", name) + args + tuple(key), lambda: _picture(matrix, *args))
+                           if key is not None else _picture(matrix, *args))
+    st.image(png, caption=caption)
+    row = st.container(horizontal=True)
+    row.download_button("Image (PNG)", png, file_name=f"{name}.png", mime="image/png", key=f"png-{name}",
+                        width="content", on_click="ignore")
+    row.download_button("Data (CSV, downsampled)", csv_file(pd.DataFrame(small), index=True),
+                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+
+
+def _picture(matrix: np.ndarray, x_title: str, y_title: str, value_title: str, scheme: str, marks: tuple,
+             mark_label: str) -> tuple[bytes, str, np.ndarray]:
+    """(PNG, its caption, the block-averaged values) of a matrix too large for a heatmap."""
+    h, w = matrix.shape
     small, block = downsample(matrix, 512)
     rgb = _colorize(small, scheme)
     from PIL import Image, ImageDraw
@@ -97,17 +107,30 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
             draw.line([(m * sx, 0), (m * sx, image.height)], fill=(255, 255, 255), width=2)
             draw.line([(0, m * sy), (image.width, m * sy)], fill=(255, 255, 255), width=2)
     lo, hi = np.nanmin(matrix), np.nanmax(matrix)
-    st.image(image, caption=(f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
-                             f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
-                             f"each pixel averages {block}×{block} cells"
-                             + (f"; white lines mark {mark_label}" if marks else "") + "."))
+    caption = (f"{y_title} (rows, 0–{h - 1}, top to bottom) × {x_title} (columns, 0–{w - 1}, left to "
+               f"right); colour = {value_title} {_colour_legend(scheme, lo, hi)}; "
+               f"each pixel averages {block}×{block} cells"
+               + (f"; white lines mark {mark_label}" if marks else "") + ".")
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    row = st.container(horizontal=True)
-    row.download_button("Image (PNG)", buf.getvalue(), file_name=f"{name}.png", mime="image/png", key=f"png-{name}",
-                        width="content", on_click="ignore")
-    row.download_button("Data (CSV, downsampled)", csv_file(pd.DataFrame(small), index=True),
-                        file_name=f"{name}.csv", mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+    return buf.getvalue(), caption, small
+
+
+def _heatmap(matrix: np.ndarray, x_title: str, y_title: str, value_title: str, scheme: str):
+    """(Altair heatmap, its long-format data) of a small matrix; NaN cells (masked) are left out."""
+    h, w = matrix.shape
+    df = pd.DataFrame({"row": np.repeat(np.arange(h), w), "col": np.tile(np.arange(w), h), "value": matrix.ravel()})
+    plot = df.dropna()
+    chart = alt.Chart(plot).mark_rect().encode(
+        x=alt.X("col:O", title=x_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, w, max(1, w // 16))))),
+        y=alt.Y("row:O", title=y_title, axis=alt.Axis(labelOverlap=True, values=list(range(0, h, max(1, h // 16))))),
+        color=alt.Color("value:Q", title=value_title,
+                        scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0) if scheme == "redblue"
+                        else alt.Scale(scheme="viridis")),
+        tooltip=[alt.Tooltip("row:O", title=y_title), alt.Tooltip("col:O", title=x_title),
+                 alt.Tooltip("value:Q", title=value_title, format=".4g")],
+    ).properties(height=min(520, max(220, 6 * h)))
+    return chart, df
 
 
 def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, int], name: str, x_title: str,

@@ -3,7 +3,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import legend_for, method_scales, show_chart
+from views._charts import legend_for, method_scales
+from views._explore import chart
 from views._checkpoints import shipped_checkpoint_json
 from views._page import page_header, repo_root
 from posviz.explore import about, home
@@ -49,16 +50,21 @@ with right:
                      height="content")
     curves = pd.DataFrame(about.train_curve_rows(metrics))
     if not curves.empty:
-        curve_chart = alt.Chart(curves).mark_line().encode(
-            x=alt.X("tokens:Q", title="training tokens (bytes)"),
-            y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
-            color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint",
-                            legend=legend_for(curves["checkpoint"].nunique())),
-            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], title="checkpoint",
-                                      legend=legend_for(curves["checkpoint"].nunique())),
-            tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
-        ).properties(height=300)
-        show_chart(curve_chart, curves, "training_curves")
+        def curve_chart():
+            lines = alt.Chart(curves).mark_line().encode(
+                x=alt.X("tokens:Q", title="training tokens (bytes)"),
+                y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
+                color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint",
+                                legend=legend_for(curves["checkpoint"].nunique())),
+                strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], title="checkpoint",
+                                          legend=legend_for(curves["checkpoint"].nunique())),
+                tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
+            ).properties(height=300)
+            return lines, curves
+
+        # the training logs behind the chart, as numbers: a retrained checkpoint is another chart
+        logged = tuple(map(tuple, curves.itertuples(index=False)))
+        chart("about", ("training-curves", tuple(metrics)) + logged, curve_chart, "training_curves")
 
 st.header("The shipped checkpoints")
 for name, (_, _, problem) in entries.items():

@@ -3,8 +3,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import method_scales, show_chart
+from views._charts import method_scales
 from views._checkpoints import shipped_checkpoint_json
+from views._explore import chart
 from views._page import page_header
 from views._url import qp_choice, sync_url
 from posviz.explore import home
@@ -88,40 +89,51 @@ st.dataframe(
 st.caption("Columns from each method's definition in `posviz/positions`; the bits/byte columns and "
            "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method).")
 
-st.header("Bits per byte vs evaluation length")
-curve = pd.DataFrame(home.bpb_vs_length_rows(metrics))
-if curve.empty:
-    st.info("No evaluated checkpoints to plot yet. Run `make checkpoints`, then reload this page.", icon="ℹ️")
-else:
-    train_lengths = sorted({home.train_length_of(m) for m in metrics.values()} - {None})
+
+@st.fragment
+def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
+    """The radio and the chart under it: moving it reruns this alone, and a range seen before draws its kept spec."""
     order = [n for n in method_names() if n in set(curve["checkpoint"])]
     # Up to 4x the methods that extrapolate sit close together: a closer look separates them.
     ranges = {"all": "every length measured", "4": "up to 4× the training length"}
     shown_range = st.radio("Lengths", list(ranges), format_func=ranges.get, horizontal=True, key="w_range",
                            index=list(ranges).index(qp_choice("range", "all", list(ranges))))
     sync_url(range=shown_range)
-    if shown_range != "all":
-        curve = curve[curve["multiple"] <= float(shown_range)]
-    lengths = sorted(set(curve["length"].tolist()))
-    lines = alt.Chart(curve).mark_line(point=True).encode(
-        x=alt.X("length:Q", title="evaluation length (bytes, log₂ scale)",
-                scale=alt.Scale(type="log", base=2, domain=[min(lengths), max(lengths)]),
-                axis=alt.Axis(values=lengths, format=",d")),
-        y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
-        color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint"),
-        strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], title="checkpoint"),
-        tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("length:Q", title="length (bytes)", format=","),
-                 alt.Tooltip("multiple:Q", title="× training length", format=".3g"),
-                 alt.Tooltip("bpb:Q", title="bits per byte", format=".3f")],
-    )
-    marks = pd.DataFrame({"length": train_lengths, "label": [f"training length {n:,}" for n in train_lengths]})
-    rule = alt.Chart(marks).mark_rule(strokeDash=[5, 4], color="gray").encode(
-        x=alt.X("length:Q"), tooltip=[alt.Tooltip("label:N", title="marks")])
-    label = alt.Chart(marks).mark_text(align="left", dx=4, dy=-6, color="gray", baseline="bottom").encode(
-        x=alt.X("length:Q"), y=alt.YValue(0), text=alt.Text("label:N"))
-    show_chart((lines + rule + label).properties(height=420), curve, "bpb_vs_length",
-               "Non-overlapping windows of the evaluation length over the same held-out bytes. A line that stops "
-               "means the method cannot run at longer lengths (the learned table has no rows past it).")
+    shown = curve if shown_range == "all" else curve[curve["multiple"] <= float(shown_range)]
+
+    def build():
+        lengths = sorted(set(shown["length"].tolist()))
+        lines = alt.Chart(shown).mark_line(point=True).encode(
+            x=alt.X("length:Q", title="evaluation length (bytes, log₂ scale)",
+                    scale=alt.Scale(type="log", base=2, domain=[min(lengths), max(lengths)]),
+                    axis=alt.Axis(values=lengths, format=",d")),
+            y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
+            color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint"),
+            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], title="checkpoint"),
+            tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("length:Q", title="length (bytes)", format=","),
+                     alt.Tooltip("multiple:Q", title="× training length", format=".3g"),
+                     alt.Tooltip("bpb:Q", title="bits per byte", format=".3f")],
+        )
+        marks = pd.DataFrame({"length": train_lengths, "label": [f"training length {n:,}" for n in train_lengths]})
+        rule = alt.Chart(marks).mark_rule(strokeDash=[5, 4], color="gray").encode(
+            x=alt.X("length:Q"), tooltip=[alt.Tooltip("label:N", title="marks")])
+        label = alt.Chart(marks).mark_text(align="left", dx=4, dy=-6, color="gray", baseline="bottom").encode(
+            x=alt.X("length:Q"), y=alt.YValue(0), text=alt.Text("label:N"))
+        return (lines + rule + label).properties(height=420), shown
+
+    # the metrics behind the chart, as numbers: a re-evaluated checkpoint is another chart
+    rows = tuple(map(tuple, curve[["checkpoint", "length", "bpb"]].itertuples(index=False)))
+    chart("home", ("bpb-vs-length", shown_range, tuple(train_lengths), tuple(order)) + rows, build, "bpb_vs_length",
+          "Non-overlapping windows of the evaluation length over the same held-out bytes. A line that stops "
+          "means the method cannot run at longer lengths (the learned table has no rows past it).")
+
+
+st.header("Bits per byte vs evaluation length")
+curve = pd.DataFrame(home.bpb_vs_length_rows(metrics))
+if curve.empty:
+    st.info("No evaluated checkpoints to plot yet. Run `make checkpoints`, then reload this page.", icon="ℹ️")
+else:
+    bpb_section(curve, sorted({home.train_length_of(m) for m in metrics.values()} - {None}))
 
 st.header("Explore each method")
 EXPLAINER = {  # where a method acts -> the page that takes such methods apart; NoPE goes to the live lab

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._charts import DASHED_LEGEND, method_scales, metric_rows, show_chart
+from views._charts import DASHED_LEGEND, cached_spec, csv_file, draw_spec, method_scales, metric_rows, show_chart
+from views._explore import chart, kept, rerun_page_if_changed
 from views._checkpoints import shipped_checkpoint_json
 from views._matrices import show_matrix
 from views._page import page_header
@@ -12,13 +13,13 @@ from views._published_positions import analysed, published_section, section_fail
 from views._url import qp_choice, qp_float, qp_int, sync_url
 from posviz.explore import rope
 from posviz.errors import PosvizError
-from posviz.limits import CACHE_ENTRIES
 from posviz.palette import rope_series
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 # The app's colour per method: each scaling is drawn as the rope variant it makes (rope+yarn, ...).
 SCALING_COLOURS, SCALING_DASHES = method_scales(list(ROPE_SCALINGS), {s: rope_series(s) for s in ROPE_SCALINGS})
 
+VIEW = "rope"
 HEAD_DIMS = [8, 16, 32, 64, 128, 256]
 BASES = [100, 1_000, 10_000, 100_000, 500_000, 1_000_000]
 FACTORS = [1, 2, 4, 8, 16, 32]
@@ -63,11 +64,14 @@ def arrow_chart(df: pd.DataFrame, size: int = 320, radius: float = 1.3) -> alt.L
     return (lines + tips + labels).properties(width=size, height=size)
 
 
-def show_square(chart: alt.LayerChart, data: pd.DataFrame, name: str, caption: str) -> None:
-    """A fixed-size (square) chart with its CSV: geometry is the point, so it must not stretch."""
-    st.altair_chart(chart, width="content")
-    st.download_button("Data (CSV)", data.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv",
-                       key=f"csv-{name}")
+def show_square(key: tuple, build, name: str, caption: str) -> None:
+    """A fixed-size (square) chart with its CSV, ``build()`` -> (chart, data) kept under the view's key:
+    geometry is the point, so it must not stretch."""
+    spec, data = kept(VIEW, "square", key, lambda: (cached_spec(("explore-rope", "square") + key, lambda: build()[0]),
+                                                    build()[1]))
+    draw_spec(spec, width="content")
+    st.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv", mime="text/csv",
+                       key=f"csv-{name}", on_click="ignore")
     st.caption(caption + "  ·  Save the chart as PNG or SVG from its ⋯ menu.")
 
 
@@ -82,56 +86,72 @@ def length_marks(marks: pd.DataFrame) -> alt.LayerChart:
 
 # -- one pair ---------------------------------------------------------------------------------------
 st.header("One pair of features is a 2-D vector turned by m·θ")
-c1, c2 = st.columns(2)
-m = c1.slider("position m", 0, 64, qp_int("m", 3, 0, 64), key="m")
-theta = c2.slider("θ, the pair's speed (radians per position)", 0.05, 1.5, qp_float("theta", 0.5, 0.05, 1.5),
-                  step=0.05, key="theta")
-vector = (1.0, 0.25)
-trail = pd.DataFrame(rope.rope_pair_path(vector, m, theta))
-start, end = trail.iloc[0], trail.iloc[-1]
-left, right = st.columns([3, 2])
-with left:
-    chart = arrow_chart(arrows({"position 0": (start.x, start.y), f"position {m}": (end.x, end.y)}), size=380)
-    chart = alt.Chart(trail).mark_point(color="gray", size=25).encode(
-        x=alt.X("x:Q"), y=alt.Y("y:Q"), tooltip=[alt.Tooltip("position:Q"), alt.Tooltip("x:Q", format=".3f"),
-                                   alt.Tooltip("y:Q", format=".3f"), alt.Tooltip("angle_deg:Q", title="angle (°)", format=".1f")]) + chart
-    show_square(chart, trail, "rope_one_pair",
-                f"The vector x = (1, 0.25) at position 0 and turned by {m}·θ = {end.angle_deg:.0f}° at position {m}; "
-                "grey dots: its tip at positions 0 … m.")
-with right:
-    st.metric("rotation angle m·θ", f"{end.angle_deg:.1f}°", help=f"{m * theta:.3f} radians")
-    st.metric("length at position 0", f"{start.norm:.6f}")
-    st.metric(f"length at position {m}", f"{end.norm:.6f}")
 
-# -- the dog example ----------------------------------------------------------------------------------
-st.header("“The dog” vs “The pig chased the dog”")
-st.markdown(
-    "Take one pair of features of the query for **dog** and of the key for **the** (same word, same vectors in "
-    "both sentences). In *The dog*, “dog” sits at position 1; in *The pig chased the dog*, at position 4. "
-    "Its vector is turned by a different angle in each — yet the angle **between** the query and the key it "
-    "looks at depends only on how far apart they are."
-)
-query, key = (1.0, 0.25), (0.55, 0.85)
-placements = [("The dog", "dog@1 → The@0", 1, 0), ("The pig chased the dog", "dog@4 → the@3", 4, 3),
-              ("The pig chased the dog", "dog@4 → The@0", 4, 0)]
-example = pd.DataFrame(rope.rope_pair_example(query, key, theta, [(a, b) for _, _, a, b in placements]))
-example.insert(0, "query → key", [p[1] for p in placements])
-example.insert(0, "sentence", [p[0] for p in placements])
-cols = st.columns(3)
-for col, (_, row) in zip(cols, example.iterrows()):
-    with col:
-        st.markdown(f"*{row['sentence']}*  \n**{row['query → key']}**: angle {row['angle_deg']:.1f}°")
-        st.altair_chart(arrow_chart(arrows({"q (dog)": (row.q_x, row.q_y), "k (the)": (row.k_x, row.k_y)}),
-                                    size=260, radius=1.2), width="content")
-shown = example[["sentence", "query → key", "m", "n", "offset", "angle_deg", "dot"]].rename(
-    columns={"m": "query position m", "n": "key position n", "offset": "offset m − n",
-             "angle_deg": "angle from k to q (°)", "dot": "q·k"})
-st.dataframe(shown, hide_index=True, height="content", column_config={"angle from k to q (°)": st.column_config.NumberColumn(format="%.2f"),
-                                                    "q·k": st.column_config.NumberColumn(format="%.6f")})
-st.download_button("Data (CSV)", example.to_csv(index=False).encode(), file_name="rope_dog_example.csv",
-                   mime="text/csv", key="csv-rope_dog_example")
-st.caption(f"With θ = {theta:.2f}: the first two rows (offset 1) have the same angle and score; the third "
-           "(offset 4) does not. Absolute positions cancel: q is turned by mθ, k by nθ, and the score sees (m − n)θ.")
+
+@st.fragment
+def pair_section() -> None:
+    c1, c2 = st.columns(2)
+    m = c1.slider("position m", 0, 64, qp_int("m", 3, 0, 64), key="m")
+    theta = c2.slider("θ, the pair's speed (radians per position)", 0.05, 1.5, qp_float("theta", 0.5, 0.05, 1.5),
+                      step=0.05, key="theta")
+    vector = (1.0, 0.25)
+    trail = kept(VIEW, "pair-path", (m, theta), lambda: pd.DataFrame(rope.rope_pair_path(vector, m, theta)))
+    start, end = trail.iloc[0], trail.iloc[-1]
+    left, right = st.columns([3, 2])
+    with left:
+        def turned():
+            arrow = arrow_chart(arrows({"position 0": (start.x, start.y), f"position {m}": (end.x, end.y)}), size=380)
+            return alt.Chart(trail).mark_point(color="gray", size=25).encode(
+                x=alt.X("x:Q"), y=alt.Y("y:Q"), tooltip=[alt.Tooltip("position:Q"), alt.Tooltip("x:Q", format=".3f"),
+                                           alt.Tooltip("y:Q", format=".3f"), alt.Tooltip("angle_deg:Q", title="angle (°)", format=".1f")]) + arrow, trail
+
+        show_square(("pair", m, theta), turned, "rope_one_pair",
+                    f"The vector x = (1, 0.25) at position 0 and turned by {m}·θ = {end.angle_deg:.0f}° at position {m}; "
+                    "grey dots: its tip at positions 0 … m.")
+    with right:
+        st.metric("rotation angle m·θ", f"{end.angle_deg:.1f}°", help=f"{m * theta:.3f} radians")
+        st.metric("length at position 0", f"{start.norm:.6f}")
+        st.metric(f"length at position {m}", f"{end.norm:.6f}")
+
+    # -- the dog example ----------------------------------------------------------------------------------
+    st.header("“The dog” vs “The pig chased the dog”")
+    st.markdown(
+        "Take one pair of features of the query for **dog** and of the key for **the** (same word, same vectors in "
+        "both sentences). In *The dog*, “dog” sits at position 1; in *The pig chased the dog*, at position 4. "
+        "Its vector is turned by a different angle in each — yet the angle **between** the query and the key it "
+        "looks at depends only on how far apart they are."
+    )
+    query, key = (1.0, 0.25), (0.55, 0.85)
+    placements = [("The dog", "dog@1 → The@0", 1, 0), ("The pig chased the dog", "dog@4 → the@3", 4, 3),
+                  ("The pig chased the dog", "dog@4 → The@0", 4, 0)]
+
+    def dog_example() -> pd.DataFrame:
+        example = pd.DataFrame(rope.rope_pair_example(query, key, theta, [(a, b) for _, _, a, b in placements]))
+        example.insert(0, "query → key", [p[1] for p in placements])
+        example.insert(0, "sentence", [p[0] for p in placements])
+        return example
+
+    example = kept(VIEW, "dog", (theta,), dog_example)
+    cols = st.columns(3)
+    for i, (col, (_, row)) in enumerate(zip(cols, example.iterrows())):
+        with col:
+            st.markdown(f"*{row['sentence']}*  \n**{row['query → key']}**: angle {row['angle_deg']:.1f}°")
+            draw_spec(cached_spec(("explore-rope", "dog", theta, i), lambda row=row: arrow_chart(
+                arrows({"q (dog)": (row.q_x, row.q_y), "k (the)": (row.k_x, row.k_y)}), size=260, radius=1.2)),
+                width="content")
+    shown = example[["sentence", "query → key", "m", "n", "offset", "angle_deg", "dot"]].rename(
+        columns={"m": "query position m", "n": "key position n", "offset": "offset m − n",
+                 "angle_deg": "angle from k to q (°)", "dot": "q·k"})
+    st.dataframe(shown, hide_index=True, height="content", column_config={"angle from k to q (°)": st.column_config.NumberColumn(format="%.2f"),
+                                                        "q·k": st.column_config.NumberColumn(format="%.6f")})
+    st.download_button("Data (CSV)", csv_file(example), file_name="rope_dog_example.csv",
+                       mime="text/csv", key="csv-rope_dog_example", on_click="ignore")
+    st.caption(f"With θ = {theta:.2f}: the first two rows (offset 1) have the same angle and score; the third "
+               "(offset 4) does not. Absolute positions cancel: q is turned by mθ, k by nθ, and the score sees (m − n)θ.")
+    sync_url(m=m, theta=theta)
+
+
+pair_section()
 
 # -- frequencies --------------------------------------------------------------------------------------
 st.header("Every pair turns at its own speed")
@@ -141,107 +161,148 @@ head_dim = c1.select_slider("head dimension d", HEAD_DIMS, key="hd", value=int(q
 base = c2.select_slider("base", BASES, value=int(qp_choice("rbase", str(shipped_base) if shipped_base in BASES else "10000",
                                                            [str(b) for b in BASES])),
                         key="rbase", format_func=lambda b: f"{b:,}")
-freqs = pd.DataFrame(rope.rope_frequency_table(head_dim, base, train_length))
-freq_chart = alt.Chart(freqs).mark_line(point=True).encode(
-    x=alt.X("pair:Q", title="pair i (features i and i + d/2)", axis=alt.Axis(tickMinStep=1, format="d")),
-    y=alt.Y("wavelength:Q", title=["wavelength (positions", "per full turn, log scale)"], scale=alt.Scale(type="log")),
-    tooltip=[alt.Tooltip("pair:Q"), alt.Tooltip("first_feature:Q", title="feature"),
-             alt.Tooltip("second_feature:Q", title="paired with"), alt.Tooltip("theta:Q", title="θ (rad/position)", format=".3g"),
-             alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("turns_in_training:Q", title="turns in training", format=",.2f")],
-) + length_marks(pd.DataFrame({"y": [train_length], "label": [f"training length {train_length:,}"]}))
-show_chart(freq_chart.properties(height=300), freqs, f"rope_frequencies_d{head_dim}",
-           f"θᵢ = base^(−2i/d). Pairs above the dashed line (training length {train_length:,}) never complete a turn "
-           "during training: at longer lengths they reach angles the model has never seen.")
+sync_url(hd=head_dim, rbase=base)  # every section below draws at these: moving one reruns the page
+freqs = kept(VIEW, "frequencies", (head_dim, base, train_length),
+             lambda: pd.DataFrame(rope.rope_frequency_table(head_dim, base, train_length)))
+
+
+def frequency_chart():
+    lines = alt.Chart(freqs).mark_line(point=True).encode(
+        x=alt.X("pair:Q", title="pair i (features i and i + d/2)", axis=alt.Axis(tickMinStep=1, format="d")),
+        y=alt.Y("wavelength:Q", title=["wavelength (positions", "per full turn, log scale)"], scale=alt.Scale(type="log")),
+        tooltip=[alt.Tooltip("pair:Q"), alt.Tooltip("first_feature:Q", title="feature"),
+                 alt.Tooltip("second_feature:Q", title="paired with"), alt.Tooltip("theta:Q", title="θ (rad/position)", format=".3g"),
+                 alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("turns_in_training:Q", title="turns in training", format=",.2f")],
+    ) + length_marks(pd.DataFrame({"y": [train_length], "label": [f"training length {train_length:,}"]}))
+    return lines.properties(height=300), freqs
+
+
+chart(VIEW, ("frequencies", head_dim, base, train_length), frequency_chart, f"rope_frequencies_d{head_dim}",
+      f"θᵢ = base^(−2i/d). Pairs above the dashed line (training length {train_length:,}) never complete a turn "
+      "during training: at longer lengths they reach angles the model has never seen.")
 st.dataframe(freqs.rename(columns={"theta": "θ (rad/position)", "wavelength": "wavelength (positions)",
                                    "turns_in_training": f"turns in {train_length:,} positions"}),
              hide_index=True, height="content")
 
+
 # -- shift invariance ---------------------------------------------------------------------------------
+@st.fragment
+def shift_section(head_dim: int, base: float) -> int:
+    c1, c2, c3, c4 = st.columns(4)
+    qm = c1.number_input("query position m", 0, 100_000, qp_int("sm", 7, 0, 100_000), key="sm")
+    kn = c2.number_input("key position n", 0, 100_000, qp_int("sn", 2, 0, 100_000), key="sn")
+    s = c3.number_input("shift s", 0, 1_000_000, qp_int("ss", 1000, 0, 1_000_000), key="ss")
+    seed = c4.number_input("random q, k (seed)", 0, 9999, qp_int("seed", 0, 0, 9999), key="seed")
+    sync_url(sm=qm, sn=kn, ss=s, seed=seed)
+
+    def shift_check():
+        q_vec, k_vec = rope.random_qk(head_dim, seed)
+        return rope.rope_shift_invariance(q_vec, k_vec, qm, kn, s, base)
+
+    check = kept(VIEW, "shift", (head_dim, base, seed, qm, kn, s), shift_check)
+    c1, c2, c3 = st.columns(3)
+    c1.metric(f"q·k at ({qm:,}, {kn:,})", f"{check.score:.10f}")
+    c2.metric(f"q·k at ({qm + s:,}, {kn + s:,})", f"{check.shifted_score:.10f}")
+    c3.metric("absolute difference", f"{check.difference:.1e}", help="float64 rounding of the angles m·θ, which grows with the position: about 1e-16 × position.")
+
+    def scores() -> np.ndarray:
+        q, k = rope.random_qk(head_dim, seed)
+        return rope.rope_scores(q, k, 64, base)
+
+    show_matrix(kept(VIEW, "scores", (head_dim, base, seed), scores), f"rope_scores_d{head_dim}", x_title="key position n",
+                y_title="query position m", value_title="q·k", scheme="redblue", key=(head_dim, base, seed))
+    st.caption("The same q and k placed at every (m, n) from 0 to 63: every diagonal (fixed m − n) has one colour.")
+    rerun_page_if_changed("rope-seed", seed)  # the norms section below draws the same random vector
+    return seed
+
+
 st.header("Proof in numbers: q·k at (m, n) equals q·k at (m + s, n + s)")
-c1, c2, c3, c4 = st.columns(4)
-qm = c1.number_input("query position m", 0, 100_000, qp_int("sm", 7, 0, 100_000), key="sm")
-kn = c2.number_input("key position n", 0, 100_000, qp_int("sn", 2, 0, 100_000), key="sn")
-s = c3.number_input("shift s", 0, 1_000_000, qp_int("ss", 1000, 0, 1_000_000), key="ss")
-seed = c4.number_input("random q, k (seed)", 0, 9999, qp_int("seed", 0, 0, 9999), key="seed")
-q_vec, k_vec = rope.random_qk(head_dim, seed)
-check = rope.rope_shift_invariance(q_vec, k_vec, qm, kn, s, base)
-c1, c2, c3 = st.columns(3)
-c1.metric(f"q·k at ({qm:,}, {kn:,})", f"{check.score:.10f}")
-c2.metric(f"q·k at ({qm + s:,}, {kn + s:,})", f"{check.shifted_score:.10f}")
-c3.metric("absolute difference", f"{check.difference:.1e}", help="float64 rounding of the angles m·θ, which grows with the position: about 1e-16 × position.")
+seed = shift_section(head_dim, base)
 
-
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def scores(head_dim: int, base: float, seed: int) -> np.ndarray:
-    q, k = rope.random_qk(head_dim, seed)
-    return rope.rope_scores(q, k, 64, base)
-
-
-show_matrix(scores(head_dim, base, seed), f"rope_scores_d{head_dim}", x_title="key position n",
-            y_title="query position m", value_title="q·k", scheme="redblue")
-st.caption("The same q and k placed at every (m, n) from 0 to 63: every diagonal (fixed m − n) has one colour.")
 
 # -- long-term decay -----------------------------------------------------------------------------------
+def decay_chart(head_dim: int, base: float, max_distance: int):
+    decay_df = pd.DataFrame(rope.rope_decay_bound(head_dim, base, max_distance))
+    lines = alt.Chart(decay_df).mark_line().encode(
+        x=alt.X("distance:Q", title="relative distance m − n (positions)"),
+        y=alt.Y("bound:Q", title="relative upper bound (1/(d/2)) Σⱼ |Sⱼ|"),
+        tooltip=[alt.Tooltip("distance:Q"), alt.Tooltip("bound:Q", format=".3f")],
+    ).properties(height=280)
+    return lines, decay_df
+
+
+@st.fragment
+def decay_section(head_dim: int, base: float) -> None:
+    max_distance = st.slider("largest relative distance (positions)", 64, 8192, qp_int("dmax", 1024, 64, 8192), step=64,
+                             key="dmax")
+    sync_url(dmax=max_distance)
+    chart(VIEW, ("decay", head_dim, base, max_distance), lambda: decay_chart(head_dim, base, max_distance),
+          f"rope_decay_d{head_dim}",
+          "Sⱼ = Σ_{k<j} e^{i(m−n)θₖ}. Splitting q·k into pair terms hⱼ·e^{i(m−n)θⱼ}, the score is at most "
+          "max|hⱼ₊₁ − hⱼ| · Σⱼ|Sⱼ|: the envelope shrinks with distance. It is a bound on smooth content, "
+          "not a promise that attention fades — a trained head can still attend far away.")
+
+
 st.header("Long-term decay (RoFormer §3.4.3)")
-max_distance = st.slider("largest relative distance (positions)", 64, 8192, qp_int("dmax", 1024, 64, 8192), step=64,
-                         key="dmax")
-
-
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False)
-def decay(head_dim: int, base: float, max_distance: int) -> pd.DataFrame:
-    return pd.DataFrame(rope.rope_decay_bound(head_dim, base, max_distance))
-
-
-decay_df = decay(head_dim, base, max_distance)
-decay_chart = alt.Chart(decay_df).mark_line().encode(
-    x=alt.X("distance:Q", title="relative distance m − n (positions)"),
-    y=alt.Y("bound:Q", title="relative upper bound (1/(d/2)) Σⱼ |Sⱼ|"),
-    tooltip=[alt.Tooltip("distance:Q"), alt.Tooltip("bound:Q", format=".3f")],
-).properties(height=280)
-show_chart(decay_chart, decay_df, f"rope_decay_d{head_dim}",
-           "Sⱼ = Σ_{k<j} e^{i(m−n)θₖ}. Splitting q·k into pair terms hⱼ·e^{i(m−n)θⱼ}, the score is at most "
-           "max|hⱼ₊₁ − hⱼ| · Σⱼ|Sⱼ|: the envelope shrinks with distance. It is a bound on smooth content, "
-           "not a promise that attention fades — a trained head can still attend far away.")
+decay_section(head_dim, base)
 
 # -- norm preservation ------------------------------------------------------------------------------------
 st.header("Rotations keep the length")
 norm_length = 16 * train_length
-norms = pd.DataFrame(rope.rope_norms(head_dim, base, norm_length, seed))
-norm_plot = norms.melt(id_vars="position", value_vars=["norm_before", "norm_after"], var_name="vector", value_name="norm")
-norm_chart = alt.Chart(norm_plot).mark_line().encode(
-    x=alt.X("position:Q", title="position"), y=alt.Y("norm:Q", title="‖x‖", axis=alt.Axis(format=".3f")),
-    color=alt.Color("vector:N", title=None), strokeDash=alt.StrokeDash("vector:N", title=None),
-    tooltip=[alt.Tooltip("vector:N"), alt.Tooltip("position:Q"), alt.Tooltip("norm:Q", format=".12f")],
-).properties(height=220)
-show_chart(norm_chart, norms, f"rope_norms_d{head_dim}")
+norms = kept(VIEW, "norms", (head_dim, base, norm_length, seed),
+             lambda: pd.DataFrame(rope.rope_norms(head_dim, base, norm_length, seed)))
+
+
+def norm_chart():
+    norm_plot = norms.melt(id_vars="position", value_vars=["norm_before", "norm_after"], var_name="vector", value_name="norm")
+    lines = alt.Chart(norm_plot).mark_line().encode(
+        x=alt.X("position:Q", title="position"), y=alt.Y("norm:Q", title="‖x‖", axis=alt.Axis(format=".3f")),
+        color=alt.Color("vector:N", title=None), strokeDash=alt.StrokeDash("vector:N", title=None),
+        tooltip=[alt.Tooltip("vector:N"), alt.Tooltip("position:Q"), alt.Tooltip("norm:Q", format=".12f")],
+    ).properties(height=220)
+    return lines, norms
+
+
+chart(VIEW, ("norms", head_dim, base, norm_length, seed), norm_chart, f"rope_norms_d{head_dim}")
 st.metric(f"largest relative change of ‖x‖ over positions 0…{norm_length - 1:,}",
           f"{norms['relative_change'].max():.1e}")
 
 # -- scalings -----------------------------------------------------------------------------------------------
-st.header("Context extension: wavelengths under each scaling")
-factor = st.select_slider("extension factor s (target length = s × training length)", FACTORS,
-                          value=int(qp_choice("factor", "4", [str(f) for f in FACTORS])), key="factor")
-waves = pd.DataFrame(rope.scaling_wavelengths(head_dim, base, factor, train_length))
-target = factor * train_length
-marks = pd.DataFrame({"y": [train_length, target],
-                      "label": [f"training length {train_length:,}", f"target length {target:,}"]})
-scaling_chart = alt.Chart(waves).mark_line(point=True).encode(
-    x=alt.X("pair:Q", title="pair i", axis=alt.Axis(tickMinStep=1, format="d")),
-    y=alt.Y("wavelength:Q", title="wavelength (positions, log scale)", scale=alt.Scale(type="log")),
-    color=alt.Color("scaling:N", scale=SCALING_COLOURS, title="scaling", legend=DASHED_LEGEND),
-    strokeDash=alt.StrokeDash("scaling:N", scale=SCALING_DASHES, title="scaling", legend=DASHED_LEGEND),
-    tooltip=[alt.Tooltip("scaling:N"), alt.Tooltip("pair:Q"), alt.Tooltip("wavelength:Q", format=",.1f"),
-             alt.Tooltip("attention_factor:Q", title="attention factor", format=".3f")],
-) + length_marks(marks)
-show_chart(scaling_chart.properties(height=360), waves, f"rope_scalings_x{factor}",
-           "linear divides every speed by s; ntk raises the base so the slowest pair slows by s and the fastest "
-           "stays; dynamic does ntk with the ratio of the length actually seen (here the target, as in one full forward "
-           "pass over it; with a KV cache each key keeps the ratio of the step that wrote it); yarn and llama3 "
-           "keep fast pairs, interpolate slow ones and blend in between.")
-factors = waves.groupby("scaling", sort=False)[["attention_factor", "logit_scale"]].first().reset_index()
-st.dataframe(factors.rename(columns={"attention_factor": "attention factor on cos and sin",
-                                     "logit_scale": "logits scaled by (factor²)"}), hide_index=True,
-             height="content")
+@st.fragment
+def scaling_section(head_dim: int, base: float) -> None:
+    st.header("Context extension: wavelengths under each scaling")
+    factor = st.select_slider("extension factor s (target length = s × training length)", FACTORS,
+                              value=int(qp_choice("factor", "4", [str(f) for f in FACTORS])), key="factor")
+    waves = kept(VIEW, "scalings", (head_dim, base, factor, train_length),
+                 lambda: pd.DataFrame(rope.scaling_wavelengths(head_dim, base, factor, train_length)))
+
+    def scaling_chart():
+        target = factor * train_length
+        marks = pd.DataFrame({"y": [train_length, target],
+                              "label": [f"training length {train_length:,}", f"target length {target:,}"]})
+        lines = alt.Chart(waves).mark_line(point=True).encode(
+            x=alt.X("pair:Q", title="pair i", axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("wavelength:Q", title="wavelength (positions, log scale)", scale=alt.Scale(type="log")),
+            color=alt.Color("scaling:N", scale=SCALING_COLOURS, title="scaling", legend=DASHED_LEGEND),
+            strokeDash=alt.StrokeDash("scaling:N", scale=SCALING_DASHES, title="scaling", legend=DASHED_LEGEND),
+            tooltip=[alt.Tooltip("scaling:N"), alt.Tooltip("pair:Q"), alt.Tooltip("wavelength:Q", format=",.1f"),
+                     alt.Tooltip("attention_factor:Q", title="attention factor", format=".3f")],
+        ) + length_marks(marks)
+        return lines.properties(height=360), waves
+
+    chart(VIEW, ("scalings", head_dim, base, factor, train_length), scaling_chart, f"rope_scalings_x{factor}",
+          "linear divides every speed by s; ntk raises the base so the slowest pair slows by s and the fastest "
+          "stays; dynamic does ntk with the ratio of the length actually seen (here the target, as in one full forward "
+          "pass over it; with a KV cache each key keeps the ratio of the step that wrote it); yarn and llama3 "
+          "keep fast pairs, interpolate slow ones and blend in between.")
+    factors = waves.groupby("scaling", sort=False)[["attention_factor", "logit_scale"]].first().reset_index()
+    st.dataframe(factors.rename(columns={"attention_factor": "attention factor on cos and sin",
+                                         "logit_scale": "logits scaled by (factor²)"}), hide_index=True,
+                 height="content")
+    sync_url(factor=factor)
+
+
+scaling_section(head_dim, base)
 
 # -- published RoPE models ($POSVIZ_MODELS) --------------------------------------------------------------
 published = published_section(
@@ -297,5 +358,3 @@ if published is not None:
         show_chart(published_chart.properties(height=320), lines, f"published_{facts.name}_rope_frequencies",
                    "Pairs by what its scaling did to them: " + ", ".join(f"{n} {b}" for b, n in bands.items())
                    + ". Pairs whose wavelength is above the trained context never complete a turn within it.")
-
-sync_url(m=m, theta=theta, hd=head_dim, rbase=base, sm=qm, sn=kn, ss=s, seed=seed, dmax=max_distance, factor=factor)

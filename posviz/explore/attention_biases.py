@@ -113,19 +113,27 @@ def t5_bias_matrix(bucket_weights: np.ndarray, head: int, length: int, max_dista
     return np.where(np.isnan(buckets), np.nan, weights[filled, head])
 
 
+def trained_position(model, expected: str):
+    """The trained ``PositionMethod`` of ``model`` (a GPT or a LabModel: both answer ``.position``),
+    checked to be the method ``expected``."""
+    position = model.position
+    require(position.name == expected, f"expected a {expected!r} model, got {position.name!r}")
+    return position
+
+
 def t5_learned(model) -> dict[str, Any]:
     """The learned part of a ``t5`` model: weights (num_buckets, H) float64, num_buckets, max_distance."""
-    require(model.config.position == "t5", f"expected a 't5' model, got {model.config.position!r}")
-    opts = model.position.options
-    return {"weights": model.position.bucket_bias.weight.detach().cpu().double().numpy(),
+    position = trained_position(model, "t5")
+    opts = position.options
+    return {"weights": position.bucket_bias.weight.detach().cpu().double().numpy(),
             "num_buckets": opts.num_buckets, "max_distance": opts.max_distance}
 
 
 def shaw_learned(model) -> dict[str, Any]:
     """The learned part of a ``shaw`` model: rel_keys (n_layer, k+1, hs) float64 and max_distance k."""
-    require(model.config.position == "shaw", f"expected a 'shaw' model, got {model.config.position!r}")
-    return {"rel_keys": model.position.rel_keys.detach().cpu().double().numpy(),
-            "max_distance": model.position.options.max_distance}
+    position = trained_position(model, "shaw")
+    return {"rel_keys": position.rel_keys.detach().cpu().double().numpy(),
+            "max_distance": position.options.max_distance}
 
 
 def shaw_clip(length: int, max_distance: int, causal: bool = True) -> np.ndarray:
@@ -224,21 +232,13 @@ def no_bias_log_max_weight(n_keys: int, margin: float) -> np.ndarray:
 def bias_by_distance(position, layer: int, n_keys: int) -> np.ndarray:
     """(H, n) bias a method adds for the *last* query of an n-key context, for keys at distance 0 .. n-1.
 
-    Asks the method's own ``logit_bias`` hook, so the curve is what the model computes, for any
-    method whose bias does not depend on the query's content (the query vector passed is zeros).
-    FIRE's bias also depends on where the query sits (its normaliser): this is a query at position n-1.
+    The method's own ``bias_by_distance`` (``PositionMethod``: its ``logit_bias`` hook asked with a zero
+    query), so the curve is what the model computes, for any method whose bias does not depend on the
+    query's content. FIRE's bias also depends on where the query sits: this is a query at position n-1.
     """
-    H = position.shape.n_head
-    q_pos = torch.tensor([n_keys - 1])
-    k_pos = n_keys - 1 - torch.arange(n_keys)  # key at distance d sits at position n-1-d
-    param = next(position.parameters(), None)
-    dtype = torch.float32 if param is None else param.dtype
-    q = torch.zeros(1, H, 1, position.shape.head_dim, dtype=dtype)
-    with torch.inference_mode():
-        bias = position.logit_bias(layer, q, q_pos, k_pos)
-        position.forget()
-    require(bias is not None, f"{position.name} adds no bias to the logits")
-    return bias.expand(1, H, 1, n_keys)[0, :, 0].double().cpu().numpy()
+    bias = position.bias_by_distance(layer, n_keys)
+    require(bias is not None, f"{position.name} adds no bias to the logits that is a curve of distance")
+    return bias.numpy()
 
 
 def bias_curves(position, layers: Sequence[int], lengths: Sequence[int], grid_points: int = 200) -> Columns:
@@ -267,8 +267,8 @@ def kerple_formula(r1: float, r2: float, distances: np.ndarray) -> np.ndarray:
 
 def kerple_learned(model) -> dict[str, np.ndarray]:
     """The learned (r1, r2) of a ``kerple`` model, each (n_layer, H), as the forward pass uses them."""
-    require(model.config.position == "kerple", f"expected a 'kerple' model, got {model.config.position!r}")
-    pairs = [model.position.parameters_of(layer) for layer in range(model.config.n_layer)]
+    position = trained_position(model, "kerple")
+    pairs = [position.parameters_of(layer) for layer in range(position.shape.n_layer)]
     return {"r1": np.stack([r1.detach().double().cpu().numpy() for r1, _ in pairs]),
             "r2": np.stack([r2.detach().double().cpu().numpy() for _, r2 in pairs])}
 
@@ -291,8 +291,8 @@ def fire_normalised_distance(lengths: Sequence[int], c: float, threshold: float,
 def fire_learned(model) -> Columns:
     """FIRE's learned scalars per layer: c (psi's scale) and the threshold L, with L's starting value.
     Columns: layer, c, threshold, threshold_init (a shared FIRE gives the same row for every layer)."""
-    require(model.config.position == "fire", f"expected a 'fire' model, got {model.config.position!r}")
-    fns = [model.position.function(layer) for layer in range(model.config.n_layer)]
+    position = trained_position(model, "fire")
+    fns = [position.function(layer) for layer in range(position.shape.n_layer)]
     return {"layer": np.arange(len(fns)), "c": np.array([float(fn.c.detach()) for fn in fns]),
             "threshold": np.array([float(fn.threshold.detach()) for fn in fns]),
             "threshold_init": np.array([fn.threshold_init for fn in fns])}
@@ -326,8 +326,9 @@ def transformer_xl_terms(model, ids: Sequence[int], layer: int) -> dict[str, np.
     Runs the model up to that layer (the forward hook reads the layer's normalised input), takes the
     content queries and keys from its own projection, and asks the method for the terms. Returns each
     term (H, T, T) plus "logit" (their sum) and "weight" (the softmax over visible keys), NaN above
-    the diagonal (future keys, masked).
+    the diagonal (future keys, masked). ``model``: the GPT, or a shipped LabModel (its ``net``).
     """
+    model = getattr(model, "net", model)
     require(model.config.position == "transformer_xl", f"expected a 'transformer_xl' model, got {model.config.position!r}")
     require(0 <= layer < model.config.n_layer, f"layer must be in 0..{model.config.n_layer - 1}")
     x = torch.tensor([list(ids)], dtype=torch.long, device=model.device)  # (1, T)
@@ -389,8 +390,7 @@ def distance_only_bias_methods() -> list[str]:
     """Registered methods whose logit bias is a function of positions alone (ALiBi, T5, KERPLE, FIRE):
     the ones ``bias_by_distance`` can draw as curves. Read off the registry, so a new one shows up."""
     from posviz.positions import POSITION_METHODS, method_names
-    return [n for n in method_names() if POSITION_METHODS[n].acts_on == "logits"
-            and not POSITION_METHODS[n].bias_depends_on_query]
+    return [n for n in method_names() if POSITION_METHODS[n].draws_bias_by_distance()]
 
 
 def fixed_method(name: str, n_layer: int, n_head: int, head_dim: int, train_length: int):

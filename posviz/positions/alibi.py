@@ -43,6 +43,7 @@ class ALiBi(PositionMethod):
     paper = "https://arxiv.org/abs/2108.12409"
     acts_on = "logits"
     kind = "relative"
+    explore_sections = ("alibi-slopes", "alibi-published")
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

@@ -21,6 +21,17 @@ uses without knowing the method:
   (Transformer-XL): the query and the key of every distance; attention reads the bias of a block as
   a skewed view of q' . P (Transformer-XL's "relative shift"), its keys taken in reverse order.
 
+What the explore pages draw of a method, without knowing which one it is (each has a default derived
+from the hooks above, so a new method shows up with nothing more to write):
+
+* ``bias_by_distance(layer, n_keys)``  (H, n) the bias its ``logit_bias`` adds for the last query of an
+  n-key context, at distances 0..n-1; None when it adds none, or none that is a curve of distance alone.
+* ``added_vectors(pos)``  (T, C) the vectors ``add_to_input`` adds at ``pos``; None when it adds none.
+* ``rotation_frequencies(seq_len)``  (inv_freq, attention_factor) of a rotation; None without one.
+* ``explore_sections``  the names of the extra sections it offers the explore pages (T5's buckets,
+  Transformer-XL's four terms, ...): each name is drawn by the section of that name in views/_sections,
+  so a page lists no method by name.
+
 Shape legend: B batch, T / Tq / Tk sequence lengths, C model width, H heads, hs head size.
 Positions are absolute integer positions (LongTensor of shape (T,)); with a KV cache the keys keep
 the positions they were written at, so relative methods see true distances.
@@ -64,6 +75,9 @@ class PositionMethod(nn.Module):
     # The bias uses the query's content (Shaw-style relative keys), so it is no curve of distance alone.
     bias_depends_on_query: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions
+    # Extra explore sections this method offers (names registered in views/_sections); the pages draw
+    # every registered method's generic views without it.
+    explore_sections: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -112,6 +126,48 @@ class PositionMethod(nn.Module):
     def has_distance_bias(self) -> bool:
         """Whether the method offers ``distance_bias`` at all."""
         return type(self).distance_bias is not PositionMethod.distance_bias
+
+    # -- what the explore pages draw (defaults from the hooks) -------------------------------------
+    @classmethod
+    def draws_bias_by_distance(cls) -> bool:
+        """Whether ``bias_by_distance`` gives a curve: a logit bias that does not read the query's content."""
+        return cls.logit_bias is not PositionMethod.logit_bias and not cls.bias_depends_on_query
+
+    def bias_by_distance(self, layer: int, n_keys: int) -> torch.Tensor | None:
+        """(H, n) float64 on the CPU: the bias ``logit_bias`` adds for the *last* query of an n-key
+        context, for keys at distance 0 .. n-1 (FIRE's also depends on where that query sits: here at
+        position n-1). None when the method adds no bias, or one that reads the query's content."""
+        if not self.draws_bias_by_distance():
+            return None
+        H = self.shape.n_head
+        q_pos = torch.tensor([n_keys - 1])
+        k_pos = n_keys - 1 - torch.arange(n_keys)  # the key at distance d sits at position n-1-d
+        param = next(self.parameters(), None)
+        q = torch.zeros(1, H, 1, self.shape.head_dim, dtype=torch.float32 if param is None else param.dtype)
+        with torch.inference_mode():
+            bias = self.logit_bias(layer, q, q_pos, k_pos)
+            self.forget()
+        if bias is None:
+            return None
+        return bias.expand(1, H, 1, n_keys)[0, :, 0].double().cpu()
+
+    def added_vectors(self, pos: torch.Tensor) -> torch.Tensor | None:
+        """(T, C) float64 on the CPU: what ``add_to_input`` adds to the token embeddings at positions
+        ``pos`` (T,); None when the method adds nothing there."""
+        if type(self).add_to_input is PositionMethod.add_to_input:
+            return None
+        param = next(self.parameters(), None)
+        zeros = torch.zeros(1, pos.numel(), self.shape.n_embd, dtype=torch.float32 if param is None else param.dtype,
+                            device=None if param is None else param.device)
+        with torch.inference_mode():
+            added = self.add_to_input(zeros, pos.to(zeros.device))
+            self.forget()
+        return added[0].double().cpu()
+
+    def rotation_frequencies(self, seq_len: int) -> tuple[torch.Tensor, float] | None:
+        """(inv_freq (pairs,), attention_factor) of a method that rotates queries and keys, for a sequence
+        of ``seq_len`` positions; None when it rotates nothing (the default)."""
+        return None
 
     def after_optimizer_step(self) -> None:
         """Called by training after every optimizer step: where a method keeps its stored parameters

@@ -152,6 +152,7 @@ class Fire(PositionMethod):
     kind = "relative"
     learned = True
     Options = FireOptions
+    explore_sections = ("fire-input",)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

@@ -48,6 +48,7 @@ class Kerple(PositionMethod):
     kind = "relative"
     learned = True
     Options = KerpleOptions
+    explore_sections = ("kerple-formula",)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

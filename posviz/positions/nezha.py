@@ -36,6 +36,7 @@ class Nezha(RelativeKeys):
     summary = "Fixed sinusoidal relative key vectors per clipped distance (Shaw's form, no parameters)."
     paper = "https://arxiv.org/abs/1909.00204"
     Options = NezhaOptions
+    explore_sections = ("nezha-keys",)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

@@ -94,6 +94,9 @@ class Rotary(PositionMethod):
         """(inv_freq (rot_dim/2,), attention_factor) for a sequence of ``seq_len`` positions."""
         return self.scale_fn(self.rot_dim, self.options, seq_len)
 
+    def rotation_frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
+        return self.frequencies(seq_len)
+
     def rotate_qk(self, q, k, pos):  # q, k (B, H, T, hs); pos (T,)
         def compute():
             inv_freq, attention = self.frequencies(position_range(pos)[1] + 1 if pos.numel() else 1)

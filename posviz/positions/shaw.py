@@ -93,6 +93,7 @@ class ShawRelative(RelativeKeys):
     paper = "https://arxiv.org/abs/1803.02155"
     learned = True
     Options = ShawOptions
+    explore_sections = ("shaw-clip",)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

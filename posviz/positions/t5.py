@@ -62,6 +62,7 @@ class T5RelativeBias(PositionMethod):
     kind = "relative"
     learned = True
     Options = T5Options
+    explore_sections = ("t5-buckets",)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

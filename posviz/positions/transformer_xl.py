@@ -43,6 +43,7 @@ class TransformerXL(RelativeKeys):
     paper = "https://arxiv.org/abs/1901.02860"
     learned = True
     Options = TransformerXLOptions
+    explore_sections = ("transformer-xl-terms",)
     clipped = False  # every distance has its own key: no band
 
     def __init__(self, shape, options=None):
