@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: app test gpu-check checkpoints bench bench-published load screenshots venv clean-venv
+.PHONY: app test gpu-check checkpoints bench bench-pages bench-published load screenshots venv clean-venv
 
 app: $(APP_STAMP)
 	$(PY) -m streamlit run app.py
@@ -29,6 +29,12 @@ checkpoints: $(TEST_STAMP)
 # Speed table of the shipped checkpoints on this machine, written to BENCHMARKS.md.
 bench: $(TEST_STAMP)
 	$(PY) -m posviz_tools.bench
+
+# Two rows per page of the app, each into its own section of BENCHMARKS.md: the server's CPU per stored answer
+# (goal <= 0.1 s) and a new server whose first request is the page's deep link (complete <= 5 s, the warm-up
+# slowing it by at most 20 %).
+bench-pages: $(TEST_STAMP)
+	$(PY) -m posviz_tools.bench --pages-cpu --first-request
 
 # The published-model path against a bare transformers forward (goal <= 1.10x) and the cost of an attention
 # map, on the exports in models/hf and the tests' tiny families: the published section of BENCHMARKS.md.
