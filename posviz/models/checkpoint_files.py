@@ -104,7 +104,7 @@ def models_dir() -> Path:
     """The shipped checkpoints: ``models/`` beside the package, or $POSVIZ_CHECKPOINTS (tests use small ones)."""
     import os
 
-    return Path(os.environ.get("POSVIZ_CHECKPOINTS") or Path(__file__).resolve().parent.parent / "models")
+    return Path(os.environ.get("POSVIZ_CHECKPOINTS") or Path(__file__).resolve().parents[2] / "models")
 
 
 def shipped_checkpoints(folder: str | Path | None = None) -> dict[str, Path]:
