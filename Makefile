@@ -8,10 +8,16 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: app test gpu-check checkpoints bench bench-pages bench-published load screenshots venv clean-venv
+.PHONY: app store test gpu-check checkpoints bench bench-pages bench-published load screenshots venv clean-venv
 
 app: $(APP_STAMP)
 	$(PY) -m streamlit run app.py
+
+# Every page's default view, and the slider stops the warm-up goes on to, computed ahead into the result files
+# (.posviz-store/, or $$POSVIZ_STORE): a server started after it answers each page's link without computing
+# it. A server also fills them itself, with its first start's warm-up; the Docker image builds them.
+store: $(APP_STAMP)
+	$(PY) -m views._warm
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest
