@@ -11,7 +11,6 @@ from contextlib import contextmanager
 import streamlit as st
 
 from posviz.models.checkpoint_files import shipped_checkpoints
-from views._text import validation_documents
 
 
 @st.cache_resource(show_spinner=False)
@@ -117,18 +116,24 @@ def warm_the_store(pages: tuple[str, ...]):
 
     if os.environ.get("POSVIZ_WARM", "1") == "0" or not st.context.headers.get("Host"):
         return None
-    from posviz.labs import extrapolation
-    from posviz.labs.inputs import prepare_text
-    from posviz.positions import POSITION_METHODS
-    from views._warm import server_stream_url, visit
+    from views._warm import server_stream_url
 
     url = server_stream_url(st.get_option("server.address"), int(st.get_option("server.port")),
                             st.get_option("server.baseUrlPath"))
-    folders = [str(folder) for name, folder in shipped_checkpoints().items() if name in POSITION_METHODS]
-    documents = validation_documents()
     results, queue, runs = shared_results(), work_queue(), visitor_runs()
 
     def warm():
+        # Everything the warm-up needs is read here, in its own thread, once the first visitor's page has been
+        # drawn: the imports of the labs (2.5 s) and the documents would otherwise run in that visitor's run.
+        wait_for_visitors(runs)
+        from posviz.labs import extrapolation
+        from posviz.labs.inputs import prepare_text
+        from posviz.positions import POSITION_METHODS
+        from posviz.training.data import load_corpus
+        from views._warm import visit
+
+        folders = [str(folder) for name, folder in shipped_checkpoints().items() if name in POSITION_METHODS]
+        documents = list(load_corpus().eval_documents)  # what views._text.validation_documents reads
         start = time.perf_counter()
         for page in pages:
             wait_for_visitors(runs)  # each visitor's page first, drawn in its browser, then the next of ours
