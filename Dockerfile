@@ -29,6 +29,12 @@ COPY --chown=user views ./views
 COPY --chown=user posviz ./posviz
 COPY --chown=user models ./models
 
+# Every page's default view computed once, here, into the result files (.posviz-store/, JSON + npz): the
+# Space's first visitor, a talk's link on a restarted Space, gets them read back instead of computed (on the
+# free CPU the labs' defaults took 10–25 s each). Built as the user the Space runs as, on the image's own
+# files, so that the checkpoints' stamps in the keys are the ones the server sees.
+RUN chown user /home/user/app
 USER user
+RUN python -m views._warm --defaults-only
 EXPOSE 7860
 CMD ["streamlit", "run", "app.py", "--server.port", "7860", "--server.address", "0.0.0.0"]

@@ -8,10 +8,16 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: app test gpu-check checkpoints bench bench-published load screenshots venv clean-venv
+.PHONY: app store test gpu-check checkpoints bench bench-pages bench-published load screenshots venv clean-venv
 
 app: $(APP_STAMP)
 	$(PY) -m streamlit run app.py
+
+# Every page's default view, and the slider stops the warm-up goes on to, computed ahead into the result files
+# (.posviz-store/, or $$POSVIZ_STORE): a server started after it answers each page's link without computing
+# it. A server also fills them itself, with its first start's warm-up; the Docker image builds them.
+store: $(APP_STAMP)
+	$(PY) -m views._warm
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest
@@ -29,6 +35,12 @@ checkpoints: $(TEST_STAMP)
 # Speed table of the shipped checkpoints on this machine, written to BENCHMARKS.md.
 bench: $(TEST_STAMP)
 	$(PY) -m posviz_tools.bench
+
+# Two rows per page of the app, each into its own section of BENCHMARKS.md: the server's CPU per stored answer
+# (goal <= 0.1 s) and a new server whose first request is the page's deep link (complete <= 5 s, the warm-up
+# slowing it by at most 20 %).
+bench-pages: $(TEST_STAMP)
+	$(PY) -m posviz_tools.bench --pages-cpu --first-request
 
 # The published-model path against a bare transformers forward (goal <= 1.10x) and the cost of an attention
 # map, on the exports in models/hf and the tests' tiny families: the published section of BENCHMARKS.md.

@@ -7,7 +7,7 @@ this menu and without the wide layout.
 """
 import streamlit as st
 
-from views._serving import warm_the_store
+from views._serving import visitor_run, warm_the_store
 
 st.set_page_config(page_title="posviz — positional encodings, visualised", page_icon="🧭", layout="wide")
 
@@ -45,4 +45,5 @@ WARM_ORDER = tuple(p.url_path for p in PAGES["Live labs"] + PAGES["Explore"] + P
 
 page = st.navigation(PAGES)
 warm_the_store(WARM_ORDER)  # once per server, in the background, behind every visitor's computations
-page.run()
+with visitor_run():  # the warm-up opens its next page only once no visitor's page is running or drawing
+    page.run()

@@ -9,7 +9,10 @@ No Streamlit here (``views/_serving.py`` draws the waiting and the progress). Tw
   of every lab is a lookup. A key that another session is computing right now is *waited for*, not
   computed a second time (single flight: ten visitors who open a talk's link together cost one
   computation). Bounded twice, least recently used out first: ``max_entries`` and ``max_bytes``
-  (the arrays a result holds, measured by ``result_bytes``).
+  (the arrays a result holds, measured by ``result_bytes``). With ``files`` (``posviz.result_files``),
+  a key missing from memory is looked up on disk before it is computed, and a result asked for with
+  ``keep=True`` (the server's warm-up: every page's default view) is written there, so that a restarted
+  server answers a talk's link without computing it again.
 * ``WorkQueue``: at most ``slots`` heavy computations run at once, the others wait in arrival
   order and can say how many are ahead of them. On a 2-core CPU one forward pass already keeps both
   cores busy (torch's intra-op threads), so ten sessions that each start their own would only
@@ -67,8 +70,10 @@ class SharedResults:
     """A thread-safe LRU of results bounded in entries and in bytes, computed once per key (see the
     module docstring). A result larger than ``max_bytes`` on its own is returned but not kept."""
 
-    def __init__(self, max_entries: int = SHARED_RESULT_ENTRIES, max_bytes: int = SHARED_RESULT_BYTES):
+    def __init__(self, max_entries: int = SHARED_RESULT_ENTRIES, max_bytes: int = SHARED_RESULT_BYTES,
+                 files=None):
         self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.files = files  # a posviz.result_files.ResultFiles, or None: memory only
         self._items: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
         self._flights: dict[Hashable, _Flight] = {}
         self._lock = threading.Lock()
@@ -78,16 +83,45 @@ class SharedResults:
     def __len__(self) -> int:
         return len(self._items)
 
+    def items(self) -> list[tuple[Hashable, object]]:
+        """(key, result) of every result in memory, least recently used first (a copy)."""
+        with self._lock:
+            return [(key, value) for key, (value, _) in self._items.items()]
+
     def get(self, key: Hashable) -> tuple[bool, object]:
-        """(True, value) when ``key`` is stored (it becomes the most recently used), else (False, None)."""
+        """(True, value) when ``key`` is stored, in memory (it becomes the most recently used) or on disk
+        (it is read into memory), else (False, None)."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 self.hits += 1
                 return True, self._items[key][0]
-            return False, None
+        found, value = self._read(key)
+        if found:
+            with self._lock:
+                self.hits += 1
+        return found, value
 
-    def put(self, key: Hashable, value) -> None:
+    def _read(self, key: Hashable) -> tuple[bool, object]:
+        """``key``'s result from disk, kept in memory from then on (not written back)."""
+        if self.files is None:
+            return False, None
+        found, value = self.files.get(key)
+        if found:
+            self._remember(key, value)
+        return found, value
+
+    def keep(self, key: Hashable, value) -> None:
+        """Write ``key``'s result to disk unless it is there already (or there are no files)."""
+        if self.files is not None and not self.files.has(key):
+            self.files.put(key, value)
+
+    def put(self, key: Hashable, value, keep: bool = False) -> None:
+        self._remember(key, value)
+        if keep:
+            self.keep(key, value)
+
+    def _remember(self, key: Hashable, value) -> None:
         size = result_bytes(value)
         with self._lock:
             if key in self._items:
@@ -101,8 +135,9 @@ class SharedResults:
                 self.bytes -= dropped
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], object],
-                       on_wait: Callable[[], None] = lambda: None, poll_s: float = 0.25):
-        """The stored value of ``key``, else ``compute()`` stored, computed by one caller at a time.
+                       on_wait: Callable[[], None] = lambda: None, poll_s: float = 0.25, keep: bool = False):
+        """The stored value of ``key`` (in memory, else on disk), else ``compute()`` stored, computed by
+        one caller at a time. ``keep``: also write the value to disk, found or computed.
 
         A caller that finds ``key`` being computed by another calls ``on_wait()`` every ``poll_s``
         while it waits (it may raise to stop waiting, as Streamlit does when the visitor moves on),
@@ -114,11 +149,13 @@ class SharedResults:
                 if key in self._items:
                     self._items.move_to_end(key)
                     self.hits += 1
-                    return self._items[key][0]
+                    value = self._items[key][0]
+                    if keep:
+                        self.keep(key, value)
+                    return value
                 flight = self._flights.get(key)
                 if flight is None:
                     flight = self._flights[key] = _Flight()
-                    self.misses += 1
                     break
             while not flight.done.wait(poll_s):
                 on_wait()
@@ -132,12 +169,25 @@ class SharedResults:
                     if found:
                         self._items.move_to_end(key)
                         self.hits += 1
-                        return self._items[key][0]
+                        value = self._items[key][0]
+                if found:
+                    if keep:
+                        self.keep(key, value)
+                    return value
                 # computed but too large to keep: compute it ourselves (without a flight of our own)
                 return compute()
         try:
-            value = compute()
-            self.put(key, value)
+            found, value = self._read(key)  # in this flight: others asking meanwhile wait for the read
+            with self._lock:
+                if found:
+                    self.hits += 1
+                else:
+                    self.misses += 1
+            if not found:
+                value = compute()
+                self._remember(key, value)
+            if keep:
+                self.keep(key, value)
             flight.ok = True
             return value
         finally:

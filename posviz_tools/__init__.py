@@ -4,7 +4,9 @@ The app is ``app.py``, ``views/`` and the core package ``posviz/`` (positions, m
 evaluation, one module per page); none of them imports anything from here, and the Docker image does
 not contain this package. What lives here measures, checks or rebuilds that product from the outside:
 
-- ``bench``: the speed table of the shipped checkpoints on this machine (``make bench``, BENCHMARKS.md);
+- ``bench``: the speed table of the shipped checkpoints on this machine (``make bench``, BENCHMARKS.md),
+  in parts by what they measure: ``bench_compute`` (the models), ``bench_browser`` (pages in Chromium),
+  ``bench_protocol`` (the server alone), ``bench_report`` (the tables);
 - ``loadtest``: a Streamlit server on loopback and crowds driving it (``make load``): sessions that speak
   Streamlit's WebSocket protocol and draw nothing (``views/_warm.ProtocolSession``), so that a crowd
   measures the server, and headless Chromium tabs (the browser tests reuse its helpers);

@@ -1,6 +1,6 @@
 """`make bench-published`: what the published-model path costs, into BENCHMARKS.md's published section.
 
-Two rows per model and length, each a ratio timed side by side in one run (``bench.paired_ratio``:
+Two rows per model and length, each a ratio timed side by side in one run (``bench_compute.paired_ratio``:
 back-to-back pairs, so the drifts of a shared machine cancel):
 
 * **posviz over bare transformers**: ``open_model(folder)(ids)`` (what every lab calls) against the same
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from .bench import machine, paired_ratio
+from .bench_compute import paired_ratio
+from .bench_report import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL = 1.10

@@ -15,6 +15,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# The servers and pages under test keep their result files (posviz.result_files) in a folder of this run's
+# own: never the checkout's .posviz-store, whose stale editions a test's server would otherwise remove,
+# and never results an earlier run computed.
+os.environ.setdefault("POSVIZ_STORE", __import__("tempfile").mkdtemp(prefix="posviz-test-store-"))
 
 from posviz.models.checkpoint_files import read_metrics, save_checkpoint, write_metrics  # noqa: E402
 from posviz.config import ModelConfig  # noqa: E402

@@ -68,6 +68,30 @@ def test_the_exports_opened_by_a_link_show_the_recorded_numbers(page, recorded):
     assert not diff, f"{page} on the exports: {len(diff)} differences, e.g. {diff[:8]}"
 
 
+@pytest.mark.parametrize("page", LABS)
+def test_a_default_view_read_back_from_the_result_files_is_the_same(page, recorded, tmp_path, monkeypatch):
+    """What a restarted server shows from the files its warm-up wrote (posviz.result_files): every result
+    the page stored, written to disk; the page run again on a store that holds nothing in memory reads them
+    all back, computes nothing, and shows the very same fingerprint, which is the recorded one."""
+    import views._serving as serving
+    from posviz.result_files import ResultFiles
+    from posviz.serving import SharedResults
+
+    computing = SharedResults()
+    monkeypatch.setattr(serving, "shared_results", lambda: computing)
+    computed = fingerprint(page)
+    files = ResultFiles(tmp_path, edition_name="test")
+    for key, value in computing.items():
+        assert files.put(key, value), f"{key[0]}: {files.unstorable}"
+    reading = SharedResults(files=ResultFiles(tmp_path, edition_name="test"))
+    monkeypatch.setattr(serving, "shared_results", lambda: reading)
+    shown = fingerprint(page)
+    assert reading.misses == 0 and reading.files.reads > 0  # nothing computed: every result read back
+    assert not differences(computed, shown)
+    diff = differences(recorded["pages"][page], shown)
+    assert not diff, f"{page}: {len(diff)} differences, e.g. {diff[:8]}"
+
+
 def test_the_comparison_catches_a_changed_number():
     base = {"charts": [{"bits": {"sum": 12.5, "n": 3}}], "code": ["def f"]}
     assert not differences(base, json.loads(json.dumps(base)))

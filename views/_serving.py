@@ -4,21 +4,40 @@ server's warm-up.
 """
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 
 import streamlit as st
 
 from posviz.models.checkpoint_files import shipped_checkpoints
-from views._text import validation_documents
 
 
 @st.cache_resource(show_spinner=False)
 def shared_results():
-    """The server's one store of live results (bounded in entries and bytes, see posviz.limits)."""
+    """The server's one store of live results (bounded in entries and bytes, see posviz.limits), backed by
+    the result files (``result_files``): what the warm-up computed on an earlier start is read back."""
     from posviz.serving import SharedResults
 
-    return SharedResults()
+    return SharedResults(files=result_files())
+
+
+STORE_ENV = "POSVIZ_STORE"  # where results are kept between starts; "0" keeps them in memory only
+
+
+def result_files():
+    """The folder of results kept between server starts (``posviz.result_files``): ``$POSVIZ_STORE``, else
+    ``.posviz-store/`` beside app.py; None when ``POSVIZ_STORE=0``."""
+    import os
+    from pathlib import Path
+
+    from posviz.limits import default_device
+    from posviz.result_files import ResultFiles
+
+    where = os.environ.get(STORE_ENV, "")
+    if where == "0":
+        return None
+    return ResultFiles(where or Path(__file__).resolve().parent.parent / ".posviz-store", default_device().type)
 
 
 @st.cache_resource(show_spinner=False)
@@ -30,6 +49,53 @@ def work_queue():
 
 
 DRAGGED_STOPS = 2  # stops after each page's default that the warm-up drags its main widget to
+# The warm-up opens its next page only once no visitor's page has run for this long: a visitor's browser
+# is still drawing the page for a few seconds after its script has finished, on the same 2 cores (a new
+# server's first visitor of the Sinusoidal & learned page took 8.9 s beside the warm-up, 6.8 s alone).
+QUIET_S = 3.0
+
+
+class _VisitorRuns:
+    """How many visitors' page scripts are running now, and when the last one ended (``visitor_run``)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running = 0
+        self.last_end = time.monotonic()
+
+    def quiet_for(self) -> float:
+        """Seconds since the last visitor's run ended; 0 while one is running."""
+        with self.lock:
+            return 0.0 if self.running else time.monotonic() - self.last_end
+
+
+@st.cache_resource(show_spinner=False)
+def visitor_runs() -> _VisitorRuns:
+    return _VisitorRuns()
+
+
+@contextmanager
+def visitor_run():
+    """Around a page's run (app.py): counted as a visitor's unless it is the warm-up's own session, so
+    that the warm-up waits for every visitor's page (``wait_for_visitors``)."""
+    if _warming():
+        yield
+        return
+    runs = visitor_runs()
+    with runs.lock:
+        runs.running += 1
+    try:
+        yield
+    finally:
+        with runs.lock:
+            runs.running -= 1
+            runs.last_end = time.monotonic()
+
+
+def wait_for_visitors(runs: _VisitorRuns, quiet_s: float = QUIET_S, poll_s: float = 0.2) -> None:
+    """Return once no visitor's page has run for ``quiet_s`` seconds."""
+    while (quiet := runs.quiet_for()) < quiet_s:
+        time.sleep(max(poll_s, quiet_s - quiet) if quiet else poll_s)
 
 
 @st.cache_resource(show_spinner=False)
@@ -47,24 +113,30 @@ def warm_the_store(pages: tuple[str, ...]):
     computed nothing). Not under ``AppTest``, which has no server to visit.
     """
     import os
-    import threading
 
     if os.environ.get("POSVIZ_WARM", "1") == "0" or not st.context.headers.get("Host"):
         return None
-    from posviz.labs import extrapolation
-    from posviz.labs.inputs import prepare_text
-    from posviz.positions import POSITION_METHODS
-    from views._warm import server_stream_url, visit
+    from views._warm import server_stream_url
 
     url = server_stream_url(st.get_option("server.address"), int(st.get_option("server.port")),
                             st.get_option("server.baseUrlPath"))
-    folders = [str(folder) for name, folder in shipped_checkpoints().items() if name in POSITION_METHODS]
-    documents = validation_documents()
-    results, queue = shared_results(), work_queue()
+    results, queue, runs = shared_results(), work_queue(), visitor_runs()
 
     def warm():
+        # Everything the warm-up needs is read here, in its own thread, once the first visitor's page has been
+        # drawn: the imports of the labs (2.5 s) and the documents would otherwise run in that visitor's run.
+        wait_for_visitors(runs)
+        from posviz.labs import extrapolation
+        from posviz.labs.inputs import prepare_text
+        from posviz.positions import POSITION_METHODS
+        from posviz.training.data import load_corpus
+        from views._warm import visit
+
+        folders = [str(folder) for name, folder in shipped_checkpoints().items() if name in POSITION_METHODS]
+        documents = list(load_corpus().eval_documents)  # what views._text.validation_documents reads
         start = time.perf_counter()
         for page in pages:
+            wait_for_visitors(runs)  # each visitor's page first, drawn in its browser, then the next of ours
             try:
                 how = visit(url, page)
             except Exception as exc:  # a page that fails is the page's to report to its visitors; go on
@@ -75,22 +147,40 @@ def warm_the_store(pages: tuple[str, ...]):
               f"({len(results)} results, {results.bytes / 2**20:.0f} MiB stored)", flush=True)
         try:
             if folders and documents:
-                extrapolation.warm_default_view(results, queue, folders, prepare_text(documents[0]).as_bytes())
+                extrapolation.warm_default_view(_Keeping(results), queue, folders, prepare_text(documents[0]).as_bytes())
         except Exception as exc:  # a broken checkpoint is the pages' to report; the server goes on
             print(f"posviz: warm-up: the Extrapolation lab's slider stops stopped: {exc!r}", flush=True)
         for page in pages:  # after a talk, a crowd drags each page's main slider to its next stops
+            wait_for_visitors(runs)
             try:
                 how = visit(url, page, drag=DRAGGED_STOPS)
             except Exception as exc:
                 how = repr(exc)
             if how != "ok":
                 print(f"posviz: warm-up: dragging /{page}'s main widget did not finish: {how}", flush=True)
+        files = results.files
+        kept = ("" if files is None else f"; result files: {files.reads} read, {files.writes} written in {files.folder}"
+                + "".join(f"; {name} kept in memory only ({why})" for name, why in files.unstorable.items()))
         print(f"posviz: warm-up done in {time.perf_counter() - start:.1f} s ({len(results)} results, "
-              f"{results.bytes / 2**20:.0f} MiB stored)", flush=True)
+              f"{results.bytes / 2**20:.0f} MiB stored{kept})", flush=True)
 
     thread = threading.Thread(target=warm, name="posviz-warm", daemon=True)
     thread.start()
     return thread
+
+
+class _Keeping:
+    """The shared store as the warm-up's own computations use it: what they compute or find is also
+    written to the result files, like everything the warm-up's session asks for (``keep``)."""
+
+    def __init__(self, results):
+        self._results = results
+
+    def get_or_compute(self, key, compute, *args, **kwargs):
+        return self._results.get_or_compute(key, compute, *args, keep=True, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._results, name)
 
 
 def _warming() -> bool:
@@ -107,14 +197,14 @@ def stored_result(name: str, key: tuple):
 
 
 def store_result(name: str, key: tuple, value) -> None:
-    shared_results().put((name, key), value)
+    shared_results().put((name, key), value, keep=_warming())
 
 
 def shared(name: str, key: tuple, build):
     """``build()`` once per server for ``key`` (no queue, no progress bar): for what a page derives
     from live results to show them (chart specs, coloured text), which every visitor of the same
     result would otherwise rebuild on every run."""
-    return shared_results().get_or_compute((name, key), build)
+    return shared_results().get_or_compute((name, key), build, keep=_warming())
 
 
 def _queue_turn(label: str, slot):
@@ -151,9 +241,11 @@ def compute_once(name: str, key: tuple, compute, label: str):
     for its turn in the server's queue, the bar says how many are ahead. ``progress`` takes the
     fraction done (0..1). Exceptions are not stored: bad input is re-checked on every run.
     """
-    results = shared_results()
+    results, keep = shared_results(), _warming()  # what the warm-up computes or finds is kept on disk too
     found, value = results.get((name, key))
     if found:
+        if keep:
+            results.keep((name, key), value)
         return value
     slot = st.empty()
 
@@ -164,6 +256,6 @@ def compute_once(name: str, key: tuple, compute, label: str):
 
     try:
         return results.get_or_compute((name, key), run, lambda: slot.progress(
-            0.0, text=f"{label} Another visitor asked for the same just now: waiting for that result."))
+            0.0, text=f"{label} Another visitor asked for the same just now: waiting for that result."), keep=keep)
     finally:
         slot.empty()

@@ -229,3 +229,74 @@ def visit(stream_url: str, page: str, drag: int = 0, timeout_s: float = 300.0) -
             if answer.status != "ok":
                 break
         return answer.status
+
+
+# ---------------------------------------------------------------------------------------------
+# `python -m views._warm`: the result files built ahead (``make store``, the Docker image's build)
+# ---------------------------------------------------------------------------------------------
+DEFAULTS_DONE = "posviz: warm-up: every page's default view computed"  # printed by views/_serving.warm_the_store
+WARM_DONE = "posviz: warm-up done"
+
+
+def build_store(port: int = 0, timeout_s: float = 1800.0, defaults_only: bool = False) -> int:
+    """Start the app as the README does, make its first visit (which starts its warm-up), wait until the
+    warm-up has finished (or, with ``defaults_only``, has computed every page's default view) and stop
+    it: everything the warm-up computed is then in the result files (``$POSVIZ_STORE``, else
+    ``.posviz-store/``), and the next server to start answers each page's default link without
+    computing it. Returns the server's exit status, 0 when the warm-up finished."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "POSVIZ_WARM"}
+    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+               "--server.address", "127.0.0.1"]
+    server = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wanted = DEFAULTS_DONE if defaults_only else WARM_DONE
+    start, status = time.monotonic(), 1
+    try:
+        url = server_stream_url("127.0.0.1", port, None)
+        while True:  # the server is up once its stream accepts a session
+            try:
+                with ProtocolSession(url, "", headers={WARM_HEADER: "1"}, timeout_s=timeout_s) as session:
+                    session.open()  # the first visit starts the warm-up
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() - start > 120:
+                    raise
+                time.sleep(0.5)
+        for line in server.stdout:
+            print(line, end="", flush=True)
+            if line.startswith(wanted):
+                status = 0
+                break
+            if time.monotonic() - start > timeout_s:
+                break
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    print(f"posviz: result files {'built' if status == 0 else 'NOT complete'} in {time.monotonic() - start:.0f} s",
+          flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Compute every page's default view into the result files, ahead.")
+    parser.add_argument("--defaults-only", action="store_true", help="stop once every page's default view is "
+                        "computed (without the slider stops the warm-up goes on to)")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args()
+    sys.exit(build_store(timeout_s=args.timeout, defaults_only=args.defaults_only))

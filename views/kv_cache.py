@@ -8,7 +8,7 @@ import streamlit as st
 from views._charts import metric_rows, show_cached_chart, show_chart
 from views._models import usable_models
 from views._page import error_box, page_header
-from views._serving import compute_once, shared, stored_result
+from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_int, qp_multi, sync_url
 from posviz.labs import kv_cache
@@ -239,14 +239,14 @@ def scoring_section() -> None:
            f"{one} is not what one {one} costs a generator. " if len(reencoded) and reencoded.max() > 0 else "")
         + "Measured on the first run; later views reuse it.")
     view_key = ("sliding-charts", text_bytes, window, n_scored) + tuple(models[n].key for n in chosen)
-    bpb_chart, speed_chart = shared("sliding-bar-charts", view_key, lambda: bar_charts(results))
-    with bpb_chart_slot.container():
-        show_cached_chart(view_key + ("bpb",), lambda: (bpb_chart, results), f"sliding-bpb-W{window}-n{n_scored}",
-                          "Missing bars: the strategy cannot run (see notes).")
+    with bpb_chart_slot.container():  # the charts are built only when their specs are not kept yet
+        show_cached_chart(view_key + ("bpb",), lambda: (bar_charts(results)[0], results),
+                          f"sliding-bpb-W{window}-n{n_scored}", "Missing bars: the strategy cannot run (see notes).")
     with speed_chart_slot.container():
-        show_cached_chart(view_key + ("speed",), lambda: (speed_chart, results), f"sliding-speed-W{window}-n{n_scored}",
-                   f"Wall-clock milliseconds per {one} of the steps after the window filled, one {one} at a time, as a "
-                   "generator runs (first run; later views reuse it).")
+        show_cached_chart(view_key + ("speed",), lambda: (bar_charts(results)[1], results),
+                          f"sliding-speed-W{window}-n{n_scored}",
+                          f"Wall-clock milliseconds per {one} of the steps after the window filled, one {one} at a time, as a "
+                          "generator runs (first run; later views reuse it).")
 
     for _, r in results.iterrows():
         if pd.isna(r[BPB]):
