@@ -41,20 +41,21 @@ def show_cached_chart(key: tuple, build, name: str, caption: str | None = None, 
     Vega-Lite spec (with the schema checks Altair runs) took 0.1–0.4 s a chart on every run, for
     every visitor; the spec is kept with its datasets already in Arrow, as Streamlit sends them.
     A vertically concatenated chart is kept as its views, drawn one under the other (see ``show_chart``).
+    Its data is kept as the CSV the download button offers (a plain value the result files can hold).
     """
-    specs, data = shared("chart", key, lambda: _specs_of(*build()))
+    specs, csv = shared("chart", key, lambda: _specs_of(*build()))
     for spec in specs:
         draw_spec(spec, width)
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
+    row.download_button("Data (CSV)", csv, file_name=f"{name}.csv",
                         mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
     row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
 
 
-def _specs_of(chart: alt.TopLevelMixin, data: pd.DataFrame) -> tuple[list[dict], pd.DataFrame]:
+def _specs_of(chart: alt.TopLevelMixin, data: pd.DataFrame) -> tuple[list[dict], bytes]:
     parts = chart.vconcat if isinstance(chart, alt.VConcatChart) else [chart]
     return [_spec_and_data(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, None)[0]
-            for part in parts], data
+            for part in parts], data.to_csv(index=False).encode()
 
 
 def draw_spec(spec: dict, width: str = "stretch") -> None:
