@@ -89,14 +89,20 @@ def tiny_models(tiny_models_dir, monkeypatch) -> Path:
 @pytest.fixture(autouse=True)
 def fresh_shared_results():
     """Each test starts with an empty server-wide store of live results (views/_serving.py keeps one per
-    process, as a server does): a result left by another test would hide the computation a test checks."""
+    process, as a server does) and no result files on disk (a warm-up run in this process writes them): a
+    result left by another test would hide the computation a test checks."""
     yield
+    import shutil
     import sys
 
     shared = sys.modules.get("views._serving")
     if shared is not None:
         shared.shared_results.clear()
         shared.work_queue.clear()
+    store = Path(os.environ["POSVIZ_STORE"])
+    if store.is_dir():
+        for entry in store.iterdir():
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 
 def tiny_lab(method: str, seed: int = 0, **overrides):

@@ -173,8 +173,8 @@ def methods_apart(a: str, b: str, where) -> None:
             x="multiple:Q"))
     show_cached_chart(("compare", text_bytes) + ma.key + mb.key + (f"compare-loss-{a}-{b}-M{multiple:g}",),
                       lambda: (alt.layer(*layers), df), f"compare-loss-{a}-{b}-M{multiple:g}",
-               "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a byte-level "
-               "checkpoint, per token for a tokenized model; the dashed line: the trained context.")
+                      "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a byte-level "
+                      "checkpoint, per token for a tokenized model; the dashed line: the trained context.")
     if len(curves) < 2:
         return
     st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
@@ -285,7 +285,7 @@ def methods_section() -> None:
             *layers[1:]).properties(height=180)
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
                           lambda: (alt.vconcat(top, bottom), df), f"compare-loss-{a}-{b}-L{length}",
-                   "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")
+                          "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")
                    + f". Below: {b} minus {a}; below 0, {b} predicts better.")
     else:
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
@@ -376,10 +376,10 @@ def lengths_section() -> None:
         alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"), rules).properties(height=180)
     show_cached_chart(("compare", text_bytes) + model.key + (f"compare-lengths-{model_name}-L{length}",),
                       lambda: (alt.vconcat(top, bottom), df), f"compare-lengths-{model_name}-L{length}",
-               f"Below: 2L − L; below 0, the extra context helped. Each {unit} is scored twice: in windows of 2L and in windows of L over the same {unit}s. In the first half "
-               f"the two agree exactly (same context). In the second half the 2L window gives {length:,} more {unit}s of "
-               f"context, at positions {length:,}–{2 * length - 1:,}" +
-               (f", past the training length of {train_length:,}" if 2 * length > train_length else "") + ".")
+                      f"Below: 2L − L; below 0, the extra context helped. Each {unit} is scored twice: in windows of 2L and in windows of L over the same {unit}s. In the first half "
+                      f"the two agree exactly (same context). In the second half the 2L window gives {length:,} more {unit}s of "
+                      f"context, at positions {length:,}–{2 * length - 1:,}" +
+                      (f", past the training length of {train_length:,}" if 2 * length > train_length else "") + ".")
 
     st.subheader(f"Attention on the same {length:,} {unit}s, alone vs after {length:,} more")
     try:
@@ -405,9 +405,9 @@ def lengths_section() -> None:
         tooltip=["query", alt.Tooltip(f"mass on the first L {unit}s:Q", format=".3f")]).properties(height=240)
     show_cached_chart(("compare", text_bytes, log_scale) + model.key + (f"far-mass-{model_name}-l{layer}-h{head}-L{length}",),
                       lambda: (chart, far), f"far-mass-{model_name}-l{layer}-h{head}-L{length}",
-               "How much of each second-half query's attention goes to the extra context. A relative method's map of the "
-               "same bytes changes only because the extra keys take some of the mass; an absolute method's changes "
-               "because every position moved by L.")
+                      "How much of each second-half query's attention goes to the extra context. A relative method's map of the "
+                      "same bytes changes only because the extra keys take some of the mass; an absolute method's changes "
+                      "because every position moved by L.")
 
 
 if mode == "methods":

@@ -116,10 +116,10 @@ def at_this_factor() -> None:
     notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
     show_cached_chart(view_key + ("wavelengths",), lambda: (alt.layer(lines, rules, notes).properties(height=340), waves),
                       f"rope-wavelengths-s{factor:g}",
-               "Pairs whose wavelength is longer than the training length never completed a turn in training: the model only "
-               "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
-               "change and slow ones stretch about s×; YaRN and Llama 3 leave fast pairs alone and interpolate only the slow "
-               "ones (YaRN also sharpens attention by its attention factor).")
+                      "Pairs whose wavelength is longer than the training length never completed a turn in training: the model only "
+                      "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
+                      "change and slow ones stretch about s×; YaRN and Llama 3 leave fast pairs alone and interpolate only the slow "
+                      "ones (YaRN also sharpens attention by its attention factor).")
     af = waves.groupby("scaling", sort=False)["attention_factor"].first()
     if (af != 1).any():
         st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "
@@ -162,7 +162,7 @@ def at_this_factor() -> None:
         with left:
             show_cached_chart(view_key + ("finetuned",), lambda: (alt.layer(ft_chart, ft_rules).properties(height=340), ft_all),
                               "context-extension-finetuned",
-                       f"Dotted: the training length ({ft_length:,}) and the fine-tuning length ({target:,}).")
+                              f"Dotted: the training length ({ft_length:,}) and the fine-tuning length ({target:,}).")
         with right:
             facts = pd.DataFrame(context_extension.finetuning_facts(models))
             st.dataframe(facts, hide_index=True, height="content")
@@ -185,7 +185,7 @@ def at_this_factor() -> None:
                                     title=None),  # the legend names the fine-tuning runs drawn, not every curve above
                     tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
                 show_cached_chart(view_key + ("finetuning-curves",), lambda: (ft_train, curves), "finetuning-curves",
-                           "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
+                                  "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
 
     if text is None:
         st.stop()
@@ -256,10 +256,10 @@ def at_this_factor() -> None:
         else:
             show_cached_chart(view_key + ("shipped",), lambda: (curve_chart(shipped, "Shipped: factor = length ÷ training length"),
                                                                shipped), "context-extension-shipped",
-                       "Stored in metrics.json (131 kB of validation text). Static scalings were evaluated at the factor that "
-                       "exactly fits each length; dynamic NTK adapts by itself (factor 2). Every window is one full forward pass, so "
-                       "dynamic NTK rotates all its positions with the frequencies of the window's length; a cached decoder "
-                       "keeps each key's frequencies from the step that wrote it, and scores differently past the training length.")
+                              "Stored in metrics.json (131 kB of validation text). Static scalings were evaluated at the factor that "
+                              "exactly fits each length; dynamic NTK adapts by itself (factor 2). Every window is one full forward pass, so "
+                              "dynamic NTK rotates all its positions with the frequencies of the window's length; a cached decoder "
+                              "keeps each key's frequencies from the step that wrote it, and scores differently past the training length.")
     with c2:
         live_slot = st.empty()
         live_slot.info("Live curves are being computed…")
@@ -336,9 +336,9 @@ def at_this_factor() -> None:
     live = live_frame(live_rows, reference_frames)
     with live_slot.container():
         show_cached_chart(view_key + ("live", text_bytes), lambda: (curve_chart(live, LIVE_TITLE), live),
-                   f"context-extension-live-s{factor:g}",
-                   f"Computed now on {device_label()}. A single factor for every length: below s × {train_length:,} the "
-                   "scalings give up some short-range precision; past it they run out of stretch.")
+                          f"context-extension-live-s{factor:g}",
+                          f"Computed now on {device_label()}. A single factor for every length: below s × {train_length:,} the "
+                          "scalings give up some short-range precision; past it they run out of stretch.")
 
     best = (live[live["multiple"] == max(lengths) / train_length] if mixed else live[live["length"] == max(lengths)]).sort_values("bpb")
     if not best.empty:
