@@ -188,10 +188,17 @@ class ProtocolSession:
             self.widgets[_label(inner)] = _describe(kind, inner, delta.fragment_id)
 
 
+# A page whose main widget is not its first slider says which it is (the start of its label): the KV cache
+# lab's first slider only redraws a diagram; its window is what a visitor drags.
+MAIN_WIDGETS = {"kv-cache": "Window W"}
+
+
 def main_widget(session: ProtocolSession, label: str | None = None) -> Widget | None:
-    """The widget a visitor drags: the one labelled (at its start) ``label``, else the page's first
-    select slider or slider, then select box, radio, checkbox; None when the page has none."""
+    """The widget a visitor drags: the one labelled (at its start) ``label``, else the page's own
+    (``MAIN_WIDGETS``), else its first select slider or slider, then select box, radio, checkbox; None when
+    the page has none."""
     widgets = list(session.widgets.values())
+    label = label if label is not None else MAIN_WIDGETS.get(session.page)
     if label is not None:
         return next((w for w in widgets if w.label.startswith(label)), None)
     for kind in MOVABLE:

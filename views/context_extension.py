@@ -81,6 +81,95 @@ references = catalog.ready(references)  # a published reference loads now
 # Models of other units or trained contexts than the scaled one: lengths as multiples of each one's context.
 mixed = extrapolation.mixed_contexts([rope] + [catalog.models[n] for n in references])
 
+def with_multiples(df: pd.DataFrame, contexts: dict[str, int] | None) -> pd.DataFrame:
+    """Mixed units or contexts (``contexts``: each curve's model's trained context): each row's length as a
+    multiple of its own model's context; the scalings' rows are the scaled model's. None: as it is."""
+    if contexts is None:
+        return df
+    scaled = next(iter(contexts.values()))  # the scaled model's, first
+    lengths = [scaled if kind == "rope + scaling" else contexts[curve] for curve, kind in zip(df["curve"], df["kind"])]
+    return df.assign(multiple=df["length"] / pd.Series(lengths, index=df.index, dtype=float))
+
+
+def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame],
+               contexts: dict[str, int] | None) -> pd.DataFrame:
+    live = pd.DataFrame(scaling_rows, columns=["scaling", "factor", "length", "bpb"]).rename(columns={"scaling": "curve"})
+    live["kind"] = "rope + scaling"
+    return with_multiples(pd.concat([live, *reference_frames], ignore_index=True), contexts)
+
+
+def live_chart(df: pd.DataFrame, title: str, unit: str, train_length: int, mixed: bool) -> alt.LayerChart:
+    """Bits per byte against the length, the scalings dashed and the references solid; ``mixed``: against the
+    multiple of each model's trained context (bytes and tokens on one axis)."""
+    if mixed:
+        return multiple_chart(df, title)
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
+    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+    colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
+    colour = alt.Color("curve:N", scale=colours, title=None)
+    tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
+    dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)  # rope's scalings dashed, other methods solid
+    rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+    refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
+    rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+    return alt.layer(rope, refs, rule).properties(height=340, title=title)
+
+
+def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
+    """``live_chart`` against the multiple of each model's trained context (bytes and tokens on one axis)."""
+    x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
+    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+    colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
+    colour = alt.Color("curve:N", scale=colours, title=None)
+    tip = ["curve", "length", alt.Tooltip("multiple:Q", format="g"), alt.Tooltip("bpb:Q", format=".3f"),
+           alt.Tooltip("factor:Q", format="g")]
+    dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)
+    parts = [df[df["kind"] == "rope + scaling"], df[df["kind"] != "rope + scaling"]]  # scalings dashed, references solid
+    lines = [alt.Chart(part).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip) for part in parts if len(part)]
+    rule = alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="multiple:Q")
+    return alt.layer(*lines, rule).properties(height=340, title=title)
+
+
+def wavelength_chart(waves: pd.DataFrame, scalings: list[str], train_length: int, factor: float) -> alt.LayerChart:
+    """Each rotary pair's wavelength under each scaling, with the training and target lengths marked."""
+    wave_colours, wave_dashes = method_scales(scalings, ALIASES)
+    marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
+                          "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
+    y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
+    lines = alt.Chart(waves).mark_line(point=True).encode(
+        x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
+        color=alt.Color("scaling:N", scale=wave_colours, title="scaling", legend=DASHED_LEGEND),
+        strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling", legend=DASHED_LEGEND),
+        tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
+    rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
+    notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
+    return alt.layer(lines, rules, notes).properties(height=340)
+
+
+def finetuned_chart(ft_all: pd.DataFrame, ft_length: int) -> alt.LayerChart:
+    """The fine-tuned RoPE checkpoints before and after fine-tuning, beside methods that need none."""
+    ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+    colour = alt.Color("curve:N", scale=ft_colours, title=None, legend=legend_for(ft_all["curve"].nunique()))
+    tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
+    stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
+        domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
+    ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
+    ft_rules = alt.Chart(pd.DataFrame({"length": [ft_length, 4 * ft_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+    return alt.layer(ft_chart, ft_rules).properties(height=340)
+
+
+def finetuning_chart(curves: pd.DataFrame) -> alt.Chart:
+    """The training loss while each RoPE checkpoint was fine-tuned."""
+    return alt.Chart(curves).mark_line().encode(
+        x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
+                                                                scale=alt.Scale(zero=False)),
+        color=alt.Color("checkpoint:N", scale=method_scales(list(dict.fromkeys(curves["checkpoint"])))[0],
+                        title=None),  # the legend names the fine-tuning runs drawn, not every curve above
+        tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
+
+
 FACTORS = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
 
 
@@ -103,18 +192,8 @@ def at_this_factor() -> None:
     # ------------------------------------------------------------------------------------------------
     st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
     waves = pd.DataFrame(context_extension.rope_wavelengths(rope, factor, scalings=scalings or SCALINGS))
-    wave_colours, wave_dashes = method_scales(scalings or SCALINGS, ALIASES)
-    marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
-                          "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
-    y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
-    lines = alt.Chart(waves).mark_line(point=True).encode(
-        x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
-        color=alt.Color("scaling:N", scale=wave_colours, title="scaling", legend=DASHED_LEGEND),
-        strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling", legend=DASHED_LEGEND),
-        tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
-    rules = alt.Chart(marks).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="wavelength:Q")
-    notes = alt.Chart(marks).mark_text(align="left", x=4, dy=-7, color="grey").encode(y="wavelength:Q", text="what:N")
-    show_cached_chart(view_key + ("wavelengths",), lambda: (alt.layer(lines, rules, notes).properties(height=340), waves),
+    show_cached_chart(view_key + ("wavelengths",), lambda: (wavelength_chart(waves, scalings or SCALINGS, train_length,
+                                                                              factor), waves),
                       f"rope-wavelengths-s{factor:g}",
                       "Pairs whose wavelength is longer than the training length never completed a turn in training: the model only "
                       "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
@@ -147,20 +226,11 @@ def at_this_factor() -> None:
                              for n in ft_refs for L, v in extrapolation.shipped_bpb_curve(models[n]) if v is not None],
                             columns=ft_rows.columns)
         ft_all = pd.concat([ft_rows, refs], ignore_index=True)
-        ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
-        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
-        y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-        colour = alt.Color("curve:N", scale=ft_colours, title=None, legend=legend_for(ft_all["curve"].nunique()))
-        tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
-        stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
-            domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
-        ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
         target = 4 * ft_length
-        ft_rules = alt.Chart(pd.DataFrame({"length": [ft_length, target]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
         # One above the other: beside the chart, the tables' columns were cut at 1366 px.
         left, right = st.container(), st.container()
         with left:
-            show_cached_chart(view_key + ("finetuned",), lambda: (alt.layer(ft_chart, ft_rules).properties(height=340), ft_all),
+            show_cached_chart(view_key + ("finetuned",), lambda: (finetuned_chart(ft_all, ft_length), ft_all),
                               "context-extension-finetuned",
                               f"Dotted: the training length ({ft_length:,}) and the fine-tuning length ({target:,}).")
         with right:
@@ -178,13 +248,7 @@ def at_this_factor() -> None:
                 st.dataframe(table, hide_index=True, width="stretch", height="content")
             curves = pd.DataFrame(context_extension.finetuning_curves(models))
             if not curves.empty:
-                ft_train = alt.Chart(curves).mark_line().encode(
-                    x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
-                                                                            scale=alt.Scale(zero=False)),
-                    color=alt.Color("checkpoint:N", scale=method_scales(list(dict.fromkeys(curves["checkpoint"])))[0],
-                                    title=None),  # the legend names the fine-tuning runs drawn, not every curve above
-                    tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
-                show_cached_chart(view_key + ("finetuning-curves",), lambda: (ft_train, curves), "finetuning-curves",
+                show_cached_chart(view_key + ("finetuning-curves",), lambda: (finetuning_chart(curves), curves), "finetuning-curves",
                                   "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
 
     if text is None:
@@ -203,48 +267,14 @@ def at_this_factor() -> None:
     ref_rows = [{"curve": n, "length": L, "bpb": v, "factor": None, "kind": "no scaling needed"}
                 for n in references for L, v in extrapolation.shipped_bpb_curve(catalog.models[n]) if v is not None]
     shipped = pd.concat([shipped, pd.DataFrame(ref_rows, columns=shipped.columns)], ignore_index=True)
-    CONTEXT = {rope_name: train_length, **{n: catalog.models[n].train_length for n in references}}
 
 
-    def with_multiples(df: pd.DataFrame) -> pd.DataFrame:
-        """Mixed units or contexts: each row's length as a multiple of its own model's trained context."""
-        if not mixed:
-            return df
-        contexts = [train_length if kind == "rope + scaling" else CONTEXT[curve] for curve, kind in zip(df["curve"], df["kind"])]
-        return df.assign(multiple=df["length"] / pd.Series(contexts, index=df.index, dtype=float))
-
-
-    shipped = with_multiples(shipped)
-
+    contexts = {rope_name: train_length, **{n: catalog.models[n].train_length for n in references}} if mixed else None
+    shipped = with_multiples(shipped, contexts)
 
     def curve_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
-        if mixed:
-            return multiple_chart(df, title)
-        x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
-        y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-        colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
-        colour = alt.Color("curve:N", scale=colours, title=None)
-        tip = ["curve", "length", alt.Tooltip("bpb:Q", format=".3f"), alt.Tooltip("factor:Q", format="g")]
-        dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)  # rope's scalings dashed, other methods solid
-        rope = alt.Chart(df[df["kind"] == "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
-        refs = alt.Chart(df[df["kind"] != "rope + scaling"]).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip)
-        rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
-        return alt.layer(rope, refs, rule).properties(height=340, title=title)
+        return live_chart(df, title, unit, train_length, contexts is not None)
 
-
-    def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
-        """``curve_chart`` against the multiple of each model's trained context (bytes and tokens on one axis)."""
-        x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
-        y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-        colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
-        colour = alt.Color("curve:N", scale=colours, title=None)
-        tip = ["curve", "length", alt.Tooltip("multiple:Q", format="g"), alt.Tooltip("bpb:Q", format=".3f"),
-               alt.Tooltip("factor:Q", format="g")]
-        dashes = alt.StrokeDash("curve:N", scale=dash_scale, title=None)
-        parts = [df[df["kind"] == "rope + scaling"], df[df["kind"] != "rope + scaling"]]  # scalings dashed, references solid
-        lines = [alt.Chart(part).mark_line(point=True).encode(x, y, colour, dashes, tooltip=tip) for part in parts if len(part)]
-        rule = alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="multiple:Q")
-        return alt.layer(*lines, rule).properties(height=340, title=title)
 
 
     c1, c2 = st.columns(2)
@@ -277,21 +307,16 @@ def at_this_factor() -> None:
     text_bytes = text.as_bytes()
 
 
-    def id_count(model) -> int:
-        """The text's length in the model's ids (its bytes for a checkpoint)."""
-        return model.count_ids(text_bytes)
-
-
-    lengths = context_extension.extension_lengths(train_length, rope.length_cap, id_count(rope))
+    lengths = context_extension.extension_lengths(train_length, rope.length_cap, rope.count_ids(text_bytes))
     if not lengths:
         with c2:
             live_slot.empty()
-            error_box(PosvizError(f"The text has {id_count(rope):,} {unit}s, fewer than the training length ({train_length:,})."),
+            error_box(PosvizError(f"The text has {rope.count_ids(text_bytes):,} {unit}s, fewer than the training length ({train_length:,})."),
                       "Pick a validation document or paste a longer text.")
         st.stop()
     LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
     # each reference's own lengths: the same as the scaled model's, or the same multiples of its own context
-    ref_lengths = {n: context_extension.reference_lengths(rope, lengths, catalog.models[n], id_count(catalog.models[n]))
+    ref_lengths = {n: context_extension.reference_lengths(rope, lengths, catalog.models[n], catalog.models[n].count_ids(text_bytes))
                    for n in references}
 
 
@@ -299,16 +324,8 @@ def at_this_factor() -> None:
         # "none" is the checkpoint as trained whatever the factor: one result for every s
         return rope.key + (text_bytes, scaling, 1.0 if scaling == "none" else factor, tuple(lengths))
 
-
     def reference_key(model, name: str) -> tuple:
         return model.key + (text_bytes, tuple(ref_lengths[name]))
-
-
-    def live_frame(scaling_rows: list[dict], reference_frames: list[pd.DataFrame]) -> pd.DataFrame:
-        live = pd.DataFrame(scaling_rows, columns=["scaling", "factor", "length", "bpb"]).rename(columns={"scaling": "curve"})
-        live["kind"] = "rope + scaling"
-        return with_multiples(pd.concat([live, *reference_frames], ignore_index=True))
-
 
     # A first visitor sees each curve join the chart as it is computed; one whose curves are all stored gets it whole.
     streaming = not (all(stored_result("rope_scaling", scaling_key(s))[0] for s in scalings)
@@ -332,8 +349,8 @@ def at_this_factor() -> None:
                 reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
                     curve=name, kind="no scaling needed", factor=None))
         if streaming and i < len(jobs) - 1:  # the last one is drawn below, with its download
-            live_slot.altair_chart(curve_chart(live_frame(live_rows, reference_frames), LIVE_TITLE), width="stretch")
-    live = live_frame(live_rows, reference_frames)
+            live_slot.altair_chart(curve_chart(live_frame(live_rows, reference_frames, contexts), LIVE_TITLE), width="stretch")
+    live = live_frame(live_rows, reference_frames, contexts)
     with live_slot.container():
         show_cached_chart(view_key + ("live", text_bytes), lambda: (curve_chart(live, LIVE_TITLE), live),
                           f"context-extension-live-s{factor:g}",
