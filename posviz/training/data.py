@@ -159,8 +159,8 @@ def encode_text(text: str | bytes) -> torch.Tensor:
     return torch.tensor(list(data), dtype=torch.long)
 
 
-def byte_ids(data) -> torch.Tensor:
-    """Bytes (a tensor, array or sequence of ints) as a flat (T,) LongTensor."""
+def as_id_tensor(data) -> torch.Tensor:
+    """Ids (bytes for our checkpoints; a tensor, array or sequence of ints) as a flat (T,) LongTensor."""
     if isinstance(data, torch.Tensor):
         return data.long().flatten()
     return torch.as_tensor(np.asarray(data, dtype=np.int64)).flatten()

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from posviz.errors import PosvizError, PositionLimitError
-from posviz.training.data import byte_ids
+from posviz.training.data import as_id_tensor
 from posviz.models.byte_gpt import GPT
 from posviz.models.interface import LabModel
 from posviz.models.shipped import as_lab_model
@@ -63,7 +63,7 @@ def position_losses(model: LabModel | GPT, data, length: int, batch_tokens: int 
     evaluation). The model sees positions 0 .. length-1, exactly as in training at that length. ``model``:
     any model a lab runs, or the byte GPT itself (training); ``data``: its ids.
     """
-    data = byte_ids(data)
+    data = as_id_tensor(data)
     check_length(length, data.numel())
     n_windows = (data.numel() - 1) // length
     if max_windows is not None:
@@ -88,7 +88,7 @@ def sliding_window_bpb(model: LabModel | GPT, data, window: int, stride: int, pr
     """Every id scored once, with up to ``window`` ids of context: windows advance by ``stride`` and only
     their last ``stride`` predictions count (the first window counts all of its own). Bits per byte of the
     text: ``id_bytes`` are the bytes each id of ``data`` covers (None: one each, ids are bytes)."""
-    data = byte_ids(data)
+    data = as_id_tensor(data)
     check_length(window, data.numel())
     if window >= data.numel():  # a window of W predictions needs W + 1 bytes
         raise PosvizError(f"a sliding window of {window:,} bytes needs at least {window + 1:,} bytes of text, "
@@ -151,7 +151,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
         if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
             base_folder = Path(folder).parent / base_folder.name
     L_ref = read_config(base_folder)["model"]["train_length"] if finetuned else L
-    data = byte_ids(data)
+    data = as_id_tensor(data)
     lengths = [int(m * L_ref) for m in multiples if int(m * L_ref) <= data.numel()]
     block, seconds = timed(eval_table, model, data, lengths, progress)
     block = {"nonoverlapping_bpb": block, "lengths_x_train": {str(n): n / L for n in lengths},
