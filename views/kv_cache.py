@@ -103,6 +103,57 @@ two_pass_section()
 # ------------------------------------------------------------------------------------------------
 # Score the document under each strategy
 # ------------------------------------------------------------------------------------------------
+# The scoring section's columns and what it draws them with (they depend on the unit only)
+BPB = "bits/byte after the window fills"
+STEP = one if " " not in one else "step"  # what one step scores: "byte" for the checkpoints
+MS, SCORED, TIMED_COLUMN = f"ms/{STEP}", f"{STEP}s scored", f"{STEP}s timed"
+COLUMNS = [TITLES[s] for s in kv_cache.STRATEGIES]
+
+
+def results_frame(rows: list[dict]) -> pd.DataFrame:
+    results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", MS,
+                                          SCORED, TIMED_COLUMN, "note"])
+    for column in (BPB, "bits/byte, all bytes", MS):
+        results[column] = pd.to_numeric(results[column])
+    return results
+
+
+def show_tables(results: pd.DataFrame, done: bool, bpb_slot, speed_slot) -> None:
+    """The two tables so far, into their slots; a cell not computed yet reads "…" (until ``done``: then "cannot run")."""
+    def pivot(column: str) -> pd.DataFrame:
+        table = results.pivot(index="checkpoint", columns="how", values=column) if len(results) else pd.DataFrame()
+        return table.reindex(index=chosen, columns=COLUMNS)
+
+    computed = {(r["checkpoint"], r["how"]) for _, r in results.iterrows()}
+
+    def cell(table: pd.DataFrame, missing: str, fmt: str) -> pd.DataFrame:
+        return pd.DataFrame([[f"{v:{fmt}}" if not pd.isna(v) else missing if (name, how) in computed or done else "…"
+                              for how, v in zip(COLUMNS, table.loc[name])] for name in chosen],
+                            index=pd.Index(chosen, name="checkpoint"), columns=pd.Index(COLUMNS, name="how"))
+
+    # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
+    bpb_slot.dataframe(cell(pivot(BPB), "cannot run", ".3f"), width="stretch", height="content")
+    speed_slot.dataframe(cell(pivot(MS), "—", ".2f"), width="stretch", height="content")
+
+
+def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
+    bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
+        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
+        y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
+        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
+                        labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
+                                  "'cached_window': 'Cached, true positions'}[datum.label]")),
+        tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
+    ).properties(height=320)
+    speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(
+        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
+        y=alt.Y(f"{MS}:Q", title=f"milliseconds per {STEP} (lower is faster)"),
+        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
+        tooltip=["checkpoint", "how", alt.Tooltip(f"{MS}:Q", format=".2f"), TIMED_COLUMN],
+    ).properties(height=320)
+    return bpb, speed
+
+
 @st.fragment
 def scoring_section() -> None:
     """The window, the length scored and the three strategies' scores: moving either slider reruns this alone."""
@@ -132,56 +183,6 @@ def scoring_section() -> None:
                      expanded=False):
         st.dataframe(expected, hide_index=True, height="content")
 
-    BPB = "bits/byte after the window fills"
-    STEP = one if " " not in one else "step"  # what one step scores: "byte" for the checkpoints
-    MS, SCORED, TIMED_COLUMN = f"ms/{STEP}", f"{STEP}s scored", f"{STEP}s timed"
-    COLUMNS = [TITLES[s] for s in kv_cache.STRATEGIES]
-
-
-    def results_frame(rows: list[dict]) -> pd.DataFrame:
-        results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", MS,
-                                              SCORED, TIMED_COLUMN, "note"])
-        for column in (BPB, "bits/byte, all bytes", MS):
-            results[column] = pd.to_numeric(results[column])
-        return results
-
-
-    def show_tables(results: pd.DataFrame, done: bool) -> None:
-        """The two tables so far; a cell not computed yet reads "…" (until ``done``: then "cannot run")."""
-        def pivot(column: str) -> pd.DataFrame:
-            table = results.pivot(index="checkpoint", columns="how", values=column) if len(results) else pd.DataFrame()
-            return table.reindex(index=chosen, columns=COLUMNS)
-
-        computed = {(r["checkpoint"], r["how"]) for _, r in results.iterrows()}
-
-        def cell(table: pd.DataFrame, missing: str, fmt: str) -> pd.DataFrame:
-            return pd.DataFrame([[f"{v:{fmt}}" if not pd.isna(v) else missing if (name, how) in computed or done else "…"
-                                  for how, v in zip(COLUMNS, table.loc[name])] for name in chosen],
-                                index=pd.Index(chosen, name="checkpoint"), columns=pd.Index(COLUMNS, name="how"))
-
-        # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
-        bpb_slot.dataframe(cell(pivot(BPB), "cannot run", ".3f"), width="stretch", height="content")
-        speed_slot.dataframe(cell(pivot(MS), "—", ".2f"), width="stretch", height="content")
-
-
-    def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
-        bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
-            x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
-            y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
-            color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
-                            labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
-                                      "'cached_window': 'Cached, true positions'}[datum.label]")),
-            tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
-        ).properties(height=320)
-        speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(
-            x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
-            y=alt.Y(f"{MS}:Q", title=f"milliseconds per {STEP} (lower is faster)"),
-            color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
-            tooltip=["checkpoint", "how", alt.Tooltip(f"{MS}:Q", format=".2f"), TIMED_COLUMN],
-        ).properties(height=320)
-        return bpb, speed
-
-
     st.markdown(f"**Bits per byte on {many} {window + 1:,}–{n_scored - 1:,}** (after the first eviction, where the strategies "
                 "can differ; blank = cannot run)")
     bpb_slot = st.empty()
@@ -204,7 +205,7 @@ def scoring_section() -> None:
                         for n in chosen for s in kv_cache.STRATEGIES)
     rows = []
     if streaming:
-        show_tables(results_frame(rows), done=False)
+        show_tables(results_frame(rows), False, bpb_slot, speed_slot)
     for i, name in enumerate(chosen):
         model = models[name]
         for strategy in kv_cache.STRATEGIES:
@@ -224,13 +225,13 @@ def scoring_section() -> None:
                          MS: r["ms"], SCORED: r["n"], TIMED_COLUMN: r.get("timed"),
                          "note": r["error"] or kv_cache.strategy_verdict(models[name], strategy)})
             if streaming:
-                show_tables(results_frame(rows), done=False)
+                show_tables(results_frame(rows), False, bpb_slot, speed_slot)
         if streaming and i < len(chosen) - 1:  # the last checkpoint's bars are drawn with their downloads below
             bpb_chart, speed_chart = bar_charts(results_frame(rows))
             bpb_chart_slot.altair_chart(bpb_chart, width="stretch")
             speed_chart_slot.altair_chart(speed_chart, width="stretch")
     results = results_frame(rows)
-    show_tables(results, done=True)
+    show_tables(results, True, bpb_slot, speed_slot)
     reencoded = results[results["strategy"] == "reencode"][TIMED_COLUMN].dropna()
     speed_note.caption(
         f"Shifted and cached strategies: every {one} after the window filled, each a step of its own. Re-encode: "
