@@ -13,7 +13,7 @@ ask which kind of model they run. They take a ``LabModel`` and use only what it 
 * what it cannot do, in words a page shows (``cannot_run``: a learned table past its rows;
   ``length_cap_reason``; ``context_known``: whether its trained context is stated or assumed);
 * loading: ``needs_loading`` and ``load(progress)`` (a page shows a progress bar while weights arrive);
-* what it stored when it was made: ``stored_metrics``, ``has_stored_results``, ``finetuned_from``;
+* what it stored when it was made: ``stored_metrics``, ``finetuned_from``;
 * ``description``: what a model picker says after its name;
 * ``length_cap`` on its device, ``position`` (the parameters the explore pages draw), ``device``, ``dtype``;
 * ``key``: what the server's shared store keys a result on (identity, options and the weights' stamp).
@@ -59,10 +59,6 @@ class EncodedText:
     @property
     def n_bytes(self) -> int:
         return int(self.id_bytes.sum())
-
-    def bytes_before(self, n_ids: int) -> int:
-        """Bytes of text the first ``n_ids`` ids cover."""
-        return int(self.id_bytes[:n_ids].sum())
 
 
 _TOKENIZED_LOCK = threading.Lock()
@@ -226,10 +222,6 @@ class LabModel(ABC):
     def stored_metrics(self) -> dict:
         """The evaluation stored with the model ({} when none)."""
         return {}
-
-    def has_stored_results(self) -> bool:
-        """Whether it was evaluated when it was made (the labs then draw its stored curves beside live ones)."""
-        return bool(self.stored_metrics().get("eval"))
 
     def finetuned_from(self) -> dict | None:
         """{checkpoint, train_length, tokens, position_options} when fine-tuned from another model."""
