@@ -38,6 +38,30 @@ class BiasPage:
     handed_on: dict[str, object] = dataclasses.field(default_factory=dict)  # from a section to later ones
 
 
+def show_head_bounds(page: "BiasPage", method: str, title: str, summary_label: str, log_weights: np.ndarray,
+                     lenient: np.ndarray, key: tuple, name: str, caption: str) -> None:
+    """A method's largest attention weight per head by distance, next to no bias, under ``title``; its most
+    lenient head goes into the page's summary as ``summary_label`` (the method then needs no curve of its own
+    there)."""
+    import streamlit as st
+
+    from posviz.explore import attention_biases
+    from views._bias_charts import weight_chart
+    from views._explore import chart
+
+    heads = len(log_weights)
+    page.summary[summary_label] = lenient
+    page.summarised.add(method)
+    st.markdown(f"**Largest weight per head: {title}, n = {page.n_keys:,} keys, margin Δ = {page.margin:g}**")
+
+    def build():
+        series = {f"head {h}": log_weights[h] for h in range(heads)}
+        series["no bias"] = page.no_bias
+        return weight_chart(attention_biases.max_weight_columns(series, page.grid), "head", page.n_keys, sort=list(series))
+
+    chart("biases", key, build, name, caption)
+
+
 @dataclasses.dataclass(frozen=True)
 class Section:
     name: str

@@ -5,13 +5,13 @@ import streamlit as st
 
 from posviz.errors import PosvizError
 from posviz.explore import attention_biases
-from views._bias_charts import published_slope_chart, slope_chart, weight_chart
+from views._bias_charts import published_slope_chart, slope_chart
 from views._charts import metric_rows
 from views._checkpoints import shipped_checkpoint_json
 from views._explore import chart, kept, rerun_page_if_changed
 from views._matrices import show_matrix
 from views._published_positions import analysed, published_section, section_failed
-from views._sections import BiasPage, section
+from views._sections import BiasPage, section, show_head_bounds
 from views._url import qp_int, sync_url
 
 VIEW = "biases"
@@ -48,18 +48,11 @@ def _slopes(page: BiasPage, method: str, shipped_heads: int) -> None:
 
     n_keys, margin = page.n_keys, page.margin
     alibi_lw, lenient = kept(VIEW, "alibi-bounds", (heads, n_keys, margin), lambda: _bounds(heads, n_keys, margin))
-    page.summary[f"ALiBi, most lenient of {heads} heads"] = lenient
-    page.summarised.add(method)
-    st.markdown(f"**Largest weight per head: ALiBi, {heads} heads, n = {n_keys:,} keys, margin Δ = {margin:g}**")
-
-    def build():
-        series = {f"head {h}": alibi_lw[h] for h in range(heads)}
-        series["no bias"] = page.no_bias
-        return weight_chart(attention_biases.max_weight_columns(series, page.grid), "head", n_keys, sort=list(series))
-
-    chart(VIEW, ("alibi-max-weight", heads, n_keys, margin), build, f"alibi_max_weight_{heads}h_n{n_keys}",
-          "The penalty grows linearly with distance, so every head's ceiling falls exponentially: past a few "
-          "“half-weight distances” no content margin can rescue a key. Curves below 1e-24 run along the bottom edge.")
+    show_head_bounds(page, method, f"ALiBi, {heads} heads", f"ALiBi, most lenient of {heads} heads", alibi_lw,
+                     lenient, ("alibi-max-weight", heads, n_keys, margin), f"alibi_max_weight_{heads}h_n{n_keys}",
+                     "The penalty grows linearly with distance, so every head's ceiling falls exponentially: past a few "
+                     "“half-weight distances” no content margin can rescue a key. Curves below 1e-24 run along the "
+                     "bottom edge.")
     # KERPLE's formula is drawn next to the head shown here
     page.handed_on["alibi_head"] = (alibi_head, float(slopes["slope"][alibi_head]))
     sync_url(heads=heads, ahead=alibi_head, alen=alibi_len)

@@ -6,11 +6,11 @@ import streamlit as st
 
 from posviz.explore import attention_biases
 from posviz.positions import POSITION_METHODS
-from views._bias_charts import bucket_chart, learned_bias_chart, weight_chart
+from views._bias_charts import bucket_chart, learned_bias_chart
 from views._checkpoints import shipped_lab_model
 from views._explore import chart, kept
 from views._matrices import show_matrix
-from views._sections import BiasPage, section
+from views._sections import BiasPage, section, show_head_bounds
 from views._url import qp_bool, qp_choice, qp_int, sync_url
 
 VIEW = "biases"
@@ -91,15 +91,7 @@ def _buckets(page: BiasPage, method: str, model, problem: str | None, t5: dict |
         return lw, attention_biases.strongest_head(lw)
 
     t5_lw, lenient = kept(VIEW, "t5-bounds", (n_keys, margin) + tuple(model.key), bounds)
-    page.summary[f"T5, most lenient of {H} heads"] = lenient
-    page.summarised.add(method)
-    st.markdown(f"**Largest weight per head: T5 checkpoint, n = {n_keys:,} keys, margin Δ = {margin:g}**")
-
-    def build():
-        series = {f"head {h}": t5_lw[h] for h in range(H)}
-        series["no bias"] = page.no_bias
-        return weight_chart(attention_biases.max_weight_columns(series, grid), "head", n_keys, sort=list(series))
-
-    chart(VIEW, ("t5-max-weight", n_keys, margin) + tuple(model.key), build, f"t5_max_weight_n{n_keys}",
-          f"Past {t5['max_distance']} positions every key shares one bias, so the ceiling stops falling: far keys "
-          "are diluted by their many equals, not pushed down further.")
+    show_head_bounds(page, method, "T5 checkpoint", f"T5, most lenient of {H} heads", t5_lw, lenient,
+                     ("t5-max-weight", n_keys, margin) + tuple(model.key), f"t5_max_weight_n{n_keys}",
+                     f"Past {t5['max_distance']} positions every key shares one bias, so the ceiling stops falling: far "
+                     "keys are diluted by their many equals, not pushed down further.")
