@@ -278,26 +278,30 @@ class ResultFiles:
             self.unstorable.setdefault(str(name), str(exc))
             return False
         with self._lock:
-            self._prune_other_editions()
-            self.folder.mkdir(parents=True, exist_ok=True)
-            if self._bytes is None:
-                self._bytes = sum(p.stat().st_size for p in self.folder.iterdir() if p.is_file())
-            size = len(text)
-            blob = None
-            if arrays:
-                buffer = io.BytesIO()
-                np.savez(buffer, **arrays)
-                blob = buffer.getvalue()
-                size += len(blob)
-            if self._bytes + size > self.max_bytes:
+            try:
+                self._prune_other_editions()
+                self.folder.mkdir(parents=True, exist_ok=True)
+                if self._bytes is None:
+                    self._bytes = sum(p.stat().st_size for p in self.folder.iterdir() if p.is_file())
+                size = len(text)
+                blob = None
+                if arrays:
+                    buffer = io.BytesIO()
+                    np.savez(buffer, **arrays)
+                    blob = buffer.getvalue()
+                    size += len(blob)
+                if self._bytes + size > self.max_bytes:
+                    return False
+                tmp = f".tmp-{os.getpid()}-{threading.get_ident()}"
+                if blob is not None:
+                    array_path.with_name(array_path.name + tmp).write_bytes(blob)
+                    os.replace(array_path.with_name(array_path.name + tmp), array_path)
+                meta_path.with_name(meta_path.name + tmp).write_text(text)
+                os.replace(meta_path.with_name(meta_path.name + tmp), meta_path)
+                self._bytes += size
+            except OSError:  # the disk is full or the folder went away: the result stays in memory only
+                self._bytes = None
                 return False
-            tmp = f".tmp-{os.getpid()}-{threading.get_ident()}"
-            if blob is not None:
-                array_path.with_name(array_path.name + tmp).write_bytes(blob)
-                os.replace(array_path.with_name(array_path.name + tmp), array_path)
-            meta_path.with_name(meta_path.name + tmp).write_text(text)
-            os.replace(meta_path.with_name(meta_path.name + tmp), meta_path)
-            self._bytes += size
             self.writes += 1
         return True
 

@@ -158,3 +158,14 @@ def test_without_files_the_store_is_memory_only():
     store.get_or_compute(("a",), lambda: 1, keep=True)
     store.put(("b",), 2, keep=True)
     assert store.files is None and store.get(("a",)) == (True, 1)
+
+
+def test_a_folder_that_cannot_be_written_keeps_the_result_in_memory(tmp_path):
+    """A full disk or a store folder removed under a running server: the page still gets its result."""
+    blocker = tmp_path / "store"
+    blocker.write_text("a file where the store's folder should be")  # mkdir under it fails with an OSError
+    files = ResultFiles(blocker, edition_name="e")
+    assert not files.put(("chart", 1), {"spec": 1}) and files.writes == 0
+    store = SharedResults(files=files)
+    assert store.get_or_compute(("chart", 2), lambda: 42) == 42
+    assert store.get(("chart", 2)) == (True, 42)
