@@ -5,10 +5,14 @@
 # Streamlit reads its settings (no file watcher, headless, no usage stats) from .streamlit/config.toml.
 FROM python:3.11-slim
 
+# POSVIZ_MODELS=proposed: the picker lists the published models the README proposes (GPT-2, OPT, Pythia,
+# SmolLM2, Qwen2.5, BLOOM, Falcon) with their download sizes; none is downloaded until a visitor picks it, and
+# offline a pick says the hub cannot be reached. A Space variable POSVIZ_MODELS replaces the list.
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HOME=/home/user
+    HOME=/home/user \
+    POSVIZ_MODELS=proposed
 
 # The emoji font, so that page icons in the menu are drawn, not boxes (for a browser on the machine,
 # e.g. screenshots taken in the image).

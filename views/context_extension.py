@@ -311,8 +311,13 @@ def at_this_factor() -> None:
     if not lengths:
         with c2:
             live_slot.empty()
-            error_box(PosvizError(f"The text has {rope.count_ids(text_bytes):,} {unit}s, fewer than the training length ({train_length:,})."),
-                      "Pick a validation document or paste a longer text.")
+            if rope.length_cap < train_length:  # a published model whose one pass is capped below its context
+                error_box(PosvizError(f"{rope_name} cannot run its training length ({train_length:,} {unit}s) here: "
+                                      f"its cap is {rope.length_cap:,} ({rope.length_cap_reason})."),
+                          "Choose another model above.")
+            else:
+                error_box(PosvizError(f"The text has {rope.count_ids(text_bytes):,} {unit}s, fewer than the training "
+                                      f"length ({train_length:,})."), "Pick a validation document or paste a longer text.")
         st.stop()
     LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
     # each reference's own lengths: the same as the scaled model's, or the same multiples of its own context

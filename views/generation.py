@@ -58,10 +58,13 @@ with left:
     catalog.caption()
     unit = shared_unit(models[n] for n in chosen)  # what every count below is in: "byte", "token" or "id" (a mix)
     # each model may write a multiple of its own training length; the slider holds the chosen models' smallest
-    cap = min((generation.max_new_bytes(models[n].train_length, models[n].device) for n in chosen),
+    cap = min((min(generation.max_new_bytes(models[n].train_length, models[n].device), models[n].length_cap) for n in chosen),
               default=generation.max_new_bytes(train_length, default_device()))
     multiple = generation.max_new_bytes(1, default_device())
-    new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {multiple} × the training length)",
+    capped_by = (f"{multiple} × the training length" if all(
+        generation.max_new_bytes(models[n].train_length, models[n].device) <= models[n].length_cap for n in chosen)
+        else "a chosen model's length cap on this device")
+    new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {capped_by})",
                         16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
                         help=f"Capped per device ({device_label()})." + when_not_bytes(unit, f" In {unit_note(unit)}."))
     decode = st.radio("Decoding", ["sample", "greedy"], index=["sample", "greedy"].index(

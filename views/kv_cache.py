@@ -157,7 +157,9 @@ def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
 @st.fragment
 def scoring_section() -> None:
     """The window, the length scored and the three strategies' scores: moving either slider reruns this alone."""
-    windows = sorted({w for w in (16, 32, 64, 128, 256, 512, 1024, train_length) if w <= min(MAX_KV_CACHE_POSITIONS, 1024)})
+    # within every chosen model's length cap: re-encoding runs a forward pass over the whole window per step
+    top = min([MAX_KV_CACHE_POSITIONS, 1024] + [models[n].length_cap for n in chosen])
+    windows = sorted({w for w in (16, 32, 64, 128, 256, 512, 1024, train_length) if w <= top}) or [16]
     window = st.select_slider(f"Window W ({many} of context, including the current {one})", windows,
                               value=int(qp_choice("W", str(train_length), [str(w) for w in windows])), key="w_W",
                               format_func=lambda w: f"{w:,}" + (" (train length)" if w == train_length else ""))

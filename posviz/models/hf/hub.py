@@ -120,6 +120,10 @@ class Engine:
                                     else "past_key_values")
         return self._cache_argument
 
+    def tokenizer_source(self) -> Path:
+        """The folder transformers reads the tokenizer from (a hub model's: only its small files, fetched)."""
+        return self.folder if self.folder is not None else Path(hub_file(self.ref, "tokenizer_config.json")).parent
+
     def load(self, progress=None):
         if self.net is not None:
             return self.net

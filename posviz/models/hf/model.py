@@ -23,10 +23,11 @@ from posviz.models.hf.cache import PublishedCache
 from posviz.models.hf.families import (ACTS_ON, EAGER_DIFFERS, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
                                               attention_module, decoder_layers, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
-from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, hub_file, is_transformers_folder, read_hf_config
-from posviz.models.hf.settings import (CPU_FLOP_BUDGET, GPU_FLOP_BUDGET, forward_flops, max_params, max_work_bytes,
+from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, is_transformers_folder, read_hf_config
+from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes,
                                               tokens_within)
 from posviz.models.hf.text import TokenizerText
+from posviz.models.hf import gguf
 
 
 @dataclass
@@ -87,6 +88,7 @@ class PublishedModel(LabModel):
         self._rotary = None  # this variant's rotary module (a scaled copy), made on first use
         self._text: TokenizerText | None = None
         self.folder = folder
+        self.weights_note = ""  # where the weights came from, when it matters (a GGUF file's quantisation)
 
     # -- text ---------------------------------------------------------------------------------------
     @property
@@ -94,9 +96,8 @@ class PublishedModel(LabModel):
         if self._text is None:
             from transformers import AutoTokenizer
 
-            source = self.folder if self.folder is not None else Path(hub_file(self.ref, "tokenizer_config.json")).parent
             try:
-                tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
+                tokenizer = AutoTokenizer.from_pretrained(str(self._engine.tokenizer_source()), trust_remote_code=False)
             except Exception as exc:
                 raise PosvizError(f"{self.name}: its tokenizer cannot be loaded ({exc}).") from exc
             self._text = TokenizerText(tokenizer)
@@ -105,7 +106,8 @@ class PublishedModel(LabModel):
     @property
     def description(self) -> str:
         """Its position method and trained context (" — learned, 1,024 tokens")."""
-        return f" — {self.method}, {self.train_length:,} {self.unit}s{'' if self.context_known else ' (assumed)'}"
+        return (f" — {self.method}, {self.train_length:,} {self.unit}s{'' if self.context_known else ' (assumed)'}"
+                + (f", {self.weights_note}" if self.weights_note else ""))
 
     def encode(self, text: bytes) -> torch.Tensor:
         return self.text.encode(text)
@@ -165,7 +167,7 @@ class PublishedModel(LabModel):
     def length_cap(self) -> int:
         """16 x the context on a CPU (32 on a GPU), and at most what one pass may cost in time."""
         multiple = MAX_LENGTH_MULTIPLE_GPU if self._device.type == "cuda" else MAX_LENGTH_MULTIPLE_CPU
-        budget = GPU_FLOP_BUDGET if self._device.type == "cuda" else CPU_FLOP_BUDGET
+        budget = flop_budget(self._device.type)
         return max(min(multiple * self.train_length, tokens_within(budget, self.n_params, self.n_layer, self.hidden)),
                    min(self.train_length, 64))
 
@@ -175,7 +177,7 @@ class PublishedModel(LabModel):
         if self.length_cap < multiple * self.train_length:
             flops = forward_flops(self.length_cap, self.n_params, self.n_layer, self.hidden)
             return (f"time: one pass over {self.length_cap:,} tokens of a {self.n_params / 1e6:.0f} M-parameter model "
-                    f"is about {flops / 1e12:.0f} TFLOP on this {self._device.type}")
+                    f"is about {flops / 1e12:.2g} TFLOP on this {self._device.type}")
         return f"{multiple} × its trained context on this {self._device.type}"
 
     def cannot_run(self, n_positions: int) -> str | None:
@@ -320,6 +322,8 @@ class TransformersKind(ModelKind):
     """A folder holding a transformers model, or a hub id (``owner/name``)."""
 
     def recognises(self, ref: str) -> bool:
+        if ref.lower().endswith(".gguf"):  # a GGUF file, local or on the hub: posviz.models.hf.gguf's kind
+            return False
         path = Path(ref)
         if path.is_dir():
             return is_transformers_folder(path)
@@ -357,4 +361,39 @@ class TransformersKind(ModelKind):
         return PublishedModel(ref, config, folder, position_overrides, device, key, engine)
 
 
+class GGUFKind(ModelKind):
+    """A GGUF model file (``posviz.models.hf.gguf``): a ``.gguf`` path, a folder holding one, or ``owner/name/file.gguf``."""
+
+    def recognises(self, ref: str) -> bool:
+        return gguf.is_gguf_ref(ref)
+
+    def identify(self, ref: str, position_overrides: Mapping) -> tuple:
+        path = gguf.local_file(ref)
+        where = (str(path), path.stat().st_size, path.stat().st_mtime_ns) if path is not None else (ref,)
+        return ("gguf",) + where + (tuple(sorted(position_overrides.items())),)
+
+    def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel:
+        path = gguf.local_file(ref) or gguf.hub_download(ref)
+        header = gguf.read_header(path)
+        gguf.check(header)  # the cap and the architecture, before anything is dequantised
+        if position_overrides:  # the scaled variants share the weights of the model as published
+            engine = open_model(ref, None, device)._engine
+            config = engine.config
+        elif gguf.is_converted(path):
+            config, _ = read_hf_config(str(gguf.converted_folder(path)))
+            engine = None
+        else:
+            config, engine = gguf.read_config(path), None
+        folder = gguf.converted_folder(path)
+        if engine is None:
+            dtype = getattr(config, "dtype", None) or torch.float32
+            dtype = dtype if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else torch.float32
+            engine = gguf.GGUFEngine(header, folder, config, device, dtype)
+        model = PublishedModel(ref, config, folder, position_overrides, device, key, engine)
+        model.name = path.name if gguf.local_file(ref) is not None else ref
+        model.weights_note = f"GGUF {header.quantization}"
+        return model
+
+
 MODEL_KINDS["transformers"] = TransformersKind()
+MODEL_KINDS["gguf"] = GGUFKind()

@@ -1,0 +1,218 @@
+"""GGUF model files (the format llama.cpp, Ollama and LM Studio keep models in) as published models.
+
+A GGUF file opens through transformers' own GGUF loader (``from_pretrained(folder, gguf_file=...)``),
+which dequantises every tensor to float32. That takes tens of seconds (SmolLM2-135M: about 20 s on 2
+cores), so the result is kept on disk as an ordinary transformers folder (config.json, model.safetensors,
+the tokenizer) beside a stamp of the GGUF file (``posviz_gguf.json``): the next open reads that folder
+in seconds, like any published model. A changed file (size or modification time) gets a new folder.
+
+Safety as for every published model, before anything is dequantised: the parameter count is summed
+from the tensor shapes in the file's header (``n_params``), against the same cap; the architecture
+must be one transformers' GGUF loader and posviz both read; no code runs. A truncated or corrupt file
+is a ``PosvizError`` that says so.
+
+Refs: a path to a ``.gguf`` file, a folder holding exactly one (and no config.json), or
+``owner/name/file.gguf`` on the Hugging Face hub.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from posviz.errors import PosvizError
+from posviz.models.hf.hub import Engine, hub_file
+
+SUFFIX = ".gguf"
+STAMP_FILE = "posviz_gguf.json"
+HUB_GGUF = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})/([^/]{1,200}\.gguf)$",
+                      re.IGNORECASE)
+_CONVERTING = threading.Lock()  # one dequantisation at a time: each holds the whole model in float32
+
+
+def local_file(ref: str) -> Path | None:
+    """The GGUF file ``ref`` names on this machine: the file itself, or a folder's only ``.gguf`` file
+    (a folder with a config.json is a transformers folder, not this)."""
+    path = Path(ref)
+    if path.is_file() and path.suffix.lower() == SUFFIX:
+        return path.resolve()
+    if path.is_dir() and not (path / "config.json").exists():
+        found = sorted(p for p in path.iterdir() if p.suffix.lower() == SUFFIX and p.is_file())
+        if len(found) == 1:
+            return found[0].resolve()
+    return None
+
+
+def is_gguf_ref(ref: str) -> bool:
+    return local_file(ref) is not None or bool(HUB_GGUF.match(ref)) and not Path(ref).exists()
+
+
+@dataclass(frozen=True)
+class Header:
+    """What the file's header says, read without dequantising anything."""
+
+    path: Path
+    architecture: str  # llama.cpp's name ("llama", "qwen2", "gpt2", ...)
+    n_params: int  # elements of every tensor in the file (a tied output matrix is stored once)
+    quantization: str  # the tensor type holding most parameters ("Q4_1", "Q8_0", "F16", ...)
+    name: str
+
+
+def read_header(path: Path) -> Header:
+    """The file's header; for a file already dequantised, what its stamp kept of it (the reader parses every
+    metadata field, the whole vocabulary included: seconds)."""
+    try:
+        kept = json.loads((converted_folder(path) / STAMP_FILE).read_text())
+        if kept.get("stamp") == _stamp(path):
+            return Header(path, kept["architecture"], int(kept["n_params"]), kept["quantization"], kept["name"])
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:
+        raise PosvizError("Opening a GGUF file needs the gguf package: pip install -r requirements.txt.") from exc
+    try:
+        reader = GGUFReader(str(path))
+        fields = reader.fields
+        architecture = str(fields["general.architecture"].contents())
+        name = str(fields["general.name"].contents()) if "general.name" in fields else path.stem
+        by_type: Counter = Counter()
+        for tensor in reader.tensors:
+            by_type[tensor.tensor_type.name] += int(tensor.n_elements)
+    except PosvizError:
+        raise
+    except Exception as exc:  # a truncated file, a wrong magic number, a header that does not parse
+        raise PosvizError(f"{path.name} is not a readable GGUF file ({type(exc).__name__}: {exc}). It may be "
+                          "truncated or corrupt: download it again. The other models keep working.") from exc
+    if not by_type:
+        raise PosvizError(f"{path.name} holds no tensors: not a model file.")
+    return Header(path, architecture, sum(by_type.values()), by_type.most_common(1)[0][0], name)
+
+
+def check(header: Header) -> None:
+    """Refuse, in words, what posviz cannot or must not open: over the parameter cap, or an architecture
+    transformers' GGUF loader or posviz's families do not read."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    from posviz.models.hf.families import FAMILIES, supported_families
+    from posviz.models.hf.settings import max_params
+
+    if header.n_params > max_params():
+        raise PosvizError(f"{header.path.name} has {header.n_params / 1e9:.2f} B parameters, over this server's cap "
+                          f"of {max_params() / 1e9:.2f} B (POSVIZ_MAX_PARAMS). Choose a smaller model.")
+    readable = sorted(set(GGUF_CONFIG_MAPPING) & set(FAMILIES))
+    if header.architecture not in readable:
+        raise PosvizError(f"{header.path.name} is a {header.architecture!r} GGUF model: posviz opens GGUF files of "
+                          f"{', '.join(readable)} (transformers' GGUF loader and posviz's families: "
+                          f"{supported_families()}).")
+
+
+def _stamp(path: Path) -> dict:
+    stat = path.stat()
+    return {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def cache_root() -> Path:
+    """Where dequantised models are kept: ``$POSVIZ_GGUF_CACHE``, else ~/.cache/posviz/gguf."""
+    return Path(os.environ.get("POSVIZ_GGUF_CACHE") or Path.home() / ".cache" / "posviz" / "gguf")
+
+
+def converted_folder(path: Path) -> Path:
+    digest = hashlib.sha1(json.dumps(_stamp(path), sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / f"{path.stem}-{digest}"
+
+
+def is_converted(path: Path) -> bool:
+    try:
+        return json.loads((converted_folder(path) / STAMP_FILE).read_text()).get("stamp") == _stamp(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_config(path: Path):
+    """transformers' config for the file (its GGUF metadata mapped to config fields; seconds, no tensors)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as exc:
+        raise PosvizError(f"{path.name}: transformers cannot read its GGUF metadata ({type(exc).__name__}: {exc}).") from exc
+
+
+def convert(path: Path, header: Header, progress=None) -> Path:
+    """Dequantise ``path`` once into ``converted_folder(path)`` (written aside, then renamed into place, so a
+    half-written folder is never read) and return that folder."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = converted_folder(path)
+    report = progress or (lambda fraction: None)
+    with _CONVERTING:
+        if is_converted(path):
+            return folder
+        work = folder.with_name(f"{folder.name}.part-{os.getpid()}")
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            work.mkdir(parents=True)
+            report(0.05)
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            report(0.25)
+            net = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+            report(0.85)
+            config = net.config
+            if hasattr(config, "quantization_config"):  # the weights are float32 now: nothing is quantised
+                del config.quantization_config
+            config.save_pretrained(work)
+            save_model(net, str(work / "model.safetensors"))  # tied matrices stored once, as safetensors does
+            tokenizer.save_pretrained(work)
+            (work / STAMP_FILE).write_text(json.dumps(
+                {"stamp": _stamp(path), "architecture": header.architecture, "n_params": header.n_params,
+                 "quantization": header.quantization, "name": header.name}, indent=1))
+            shutil.rmtree(folder, ignore_errors=True)  # a stale or half-removed earlier copy
+            os.replace(work, folder)
+        except PosvizError:
+            raise
+        except OSError as exc:
+            raise PosvizError(f"{path.name}: cannot keep its dequantised copy in {folder.parent} ({exc}); "
+                              "free some disk space or set POSVIZ_GGUF_CACHE.") from exc
+        except Exception as exc:
+            raise PosvizError(f"{path.name}: transformers cannot dequantise it ({type(exc).__name__}: {exc}).") from exc
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        report(1.0)
+    return folder
+
+
+def hub_download(ref: str) -> Path:
+    """``owner/name/file.gguf`` from the hub (or its local cache)."""
+    match = HUB_GGUF.match(ref)
+    if match is None:
+        raise PosvizError(f"{ref!r} is not a GGUF file here, nor owner/name/file.gguf on the hub.")
+    return hub_file(match.group(1), match.group(2))
+
+
+class GGUFEngine(Engine):
+    """The weights of a GGUF file: dequantised once into ``converted_folder`` (under the page's progress
+    bar), then loaded from that folder as any published model's."""
+
+    def __init__(self, header: Header, folder: Path, config, device, dtype):
+        super().__init__(str(header.path), folder, config, device, dtype)
+        self.header = header
+
+    def _converted(self, progress=None) -> Path:
+        if not is_converted(self.header.path):
+            convert(self.header.path, self.header, progress)
+        return self.folder
+
+    def tokenizer_source(self) -> Path:
+        return self._converted()
+
+    def _load(self, progress):
+        self._converted(progress)
+        return super()._load(None)
