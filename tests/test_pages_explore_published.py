@@ -175,3 +175,20 @@ def test_no_published_section_without_posviz_models(page, no_checkpoints, monkey
     at = open_page(page)
     assert SECTIONS[page] not in [h.value for h in at.header]
     assert not at.selectbox and not at.error and "pub" not in at.query_params
+
+
+def test_the_proposed_hub_models_are_named_not_fetched_on_the_explore_pages(no_checkpoints, monkeypatch, tmp_path):
+    """The Docker image's default list (POSVIZ_MODELS=proposed), offline with an empty hub cache: no page fetches
+    a model nobody picked, and none shows an error box for it; the section says they are fetched when picked."""
+    import views._models as listing
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("POSVIZ_MODELS", "proposed")
+    monkeypatch.setattr("posviz.models.interface.open_model", lambda *a, **k: pytest.fail("opened a hub model"))
+    for page in (ABSOLUTE, ROPE, BIASES):
+        at = open_page(page)
+        assert not at.error, errors(at)
+        waiting = [c.value for c in at.caption if c.value.startswith("Listed but not fetched yet")]
+        assert waiting and "openai-community/gpt2" in waiting[0] and "tiiuae/falcon-rw-1b" in waiting[0], page
+    assert not listing.described_without_download("openai-community/gpt2")

@@ -92,6 +92,21 @@ def ids_of(model, text: bytes) -> torch.Tensor:
     return model.encode(text)[None]
 
 
+def test_a_hub_gguf_file_is_owner_name_and_file_and_a_local_folder_holding_one_opens_too(gguf_file, real_model,
+                                                                                        monkeypatch, tmp_path):
+    fetched = []
+    monkeypatch.setattr(gguf, "hub_file", lambda repo, name: fetched.append((repo, name)) or gguf_file)
+    ref = f"someone/smol/{FILE}"
+    model = open_model(ref)  # the copy dequantised for the local file serves the same file fetched from the hub
+    assert fetched == [("someone/smol", FILE)] and model.name == ref and model.n_params == real_model.n_params
+    assert model.description == real_model.description
+    folder = tmp_path / "holds-one"
+    folder.mkdir()
+    (folder / FILE).symlink_to(gguf_file)
+    assert gguf.local_file(str(folder)) == gguf_file  # the file it holds (the link resolved): the same copy
+    assert open_model(str(folder)).name == FILE
+
+
 def test_a_truncated_or_foreign_file_is_refused_in_words(gguf_file, tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(gguf_file.read_bytes()[:1 << 20])  # the first MiB: the header, but not every tensor

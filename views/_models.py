@@ -54,6 +54,12 @@ def _unfetched(ref: str) -> str:
     return f" — published, {size} download when picked" if size else " — published (fetched when picked)"
 
 
+def described_without_download(ref: str) -> bool:
+    """A folder, a GGUF file here, or a hub model whose config is in the local cache: it can be opened (and
+    described) without the network. Any other hub model is fetched only when a visitor picks it."""
+    return _is_local(ref) or _config_cached(ref)
+
+
 def _open(read, ref: str) -> LabModel:
     """``read(ref)``. A hub id that failed a moment ago fails again at once with the same words: the
     published models' kind remembers it (``TransformersKind.FAILURE_MEMORY_S``), not each page."""
@@ -159,7 +165,7 @@ def add_published(listing: ModelList) -> ModelList:
     if typed and _any_model_allowed():
         published += [r.strip() for r in typed.split(",") if r.strip() and r.strip() not in published]
     for ref in published:
-        if not _is_local(ref) and not _config_cached(ref):  # offline too: a pick says the hub cannot be reached
+        if not described_without_download(ref):  # offline too: a pick says the hub cannot be reached
             name = ref  # described once picked: nothing is fetched for a model nobody asked for
             model = None
         else:

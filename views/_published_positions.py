@@ -38,8 +38,13 @@ def published_section(method: str, header: str, intro: str):
 
     st.header(header)
     st.caption(intro)
+    from views._models import described_without_download
+
     fits, others = {}, []
+    waiting = [ref for ref in refs if not described_without_download(ref)]
     for ref in refs:
+        if ref in waiting:  # nothing of a hub model is fetched for a page nobody picked it on
+            continue
         try:
             model = open_model(ref)
         except PosvizError as exc:
@@ -56,6 +61,9 @@ def published_section(method: str, header: str, intro: str):
             others.append(f"{label} ({model.method}: on the {PAGES[model.method]} page)")
     if others:
         st.caption("Also listed: " + "; ".join(others) + ".")
+    if waiting:
+        st.caption("Listed but not fetched yet (a model is fetched when a visitor picks it in a live lab, and then "
+                   "drawn here too): " + ", ".join(waiting) + ".")
     if not fits:
         st.info(f"None of the published models in $POSVIZ_MODELS uses {method} positions.", icon="ℹ️")
         return None

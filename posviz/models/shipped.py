@@ -150,8 +150,8 @@ class CheckpointKind(ModelKind):
             return False
         try:  # a transformers model's folder is the published models' kind (its config names a model_type)
             return "model_type" not in json.loads((path / CONFIG).read_text())
-        except (OSError, ValueError, TypeError):
-            return True  # ours, damaged: opening it says what is wrong
+        except (OSError, ValueError, TypeError):  # ours, damaged (opening it says what is wrong), unless it holds
+            return not any(path.glob("*.gguf"))  # a GGUF file and no config: the published models' GGUF kind
 
     def identify(self, ref: str, position_overrides: Mapping) -> tuple:
         folder = self.folder(ref)

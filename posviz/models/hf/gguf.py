@@ -145,7 +145,7 @@ def read_config(path: Path):
         raise PosvizError(f"{path.name}: transformers cannot read its GGUF metadata ({type(exc).__name__}: {exc}).") from exc
 
 
-def convert(path: Path, header: Header, progress=None) -> Path:
+def convert(path: Path, header: Header, config=None, progress=None) -> Path:
     """Dequantise ``path`` once into ``converted_folder(path)`` (written aside, then renamed into place, so a
     half-written folder is never read) and return that folder."""
     from safetensors.torch import save_model
@@ -163,7 +163,8 @@ def convert(path: Path, header: Header, progress=None) -> Path:
             report(0.05)
             tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
             report(0.25)
-            net = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+            net = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32",
+                                                       config=config)  # the config read already: not parsed again
             report(0.85)
             config = net.config
             if hasattr(config, "quantization_config"):  # the weights are float32 now: nothing is quantised
@@ -207,7 +208,7 @@ class GGUFEngine(Engine):
 
     def _converted(self, progress=None) -> Path:
         if not is_converted(self.header.path):
-            convert(self.header.path, self.header, progress)
+            convert(self.header.path, self.header, self.config, progress)
         return self.folder
 
     def tokenizer_source(self) -> Path:
