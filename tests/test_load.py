@@ -16,7 +16,7 @@ from posviz_tools.loadtest import run_load
 
 pytestmark = pytest.mark.browser
 SESSIONS = 10
-LOAD_SECONDS = float(os.environ.get("POSVIZ_LOAD_SECONDS", "8"))
+LOAD_SECONDS = float(os.environ.get("POSVIZ_LOAD_SECONDS", "4"))  # a round of ten answers takes about 4 s here
 # Three checkpoints (absolute, relative bias, rotary) keep a round of ten answers within a few
 # seconds on 2 cores; `make load` runs all seven for a minute.
 CHECKPOINTS = "sinusoidal,alibi,rope"

@@ -118,6 +118,29 @@ def test_a_truncated_or_foreign_file_is_refused_in_words(gguf_file, tmp_path):
         open_model(str(junk))
 
 
+def write_gguf(path: Path, architecture: str, shape: tuple[int, int]) -> Path:
+    """A GGUF file of one float32 tensor, written with the gguf package: a header to read, nothing to run."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), architecture)
+    writer.add_tensor("token_embd.weight", np.zeros(shape, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_the_header_is_held_to_the_cap_and_the_families_before_anything_is_dequantised(tmp_path, monkeypatch):
+    monkeypatch.setattr(gguf, "convert", lambda *a, **k: pytest.fail("dequantised a refused file"))
+    monkeypatch.setattr(gguf, "read_config", lambda *a, **k: pytest.fail("read the config of a refused file"))
+    with pytest.raises(Exception, match=r"'mamba' GGUF model: posviz opens GGUF files of .*llama"):
+        open_model(str(write_gguf(tmp_path / "mamba.gguf", "mamba", (16, 8))))
+    monkeypatch.setenv("POSVIZ_MAX_PARAMS", "50000")
+    with pytest.raises(Exception, match=r"has 100,000 parameters, over this server's cap of 50,000"):
+        open_model(str(write_gguf(tmp_path / "big.gguf", "llama", (1000, 100))))
+
+
 def reference_bits(model, ids: torch.Tensor) -> tuple[float, int]:
     """transformers' own cross-entropy of ``ids`` (one window, in bits, summed) and the bytes of ids 1..n."""
     with torch.no_grad():

@@ -101,11 +101,11 @@ def check(header: Header) -> None:
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     from posviz.models.hf.families import FAMILIES, supported_families
-    from posviz.models.hf.settings import max_params
+    from posviz.models.hf.settings import max_params, parameters_in_words as words
 
     if header.n_params > max_params():
-        raise PosvizError(f"{header.path.name} has {header.n_params / 1e9:.2f} B parameters, over this server's cap "
-                          f"of {max_params() / 1e9:.2f} B (POSVIZ_MAX_PARAMS). Choose a smaller model.")
+        raise PosvizError(f"{header.path.name} has {words(header.n_params)} parameters, over this server's cap of "
+                          f"{words(max_params())} (POSVIZ_MAX_PARAMS). Choose a smaller model.")
     readable = sorted(set(GGUF_CONFIG_MAPPING) & set(FAMILIES))
     if header.architecture not in readable:
         raise PosvizError(f"{header.path.name} is a {header.architecture!r} GGUF model: posviz opens GGUF files of "

@@ -24,7 +24,7 @@ from posviz.models.hf.families import (ACTS_ON, EAGER_DIFFERS, FAMILIES, UNSTATE
                                               attention_module, decoder_layers, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, is_transformers_folder, read_hf_config
-from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes,
+from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes, parameters_in_words,
                                               tokens_within)
 from posviz.models.hf.text import TokenizerText
 from posviz.models.hf import gguf
@@ -67,8 +67,8 @@ class PublishedModel(LabModel):
         self.is_absolute = self.method == "learned"
         self.n_params = count_parameters(config)
         if self.n_params > max_params():
-            raise PosvizError(f"{ref} has {self.n_params / 1e9:.2f} B parameters, over this server's cap of "
-                              f"{max_params() / 1e9:.2f} B (POSVIZ_MAX_PARAMS). Choose a smaller model.")
+            raise PosvizError(f"{ref} has {parameters_in_words(self.n_params)} parameters, over this server's cap of "
+                              f"{parameters_in_words(max_params())} (POSVIZ_MAX_PARAMS). Choose a smaller model.")
         base_rope = dict(getattr(config, "rope_parameters", None) or {}) if self.method == "rope" else {}
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.n_head)
         self.hidden = int(config.hidden_size)

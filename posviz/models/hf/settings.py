@@ -34,6 +34,11 @@ def flop_budget(device_type: str) -> float:
     return float(os.environ.get(f"POSVIZ_{name}_FLOP_BUDGET") or default)
 
 
+def parameters_in_words(n: int) -> str:
+    """1.31 B, 135 M, 100,000: a parameter count as a person reads it."""
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M" if n >= 1e7 else f"{n:,}"
+
+
 def max_params() -> int:
     return int(float(os.environ.get("POSVIZ_MAX_PARAMS") or DEFAULT_MAX_PARAMS))
 
