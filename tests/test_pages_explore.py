@@ -257,6 +257,19 @@ def test_absolute_page_junk_url_and_missing_learned(tiny_models_dir, tmp_path, m
 
 
 # -- RoPE -------------------------------------------------------------------------------------------------------
+def test_p_ropes_section_shows_which_pairs_of_its_checkpoint_turn(tiny_models):
+    """The tiny p_rope checkpoint: heads of 8 features, 4 pairs, p = 0.25 -> floor(0.25 * 8 / 2) = 1 pair turns,
+    at RoPE's fastest speed; the other 3 stand still (no wavelength)."""
+    at = open_page(ROPE)
+    assert "p-RoPE: only the fastest pairs turn (p = 0.25)" in [h.value for h in at.header]
+    assert any("1 of its 4 pairs per head turn" in c.value for c in at.caption)
+    pairs = frame_with(at, "pair", "plain_wavelength", "rotates", where=lambda f: "series" in f.columns)
+    turning = pairs[pairs["series"].str.startswith("p_rope")]
+    assert list(turning["pair"]) == [0] and turning["wavelength"].iloc[0] == pytest.approx(2 * math.pi)
+    rope_line = pairs[pairs["series"].str.startswith("RoPE")]
+    assert len(rope_line) == 4 and rope_line["wavelength"].is_monotonic_increasing
+
+
 def test_rope_rotation_and_dog_example(tiny_models):
     at = open_page(ROPE)
     at.slider(key="m").set_value(8).run()

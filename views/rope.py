@@ -10,6 +10,7 @@ from views._checkpoints import shipped_checkpoint_json
 from views._matrices import show_matrix
 from views._page import page_header
 from views._published_positions import analysed, published_section, section_failed
+from views._sections import RopePage, sections_for
 from views._url import qp_choice, qp_float, qp_int, sync_url
 from posviz.explore import rope
 from posviz.errors import PosvizError
@@ -305,6 +306,10 @@ def scaling_section(head_dim: int, base: float) -> None:
 scaling_section(head_dim, base)
 
 # -- published RoPE models ($POSVIZ_MODELS) --------------------------------------------------------------
+# Sections other rotary methods offer by name (p-RoPE's pairs that turn and those that stand still).
+for section, method in sections_for("rope"):
+    section.draw(RopePage(train_length, shipped_head_dim, shipped_base), method)
+
 published = published_section(
     "rope", "Frequencies of published RoPE models",
     "Each published model's own speeds, read from its rotary module under its own scaling (Llama 3's bands, "

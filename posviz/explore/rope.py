@@ -88,6 +88,21 @@ def rope_frequency_table(head_dim: int, base: float, train_length: int) -> Colum
             "theta": theta, "wavelength": 2 * math.pi / theta, "turns_in_training": train_length * theta / (2 * math.pi)}
 
 
+def pairs_beside_rope(inv_freq, plain_inv_freq, train_length: int) -> Columns:
+    """A rotary method's pairs next to RoPE's with the same θ (p-RoPE: its fastest pairs turn as RoPE's, the
+    rest stand still). Columns: pair, theta and wavelength (NaN for a pair that stands still: it never turns),
+    plain_theta, plain_wavelength, turns_in_training (0 for a still pair), rotates (bool)."""
+    theta = np.asarray(inv_freq, dtype=np.float64)
+    plain = np.asarray(plain_inv_freq, dtype=np.float64)
+    require(theta.shape == plain.shape, "the two methods must have as many pairs")
+    rotates = theta > 0
+    with np.errstate(divide="ignore"):
+        wavelength = np.where(rotates, 2 * math.pi / np.where(rotates, theta, 1.0), np.nan)
+    return {"pair": np.arange(len(theta)), "theta": theta, "wavelength": wavelength, "plain_theta": plain,
+            "plain_wavelength": 2 * math.pi / plain, "turns_in_training": train_length * theta / (2 * math.pi),
+            "rotates": rotates}
+
+
 def random_qk(head_dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A reproducible random query and key of one head: (d,), (d,)."""
     rng = np.random.default_rng(seed)

@@ -40,6 +40,7 @@ class PartialRotary(Rotary):
     acts_on = "q/k"
     kind = "relative"
     Options = PRopeOptions
+    explore_sections = ("p-rope-pairs",)  # on the RoPE page: which pairs turn, beside RoPE's
 
     @property
     def rotating_pairs(self) -> int:

@@ -38,6 +38,15 @@ class BiasPage:
     handed_on: dict[str, object] = dataclasses.field(default_factory=dict)  # from a section to later ones
 
 
+@dataclasses.dataclass
+class RopePage:
+    """The RoPE page as its sections see it: the shipped rope checkpoint's facts (or the recipe's)."""
+
+    train_length: int
+    head_dim: int
+    base: float
+
+
 def show_head_bounds(page: "BiasPage", method: str, title: str, summary_label: str, log_weights: np.ndarray,
                      lenient: np.ndarray, key: tuple, name: str, caption: str) -> None:
     """A method's largest attention weight per head by distance, next to no bias, under ``title``; its most
@@ -65,7 +74,7 @@ def show_head_bounds(page: "BiasPage", method: str, title: str, summary_label: s
 @dataclasses.dataclass(frozen=True)
 class Section:
     name: str
-    page: str  # "biases"
+    page: str  # "biases" or "rope"
     order: int  # place on its page, smallest first
     draw: Callable
     always: bool = False  # drawn whatever the methods offer (a part of the page itself)
