@@ -104,6 +104,18 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family("Qwen2Config", dict(_ROPE, num_key_value_heads=2,
                                         rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
                     "rope (theta 1e6, GQA)", seed=6),
+    "qwen3": Family("Qwen3Config", dict(_ROPE, num_key_value_heads=2, head_dim=16,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+                    "rope (theta 1e6, GQA, q/k norms)", seed=11),
+    # Phi-3-mini-128k's arrangement at this size: LongRoPE with per-pair short and long factors (head_dim 16:
+    # 8 pairs), an original context of 32 and 128 stated; the long factors apply past the original context.
+    "phi3": Family("Phi3Config", dict(_ROPE, max_position_embeddings=128, num_key_value_heads=4,
+                                      original_max_position_embeddings=32, rope_parameters={
+                                          "rope_type": "longrope", "rope_theta": 10000.0,
+                                          "short_factor": [1.0, 1.0, 1.05, 1.1, 1.3, 1.6, 2.0, 2.4],
+                                          "long_factor": [1.0, 1.2, 1.5, 2.0, 2.8, 3.5, 4.0, 4.2],
+                                          "original_max_position_embeddings": 32}),
+                   "rope (longrope)", context=128, seed=12),
     "bloom": Family("BloomConfig", dict(hidden_size=32, n_layer=2, n_head=4), "alibi", context=None, seed=7),
     "falcon": Family("FalconConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True,
                                           new_decoder_architecture=False, parallel_attn=False, bias=True,

@@ -29,7 +29,8 @@ def sample_ids(tokenizer, n: int = 60) -> torch.Tensor:
 
 
 def test_the_families_cover_the_published_position_methods():
-    assert set(FAMILIES) == {"gpt2", "opt", "neox", "llama3", "llama_yarn", "qwen2", "bloom", "falcon", "mpt"}
+    assert set(FAMILIES) == {"gpt2", "opt", "neox", "llama3", "llama_yarn", "qwen2", "qwen3", "phi3", "bloom", "falcon",
+                             "mpt"}
     for name in FAMILIES:
         config = hf_tiny.family_config(name)
         assert config.num_hidden_layers == 2 and config.num_attention_heads == 4

@@ -66,10 +66,13 @@ def test_a_lab_reads_what_transformers_computes(hf_family_dir, name):
     torch.testing.assert_close(mapped.logits, reference, atol=1e-5, rtol=0)  # the scores stay the default pass's
     assert torch.equal(model(x, attention_layer=0, attention_head=2).attention, model(x, attention_layer=0).attention[:, 2])
     # cached decoding, one id at a time, with transformers' own cache
+    # (LongRoPE switches every pair to its long factors once a pass is longer than the original context, so
+    # past it a cached step, whose keys were rotated with the short ones, is not the long pass: Phi-3 as it runs)
+    n = hf_tiny.FAMILIES[name].kwargs.get("original_max_position_embeddings", T) if name == "phi3" else T
     cache = model.new_cache()
-    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
-    torch.testing.assert_close(steps, reference, atol=1e-5, rtol=0)
-    assert len(cache) == T and cache.next_position() == T
+    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(n)], 1)
+    torch.testing.assert_close(steps, reference[:, :n] if n == T else direct(folder)(x[:, :n]).logits, atol=1e-5, rtol=0)
+    assert len(cache) == n and cache.next_position() == n
     # bits per byte: the sum of every prediction's bits over the bytes the predicted tokens cover
     score = score_at_length(model, ids[:T + 1], T)
     bits = F.cross_entropy(reference[0], ids[1:T + 1], reduction="none") / math.log(2)
@@ -119,7 +122,7 @@ def test_a_model_that_cannot_run_past_its_table_says_so(hf_family_dir, name):
         model(ids[None, 64:65], cache=cache)
 
 
-@pytest.mark.parametrize("name", ["neox", "llama3", "llama_yarn", "qwen2"])
+@pytest.mark.parametrize("name", ["neox", "llama3", "llama_yarn", "qwen2", "qwen3", "phi3"])
 def test_rope_frequencies_are_the_models_own(hf_family_dir, name):
     model = open_model(hf_family_dir[name])
     net = direct(hf_family_dir[name])

@@ -1,4 +1,5 @@
-"""Published language models (GPT-2, OPT, Pythia, SmolLM2, Qwen2.5, BLOOM, Falcon, MPT) as models a lab can run.
+"""Published language models (GPT-2, OPT, Pythia, SmolLM2, Qwen2.5, Qwen3, Phi-3, BLOOM, Falcon, MPT), from a folder,
+the hub or a GGUF file, as models a lab can run.
 
 A published model is a causal language model in ``transformers`` whose position method posviz
 recognises (``FAMILIES``), from a local folder or a Hugging Face hub id. Its numbers are transformers'
@@ -22,6 +23,6 @@ reached or a model is gated. Nothing is downloaded unless a published model is a
 Shape legend as in ``model.py``: B batch, T new ids, Tk keys, H heads, V vocabulary.
 
 The rooms: ``settings`` (the deployer's list and the caps), ``families`` (each architecture's facts),
-``hub`` (files and safety), ``text`` (ids and their bytes), ``cache`` (the KV cache) and ``model``
-(the ``LabModel`` and its kind).
+``hub`` (files and safety), ``gguf`` (GGUF files: the header, the dequantised copy), ``text`` (ids and their
+bytes), ``cache`` (the KV cache) and ``model`` (the ``LabModel`` and its kinds).
 """

@@ -38,6 +38,9 @@ FAMILIES: dict[str, Family] = {
     "llama": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "qwen2": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "mistral": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    "qwen3": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    # Phi-3 / Phi-4-mini: LongRoPE (rope_type "longrope"), per-pair factors, the long ones past the original context
+    "phi3": Family(lambda c: "rope", _attr("max_position_embeddings")),
     # BLOOM's config has no field for its context; bigscience's configs state it as seq_length (2,048)
     "bloom": Family(lambda c: "alibi", _attr("seq_length")),
     "falcon": Family(lambda c: "alibi" if c.alibi else "rope", _attr("max_position_embeddings")),

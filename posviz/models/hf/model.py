@@ -142,7 +142,8 @@ class PublishedModel(LabModel):
         return self._dtype
 
     def is_shift_invariant(self) -> bool:
-        return self.method != "learned" and (self.rope_parameters or {}).get("rope_type") != "dynamic"
+        # dynamic NTK and LongRoPE change every pair's speed with the length of the pass
+        return self.method != "learned" and (self.rope_parameters or {}).get("rope_type") not in ("dynamic", "longrope")
 
     def with_position_options(self, overrides: Mapping) -> LabModel:
         return open_model(self.ref, {**self._overrides, **dict(overrides)}, self._device)
