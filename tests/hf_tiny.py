@@ -107,6 +107,10 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family("Qwen3Config", dict(_ROPE, num_key_value_heads=2, head_dim=16,
                                         rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
                     "rope (theta 1e6, GQA, q/k norms)", seed=11),
+    # Gemma 2's arrangement: every other layer attends through a sliding window (16 here), soft-capped logits
+    "gemma2": Family("Gemma2Config", dict(_ROPE, num_key_value_heads=2, head_dim=16, sliding_window=16,
+                                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                     "rope (sliding-window and full layers)", seed=13),
     # Phi-3-mini-128k's arrangement at this size: LongRoPE with per-pair short and long factors (head_dim 16:
     # 8 pairs), an original context of 32 and 128 stated; the long factors apply past the original context.
     "phi3": Family("Phi3Config", dict(_ROPE, max_position_embeddings=128, num_key_value_heads=4,

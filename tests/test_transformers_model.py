@@ -122,7 +122,7 @@ def test_a_model_that_cannot_run_past_its_table_says_so(hf_family_dir, name):
         model(ids[None, 64:65], cache=cache)
 
 
-@pytest.mark.parametrize("name", ["neox", "llama3", "llama_yarn", "qwen2", "qwen3", "phi3"])
+@pytest.mark.parametrize("name", ["neox", "llama3", "llama_yarn", "qwen2", "qwen3", "gemma2", "phi3"])
 def test_rope_frequencies_are_the_models_own(hf_family_dir, name):
     model = open_model(hf_family_dir[name])
     net = direct(hf_family_dir[name])
@@ -217,7 +217,7 @@ def test_bad_published_models_are_refused_in_words(tmp_path, monkeypatch):
         open_model(pickled).load()
     with pytest.raises(PosvizError, match="never runs remote code"):
         open_model(hf_tiny.save_remote_code(tmp_path / "remote"))
-    with pytest.raises(PosvizError, match="Supported families: bloom, falcon, gpt2"):
+    with pytest.raises(PosvizError, match="Supported families: bloom, falcon, gemma2, gpt2"):
         open_model(hf_tiny.save_unsupported(tmp_path / "mamba"))
     with pytest.raises(PosvizError, match=r"70\.\d+ B parameters, over this server's cap"):
         open_model(hf_tiny.save_oversized_config(tmp_path / "big"))  # refused from config.json: there are no weights

@@ -39,6 +39,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "mistral": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "qwen3": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    "gemma2": Family(lambda c: "rope", _attr("max_position_embeddings")),  # sliding-window layers between full ones
     # Phi-3 / Phi-4-mini: LongRoPE (rope_type "longrope"), per-pair factors, the long ones past the original context
     "phi3": Family(lambda c: "rope", _attr("max_position_embeddings")),
     # BLOOM's config has no field for its context; bigscience's configs state it as seq_length (2,048)
@@ -109,7 +110,8 @@ EAGER_DIFFERS = {"falcon"}
 
 
 def sdpa_ok(config) -> bool:
-    return config.model_type not in ("bloom", "mpt")  # these two run eager attention only
+    # these run eager attention only (Gemma 2: its soft-capped logits have no sdpa path in transformers)
+    return config.model_type not in ("bloom", "mpt", "gemma2")
 
 
 def modeling_module(config):
