@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from posviz.explore import rope
+from posviz.palette import colour
 from posviz.positions import build_position_method
 from posviz.positions.base import ModelShape
 from views._checkpoints import shipped_checkpoint_json
@@ -35,13 +36,16 @@ def pairs_section(page: RopePage, method: str) -> None:
                "ones that reach angles never seen in training (Barbero et al. 2025). p-RoPE stops them.")
 
     def build():
-        lines = pd.concat([table.assign(series="RoPE, every pair", wavelength=table["plain_wavelength"]),
-                           table[table["rotates"]].assign(series=f"{method}: pairs that turn")], ignore_index=True)
+        ropes, ours = "RoPE, every pair", f"{method}: pairs that turn"
+        lines = pd.concat([table.assign(series=ropes, wavelength=table["plain_wavelength"]),
+                           table[table["rotates"]].assign(series=ours)], ignore_index=True)
         still = table[~table["rotates"]]
-        line = alt.Chart(lines).mark_line(point=True).encode(
+        line = alt.Chart(lines).mark_line(point=alt.OverlayMarkDef(size=70)).encode(
             x=alt.X("pair:Q", title="pair i (features i and i + d/2)", axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("wavelength:Q", title=["wavelength (positions", "per full turn, log scale)"], scale=alt.Scale(type="log")),
-            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400)),
+            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400),
+                            scale=alt.Scale(domain=[ropes, ours], range=[colour("rope"), colour(method)])),
+            strokeWidth=alt.StrokeWidth("series:N", legend=None, scale=alt.Scale(domain=[ropes, ours], range=[1.5, 4])),
             tooltip=[alt.Tooltip("series:N"), alt.Tooltip("pair:Q"), alt.Tooltip("wavelength:Q", format=",.1f")])
         band = alt.Chart(still).mark_rect(opacity=0.15, color="gray").encode(
             x=alt.X("start:Q"), x2=alt.X2("end:Q"),
