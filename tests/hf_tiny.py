@@ -111,6 +111,12 @@ FAMILIES: dict[str, Family] = {
     "gemma2": Family("Gemma2Config", dict(_ROPE, num_key_value_heads=2, head_dim=16, sliding_window=16,
                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
                      "rope (sliding-window and full layers)", seed=13),
+    # Gemma 3's arrangement: sliding-window layers with θ 1e4 and full layers with θ 1e6 (here 1 of each)
+    "gemma3": Family("Gemma3TextConfig", dict(_ROPE, num_key_value_heads=2, head_dim=16, sliding_window=16,
+                                              layer_types=["sliding_attention", "full_attention"],
+                                              rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                               "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
+                     "rope (local θ 1e4, global θ 1e6)", seed=14),
     # Phi-3-mini-128k's arrangement at this size: LongRoPE with per-pair short and long factors (head_dim 16:
     # 8 pairs), an original context of 32 and 128 stated; the long factors apply past the original context.
     "phi3": Family("Phi3Config", dict(_ROPE, max_position_embeddings=128, num_key_value_heads=4,

@@ -122,14 +122,20 @@ def test_a_model_that_cannot_run_past_its_table_says_so(hf_family_dir, name):
         model(ids[None, 64:65], cache=cache)
 
 
-@pytest.mark.parametrize("name", ["neox", "llama3", "llama_yarn", "qwen2", "qwen3", "gemma2", "phi3"])
+@pytest.mark.parametrize("name", ["neox", "llama3", "llama_yarn", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"])
 def test_rope_frequencies_are_the_models_own(hf_family_dir, name):
     model = open_model(hf_family_dir[name])
     net = direct(hf_family_dir[name])
     rotary = next(m for n, m in net.named_modules() if n.endswith("rotary_emb"))
     inv_freq, attention = model.frequencies(model.train_length)
-    torch.testing.assert_close(inv_freq.float(), rotary.inv_freq.float(), atol=0, rtol=0)
-    assert attention == pytest.approx(rotary.attention_scaling)
+    prefix = "full_attention_" if name == "gemma3" else ""  # Gemma 3: a buffer per layer type; drawn: the full layers'
+    torch.testing.assert_close(inv_freq.float(), getattr(rotary, prefix + "inv_freq").float(), atol=0, rtol=0)
+    assert attention == pytest.approx(getattr(rotary, prefix + "attention_scaling"))
+    if name == "gemma3":
+        assert model.position_options["base"] == 1e6 and "θ = 10,000" in " ".join(model.position.notes)
+        assert inv_freq[1] == pytest.approx(1e6 ** (-2 / 16))  # the global θ, not the local one
+        with pytest.raises(PosvizError, match="2 RoPE bases"):
+            model.with_position_options({"scaling": "linear", "factor": 2.0})
     assert model.position.rotary_dims == 2 * inv_freq.numel()
     if name == "neox":
         assert model.position.rotary_dims == model.position.head_dim // 4 and model.position.notes
@@ -217,7 +223,7 @@ def test_bad_published_models_are_refused_in_words(tmp_path, monkeypatch):
         open_model(pickled).load()
     with pytest.raises(PosvizError, match="never runs remote code"):
         open_model(hf_tiny.save_remote_code(tmp_path / "remote"))
-    with pytest.raises(PosvizError, match="Supported families: bloom, falcon, gemma2, gpt2"):
+    with pytest.raises(PosvizError, match="Supported families: bloom, falcon, gemma2, gemma3_text, gpt2"):
         open_model(hf_tiny.save_unsupported(tmp_path / "mamba"))
     with pytest.raises(PosvizError, match=r"70\.\d+ B parameters, over this server's cap"):
         open_model(hf_tiny.save_oversized_config(tmp_path / "big"))  # refused from config.json: there are no weights

@@ -107,7 +107,7 @@ class ModelList:
             return
         (where or st).text_input(
             "Add a published model (hub id, folder or GGUF file)", key=ADD_KEY, placeholder="openai-community/gpt2",
-            help="A causal language model of a supported family (GPT-2, OPT, Pythia, Llama, Qwen2, Qwen3, Gemma 2, "
+            help="A causal language model of a supported family (GPT-2, OPT, Pythia, Llama, Qwen2, Qwen3, Gemma 2 and 3, "
                  "Phi-3, BLOOM, Falcon, MPT) in safetensors, or a .gguf file of one (owner/name/file.gguf on the hub). It joins the model "
                  "list; pick it there. Commas separate several.")
 

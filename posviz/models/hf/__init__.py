@@ -1,4 +1,4 @@
-"""Published language models (GPT-2, OPT, Pythia, SmolLM2, Qwen2.5, Qwen3, Gemma 2, Phi-3, BLOOM, Falcon, MPT), from a folder,
+"""Published language models (GPT-2, OPT, Pythia, SmolLM2, Qwen2.5, Qwen3, Gemma 2 and 3, Phi-3, BLOOM, Falcon, MPT), from a folder,
 the hub or a GGUF file, as models a lab can run.
 
 A published model is a causal language model in ``transformers`` whose position method posviz

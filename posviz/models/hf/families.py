@@ -40,6 +40,8 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "qwen3": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "gemma2": Family(lambda c: "rope", _attr("max_position_embeddings")),  # sliding-window layers between full ones
+    # Gemma 3: five sliding-window layers (θ 10 k) to one full layer (θ 1 M), a rope_parameters entry per layer type
+    "gemma3_text": Family(lambda c: "rope", _attr("max_position_embeddings")),
     # Phi-3 / Phi-4-mini: LongRoPE (rope_type "longrope"), per-pair factors, the long ones past the original context
     "phi3": Family(lambda c: "rope", _attr("max_position_embeddings")),
     # BLOOM's config has no field for its context; bigscience's configs state it as seq_length (2,048)
@@ -115,7 +117,10 @@ def sdpa_ok(config) -> bool:
 
 
 def modeling_module(config):
-    return importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
+    """transformers' modeling module of the config's causal LM (Gemma 3's text model lives in models/gemma3/)."""
+    from transformers import AutoModelForCausalLM
+
+    return importlib.import_module(AutoModelForCausalLM._model_mapping[type(config)].__module__)
 
 
 def decoder_layers(net) -> torch.nn.ModuleList:

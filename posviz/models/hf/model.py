@@ -69,15 +69,24 @@ class PublishedModel(LabModel):
         if self.n_params > max_params():
             raise PosvizError(f"{ref} has {parameters_in_words(self.n_params)} parameters, over this server's cap of "
                               f"{parameters_in_words(max_params())} (POSVIZ_MAX_PARAMS). Choose a smaller model.")
-        base_rope = dict(getattr(config, "rope_parameters", None) or {}) if self.method == "rope" else {}
+        raw_rope = dict(getattr(config, "rope_parameters", None) or {}) if self.method == "rope" else {}
+        # Gemma 3: one set of rope parameters per layer type (sliding-window layers θ 1e4, full layers θ 1e6);
+        # what posviz reports and draws is the full layers' (the ones that see the whole context)
+        self.layer_ropes = {k: dict(v) for k, v in raw_rope.items()} if raw_rope and all(
+            isinstance(v, Mapping) for v in raw_rope.values()) else {}
+        base_rope = self.layer_ropes.get("full_attention", next(iter(self.layer_ropes.values()), None)) \
+            if self.layer_ropes else raw_rope
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.n_head)
         self.hidden = int(config.hidden_size)
         self.rotary_dims = (int(self.head_dim * float(base_rope.get("partial_rotary_factor", 1.0))) // 2 * 2
                             if self.method == "rope" else None)
         if self._overrides and self.method != "rope":
             raise PosvizError(f"{self.name} uses {self.method} positions: RoPE scalings apply to rotary models only.")
-        self.rope_parameters = (rope_parameters_for(base_rope, self.rotary_dims, self.train_length, self._overrides)
-                                if self.method == "rope" else None)
+        if self._overrides and self.layer_ropes:
+            raise PosvizError(f"{self.name}'s layers turn with {len(self.layer_ropes)} RoPE bases (one per layer type: "
+                              f"{', '.join(self.layer_ropes)}): posviz's scalings apply to models with one.")
+        self.rope_parameters = (raw_rope if self.layer_ropes else rope_parameters_for(
+            base_rope, self.rotary_dims, self.train_length, self._overrides) if self.method == "rope" else None)
         self.position_options = dict(self._overrides) if self._overrides else (
             {"scaling": "none", "rope_type": base_rope.get("rope_type", "default"),
              "base": float(base_rope.get("rope_theta", 10000.0))} if self.method == "rope" else {})
@@ -289,6 +298,9 @@ class PublishedModel(LabModel):
         rotary = self._new_rotary(torch.device("cpu"))
         if self.rope_parameters.get("rope_type") == "dynamic":  # its speeds follow the longest position seen
             rotary(torch.zeros(1, dtype=torch.float32), torch.arange(seq_len)[None])
+        if self.layer_ropes:  # one buffer per layer type: the full layers'
+            kind = "full_attention" if "full_attention" in self.layer_ropes else next(iter(self.layer_ropes))
+            return getattr(rotary, f"{kind}_inv_freq").detach().double().cpu(), float(getattr(rotary, f"{kind}_attention_scaling"))
         return rotary.inv_freq.detach().double().cpu(), float(rotary.attention_scaling)
 
     @property
@@ -302,6 +314,10 @@ class PublishedModel(LabModel):
                                  f"(its table has {table.shape[0]:,} rows for {table.shape[0] - self._family.table_offset:,} positions).")
         elif self.method == "rope":
             out.inv_freq, out.attention_factor = self.frequencies(self.train_length)
+            if len(self.layer_ropes) > 1:
+                out.notes.append("Its layers turn with one θ per layer type ("
+                                 + ", ".join(f"{k}: θ = {float(v.get('rope_theta', 10000.0)):,.0f}" for k, v in self.layer_ropes.items())
+                                 + "); drawn here: the full-attention layers'.")
             if self.rotary_dims < self.head_dim:
                 out.notes.append(f"Only {self.rotary_dims} of each head's {self.head_dim} dimensions rotate "
                                  f"({self.rotary_dims / self.head_dim:.0%}); the rest carry no position.")
