@@ -23,6 +23,7 @@ from conftest import ROOT, tiny_model
 from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.models.export import EXPORT_INFO, byte_tokenizer, export_alibi, export_checkpoint, export_gpt2, export_neox, main
+from posviz.positions import method_names
 
 EXPORTS = {"learned": export_gpt2, "rope": export_neox, "alibi": export_alibi}
 ARCHITECTURES = {"learned": "GPT2LMHeadModel", "rope": "GPTNeoXForCausalLM", "alibi": "BloomForCausalLM"}
@@ -197,7 +198,8 @@ def test_command_line_exports_a_checkpoint_folder(tmp_path, capsys):
 
 def test_shipped_checkpoints_do_not_list_models_hf():
     names = list(shipped_checkpoints(ROOT / "models"))
-    assert len(names) == 14 and "hf" not in names
+    # one checkpoint per registered method, and the three fine-tuned RoPE ones
+    assert len(names) == len(method_names()) + 3 and "hf" not in names
     assert sorted(p.name for p in (ROOT / "models" / "hf").iterdir()) == sorted(SHIPPED_EXPORTS.values())
 
 

@@ -9,6 +9,11 @@ import pandas as pd
 from posviz.labs import attention_maps, inputs as lab_inputs
 
 
+# In two columns: in one, a dozen checkpoints' entries (spaced for the live points' size) ran past the
+# chart's 360 px at 1366x768 and the last ones were cut off; below the chart, they squeezed its plot.
+LEGEND = alt.Legend(columns=2, symbolSize=90, labelLimit=160)
+
+
 def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, train_length: int, length: int,
               multiple: float | None = None) -> alt.LayerChart:
     """Bits per byte against the evaluation length: the stored curves dashed, live results as big dots. With
@@ -17,7 +22,7 @@ def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, tra
         return multiple_chart(shipped, live, colours, multiple)
     x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
     y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
-    colour = alt.Color("model:N", scale=colours, title="checkpoint")
+    colour = alt.Color("model:N", scale=colours, title="checkpoint", legend=LEGEND)
     layers = [] if shipped.empty else [  # no stored curves (published models): live points only
         alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
         .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])]
@@ -38,7 +43,7 @@ def multiple_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, multiple:
     """bpb against the multiple of each model's trained context: bytes and tokens on one axis."""
     x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
     y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
-    colour = alt.Color("model:N", scale=colours, title="model")
+    colour = alt.Color("model:N", scale=colours, title="model", legend=LEGEND)
     tip = ["model", alt.Tooltip("multiple:Q", format="g"), "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"]
     layers = [] if shipped.empty else [
         alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
