@@ -220,7 +220,7 @@ def test_the_attention_maps_show_its_sink_from_layer_12_on(real_model, ids):
 # (Far-context retrieval 212 s, Generation 66 s, KV cache 49 s): lighter links for those two keep this test short.
 LINKS = {
     "extrapolation": ({"models": f"rope,{FILE}"}, "cannot run 8,192 tokens here: past its cap of 522 tokens"),
-    "kv_cache": ({"models": FILE, "W": "64", "n": "80"}, None),
+    "kv_cache": ({"models": FILE, "W": "64", "n": "72"}, None),
     "retrieval": ({"models": FILE}, None),
     "generation": ({"models": FILE, "n": "24"}, None),
     "compare": ({"a": "rope", "b": FILE}, "cannot run at 2× its trained context"),
