@@ -58,12 +58,11 @@ with left:
     catalog.caption()
     unit = shared_unit(models[n] for n in chosen)  # what every count below is in: "byte", "token" or "id" (a mix)
     # each model may write a multiple of its own training length; the slider holds the chosen models' smallest
-    cap = min((min(generation.max_new_bytes(models[n].train_length, models[n].device), models[n].length_cap) for n in chosen),
-              default=generation.max_new_bytes(train_length, default_device()))
+    bounds = {n: (generation.max_new_bytes(models[n].train_length, models[n].device), models[n].length_cap) for n in chosen}
+    cap = min((min(bound) for bound in bounds.values()), default=generation.max_new_bytes(train_length, default_device()))
     multiple = generation.max_new_bytes(1, default_device())
-    capped_by = (f"{multiple} × the training length" if all(
-        generation.max_new_bytes(models[n].train_length, models[n].device) <= models[n].length_cap for n in chosen)
-        else "a chosen model's length cap on this device")
+    capped_by = (f"{multiple} × the training length" if all(written <= length for written, length in bounds.values())
+                 else "a chosen model's length cap on this device")
     new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {capped_by})",
                         16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
                         help=f"Capped per device ({device_label()})." + when_not_bytes(unit, f" In {unit_note(unit)}."))

@@ -67,12 +67,12 @@ class Header:
 def read_header(path: Path) -> Header:
     """The file's header; for a file already dequantised, what its stamp kept of it (the reader parses every
     metadata field, the whole vocabulary included: seconds)."""
-    try:
-        kept = json.loads((converted_folder(path) / STAMP_FILE).read_text())
-        if kept.get("stamp") == _stamp(path):
+    kept = _kept(path)
+    if kept is not None:
+        try:
             return Header(path, kept["architecture"], int(kept["n_params"]), kept["quantization"], kept["name"])
-    except (OSError, ValueError, KeyError, AttributeError):
-        pass
+        except (KeyError, TypeError, ValueError):
+            pass  # a stamp of another version: read the file itself
     try:
         from gguf import GGUFReader
     except ImportError as exc:
@@ -113,7 +113,8 @@ def check(header: Header) -> None:
                           f"{supported_families()}).")
 
 
-def _stamp(path: Path) -> dict:
+def file_stamp(path: Path) -> dict:
+    """What tells one version of the file from another: its path, size and modification time."""
     stat = path.stat()
     return {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
@@ -124,15 +125,21 @@ def cache_root() -> Path:
 
 
 def converted_folder(path: Path) -> Path:
-    digest = hashlib.sha1(json.dumps(_stamp(path), sort_keys=True).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(json.dumps(file_stamp(path), sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / f"{path.stem}-{digest}"
 
 
-def is_converted(path: Path) -> bool:
+def _kept(path: Path) -> dict | None:
+    """The stamp file of the dequantised copy of this version of ``path``, or None (not converted yet)."""
     try:
-        return json.loads((converted_folder(path) / STAMP_FILE).read_text()).get("stamp") == _stamp(path)
-    except (OSError, ValueError, AttributeError):
-        return False
+        kept = json.loads((converted_folder(path) / STAMP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) and kept.get("stamp") == file_stamp(path) else None
+
+
+def is_converted(path: Path) -> bool:
+    return _kept(path) is not None
 
 
 def read_config(path: Path):
@@ -173,7 +180,7 @@ def convert(path: Path, header: Header, config=None, progress=None) -> Path:
             save_model(net, str(work / "model.safetensors"))  # tied matrices stored once, as safetensors does
             tokenizer.save_pretrained(work)
             (work / STAMP_FILE).write_text(json.dumps(
-                {"stamp": _stamp(path), "architecture": header.architecture, "n_params": header.n_params,
+                {"stamp": file_stamp(path), "architecture": header.architecture, "n_params": header.n_params,
                  "quantization": header.quantization, "name": header.name}, indent=1))
             shutil.rmtree(folder, ignore_errors=True)  # a stale or half-removed earlier copy
             os.replace(work, folder)

@@ -30,6 +30,12 @@ from posviz.models.hf.text import TokenizerText
 from posviz.models.hf import gguf
 
 
+def run_dtype(config, device: torch.device) -> torch.dtype:
+    """The model's own half precision on a GPU, float32 on a CPU (or where it states none)."""
+    dtype = getattr(config, "dtype", None) or torch.float32
+    return dtype if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else torch.float32
+
+
 @dataclass
 class PublishedPositions:
     """A published model's position parameters as the explore pages draw them, read from the model itself."""
@@ -74,8 +80,9 @@ class PublishedModel(LabModel):
         # what posviz reports and draws is the full layers' (the ones that see the whole context)
         self.layer_ropes = {k: dict(v) for k, v in raw_rope.items()} if raw_rope and all(
             isinstance(v, Mapping) for v in raw_rope.values()) else {}
-        base_rope = self.layer_ropes.get("full_attention", next(iter(self.layer_ropes.values()), None)) \
-            if self.layer_ropes else raw_rope
+        self._drawn_layer_type = ("full_attention" if "full_attention" in self.layer_ropes
+                                  else next(iter(self.layer_ropes), None))
+        base_rope = self.layer_ropes[self._drawn_layer_type] if self.layer_ropes else raw_rope
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.n_head)
         self.hidden = int(config.hidden_size)
         self.rotary_dims = (int(self.head_dim * float(base_rope.get("partial_rotary_factor", 1.0))) // 2 * 2
@@ -91,8 +98,7 @@ class PublishedModel(LabModel):
             {"scaling": "none", "rope_type": base_rope.get("rope_type", "default"),
              "base": float(base_rope.get("rope_theta", 10000.0))} if self.method == "rope" else {})
         self.config = config
-        dtype = getattr(config, "dtype", None) or torch.float32
-        self._dtype = dtype if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else torch.float32
+        self._dtype = run_dtype(config, device)
         self._engine = engine or Engine(ref, folder, config, device, self._dtype)
         self._rotary = None  # this variant's rotary module (a scaled copy), made on first use
         self._text: TokenizerText | None = None
@@ -299,7 +305,7 @@ class PublishedModel(LabModel):
         if self.rope_parameters.get("rope_type") == "dynamic":  # its speeds follow the longest position seen
             rotary(torch.zeros(1, dtype=torch.float32), torch.arange(seq_len)[None])
         if self.layer_ropes:  # one buffer per layer type: the full layers'
-            kind = "full_attention" if "full_attention" in self.layer_ropes else next(iter(self.layer_ropes))
+            kind = self._drawn_layer_type
             return getattr(rotary, f"{kind}_inv_freq").detach().double().cpu(), float(getattr(rotary, f"{kind}_attention_scaling"))
         return rotary.inv_freq.detach().double().cpu(), float(rotary.attention_scaling)
 
@@ -386,11 +392,12 @@ class GGUFKind(ModelKind):
 
     def identify(self, ref: str, position_overrides: Mapping) -> tuple:
         path = gguf.local_file(ref)
-        where = (str(path), path.stat().st_size, path.stat().st_mtime_ns) if path is not None else (ref,)
+        where = tuple(gguf.file_stamp(path).values()) if path is not None else (ref,)  # path, size, mtime
         return ("gguf",) + where + (tuple(sorted(position_overrides.items())),)
 
     def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel:
-        path = gguf.local_file(ref) or gguf.hub_download(ref)
+        local = gguf.local_file(ref)
+        path = local or gguf.hub_download(ref)
         header = gguf.read_header(path)
         gguf.check(header)  # the cap and the architecture, before anything is dequantised
         if position_overrides:  # the scaled variants share the weights of the model as published
@@ -403,11 +410,9 @@ class GGUFKind(ModelKind):
             config, engine = gguf.read_config(path), None
         folder = gguf.converted_folder(path)
         if engine is None:
-            dtype = getattr(config, "dtype", None) or torch.float32
-            dtype = dtype if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else torch.float32
-            engine = gguf.GGUFEngine(header, folder, config, device, dtype)
+            engine = gguf.GGUFEngine(header, folder, config, device, run_dtype(config, device))
         model = PublishedModel(ref, config, folder, position_overrides, device, key, engine)
-        model.name = path.name if gguf.local_file(ref) is not None else ref
+        model.name = path.name if local is not None else ref
         model.weights_note = f"GGUF {header.quantization}"
         return model
 
