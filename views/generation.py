@@ -61,8 +61,9 @@ with left:
     bounds = {n: (generation.max_new_bytes(models[n].train_length, models[n].device), models[n].length_cap) for n in chosen}
     cap = min((min(bound) for bound in bounds.values()), default=generation.max_new_bytes(train_length, default_device()))
     multiple = generation.max_new_bytes(1, default_device())
-    capped_by = (f"{multiple} × the training length" if all(written <= length for written, length in bounds.values())
-                 else "a chosen model's length cap on this device")
+    binding = min(bounds, key=lambda n: min(bounds[n]), default=None)  # the model whose bound is the cap
+    capped_by = (f"{binding}'s length cap on this device" if binding is not None and bounds[binding][1] < bounds[binding][0]
+                 else f"{multiple} × the training length")
     new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {capped_by})",
                         16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
                         help=f"Capped per device ({device_label()})." + when_not_bytes(unit, f" In {unit_note(unit)}."))
