@@ -56,6 +56,9 @@ def test_a_short_protocol_crowd(tiny_models_dir):
     with StreamlitServer(models=tiny_models_dir, env=quiet, log=OUTPUT / "server-crowd.log") as server:
         result = run_crowd(server, [lab], sessions=3, seconds=5, label=SLIDER)
         mixed = run_crowd(server, [p.url for p in app_pages()], sessions=2, seconds=3, seed=3)
+        # a link whose n is below the next window: moving W reruns the fragment alone, which must say so in
+        # place (the notice slot under the title is outside the fragment; writing there raised every move)
+        junk = run_crowd(server, ["/kv-cache?models=alibi,rope&W=64&n=96"], sessions=1, seconds=2, label="Window W")
         # what a session reads off the page: the slider's id, its options and the value shown
         with ProtocolSession(server.url.replace("http", "ws") + "/_stcore/stream", "extrapolation",
                              f"models={CHECKPOINTS}&L=64") as session:
@@ -67,6 +70,7 @@ def test_a_short_protocol_crowd(tiny_models_dir):
     assert opened.ok and moved.ok and opened.messages > moved.messages > 0, (opened, moved)
     assert slider.kind == "slider" and slider.value.startswith("64 ") and len(slider.options) > 3
     assert not result.errors and not mixed.errors, report + mixed.summary()
+    assert not junk.errors and junk.answers[0] >= 1, junk.summary()
     assert min(result.answers) >= 1 and sum(result.answers) >= 4, report  # each session kept moving it
     assert all(s.widget == "Evaluation length (bytes)" for s in result.sessions), report
     assert all(n >= 1 for n in mixed.answers), mixed.summary()

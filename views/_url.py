@@ -15,8 +15,18 @@ def _notice_junk(key: str, raw: str, default) -> None:
     slot = st.session_state.get("_url_notice_slot")
     if slot is None:  # before page_header has drawn the title: shown by page_header
         st.session_state.setdefault("_url_notices", []).append(message)
+    elif _fragment_rerun():  # the slot under the title is outside the fragment: Streamlit refuses writes there
+        st.warning(message, icon="⚠️")
     else:  # parameters read by the page body: shown right under the title, in this same run
         slot.warning(message, icon="⚠️")
+
+
+def _fragment_rerun() -> bool:
+    """Whether this run reruns a fragment alone (a widget inside it moved), not the whole page."""
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
 
 
 def qp_int(key: str, default: int, lo: int, hi: int) -> int:
