@@ -96,6 +96,21 @@ def time_extrapolation() -> list[dict]:
     return rows
 
 
+def use_the_gpu_caps() -> None:
+    """On a CPU, the caps a GPU has (lengths, new bytes, a published model's work per call): a CPU run then
+    does the very work a GPU run does, so the two show the same numbers where the device changes nothing."""
+    import posviz.labs.generation as generation
+    import posviz.limits as limits
+    import posviz.models.hf.model as hf_model
+    from posviz.models.hf import settings
+
+    for module in (limits, hf_model):
+        module.MAX_LENGTH_MULTIPLE_CPU = limits.MAX_LENGTH_MULTIPLE_GPU
+    for module in (limits, generation):
+        module.MAX_GENERATE_MULTIPLE_CPU = limits.MAX_GENERATE_MULTIPLE_GPU
+    os.environ["POSVIZ_CPU_FLOP_BUDGET"] = str(settings.flop_budget("cuda"))
+
+
 def markdown(result: dict) -> str:
     lines = [f"device: {result['device']}, torch {result['torch']}", "",
              "| page | shipped checkpoints (s) | exports in models/hf (s) |", "| --- | ---: | ---: |"]
@@ -119,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for <tag>.json and <tag>.md")
     parser.add_argument("--tag", default=None, help="file name (default: cuda or cpu, whichever runs)")
     parser.add_argument("--skip-pages", action="store_true", help="only the Extrapolation timings")
+    parser.add_argument("--skip-extrapolation", action="store_true", help="only the pages")
+    parser.add_argument("--gpu-caps", action="store_true",
+                        help="on a CPU, a GPU's caps: the work a GPU run does, for comparing what the pages show")
     args = parser.parse_args(argv)
 
     import torch
@@ -128,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     tag = args.tag or default_device().type
     result = {"device": device_label(), "torch": torch.__version__, "python": sys.version.split()[0],
               "threads": torch.get_num_threads()}
-    result["extrapolation"] = time_extrapolation()
+    if args.gpu_caps:
+        use_the_gpu_caps()
+    result["gpu_caps"] = args.gpu_caps
+    result["extrapolation"] = [] if args.skip_extrapolation else time_extrapolation()
     result["pages"] = {"pages": {}, "exports": {}} if args.skip_pages else time_pages()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{tag}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -152,6 +152,25 @@ def test_a_training_step_reads_nothing_back_but_fire_threshold(method, options, 
     assert len(spy.reads) == expected and all(name == "__float__" for name, _ in spy.reads), spy.reads
 
 
+@pytest.mark.parametrize("scaling", ["none", "dynamic"])
+def test_rope_copies_its_frequencies_to_a_device_only_when_they_change(scaling):
+    """A copy from the CPU to a GPU waits for the GPU's queue (``make gpu-check`` caught one per decoding
+    step): the rotary speeds, computed on the CPU, go to a device once and are reused while they stay the
+    same. The meta device stands in for a GPU (a copy there makes a new tensor, as on a GPU)."""
+    from posviz.positions import ModelShape, build_position_method
+
+    shape = ModelShape(n_layer=1, n_head=2, head_dim=16, n_embd=32, train_length=32)
+    rope = build_position_method("rope", shape, {"scaling": scaling, "factor": 4.0})
+    meta = torch.device("meta")
+    first = rope._on_device(rope.frequencies(10)[0], meta)
+    assert first.device == meta
+    assert rope._on_device(rope.frequencies(11)[0], meta) is first  # a decoding step: the same speeds, no copy
+    far = rope._on_device(rope.frequencies(4 * 32)[0], meta)  # past the trained context dynamic NTK slows them
+    assert (far is first) == (scaling == "none")
+    cpu = rope.frequencies(10)[0]
+    assert rope._on_device(cpu, torch.device("cpu")) is cpu
+
+
 def test_the_host_read_spy_sees_the_reads_it_is_meant_to_catch():
     t = torch.arange(3)
     with HostReads() as spy:

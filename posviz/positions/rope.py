@@ -89,10 +89,22 @@ class Rotary(PositionMethod):
             self.options.original_length = shape.train_length
         self.rot_dim = rotary_dim(shape.head_dim, self.options.rotary_fraction)
         self.scale_fn = ROPE_SCALINGS[self.options.scaling]
+        self._device_freqs: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # see _on_device
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """(inv_freq (rot_dim/2,), attention_factor) for a sequence of ``seq_len`` positions."""
         return self.scale_fn(self.rot_dim, self.options, seq_len)
+
+    def _on_device(self, inv_freq: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``inv_freq`` (computed on the CPU by the scaling functions) on ``device``, copied only when it
+        changed: a copy from the CPU to a GPU waits for everything queued on the GPU, which would be once
+        per decoding step. Comparing the two CPU tensors waits for nothing (dynamic NTK changes them)."""
+        if inv_freq.device == device:
+            return inv_freq
+        held = self._device_freqs.get(device)
+        if held is None or held[0].shape != inv_freq.shape or not torch.equal(held[0], inv_freq):
+            held = self._device_freqs[device] = (inv_freq, inv_freq.to(device))
+        return held[1]
 
     def rotation_frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         return self.frequencies(seq_len)
@@ -101,7 +113,7 @@ class Rotary(PositionMethod):
         def compute():
             inv_freq, attention = self.frequencies(position_range(pos)[1] + 1 if pos.numel() else 1)
             # on the positions' own device: a round trip through the CPU would wait for the GPU
-            cos, sin = rope_cos_sin(pos, inv_freq.to(pos.device), attention)
+            cos, sin = rope_cos_sin(pos, self._on_device(inv_freq, pos.device), attention)
             return cos.to(q.device), sin.to(q.device)
 
         def signed():

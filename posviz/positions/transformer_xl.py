@@ -65,13 +65,13 @@ class TransformerXL(RelativeKeys):
 
     def relative_keys(self, layer, q_pos, k_pos):
         D = max(0, distance_range(q_pos, k_pos)[1])  # farthest distance in this block
-        R = _table_for(torch.arange(D + 1), self.shape.n_embd, self.options.base, self.u.device)  # (D+1, C)
+        R = _table_for(torch.arange(D + 1, device=self.u.device), self.shape.n_embd, self.options.base, self.u.device)  # (D+1, C)
         H, hs = self.shape.n_head, self.shape.head_dim
         return self.proj[layer](R.to(self.u.dtype)).view(D + 1, H, hs).transpose(0, 1)  # (H, D+1, hs)
 
     def relative_key_range(self, layer, q, lo, hi):
         def compute():
-            R = _table_for(torch.arange(lo, hi + 1), self.shape.n_embd, self.options.base, self.u.device)  # (D, C)
+            R = _table_for(torch.arange(lo, hi + 1, device=self.u.device), self.shape.n_embd, self.options.base, self.u.device)  # (D, C)
             H, hs = self.shape.n_head, self.shape.head_dim
             return self.proj[layer](R.to(self.u.dtype)).view(hi - lo + 1, H, hs).transpose(0, 1)  # (H, D, hs)
 
