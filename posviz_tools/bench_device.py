@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -129,6 +130,69 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+DEVICE_NAMED = ("Cap on this device", "Caps on this device", "Computed now on", "device cap of")
+
+
+def shown_differences(a: dict, b: dict) -> list[str]:
+    """Where two runs' pages show different numbers (1e-4), leaving out the captions that name the device."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_default_views
+
+    test_default_views.TOLERANCE = 1e-4
+    out = []
+    for group in ("pages", "exports"):
+        for page, row in a["pages"][group].items():
+            other = b["pages"][group][page]
+            if row["error"] or other["error"]:
+                out.append(f"{group}/{page}: failed ({row['error'] or other['error']})")
+                continue
+            out += [f"{group}/{page}{d}" for d in test_default_views.differences(row["fingerprint"], other["fingerprint"])
+                    if not any(s in d for s in DEVICE_NAMED)]
+    return out
+
+
+def report(folder: Path) -> str:
+    """BENCHMARKS.md's GPU section from one run of scripts/gpu_check.sh (cuda.json, cpu.json, cpu-gpu-caps.json)."""
+    gpu, cpu = (json.loads((folder / f"{t}.json").read_text()) for t in ("cuda", "cpu"))
+    same = folder / "cpu-gpu-caps.json"
+    differences = shown_differences(gpu, json.loads(same.read_text())) if same.is_file() else None
+    log = (folder / "log").read_text() if (folder / "log").is_file() else ""
+    passed = re.findall(r"=+ (\d+ passed.*? in [\d.]+s) =+", log)
+    lines = [f"## On a GPU: {gpu['device'].removeprefix('CUDA (').rstrip(')')}", "",
+             f"`scripts/gpu_check.sh` on {time.strftime('%Y-%m-%d')}. GPU: {gpu['device']}, torch {gpu['torch']}, "
+             f"Python {gpu['python']}; CPU: the same machine's {cpu['device']}. "
+             f"`make gpu-check` (the tests marked `cuda`): {passed[-1] if passed else 'not in this run'}.", "",
+             "Each lab's default view, run as the app runs it (AppTest) on an empty result store, in one process "
+             "per device (the first page also loads the checkpoints). The GPU's caps are larger (32 x the trained "
+             "context, not 16), so it scores more of the text at the same link.", "",
+             "| page | GPU, checkpoints (s) | CPU, checkpoints (s) | GPU, exports (s) | CPU, exports (s) |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    cell = lambda r: "failed" if r["error"] else f"{r['seconds']:.2f}"  # noqa: E731
+    for page in gpu["pages"]["pages"]:
+        lines.append(f"| {page} | {cell(gpu['pages']['pages'][page])} | {cell(cpu['pages']['pages'][page])} "
+                     f"| {cell(gpu['pages']['exports'][page])} | {cell(cpu['pages']['exports'][page])} |")
+    if differences is not None:
+        lines += ["", f"What the pages show on the GPU against the same pages on the CPU with the GPU's caps "
+                  f"(`--gpu-caps`: the very same work): {len(differences)} differences beyond 1e-4 outside the "
+                  "captions that name the device" + (": " + "; ".join(differences[:6]) if differences else "") + ". "
+                  "(A coloured text's markup holds its colours, which a loss on a colour's rounding boundary can flip "
+                  "from one shade to the next; its tooltips, the numbers, are compared to their shown 0.01.)"]
+    lines += ["", "The Extrapolation lab's score at 1, 4 and 16 x the trained context (warm: median of 3 after a first "
+              "call). Each device scores up to its own cap, so the speed is compared in ids scored per second.", "",
+              "| model | x | length | GPU ms | GPU ids | CPU ms | CPU ids | GPU / CPU ids per s |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    cpu_rows = {(r["model"], r["multiple"]): r for r in cpu["extrapolation"]}
+    for r in gpu["extrapolation"]:
+        c = cpu_rows.get((r["model"], r["multiple"]), {})
+        if "warm_s" not in r or "warm_s" not in c:
+            lines.append(f"| {r['model']} | {r['multiple']} | {r['length']:,} | refused (past its table) | | | | |")
+            continue
+        ratio = (r["scored_ids"] / r["warm_s"]) / (c["scored_ids"] / c["warm_s"])
+        lines.append(f"| {r['model']} | {r['multiple']} | {r['length']:,} | {1e3 * r['warm_s']:.1f} | {r['scored_ids']:,} "
+                     f"| {1e3 * c['warm_s']:.1f} | {c['scored_ids']:,} | {ratio:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for <tag>.json and <tag>.md")
@@ -137,7 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-extrapolation", action="store_true", help="only the pages")
     parser.add_argument("--gpu-caps", action="store_true",
                         help="on a CPU, a GPU's caps: the work a GPU run does, for comparing what the pages show")
+    parser.add_argument("--report", action="store_true", help="write BENCHMARKS.md's GPU section from --out's files")
     args = parser.parse_args(argv)
+    if args.report:
+        from posviz_tools.bench_report import write_marked
+
+        write_marked(ROOT / "BENCHMARKS.md", "gpu", report(args.out))
+        print(report(args.out), end="")
+        return 0
 
     import torch
 
