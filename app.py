@@ -24,6 +24,7 @@ PAGES = {
         st.Page("views/sinusoidal_learned.py", title="Sinusoidal & learned", icon="🌊", url_path="absolute"),
         st.Page("views/rope.py", title="RoPE", icon="🔄", url_path="rope"),
         st.Page("views/attention_biases.py", title="Attention biases", icon="📐", url_path="biases"),
+        st.Page("views/content_positions.py", title="Positions from content", icon="🧮", url_path="content"),
         st.Page(home_alias, title="Home", url_path="home", visibility="hidden"),
     ],
     "Live labs": [

@@ -95,7 +95,7 @@ def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, te
     reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
     assert shifted.error is None
     gap = np.abs(shifted.id_bits - reencode.id_bits)[window:].max()
-    if model.position.acts_on in ("nothing", "logits"):
+    if model.position.acts_on in ("nothing", "logits", "weights"):
         assert gap < 1e-4
         assert "Correct" in kv_cache.strategy_verdict(model, "shifted_cache")
     else:  # learned, sinusoidal (input) and rope (q/k): float noise is ~1e-6, this is 1,000x that
@@ -104,7 +104,7 @@ def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, te
 
 
 @pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items()
-                                    if cls.acts_on in ("nothing", "logits") and cls.is_shift_invariant()])
+                                    if cls.acts_on in ("nothing", "logits", "weights") and cls.is_shift_invariant()])
 def test_shifted_cache_equals_cached_window_for_attention_time_methods(method, text_ids):
     """Any depth: both strategies attend over the same cached keys; relabelling keeps every distance."""
     model = as_lab_model(sharp(tiny_model(method)))

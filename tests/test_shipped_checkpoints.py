@@ -20,6 +20,10 @@ ALL = shipped_checkpoints(MODELS)
 FINETUNED = {n: f for n, f in ALL.items() if read_config(f).get("finetuned_from")}
 SHIPPED = {n: f for n, f in ALL.items() if n not in FINETUNED}  # pre-trained: one per method
 RECIPE_FIELDS_THAT_MAY_DIFFER = {"method", "position_options"}
+# How a run asked to compute, not what it trained: "auto" on a CPU is fp32, and the checkpoints trained on a
+# GPU asked for fp32 by name (auto there is bf16). What every checkpoint must share is the precision it was
+# trained in (trained_on.precision) and the corpus, byte for byte (its file-list hash): checked below.
+RUN_SETTINGS = {"device", "precision"}
 
 
 def test_every_registered_method_ships_a_checkpoint():
@@ -33,8 +37,12 @@ def test_models_folder_stays_small():
 
 def test_one_recipe_for_all():
     recipes = {name: read_config(folder)["train"] for name, folder in SHIPPED.items()}
-    shared = [{k: v for k, v in r.items() if k not in RECIPE_FIELDS_THAT_MAY_DIFFER} for r in recipes.values()]
+    shared = [{k: v for k, v in r.items() if k not in RECIPE_FIELDS_THAT_MAY_DIFFER | RUN_SETTINGS}
+              for r in recipes.values()]
     assert all(s == shared[0] for s in shared), "the checkpoints were trained with different recipes"
+    configs = [read_config(folder) for folder in SHIPPED.values()]
+    assert {c["trained_on"]["precision"] for c in configs} == {"fp32"}
+    assert all(c["corpus"] == configs[0]["corpus"] for c in configs), "trained on different corpora"
     models = [{k: v for k, v in read_config(f)["model"].items() if k not in ("position", "position_options")}
               for f in SHIPPED.values()]
     assert all(m == models[0] for m in models)
@@ -48,7 +56,8 @@ def test_the_shipped_recipe_is_the_default_one():
     for name, folder in SHIPPED.items():
         recipe = read_config(folder)["train"]
         default = dataclasses.asdict(TrainConfig(method=name, position_options=recipe["position_options"]))
-        differs = {k: (recipe.get(k), default.get(k)) for k in set(recipe) | set(default) if recipe.get(k) != default.get(k)}
+        differs = {k: (recipe.get(k), default.get(k)) for k in (set(recipe) | set(default)) - RUN_SETTINGS
+                   if recipe.get(k) != default.get(k)}
         assert not differs, f"{name}: shipped recipe vs TrainConfig defaults: {differs}"
 
 

@@ -140,9 +140,11 @@ EXPLAINER = {  # where a method acts -> the page that takes such methods apart; 
     "input": ("views/sinusoidal_learned.py", "Sinusoidal & learned", "🌊"),
     "q/k": ("views/rope.py", "RoPE", "🔄"),
     "logits": ("views/attention_biases.py", "Attention biases", "📐"),
+    "content": ("views/content_positions.py", "Positions from content", "🧮"),  # a kind: looked up first
 }
 cols = st.columns(2)
 for i, name in enumerate(method_names()):
-    path, title, icon = EXPLAINER.get(POSITION_METHODS[name].acts_on, ("views/extrapolation.py", "Extrapolation lab", "📈"))
+    cls = POSITION_METHODS[name]
+    path, title, icon = EXPLAINER.get(cls.kind) or EXPLAINER.get(cls.acts_on, ("views/extrapolation.py", "Extrapolation lab", "📈"))
     with cols[i % 2]:
         st.page_link(path, label=f"{name} — {title}", icon=icon, help=POSITION_METHODS[name].summary)

@@ -20,6 +20,7 @@ ACTS_ON_LABEL = {
     "input": "input (added)",
     "q/k": "queries & keys (rotated)",
     "logits": "logits (bias)",
+    "weights": "attention weights (no softmax)",
     "nothing": "nowhere",
 }
 KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to the table

@@ -68,6 +68,9 @@ def _verdict(model: LabModel, strategy: str) -> str:
     if strategy == "reencode":
         return "Correct for every method: positions are always 0..W-1, as in training."
     if strategy == "shifted_cache":
+        if model.reads_content:
+            return (f"Correct: {name} computes what counts as far from the cached keys' content at attention time; "
+                    "no key holds a position, so relabelling the window changes nothing.")
         if model.acts_on == "nothing":
             return "Correct: NoPE has no positions, so relabelling the window changes nothing."
         if model.acts_on == "logits":

@@ -16,7 +16,7 @@ from torch import nn
 from posviz.config import ModelConfig
 from posviz.models.kv_cache import KVCache
 from posviz.positions import PositionMethod
-from posviz.positions.base import mark_run, run_start
+from posviz.positions.base import Seen, mark_run, run_start
 
 
 BLOCK_ELEMENTS = 1 << 21  # scores per query block (8 MB in fp32): small enough to stay in a CPU's cache
@@ -187,10 +187,19 @@ class CausalSelfAttention(nn.Module):
         qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias).view(B, T, 3, self.n_head, C // self.n_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
+        state = position.token_state(layer, x)  # (B, H, T) or None: kept beside the keys
+        if state is not None:  # one extra feature per key, so that a KV cache keeps it with them
+            k = torch.cat((k, state.to(k.dtype)[..., None]), dim=-1)
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(layer, k, v, pos)  # (B, H, Tk, hs), (Tk,)
         dropout = self.dropout if self.training else 0.0
+        if position.reads_content:
+            if state is not None:
+                k, state = k[..., :-1], k[..., -1]  # (B, H, Tk, hs), (B, H, Tk)
+            y, probs = self._attend_by_content(q, k, v, state, pos, k_pos, position, layer, cache, blocks,
+                                               want_probs, dropout)
+            return self._project(y), probs
 
         if not position.has_logit_bias and cache is None and not want_probs:
             # the one case the fused kernels handle alone
@@ -250,6 +259,36 @@ class CausalSelfAttention(nn.Module):
                     mask = visible if bias is None else plan.masked_bias(i, bias, visible)
                 y[:, :, r0:r1] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
         return self._project(y), probs
+
+    def _attend_by_content(self, q, k, v, state, pos, k_pos, position: PositionMethod, layer: int, cache,
+                           blocks: dict, want_probs: bool, dropout: float):
+        """Attention for a method that reads content (``token_state``, ``content_bias``, ``attention_weights``):
+        each block of queries is scored here, the method adds its bias and turns scores into weights."""
+        B, H, T, hs = q.shape
+        if "plan" not in blocks:  # the same blocks and visibility masks as the bias path
+            blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * H, q.device,
+                                         blocks.get("q_run"), None if cache is None else cache.attended_keys_are_run)
+        Tk, work = k.shape[-2], torch.promote_types(q.dtype, torch.float32)
+        y = torch.empty_like(q)  # (B, H, T, hs)
+        probs = q.new_zeros(B, H, T, Tk) if want_probs else None
+        for r0, r1, seen, qp, kp, visible in blocks["plan"].blocks:
+            qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]
+            if visible is None:  # a decoding step that sees every key it was handed
+                visible = torch.ones(r1 - r0, seen, dtype=torch.bool, device=q.device)
+            view = Seen(visible, torch.arange(Tk - T + r0, Tk - T + r1, device=q.device),
+                        None if state is None else state[:, :, :seen])
+            # at least float32: the methods take sigmoids, logs and cumulative sums of the scores
+            scores = torch.matmul(qb.to(work), kb.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, rows, seen)
+            bias = position.content_bias(layer, scores, qb, kb, view)
+            if bias is not None:
+                scores = scores + bias
+            weights = position.attention_weights(layer, scores, view).to(q.dtype)
+            if want_probs:
+                probs[:, :, r0:r1, :seen] = weights
+            if dropout:
+                weights = F.dropout(weights, p=dropout)
+            y[:, :, r0:r1] = weights @ vb
+        return y, probs
 
     def _project(self, y: torch.Tensor) -> torch.Tensor:
         """(B, H, T, hs) heads -> (B, T, C) through c_proj."""

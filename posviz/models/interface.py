@@ -75,7 +75,8 @@ class LabModel(ABC):
     max_positions: int | None  # positions it can represent at all (None: any)
     is_absolute: bool  # positions are baked into the input or keys (a cache cannot relabel them)
     position_options: dict  # the method's options in effect (a RoPE scaling and its factor, ...)
-    acts_on: str  # where positions enter: "input", "q/k", "logits" or "nothing"
+    acts_on: str  # where positions enter: "input", "q/k", "logits", "weights" or "nothing"
+    reads_content: bool = False  # what counts as far is computed from the text itself (FoX, CoPE, stick-breaking)
     key: tuple  # what a stored result depends on: identity, options and weights' stamp
     unit: str = "byte"  # what one id is, as pages say it: "byte" (our checkpoints) or "token" (a tokenizer's)
     vocab_size: int  # ids run 0..vocab_size - 1

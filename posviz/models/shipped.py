@@ -57,6 +57,7 @@ class CheckpointModel(LabModel):
                                                 cfg.position_options)
         self.max_positions = self._described.max_positions
         self.is_absolute, self.acts_on = self._described.is_absolute, self._described.acts_on
+        self.reads_content = self._described.reads_content
         self._net: GPT | None = None
         self._loading = threading.Lock()
         self._metrics: dict | None = None
@@ -181,7 +182,7 @@ class InMemoryModel(CheckpointModel):
         self.n_layer, self.n_head, self.vocab_size = cfg.n_layer, cfg.n_head, cfg.vocab_size
         self._described = net.position
         self.max_positions, self.is_absolute = net.position.max_positions, net.position.is_absolute
-        self.acts_on = net.position.acts_on
+        self.acts_on, self.reads_content = net.position.acts_on, net.position.reads_content
         self._net, self._loading, self._device = net, threading.Lock(), net.device
 
     @property

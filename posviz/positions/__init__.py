@@ -38,9 +38,9 @@ def build_position_method(name: str, shape: ModelShape, options: Mapping[str, An
     return cls(shape, options)
 
 
-# The order the app lists methods in: no position, absolute, relative keys, logit biases, rotary.
+# The order the app lists methods in: no position, absolute, relative keys, logit biases, rotary, from content.
 DISPLAY_ORDER = ["nope", "sinusoidal", "learned", "shaw", "nezha", "transformer_xl", "t5", "alibi", "kerple", "fire",
-                 "rope"]
+                 "rope", "p_rope", "fox", "cope", "stick_breaking"]
 
 
 def method_names() -> list[str]:

@@ -21,6 +21,16 @@ uses without knowing the method:
   (Transformer-XL): the query and the key of every distance; attention reads the bias of a block as
   a skewed view of q' . P (Transformer-XL's "relative shift"), its keys taken in reverse order.
 
+A method may also compute what counts as far from the *content* (FoX, CoPE, stick-breaking): attention
+then scores every query block itself and hands the method what it has, again without asking which it is:
+
+* ``token_state(layer, x)``  (B, H, T) per-token values from the layer's input hidden states (FoX's log
+  forget gates); a KV cache keeps them beside the keys, so a decoding step has them for every key.
+* ``content_bias(layer, scores, q, k, seen)``  a bias (B, H, rows, keys) computed from the block's own
+  scores, queries, keys and token states (``Seen``), added to the scores.
+* ``attention_weights(layer, scores, seen)``  the weights from the (biased) scores: a softmax over the
+  visible keys by default; stick-breaking's own normalisation otherwise.
+
 What the explore pages draw of a method, without knowing which one it is (each has a default derived
 from the hooks above, so a new method shows up with nothing more to write):
 
@@ -63,14 +73,23 @@ class NoOptions:
     """Methods without options still reject unknown keys."""
 
 
+@dataclasses.dataclass
+class Seen:
+    """What a block of queries sees, for the methods that read content (shapes as in the legend)."""
+
+    visible: torch.Tensor  # (rows, keys) bool: the keys each query may attend to (causal and window)
+    q_index: torch.Tensor  # (rows,) long: the index of each query's own key among the keys
+    k_state: torch.Tensor | None = None  # (B, H, keys) the keys' ``token_state``, None without one
+
+
 class PositionMethod(nn.Module):
     """Base class: every hook defaults to "do nothing"."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line for tables in the app
     paper: ClassVar[str] = ""  # link to the paper that introduced it
-    acts_on: ClassVar[str] = "nothing"  # "input", "q/k", "logits" or "nothing"
-    kind: ClassVar[str] = "none"  # "absolute", "relative" or "none"
+    acts_on: ClassVar[str] = "nothing"  # "input", "q/k", "logits", "weights" or "nothing"
+    kind: ClassVar[str] = "none"  # "absolute", "relative", "content" (computed from the text) or "none"
     learned: ClassVar[bool] = False  # has trainable parameters
     # The bias uses the query's content (Shaw-style relative keys), so it is no curve of distance alone.
     bias_depends_on_query: ClassVar[bool] = False
@@ -78,6 +97,7 @@ class PositionMethod(nn.Module):
     # Extra explore sections this method offers (names registered in views/_sections); the pages draw
     # every registered method's generic views without it.
     explore_sections: ClassVar[tuple[str, ...]] = ()
+    weights_sum_to_one: ClassVar[bool] = True  # a softmax's rows; stick-breaking's sum to at most 1
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -94,6 +114,30 @@ class PositionMethod(nn.Module):
 
     def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None  # else broadcastable to (B, H, Tq, Tk)
+
+    # -- positions from content (see the module docstring) ----------------------------------------
+    def token_state(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
+        return None  # else (B, H, T) from the layer's input x (B, T, C)
+
+    def content_bias(self, layer: int, scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                     seen: Seen) -> torch.Tensor | None:
+        return None  # else (B, H, rows, keys), added to ``scores`` = q . k / sqrt(hs) (float32)
+
+    def attention_weights(self, layer: int, scores: torch.Tensor, seen: Seen) -> torch.Tensor:
+        """(B, H, rows, keys) weights from the block's scores: a softmax over the visible keys."""
+        return scores.masked_fill(~seen.visible, float("-inf")).softmax(dim=-1)
+
+    def counted_positions(self, scores: torch.Tensor, seen: Seen) -> torch.Tensor | None:
+        """(B, H, rows, keys) the position of each key as a query counts it from the content (CoPE), for the
+        explore page to draw against plain distance; None for a method that counts none (the default)."""
+        return None
+
+    @property
+    def reads_content(self) -> bool:
+        """Whether attention must score blocks itself and hand them to the method (any content hook)."""
+        base = PositionMethod
+        return (type(self).token_state is not base.token_state or type(self).content_bias is not base.content_bias
+                or type(self).attention_weights is not base.attention_weights)
 
     def distance_bias(self, layer: int, q_pos: torch.Tensor, lo: int, hi: int) -> torch.Tensor | None:
         """Optional: (H, hi - lo + 1) bias at the distances lo..hi (0 <= lo <= hi) for the queries at
@@ -186,9 +230,9 @@ class PositionMethod(nn.Module):
     @classmethod
     def is_shift_invariant(cls) -> bool:
         """Whether scores depend on distances alone, so that a window of keys may start at any position
-        (relative methods and NoPE; FIRE is relative, but past its threshold it divides each distance by
-        a function of the query's own position)."""
-        return cls.kind in ("relative", "none")
+        (relative methods, the content methods, whose scores read no index at all, and NoPE; FIRE is
+        relative, but past its threshold it divides each distance by a function of the query's own position)."""
+        return cls.kind in ("relative", "content", "none")
 
     def check_positions(self, pos: torch.Tensor) -> None:
         """Raise a PositionLimitError naming the position when ``pos`` is past what the method has."""

@@ -28,7 +28,14 @@ LONG_DOCUMENT_BYTES = 8192  # evaluation documents must hold a 32 x 256 window o
 
 
 def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
+    """This interpreter's standard library, or ``$POSVIZ_STDLIB``: another interpreter's, copied, so that a
+    machine with another Python (a GPU machine, say) trains and evaluates on the very same bytes; then
+    ``$POSVIZ_STDLIB_VERSION`` names its version in the corpus description."""
+    return Path(os.environ.get("POSVIZ_STDLIB") or sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_version() -> str:
+    return (os.environ.get("POSVIZ_STDLIB_VERSION") if os.environ.get("POSVIZ_STDLIB") else None) or sys.version.split()[0]
 
 
 def is_validation(relative_path: str, percent: int = VALIDATION_PERCENT) -> bool:
@@ -71,7 +78,7 @@ class Corpus:
 def load_corpus(folder: str | None = None, validation_percent: int = VALIDATION_PERCENT) -> Corpus:
     """Load the standard library (``folder=None``) or every text file under ``folder``."""
     if folder is None:
-        root, suffixes, name = stdlib_root(), (".py",), f"Python {sys.version.split()[0]} standard library (.py, no tests)"
+        root, suffixes, name = stdlib_root(), (".py",), f"Python {stdlib_version()} standard library (.py, no tests)"
     else:
         root, suffixes, name = Path(folder).expanduser().resolve(), None, f"text files under {folder}"
         if not root.is_dir():
@@ -169,3 +176,33 @@ def as_id_tensor(data) -> torch.Tensor:
 def decode_bytes(ids) -> str:
     """Text for display: invalid UTF-8 is shown with U+FFFD instead of failing."""
     return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+
+def pack_stdlib(out: Path) -> dict:
+    """Write this interpreter's corpus files (the standard library's, as ``load_corpus`` picks them) into the
+    tar.xz ``out``, with its version in ``POSVIZ_VERSION``: unpacked elsewhere and named by ``$POSVIZ_STDLIB``,
+    it is the same corpus on a machine with another Python."""
+    import io
+    import tarfile
+
+    root = stdlib_root()
+    with tarfile.open(out, "w:xz") as tar:
+        for path in corpus_files(root, (".py",)):
+            tar.add(path, arcname=path.relative_to(root).as_posix())
+        version = stdlib_version().encode()
+        info = tarfile.TarInfo("POSVIZ_VERSION")
+        info.size = len(version)
+        tar.addfile(info, io.BytesIO(version))
+    return load_corpus().description
+
+
+if __name__ == "__main__":  # python -m posviz.training.data --pack-stdlib FILE
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The training corpus: describe it, or pack it for another machine.")
+    parser.add_argument("--pack-stdlib", type=Path, help="write the standard library's corpus files to this .tar.xz")
+    args = parser.parse_args()
+    if args.pack_stdlib:
+        print(pack_stdlib(args.pack_stdlib))
+    else:
+        print(load_corpus().description)

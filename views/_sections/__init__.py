@@ -47,6 +47,18 @@ class RopePage:
     base: float
 
 
+@dataclasses.dataclass
+class ContentPage:
+    """The Positions from content page as its sections see it: one layer of a checkpoint on a text."""
+
+    view: object  # posviz.explore.content_positions.LayerView
+    checkpoint: str
+    layer: int
+    head: int
+    chars: list[str]  # the bytes shown, as characters
+    key: tuple  # what the view depends on (for kept charts)
+
+
 def show_head_bounds(page: "BiasPage", method: str, title: str, summary_label: str, log_weights: np.ndarray,
                      lenient: np.ndarray, key: tuple, name: str, caption: str) -> None:
     """A method's largest attention weight per head by distance, next to no bias, under ``title``; its most
@@ -74,7 +86,7 @@ def show_head_bounds(page: "BiasPage", method: str, title: str, summary_label: s
 @dataclasses.dataclass(frozen=True)
 class Section:
     name: str
-    page: str  # "biases" or "rope"
+    page: str  # "biases", "rope" or "content"
     order: int  # place on its page, smallest first
     draw: Callable
     always: bool = False  # drawn whatever the methods offer (a part of the page itself)

@@ -1,0 +1,108 @@
+"""The numbers behind the Positions from content page: one layer of a checkpoint whose method computes what
+counts as far from the text (FoX, CoPE, stick-breaking) on a visitor's text, read through the method's own
+hooks (``token_state``, ``content_bias``, ``attention_weights``), as attention calls them.
+
+Pure functions, no plotting, no Streamlit. Shapes: T bytes shown, H heads; matrices are (H, T, T) with row i
+the query and column j the key, NaN above the diagonal (future keys).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from posviz.models.byte_gpt import GPT
+from posviz.positions import POSITION_METHODS, method_names
+from posviz.positions.base import Seen
+
+MAX_BYTES = 256  # the page draws T x T matrices per head: one training length at most
+
+
+def content_methods() -> list[str]:
+    """The registered methods whose positions are computed from the text, in display order."""
+    return [m for m in method_names() if POSITION_METHODS[m].kind == "content"]
+
+
+@dataclasses.dataclass
+class LayerView:
+    """One layer of a model on one text: what its method computed, per head."""
+
+    ids: np.ndarray  # (T,) the bytes shown
+    scores: np.ndarray  # (H, T, T) q . k / sqrt(hs): what a plain softmax would read
+    weights: np.ndarray  # (H, T, T) the attention the method gives
+    softmax: np.ndarray  # (H, T, T) a plain softmax of the same scores, without the method's bias or normalisation
+    bias: np.ndarray | None  # (H, T, T) what the method added to the scores (FoX's D, CoPE's q . e[p]); None
+    state: np.ndarray | None  # (H, T) the per-byte values it computed from the layer's input (FoX: log f); None
+    counts: np.ndarray | None  # (H, T, T) CoPE's counted positions p_ij; None for the others
+
+
+def _future_nan(m: torch.Tensor) -> np.ndarray:
+    T = m.shape[-1]
+    out = m.double().cpu().numpy().copy()
+    out[..., ~np.tril(np.ones((T, T), dtype=bool))] = np.nan
+    return out
+
+
+@torch.inference_mode()
+def layer_view(net: GPT, ids, layer: int) -> LayerView:
+    """``net`` on ``ids`` (at most ``MAX_BYTES``), and layer ``layer``'s attention taken apart."""
+    ids = torch.as_tensor(ids, dtype=torch.long)[:MAX_BYTES].to(net.device)
+    T = ids.numel()
+    attn, position = net.blocks[layer].attn, net.position
+    seen_input: dict = {}
+
+    def keep_input(module, args):  # returns None: the layer runs on its arguments unchanged
+        seen_input["x"] = args[0]
+
+    hook = attn.register_forward_pre_hook(keep_input)
+    try:
+        net(ids[None])  # the layer's input is the model's own hidden state at that depth
+    finally:
+        hook.remove()
+    x = seen_input["x"]  # (1, T, C)
+    H = attn.n_head
+    hs = x.shape[-1] // H
+    q, k, _ = F.linear(x, attn.c_attn.weight, attn.c_attn.bias).view(1, T, 3, H, hs).permute(2, 0, 3, 1, 4)
+    pos = torch.arange(T, device=ids.device)
+    q, k = position.rotate_qk(q, k, pos)
+    state = position.token_state(layer, x)  # (1, H, T) or None
+    causal = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
+    seen = Seen(causal, pos, state)
+    scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(hs)  # (1, H, T, T)
+    bias = position.content_bias(layer, scores, q, k, seen)
+    biased = scores if bias is None else scores + bias
+    weights = position.attention_weights(layer, biased, seen)
+    softmax = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    counts = position.counted_positions(scores, seen)  # CoPE's; None for the others
+    position.forget()
+    return LayerView(ids.cpu().numpy(), _future_nan(scores[0]), _future_nan(weights[0]), _future_nan(softmax[0]),
+                     None if bias is None else _future_nan(bias[0]),
+                     None if state is None else state[0].double().cpu().numpy(),
+                     None if counts is None else _future_nan(counts[0]))
+
+
+def forget_gates(view: LayerView, head: int) -> np.ndarray:
+    """(T,) FoX's forget gate f_t of one head: how much of everything before byte t survives it."""
+    return np.exp(view.state[head])
+
+
+def counted_beside_distance(view: LayerView, head: int, query: int) -> dict[str, np.ndarray]:
+    """For one query: every key's distance, CoPE's counted position, and the plain count (distance + 1)."""
+    distance = np.arange(query, -1, -1)  # keys 0..query, farthest first
+    return {"key": np.arange(query + 1), "distance": distance, "counted": view.counts[head, query, :query + 1],
+            "plain": distance + 1.0}
+
+
+def left_over(view: LayerView, head: int) -> np.ndarray:
+    """(T,) stick-breaking: the share of each query's attention that no key took (1 - sum of its weights)."""
+    return 1.0 - np.nansum(view.weights[head], axis=-1)
+
+
+def gate_means(view: LayerView, ids_where: np.ndarray) -> dict[str, float]:
+    """Mean forget gate (over heads) on the bytes where ``ids_where`` holds, and elsewhere."""
+    gates = np.exp(view.state)  # (H, T)
+    return {"there": float(gates[:, ids_where].mean()) if ids_where.any() else float("nan"),
+            "elsewhere": float(gates[:, ~ids_where].mean()) if (~ids_where).any() else float("nan")}

@@ -1,0 +1,61 @@
+"""CoPE, Contextual Position Encoding (Golovneva, Wang, Weston & Sukhbaatar 2024, "Contextual Position
+Encoding: Learning to Count What's Important"), https://arxiv.org/abs/2405.18719
+
+Positions are counted, not indexed. Query i gates every key it sees, g_ij = sigmoid(q_i . k_j / sqrt(d)),
+and the position of key j seen from query i is the sum of the gates from j to i,
+
+    p_ij = sum_{t = j .. i} g_it           (a real number: with every gate at 1, the plain distance + 1)
+
+capped at npos_max - 1. Its embedding is interpolated between the learned embeddings of floor(p) and
+ceil(p), and q_i . e[p_ij] is added to the logit. A head can count lines, words or brackets instead of
+bytes; nothing reads an index, so a window of keys may start anywhere.
+
+As the reference code (facebookresearch/RAM, projects/cope): one table of npos_max embeddings per layer,
+shared by its heads, starting at zero; the gates read the scaled logits of the same queries and keys.
+Shapes: scores (B, H, rows, keys); table (hs, npos_max).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from posviz.config import require
+from posviz.positions.base import PositionMethod, Seen
+
+
+@dataclasses.dataclass
+class CopeOptions:
+    npos_max: int = 64  # positions with an embedding of their own; counts past it share the last (the paper's 64)
+
+    def __post_init__(self):
+        require(isinstance(self.npos_max, int) and self.npos_max >= 2, f"npos_max must be an integer >= 2, got {self.npos_max!r}")
+
+
+class ContextualPositions(PositionMethod):
+    name = "cope"
+    summary = "Counts the keys each query's gates let through; embeds that count, not the index."
+    paper = "https://arxiv.org/abs/2405.18719"
+    acts_on = "logits"
+    kind = "content"
+    learned = True
+    Options = CopeOptions
+    explore_sections = ("cope-counts",)
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        self.tables = nn.ParameterList(nn.Parameter(torch.zeros(shape.head_dim, self.options.npos_max))
+                                       for _ in range(shape.n_layer))
+
+    def counted_positions(self, scores: torch.Tensor, seen: Seen) -> torch.Tensor:
+        """p (B, H, rows, keys): the summed gates from each key to the query, 0 where a key is unseen."""
+        gates = torch.sigmoid(scores).masked_fill(~seen.visible, 0.0)
+        return gates.flip(-1).cumsum(-1).flip(-1).masked_fill(~seen.visible, 0.0)
+
+    def content_bias(self, layer, scores, q, k, seen: Seen):
+        p = self.counted_positions(scores, seen).clamp(max=self.options.npos_max - 1)
+        per_position = q.to(scores.dtype) @ self.tables[layer].to(scores.dtype)  # (B, H, rows, npos_max): q . e[n]
+        lower, upper = p.floor(), p.ceil()
+        w = p - lower
+        return (per_position.gather(-1, upper.long()) * w + per_position.gather(-1, lower.long()) * (1 - w))

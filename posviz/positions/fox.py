@@ -1,0 +1,48 @@
+"""FoX, the Forgetting Transformer (Lin, Nikishin, He & Courville, ICLR 2025), https://arxiv.org/abs/2503.02130
+
+No position vectors: each head of each layer has a forget gate per token, f_t = sigmoid(w . x_t + b),
+from the layer's own input x_t, and the logit of query i for key j gets
+
+    D_ij = sum_{l = j+1 .. i} log f_l = c_i - c_j,   c = cumsum(log f)
+
+a data-dependent ALiBi: where the gates stay near 1 a head looks far back, where one drops (after a
+newline? a ``def``?) everything before it fades at once. Nothing reads an index, so a window of keys
+may start anywhere: cached decoding never re-encodes.
+
+Initialisation as the reference code's "full" gate (zhixuan-lin/forgetting-transformer): the gate's
+weight N(0, 0.02), its bias 0 (every gate starts at sigmoid(0) = 1/2).
+Shapes: x (B, T, C); log gates (B, H, T); bias (B, H, rows, keys).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posviz.positions.base import PositionMethod, Seen
+
+
+class ForgettingGates(PositionMethod):
+    name = "fox"
+    summary = "A forget gate per token and head; a key fades by the product of the gates after it."
+    paper = "https://arxiv.org/abs/2503.02130"
+    acts_on = "logits"
+    kind = "content"
+    learned = True
+    explore_sections = ("fox-gates",)
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        self.gates = nn.ModuleList(nn.Linear(shape.n_embd, shape.n_head) for _ in range(shape.n_layer))
+        for gate in self.gates:
+            nn.init.normal_(gate.weight, mean=0.0, std=0.02)
+            nn.init.zeros_(gate.bias)
+
+    def token_state(self, layer, x):  # (B, T, C) -> log f (B, H, T), in float32 as the reference computes it
+        return F.logsigmoid(F.linear(x, self.gates[layer].weight, self.gates[layer].bias).float()).transpose(1, 2)
+
+    def content_bias(self, layer, scores, q, k, seen: Seen):
+        # c over the keys this block sees (its queries are among them); in float64, as c runs to thousands at
+        # long lengths and only differences matter: D_ij = c_i - c_j.
+        c = seen.k_state.double().cumsum(-1)  # (B, H, keys)
+        return (c[..., seen.q_index, None] - c[..., None, :]).to(scores.dtype)  # (B, H, rows, keys)

@@ -1,0 +1,70 @@
+"""The sections of the Positions from content page, one per method that computes positions from the text: what
+each method computed on the visitor's text (FoX's forget gates, CoPE's counted positions, what stick-breaking
+left over), beside the attention it gives. The numbers come from ``posviz.explore.content_positions``."""
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from posviz.explore import content_positions
+from views._explore import chart
+from views._matrices import show_matrix
+from views._sections import ContentPage, section
+from views._text import show_coloured_text
+
+VIEW = "content"
+
+
+@section("fox-gates", "content", order=10)
+def fox_section(page: ContentPage, method: str) -> None:
+    view, h = page.view, page.head
+    gates = content_positions.forget_gates(view, h)
+    newline = view.ids == 10
+    means = content_positions.gate_means(view, newline)
+    st.header("Where this head forgets")
+    st.caption(f"Each byte's forget gate f (head {h}, layer {page.layer}): the share of everything before it that "
+               "survives it. The darker a byte, the more it forgets (1 − f). The bias of query i for key j is "
+               "Σ log f over the bytes between them: a data-dependent ALiBi. "
+               f"Mean gate over the heads on newlines {means['there']:.2f}, elsewhere {means['elsewhere']:.2f}.")
+    show_coloured_text([(c, 1.0 - g) for c, g in zip(page.chars, gates)], 1.0, unit="forgotten (1 − f)", height=220)
+    show_matrix(view.bias[h], f"{page.checkpoint}_bias_L{page.layer}_H{h}", "key j", "query i",
+                "bias Σ log f (logits)", scheme="viridis", key=page.key + ("bias", h))
+
+
+@section("cope-counts", "content", order=20)
+def cope_section(page: ContentPage, method: str) -> None:
+    view, h = page.view, page.head
+    query = len(page.chars) - 1
+    counted = content_positions.counted_beside_distance(view, h, query)
+    st.header("What this head counts")
+    st.caption(f"CoPE's position of every key seen from the last byte (head {h}, layer {page.layer}): the sum of "
+               "the query's gates from that key to itself. Plain counting (every gate 1) is the diagonal; a head "
+               "below it counts only some bytes (lines, words, brackets) and so sees far keys as near.")
+
+    def build():
+        data = pd.DataFrame(counted)
+        lines = data.melt(id_vars=["key", "distance"], value_vars=["counted", "plain"], var_name="series",
+                          value_name="position")
+        lines["series"] = lines["series"].map({"counted": "counted by CoPE", "plain": "plain count (distance + 1)"})
+        plot = alt.Chart(lines).mark_line().encode(
+            x=alt.X("distance:Q", title="distance from the query (bytes)"),
+            y=alt.Y("position:Q", title="position of the key"),
+            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
+            strokeDash=alt.StrokeDash("series:N", legend=None),
+            tooltip=["series:N", "distance:Q", alt.Tooltip("position:Q", format=".2f")]).properties(height=300)
+        return plot, data
+
+    chart(VIEW, page.key + ("cope-counts", h), build, f"{page.checkpoint}_counts_L{page.layer}_H{h}")
+    show_matrix(view.counts[h], f"{page.checkpoint}_counts_matrix_L{page.layer}_H{h}", "key j", "query i",
+                "counted position p", scheme="viridis", key=page.key + ("counts", h))
+
+
+@section("stick-breaking-left", "content", order=30)
+def stick_breaking_section(page: ContentPage, method: str) -> None:
+    view, h = page.view, page.head
+    left = content_positions.left_over(view, h)
+    st.header("What no key took")
+    st.caption(f"Stick-breaking's weights of a query sum to at most 1 (head {h}, layer {page.layer}): each key, "
+               "nearest first, breaks off a share of what is left. Darker bytes are queries whose keys left more "
+               f"unattended. Mean left over: {np.nanmean(left):.3f}.")
+    show_coloured_text([(c, v) for c, v in zip(page.chars, left)], 1.0, unit="left over", height=220)

@@ -1,0 +1,76 @@
+"""Positions from content: FoX, CoPE and stick-breaking on the visitor's own text."""
+import hashlib
+
+import streamlit as st
+
+from posviz.explore import content_positions
+from posviz.models.checkpoint_files import shipped_checkpoints
+from views._checkpoints import shipped_lab_model
+from views._explore import kept
+from views._matrices import show_matrix
+from views._page import error_box, page_header
+from views._sections import ContentPage, sections_for
+from views._text import choose_text
+from views._url import qp_choice, qp_int, sync_url
+
+VIEW = "content"
+
+page_header(
+    "Positions from content",
+    "Every other method puts position in by a rule of the index: a vector, a rotation or a bias per distance. "
+    "These let the text decide what counts as far. FoX (Lin et al. 2025) forgets at a gate each byte sets; CoPE "
+    "(Golovneva et al. 2024) counts only the keys its gates let through; stick-breaking attention (Tan et al. "
+    "2025) gives the nearest key that fires its share first, with no softmax and no position at all. Pick a "
+    "checkpoint, a layer and a head, and see what it computed on your text.",
+)
+
+methods = content_positions.content_methods()
+on_disk = shipped_checkpoints()
+available = [m for m in methods if m in on_disk]
+if not available:
+    st.info(f"No checkpoint of {', '.join(methods)} in models/. Train one with `python -m posviz.train --method "
+            f"{methods[0] if methods else 'fox'}` (or `make checkpoints`), then reload.")
+    st.stop()
+
+controls = st.columns([2, 1, 1, 2])
+checkpoint = controls[0].selectbox("Checkpoint", available, index=available.index(qp_choice("model", available[0], available)),
+                                   key="w_model", help="Checkpoints trained with the shared recipe whose method reads content.")
+model, problem = shipped_lab_model(checkpoint)
+if model is None:
+    error_box(RuntimeError(problem))
+    st.stop()
+layer = controls[1].slider("Layer", 0, model.n_layer - 1, qp_int("layer", 0, 0, model.n_layer - 1), key="w_layer")
+head = controls[2].slider("Head", 0, model.n_head - 1, qp_int("head", 0, 0, model.n_head - 1), key="w_head")
+limit = min(content_positions.MAX_BYTES, model.train_length)
+n_bytes = controls[3].slider("Bytes shown", 32, limit, qp_int("n", min(160, limit), 32, limit), step=16, key="w_n",
+                             help=f"The opening of the text, at most one training length ({model.train_length} bytes).")
+sync_url(model=checkpoint, layer=layer, head=head, n=n_bytes)
+
+text = choose_text()
+if text is None:
+    st.stop()
+ids = text.ids[:n_bytes]
+if ids.numel() < 2:
+    st.warning("The text is too short: give at least two bytes.", icon="⚠️")
+    st.stop()
+digest = hashlib.sha256(bytes(ids.tolist())).hexdigest()[:16]
+key = (checkpoint, model.key, digest, int(ids.numel()), layer)
+with st.spinner(f"Running {checkpoint} on {ids.numel()} bytes…"):
+    view = kept(VIEW, "layer", key, lambda: content_positions.layer_view(model.net, ids, layer))
+chars = [chr(b) if 32 <= b < 127 or b in (9, 10) else "·" for b in view.ids.tolist()]
+
+st.header(f"Attention of head {head}, layer {layer}")
+st.caption("Left: the weights the method gives. Right: a plain softmax of the very same queries and keys, with "
+           "neither the method's bias nor its normalisation: the difference is what the content-computed positions do.")
+left, right = st.columns(2)
+with left:
+    show_matrix(view.weights[head], f"{checkpoint}_weights_L{layer}_H{head}", "key j", "query i", "weight",
+                key=key + ("weights", head))
+with right:
+    show_matrix(view.softmax[head], f"{checkpoint}_softmax_L{layer}_H{head}", "key j", "query i", "softmax weight",
+                key=key + ("softmax", head))
+
+page = ContentPage(view, checkpoint, layer, head, chars, key)
+for found, method in sections_for("content"):
+    if method == model.method:
+        found.draw(page, method)
