@@ -244,21 +244,35 @@ def _pairwise_note(run: Measured, short: list[str]) -> str:
     floor_speed = run.fwd.get(FLOOR_LABEL, {}).get(top)
     notes = []
     for m in short:
-        if run.models[m][0].position.is_shift_invariant() or not floor_speed or not run.fwd[m].get(top):
+        position = run.models[m][0].position
+        if not floor_speed or not run.fwd[m].get(top):
             continue
         tokens = TOKENS_PER_CALL * run.train_length
         extra = tokens / run.fwd[m][top] - tokens / floor_speed
+        if position.reads_content:
+            notes.append(f"{m} computes what counts as far from each block's own scores or inputs (gates and sums "
+                         f"along the keys) in every layer: +{extra:.2f} s per {tokens:,}-byte pass over the free-bias floor")
+            continue
+        if position.is_shift_invariant():
+            continue
         notes.append(f"{m}'s bias is not one value per distance but its MLP of each (query, key) pair's positions, in "
                      f"every layer (past its threshold the query's own position rescales the distance): +{extra:.2f} s "
                      f"per {tokens:,}-byte pass over the free-bias floor, the cost of that pairwise bias")
     return ("; " + "; ".join(notes)) if notes else ""
 
 
+def _scores_explicitly(position) -> bool:
+    """Whether attention must build the scores itself: a logit bias, or positions computed from the content
+    (FoX, CoPE: a bias; stick-breaking: its own weights), which no fused kernel takes. Held to the free-bias bound."""
+    return position.has_logit_bias or position.reads_content
+
+
 def _vs_peer_at_top(run: Measured, logit_bias: bool | None = None) -> dict[str, float]:
-    """{method: its speed over the peer's at the top multiple}, of the methods with (or without) a logit bias."""
+    """{method: its speed over the peer's at the top multiple}, of the methods with (or without) a logit bias
+    or content-computed positions."""
     top = run.top
     return {m: run.vs_peer[m][top] for m in run.models if run.vs_peer.get(m, {}).get(top) is not None
-            and (logit_bias is None or run.models[m][0].position.has_logit_bias == logit_bias)}
+            and (logit_bias is None or _scores_explicitly(run.models[m][0].position) == logit_bias)}
 
 
 def goal_forward_vs_peer(run: Measured) -> list[str]:
@@ -307,7 +321,7 @@ def goal_matmul_peak(run: Measured) -> list[str]:
         """A method with a logit bias does the useful work of one without, in no less than the free-bias
         floor's time: its share of peak is bounded by the floor's (by 1.5x less for a bias that reads the query)."""
         position = run.models[m][0].position
-        if not position.has_logit_bias or not floor_share:
+        if not _scores_explicitly(position) or not floor_share:
             return GOALS["peak"]
         return min(GOALS["peak"], NEAR_BOUND * floor_share / (SECOND_PRODUCT if position.bias_depends_on_query else 1.0))
 

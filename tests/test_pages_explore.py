@@ -125,7 +125,8 @@ def test_home_table_chart_and_links(tiny_models):
     assert sorted(link.proto.label.split(" — ")[0] for link in links) == sorted(method_names())
     targets = {link.proto.label.split(" — ")[0]: link.proto.page_script_hash for link in links}
     assert targets["sinusoidal"] == targets["learned"] and targets["t5"] == targets["alibi"] == targets["shaw"]
-    assert len(set(targets.values())) == 4  # absolute, rope, biases, and the live lab for nope
+    assert targets["fox"] == targets["cope"] == targets["stick_breaking"]  # positions from content
+    assert len(set(targets.values())) == 5  # absolute, rope, biases, from content, and the live lab for nope
 
 
 def test_home_survives_missing_and_corrupt_checkpoints(tiny_models_dir, tmp_path, monkeypatch):

@@ -42,7 +42,8 @@ class ForgettingGates(PositionMethod):
         return F.logsigmoid(F.linear(x, self.gates[layer].weight, self.gates[layer].bias).float()).transpose(1, 2)
 
     def content_bias(self, layer, scores, q, k, seen: Seen):
-        # c over the keys this block sees (its queries are among them); in float64, as c runs to thousands at
-        # long lengths and only differences matter: D_ij = c_i - c_j.
+        # c over the keys this block sees (its queries are among them), in float64: c runs to thousands at long
+        # lengths and only differences matter, D_ij = c_i - c_j (rebasing c on a later byte would let that byte
+        # change the rounding of earlier rows).
         c = seen.k_state.double().cumsum(-1)  # (B, H, keys)
         return (c[..., seen.q_index, None] - c[..., None, :]).to(scores.dtype)  # (B, H, rows, keys)

@@ -41,8 +41,9 @@ class StickBreaking(PositionMethod):
         before = keys[None, :] <= seen.q_index[:, None] if self.options.attend_current else \
             keys[None, :] < seen.q_index[:, None]
         allowed = seen.visible & before  # (rows, keys)
-        log_left = (-F.softplus(scores)).masked_fill(~allowed, 0.0)  # log(1 - beta), 0 where no key
+        log_beta = F.logsigmoid(scores)
+        log_left = (log_beta - scores).masked_fill(~allowed, 0.0)  # log(1 - beta) = log beta - z; 0 where no key
         # the sum over the keys k > j the query may see: a reversed cumulative sum, shifted by one key
         from_here = log_left.flip(-1).cumsum(-1).flip(-1)  # sum over k >= j
         behind = torch.cat((from_here[..., 1:], torch.zeros_like(from_here[..., :1])), dim=-1)
-        return (F.logsigmoid(scores) + behind).exp().masked_fill(~allowed, 0.0)
+        return (log_beta + behind).exp().masked_fill(~allowed, 0.0)
