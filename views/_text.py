@@ -77,13 +77,16 @@ def _loss_colour(value: float, top: float) -> str:
 
 
 def show_coloured_text(chars_with_values: Sequence[tuple[str, float]], top: float, unit: str = "bits",
-                       height: int = 320, mark_at: int | None = None, mark_label: str = "") -> None:
-    """Text with each character's background coloured by its value (e.g. loss in bits); see ``coloured_html``."""
-    st.html(coloured_html(chars_with_values, top, unit, height, mark_at, mark_label))
+                       height: int = 320, mark_at: int | None = None, mark_label: str = "",
+                       missing: str = "not scored (nothing before it to predict from)") -> None:
+    """Text with each character's background coloured by its value (e.g. loss in bits); see ``coloured_html``.
+    ``missing``: what a grey (NaN) character means, "" where there is none."""
+    st.html(coloured_html(chars_with_values, top, unit, height, mark_at, mark_label, missing))
 
 
 def coloured_html(chars_with_values: Sequence[tuple[str, float]], top: float, unit: str = "bits",
-                  height: int = 320, mark_at: int | None = None, mark_label: str = "") -> str:
+                  height: int = 320, mark_at: int | None = None, mark_label: str = "",
+                  missing: str = "not scored (nothing before it to predict from)") -> str:
     """The HTML of ``show_coloured_text``: a page that keeps it (``_serving.shared``) sends 4,096 coloured
     characters on a rerun without building them again.
 
@@ -104,14 +107,16 @@ def coloured_html(chars_with_values: Sequence[tuple[str, float]], top: float, un
         if mark_at is not None and len(spans) == mark_at:
             spans.append('<span style="border-left:3px solid #d00;margin:0 1px"></span>')
         spans.append(f'<span style="background:{_loss_colour(value, top)}" title="{tip}">{shown}</span>')
+    tick = ".0f" if top >= 4 else ".2f"  # bits run to several; a share (forgotten, left over) to 1
     legend = "".join(f'<span style="background:{_loss_colour(top * k / 4, top)};padding:0 .6em">'
-                     f'{top * k / 4:.0f}</span>' for k in range(5))
+                     f'{top * k / 4:{tick}}</span>' for k in range(5))
     return (
         f'<div style="font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85rem;line-height:1.45;'
         f'white-space:pre-wrap;word-break:break-all;max-height:{height}px;overflow-y:auto;border:1px solid #ddd;'
         f'border-radius:6px;padding:.6em;color:#111;background:#fff">{"".join(spans)}</div>'
-        f'<div style="font-size:.8rem;color:#555;margin-top:.3em">{unit} per character: {legend} or more; '
-        f'<span style="background:#e6e6e6;padding:0 .4em">grey</span> = not scored (nothing before it to predict from)'
+        f'<div style="font-size:.8rem;color:#555;margin-top:.3em">{unit} per character: {legend} or more'
+        + ("; " if missing else "")
+        + (f'<span style="background:#e6e6e6;padding:0 .4em">grey</span> = {_html.escape(missing)}' if missing else "")
         + (f'; <span style="border-left:3px solid #d00;padding-left:.3em">red bar</span>: {_html.escape(mark_label)}'
            if mark_at is not None and mark_label else "") + '</div>'
     )

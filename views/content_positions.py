@@ -39,10 +39,21 @@ model, problem = shipped_lab_model(checkpoint)
 if model is None:
     error_box(RuntimeError(problem))
     st.stop()
-layer = controls[1].slider("Layer", 0, model.n_layer - 1, qp_int("layer", 0, 0, model.n_layer - 1), key="w_layer")
-head = controls[2].slider("Head", 0, model.n_head - 1, qp_int("head", 0, 0, model.n_head - 1), key="w_head")
+
+
+def index_slider(where, label: str, count: int, url_key: str) -> int:
+    """A slider over 0..count-1 (a model of one layer or head has nothing to pick: 0)."""
+    if count < 2:
+        return 0
+    return where.slider(label, 0, count - 1, qp_int(url_key, 0, 0, count - 1), key=f"w_{url_key}")
+
+
+layer = index_slider(controls[1], "Layer", model.n_layer, "layer")
+head = index_slider(controls[2], "Head", model.n_head, "head")
 limit = min(content_positions.MAX_BYTES, model.train_length)
-n_bytes = controls[3].slider("Bytes shown", 32, limit, qp_int("n", min(160, limit), 32, limit), step=16, key="w_n",
+lowest = max(2, min(32, limit // 2))
+n_bytes = controls[3].slider("Bytes shown", lowest, limit, qp_int("n", min(160, limit), lowest, limit),
+                             step=16 if (limit - lowest) % 16 == 0 else 1, key="w_n",
                              help=f"The opening of the text, at most one training length ({model.train_length} bytes).")
 sync_url(model=checkpoint, layer=layer, head=head, n=n_bytes)
 

@@ -106,3 +106,46 @@ def gate_means(view: LayerView, ids_where: np.ndarray) -> dict[str, float]:
     gates = np.exp(view.state)  # (H, T)
     return {"there": float(gates[:, ids_where].mean()) if ids_where.any() else float("nan"),
             "elsewhere": float(gates[:, ~ids_where].mean()) if (~ids_where).any() else float("nan")}
+
+
+BYTE_CLASSES = {"newline": b"\n", "space": b" ", "punctuation": b"()[]{}:,.=\"'#"}
+
+
+def byte_class(ids: np.ndarray) -> np.ndarray:
+    """(T,) the class of each byte: "newline", "space", "punctuation" or "other"."""
+    out = np.full(len(ids), "other", dtype=object)
+    for name, members in BYTE_CLASSES.items():
+        out[np.isin(ids, list(members))] = name
+    return out
+
+
+def findings(net: GPT, documents, windows: int = 8) -> dict:
+    """What the content methods learned, measured on ``windows`` windows of one training length from each of
+    ``documents`` (held-out text), per layer: FoX's mean forget gate on each byte class; CoPE's counted
+    position of the key one training length minus one back, as a share of the plain count; stick-breaking's
+    mean share left over and the mean distance of its attention against a softmax of the same scores."""
+    L = min(MAX_BYTES, net.config.train_length)
+    out: dict = {}
+    for layer in range(net.config.n_layer):
+        rows: dict[str, list] = {}
+        for doc in documents:
+            for w in range(windows):
+                ids = np.frombuffer(doc[w * L:(w + 1) * L], dtype=np.uint8).astype(np.int64)
+                if len(ids) < L:
+                    break
+                view = layer_view(net, ids, layer)
+                if view.state is not None:
+                    gates, classes = np.exp(view.state), byte_class(view.ids)
+                    for name in ("newline", "space", "punctuation", "other"):
+                        if (classes == name).any():
+                            rows.setdefault(f"gate on {name}", []).append(float(gates[:, classes == name].mean()))
+                if view.counts is not None:
+                    rows.setdefault("counted / plain at the far key", []).append(
+                        float(np.mean(view.counts[:, L - 1, 0] / L)))
+                if not net.position.weights_sum_to_one:
+                    rows.setdefault("left over", []).append(float(np.nanmean(1.0 - np.nansum(view.weights, -1))))
+                distance = np.arange(L)[:, None] - np.arange(L)[None, :]
+                for name, weights in (("attention distance", view.weights), ("softmax distance", view.softmax)):
+                    rows.setdefault(name, []).append(float(np.nanmean(np.nansum(weights * distance, -1))))
+        out[layer] = {k: float(np.mean(v)) for k, v in rows.items()}
+    return out

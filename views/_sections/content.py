@@ -26,7 +26,8 @@ def fox_section(page: ContentPage, method: str) -> None:
                "survives it. The darker a byte, the more it forgets (1 − f). The bias of query i for key j is "
                "Σ log f over the bytes between them: a data-dependent ALiBi. "
                f"Mean gate over the heads on newlines {means['there']:.2f}, elsewhere {means['elsewhere']:.2f}.")
-    show_coloured_text([(c, 1.0 - g) for c, g in zip(page.chars, gates)], 1.0, unit="forgotten (1 − f)", height=220)
+    show_coloured_text([(c, 1.0 - g) for c, g in zip(page.chars, gates)], 1.0, unit="forgotten (1 − f)", height=220,
+                       missing="")
     show_matrix(view.bias[h], f"{page.checkpoint}_bias_L{page.layer}_H{h}", "key j", "query i",
                 "bias Σ log f (logits)", scheme="viridis", key=page.key + ("bias", h))
 
@@ -67,4 +68,4 @@ def stick_breaking_section(page: ContentPage, method: str) -> None:
     st.caption(f"Stick-breaking's weights of a query sum to at most 1 (head {h}, layer {page.layer}): each key, "
                "nearest first, breaks off a share of what is left. Darker bytes are queries whose keys left more "
                f"unattended. Mean left over: {np.nanmean(left):.3f}.")
-    show_coloured_text([(c, v) for c, v in zip(page.chars, left)], 1.0, unit="left over", height=220)
+    show_coloured_text([(c, v) for c, v in zip(page.chars, left)], 1.0, unit="left over", height=220, missing="")
