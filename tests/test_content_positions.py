@@ -57,6 +57,7 @@ def sigmoid(z: float) -> float:
 
 
 # ------------------------------------------------------------------------------------- the papers
+@torch.no_grad()
 def fox_reference(model, x, q, k, v):
     """Lin et al. 2025, eqs. (3)-(5): f_t = sigma(w_f . x_t + b_f) per head; o_i = sum_j softmax_j(q_i . k_j
     / sqrt(d) + sum_{l=j+1..i} log f_l) v_j."""
@@ -74,6 +75,7 @@ def fox_reference(model, x, q, k, v):
     return project(model, y)
 
 
+@torch.no_grad()
 def cope_reference(model, x, q, k, v):
     """Golovneva et al. 2024, eqs. (3)-(6): g_ij = sigma(q_i . k_j), p_ij = sum_{t=j..i} g_it, e[p] interpolated
     between e[floor p] and e[ceil p]; a_ij = softmax_j(q_i . k_j + q_i . e[p_ij]). As the reference code,
@@ -96,6 +98,7 @@ def cope_reference(model, x, q, k, v):
     return project(model, y)
 
 
+@torch.no_grad()
 def stick_breaking_reference(model, x, q, k, v):
     """Tan et al. 2025, eq. (2): beta_ij = sigma(q_i . k_j / sqrt(d)), A_ij = beta_ij prod_{j<k<i} (1 - beta_ik)
     for j < i; o_i = sum_j A_ij v_j (the remainder 1 - sum_j A_ij is not attended)."""

@@ -52,7 +52,7 @@ layer = index_slider(controls[1], "Layer", model.n_layer, "layer")
 head = index_slider(controls[2], "Head", model.n_head, "head")
 limit = min(content_positions.MAX_BYTES, model.train_length)
 lowest = max(2, min(32, limit // 2))
-n_bytes = controls[3].slider("Bytes shown", lowest, limit, qp_int("n", min(160, limit), lowest, limit),
+n_bytes = controls[3].slider("Bytes shown", lowest, limit, qp_int("n", min(128, limit), lowest, limit),
                              step=16 if (limit - lowest) % 16 == 0 else 1, key="w_n",
                              help=f"The opening of the text, at most one training length ({model.train_length} bytes).")
 sync_url(model=checkpoint, layer=layer, head=head, n=n_bytes)

@@ -279,9 +279,10 @@ class CausalSelfAttention(nn.Module):
                         None if state is None else state[:, :, :seen])
             # at least float32: the methods take sigmoids, logs and cumulative sums of the scores
             scores = torch.matmul(qb.to(work), kb.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, rows, seen)
-            bias = position.content_bias(layer, scores, qb, kb, view)
-            if bias is not None:
-                scores = scores + bias
+            # the content bias reads the plain scores; an index bias is added too, for a method that has both
+            for bias in [position.content_bias(layer, scores, qb, kb, view), position.logit_bias(layer, qb, qp, kp)]:
+                if bias is not None:
+                    scores = scores + bias
             weights = position.attention_weights(layer, scores, view).to(q.dtype)
             if want_probs:
                 probs[:, :, r0:r1, :seen] = weights
