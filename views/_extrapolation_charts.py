@@ -106,7 +106,7 @@ def loss_chart(scores: dict, length: int, smooth: int, train_length: int, unit: 
     x = alt.X("position:Q", title=f"position in the window (the prediction made there sees position + 1 {unit}s)")
     lines = alt.Chart(drawn).mark_line().encode(
         x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
-        alt.Color("model:N", scale=colours, title="checkpoint"),
+        alt.Color("model:N", scale=colours, title="checkpoint", legend=LEGEND),
         tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f"), alt.Tooltip("raw bits:Q", format=".3f")])
     layers = [lines]
     if train_length < length:

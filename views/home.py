@@ -3,7 +3,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import method_scales
+from views._charts import legend_for, method_scales
 from views._checkpoints import shipped_checkpoint_json
 from views._explore import chart
 from views._page import page_header
@@ -108,8 +108,10 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
                     scale=alt.Scale(type="log", base=2, domain=[min(lengths), max(lengths)]),
                     axis=alt.Axis(values=lengths, format=",d")),
             y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
-            color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint"),
-            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], title="checkpoint"),
+            color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint",
+                            legend=legend_for(len(order))),
+            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], title="checkpoint",
+                                      legend=legend_for(len(order))),
             tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("length:Q", title="length (bytes)", format=","),
                      alt.Tooltip("multiple:Q", title="× training length", format=".3g"),
                      alt.Tooltip("bpb:Q", title="bits per byte", format=".3f")],
