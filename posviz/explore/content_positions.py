@@ -12,11 +12,10 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from posviz.models.byte_gpt import GPT
 from posviz.positions import POSITION_METHODS, method_names
-from posviz.positions.base import Seen
+from posviz.positions.base import PositionMethod, Seen
 
 MAX_BYTES = 256  # the page draws T x T matrices per head: one training length at most
 
@@ -63,9 +62,8 @@ def layer_view(net: GPT, ids, layer: int) -> LayerView:
     finally:
         hook.remove()
     x = seen_input["x"]  # (1, T, C)
-    H = attn.n_head
-    hs = x.shape[-1] // H
-    q, k, _ = F.linear(x, attn.c_attn.weight, attn.c_attn.bias).view(1, T, 3, H, hs).permute(2, 0, 3, 1, 4)
+    q, k, _ = attn.heads(x)  # (1, H, T, hs)
+    hs = q.shape[-1]
     pos = torch.arange(T, device=ids.device)
     q, k = position.rotate_qk(q, k, pos)
     state = position.token_state(layer, x)  # (1, H, T) or None
@@ -75,7 +73,7 @@ def layer_view(net: GPT, ids, layer: int) -> LayerView:
     bias = position.content_bias(layer, scores, q, k, seen)
     biased = scores if bias is None else scores + bias
     weights = position.attention_weights(layer, biased, seen)
-    softmax = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    softmax = PositionMethod.attention_weights(position, layer, scores, seen)  # the plain softmax, as any method's
     counts = position.counted_positions(scores, seen)  # CoPE's; None for the others
     position.forget()
     return LayerView(ids.cpu().numpy(), _future_nan(scores[0]), _future_nan(weights[0]), _future_nan(softmax[0]),

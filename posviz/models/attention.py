@@ -179,13 +179,19 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v (B, H, T, hs) each of the layer's input x (B, T, C), before any position method.
+
+        A functional call (not a module call) for the linear map: a cached step runs 17 of them on one
+        byte, and the module machinery around each cost about as much as the product itself."""
+        B, T, C = x.shape
+        qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias).view(B, T, 3, self.n_head, C // self.n_head)
+        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
     def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
                 blocks: dict):
         B, T, C = x.shape
-        # Functional calls (not module calls) for the linear maps: a cached step runs 17 of them on one
-        # byte, and the module machinery around each cost about as much as the product itself.
-        qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias).view(B, T, 3, self.n_head, C // self.n_head)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, hs) each
+        q, k, v = self.heads(x)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
         state = position.token_state(layer, x)  # (B, H, T) or None: kept beside the keys
         if state is not None:  # one extra feature per key, so that a KV cache keeps it with them
@@ -271,12 +277,13 @@ class CausalSelfAttention(nn.Module):
         Tk, work = k.shape[-2], torch.promote_types(q.dtype, torch.float32)
         y = torch.empty_like(q)  # (B, H, T, hs)
         probs = q.new_zeros(B, H, T, Tk) if want_probs else None
-        for r0, r1, seen, qp, kp, visible in blocks["plan"].blocks:
+        for i, (r0, r1, seen, qp, kp, visible) in enumerate(blocks["plan"].blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]
-            if visible is None:  # a decoding step that sees every key it was handed
-                visible = torch.ones(r1 - r0, seen, dtype=torch.bool, device=q.device)
-            view = Seen(visible, torch.arange(Tk - T + r0, Tk - T + r1, device=q.device),
-                        None if state is None else state[:, :, :seen])
+            if ("seen", i) not in blocks:  # once per forward pass: every layer sees the same keys
+                blocks[("seen", i)] = (  # a decoding step that sees every key it was handed has no mask
+                    torch.ones(r1 - r0, seen, dtype=torch.bool, device=q.device) if visible is None else visible,
+                    torch.arange(Tk - T + r0, Tk - T + r1, device=q.device))
+            view = Seen(*blocks[("seen", i)], None if state is None else state[:, :, :seen])
             # at least float32: the methods take sigmoids, logs and cumulative sums of the scores
             scores = torch.matmul(qb.to(work), kb.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, rows, seen)
             # the content bias reads the plain scores; an index bias is added too, for a method that has both
