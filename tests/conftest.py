@@ -40,6 +40,14 @@ def tiny_model(method: str, seed: int = 0, **overrides) -> GPT:
     return GPT(cfg).eval()
 
 
+def described(method: str):
+    """The method as a tiny model configures it: its facts (``is_shift_invariant``) without building a model."""
+    from posviz.positions import ModelShape, build_position_method
+
+    cfg = ModelConfig(position=method, **TINY)
+    return build_position_method(method, ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.train_length))
+
+
 def decode_in_chunks(model: GPT, idx: torch.Tensor, chunks, window: int | None = None) -> torch.Tensor:
     """Logits of ``idx`` fed through one KV cache in pieces of the given sizes, concatenated."""
     from posviz.models.kv_cache import KVCache

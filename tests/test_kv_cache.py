@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_lab, tiny_model
+from conftest import described, tiny_lab, tiny_model
 from maths_support import full_forward_bits, sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
 from posviz.models.shipped import as_lab_model
@@ -33,7 +33,7 @@ def test_reencode_equals_the_full_forward_pass_inside_the_window(method, text_id
     assert np.allclose(r.id_bits, full_forward_bits(model, text_ids[:n]), atol=1e-4)
 
 
-@pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items() if cls.is_shift_invariant()])
+@pytest.mark.parametrize("method", [m for m in POSITION_METHODS if described(m).is_shift_invariant()])
 def test_cached_window_equals_reencode_for_relative_methods(method, text_ids):
     """One layer: cached keys depend only on their byte and position, so keeping them with their true
     positions is exactly re-encoding the window (relative methods see only distances)."""
@@ -104,7 +104,7 @@ def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, te
 
 
 @pytest.mark.parametrize("method", [m for m, cls in POSITION_METHODS.items()
-                                    if cls.acts_on in ("nothing", "logits", "weights") and cls.is_shift_invariant()])
+                                    if cls.acts_on in ("nothing", "logits", "weights") and described(m).is_shift_invariant()])
 def test_shifted_cache_equals_cached_window_for_attention_time_methods(method, text_ids):
     """Any depth: both strategies attend over the same cached keys; relabelling keeps every distance."""
     model = as_lab_model(sharp(tiny_model(method)))

@@ -237,7 +237,7 @@ def test_sliding_window_cache_equals_a_forward_pass_over_each_window(method):
             torch.testing.assert_close(torch.cat(outputs), expected, rtol=1e-4, atol=1e-4)
         last_window = idx[:, -W:]
         at_start = model(last_window).logits[0, -1]  # the same bytes, moved to positions 0..W-1
-    if POSITION_METHODS[method].is_shift_invariant():
+    if model.position.is_shift_invariant():
         # only distances matter: the window may as well start at 0, so the cache equals a fresh forward
         torch.testing.assert_close(at_start, expected[-1], rtol=1e-4, atol=1e-4)
     else:

@@ -82,7 +82,8 @@ class QueryBlocks:
                 visible &= qp[:, None] - kp[None, :] < window
             # One decoding step: typically nothing to mask. The keys a cache hands in for a step whose
             # keys are a run ending at the query are all visible (it keeps none past the window).
-            if T == 1 and (k0 + Tk == q0 + T if k0 is not None else bool(visible.all())):
+            if T == 1 and (k0 + Tk == q0 + T and (window is None or Tk <= window) if k0 is not None
+                           else bool(visible.all())):
                 visible = None
             self.blocks.append((r0, r1, seen, qp, kp, None if visible is None else visible.to(device)))
         self._masked: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # block -> (bias, bias with -inf)
@@ -171,6 +172,20 @@ class DistanceBlocks:
                              F_.storage_offset() + self.T - r1 + first)
 
 
+def _narrower(a: int | None, b: int | None) -> int | None:
+    """The smaller of two windows (None: no window)."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _query_blocks(blocks: dict, pos, k_pos, window, batch_heads, device, cache) -> QueryBlocks:
+    """The pass's ``QueryBlocks`` for ``window``, made once per forward pass and window: positions are the same
+    in every layer, and a layout's sliding-window layers share theirs."""
+    if ("plan", window) not in blocks:
+        blocks[("plan", window)] = QueryBlocks(pos, k_pos, window, batch_heads, device, blocks.get("q_run"),
+                                               None if cache is None else cache.attended_keys_are_run)
+    return blocks[("plan", window)]
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -191,6 +206,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
                 blocks: dict):
         B, T, C = x.shape
+        position = position.at_layer(layer)  # a layout's method for this layer; any other method is itself
+        window = _narrower(None if cache is None else cache.max_size, position.window)  # of the cache and the layer
         q, k, v = self.heads(x)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
         state = position.token_state(layer, x)  # (B, H, T) or None: kept beside the keys
@@ -200,25 +217,25 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v, k_pos = cache.append(layer, k, v, pos)  # (B, H, Tk, hs), (Tk,)
         dropout = self.dropout if self.training else 0.0
-        if position.reads_content:
+        if position.scores_itself:
             if state is not None:
                 k, state = k[..., :-1], k[..., -1]  # (B, H, Tk, hs), (B, H, Tk)
-            y, probs = self._attend_by_content(q, k, v, state, pos, k_pos, position, layer, cache, blocks,
+            y, probs = self._attend_by_content(q, k, v, state, pos, k_pos, position, layer, cache, window, blocks,
                                                want_probs, dropout)
             return self._project(y), probs
 
-        if not position.has_logit_bias and cache is None and not want_probs:
+        if not position.has_logit_bias and cache is None and window is None and not want_probs:
             # the one case the fused kernels handle alone
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
             return self._project(y), None
 
         shortcut = position.has_distance_bias or position.has_banded_bias or position.has_relative_key_range
         if FAST_PATHS and shortcut and not (torch.is_grad_enabled() and q.requires_grad):
-            if "distance" not in blocks:  # once per forward pass, as the plan below
-                blocks["distance"] = DistanceBlocks.plan(
-                    pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, blocks.get("q_run"),
+            if ("distance", window) not in blocks:  # once per forward pass (and window), as the plan below
+                blocks[("distance", window)] = DistanceBlocks.plan(
+                    pos, k_pos, window, B * self.n_head, blocks.get("q_run"),
                     None if cache is None else cache.attended_keys_are_run, q.device)
-            plan = blocks["distance"]
+            plan = blocks[("distance", window)]
             table = None if plan is None else position.distance_bias(layer, pos, 0, plan.max_visible)
             if table is not None:
                 y, probs = self._attend_by_distance(q, k, v, plan, table, want_probs, dropout)
@@ -233,18 +250,15 @@ class CausalSelfAttention(nn.Module):
                 return self._project(self._attend_relative_shift(q, k, v, plan, *keys, dropout)), None
 
         if (FAST_PATHS and T == 1 and not position.has_logit_bias and not want_probs and cache is not None
-                and cache.attended_keys_are_run):
+                and cache.attended_keys_are_run and window == cache.max_size):
             # a decoding step without a bias: the cache returned exactly the keys the query sees
             # (positions up to its own, inside its window), so nothing needs masking
             return self._project(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)), None
 
-        if "plan" not in blocks:  # once per forward pass: positions are the same in every layer
-            blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * self.n_head, q.device,
-                                         blocks.get("q_run"), None if cache is None else cache.attended_keys_are_run)
+        plan = _query_blocks(blocks, pos, k_pos, window, B * self.n_head, q.device, cache)
         Tk = k.shape[-2]
         y = torch.empty_like(q)  # (B, H, T, hs)
         probs = q.new_zeros(B, self.n_head, T, Tk) if want_probs else None  # future keys stay exactly 0
-        plan = blocks["plan"]
         for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]  # (B, H, rows|seen, hs)
             bias = position.logit_bias(layer, qb, qp, kp)  # None or broadcastable to (B, H, rows, seen)
@@ -266,24 +280,22 @@ class CausalSelfAttention(nn.Module):
                 y[:, :, r0:r1] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
         return self._project(y), probs
 
-    def _attend_by_content(self, q, k, v, state, pos, k_pos, position: PositionMethod, layer: int, cache,
+    def _attend_by_content(self, q, k, v, state, pos, k_pos, position: PositionMethod, layer: int, cache, window,
                            blocks: dict, want_probs: bool, dropout: float):
         """Attention for a method that reads content (``token_state``, ``content_bias``, ``attention_weights``):
         each block of queries is scored here, the method adds its bias and turns scores into weights."""
         B, H, T, hs = q.shape
-        if "plan" not in blocks:  # the same blocks and visibility masks as the bias path
-            blocks["plan"] = QueryBlocks(pos, k_pos, None if cache is None else cache.max_size, B * H, q.device,
-                                         blocks.get("q_run"), None if cache is None else cache.attended_keys_are_run)
+        plan = _query_blocks(blocks, pos, k_pos, window, B * H, q.device, cache)  # as the bias path's
         Tk, work = k.shape[-2], torch.promote_types(q.dtype, torch.float32)
         y = torch.empty_like(q)  # (B, H, T, hs)
         probs = q.new_zeros(B, H, T, Tk) if want_probs else None
-        for i, (r0, r1, seen, qp, kp, visible) in enumerate(blocks["plan"].blocks):
+        for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]
-            if ("seen", i) not in blocks:  # once per forward pass: every layer sees the same keys
-                blocks[("seen", i)] = (  # a decoding step that sees every key it was handed has no mask
+            if ("seen", window, i) not in blocks:  # once per forward pass: every layer sees the same keys
+                blocks[("seen", window, i)] = (  # a decoding step that sees every key it was handed has no mask
                     torch.ones(r1 - r0, seen, dtype=torch.bool, device=q.device) if visible is None else visible,
                     torch.arange(Tk - T + r0, Tk - T + r1, device=q.device))
-            view = Seen(*blocks[("seen", i)], None if state is None else state[:, :, :seen])
+            view = Seen(*blocks[("seen", window, i)], None if state is None else state[:, :, :seen])
             # at least float32: the methods take sigmoids, logs and cumulative sums of the scores
             scores = torch.matmul(qb.to(work), kb.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, rows, seen)
             # the content bias reads the plain scores; an index bias is added too, for a method that has both
@@ -365,7 +377,7 @@ class CausalSelfAttention(nn.Module):
         R = max(r1 - r0 for r0, r1, _, _ in plan.blocks)  # rows of the largest block
         width = max(max(seen - first for _, _, first, seen in plan.blocks), R + Kb - 1)
         Rb, Wb = R + A - 1, _round_up(width + A - 1)  # rows, columns (whole 16-element rows: PyTorch reads a view in place)
-        key = ("band", B, H, R, width, K, q.dtype)
+        key = ("band", B, H, R, width, K, q.dtype, plan.window)
         buf = blocks.get(key)
         if buf is None:  # the 0 / -inf pattern, once per forward pass
             d = torch.arange(Rb, device=q.device)[:, None] - torch.arange(Wb, device=q.device)[None, :] + (Wb - Rb)

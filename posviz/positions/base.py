@@ -31,6 +31,14 @@ then scores every query block itself and hands the method what it has, again wit
 * ``attention_weights(layer, scores, seen)``  the weights from the (biased) scores: a softmax over the
   visible keys by default; stick-breaking's own normalisation otherwise.
 
+A model may also give each layer its own method, window and sink logits (``positions.layers``: Llama 4's
+NoPE layers, Gemma 3's local and global layers, GPT-OSS's sinks). Attention asks ``at_layer(layer)`` for
+the method acting in a layer (every method but a layout answers itself) and reads two facts off it:
+
+* ``window``  keys further back than this are unseen in this layer (a sliding-window layer); None: all.
+* ``sink_logits``  (H,) learned logits that join every softmax row as one more key and are then dropped
+  (GPT-OSS), so a head may put weight nowhere; None without. Such a layer scores its blocks itself.
+
 What the explore pages draw of a method, without knowing which one it is (each has a default derived
 from the hooks above, so a new method shows up with nothing more to write):
 
@@ -104,6 +112,12 @@ class PositionMethod(nn.Module):
         self.shape = shape
         self.options = strict_from_dict(self.Options, options, f"{self.name} options")
         self._memo: dict | None = None
+        self.window: int | None = None  # set by a layout for its sliding-window layers
+        self.register_parameter("sink_logits", None)  # (H,) set by a layout whose layers learn sinks
+
+    def at_layer(self, layer: int) -> "PositionMethod":
+        """The method acting in ``layer``: itself, except in a layout (``positions.layers``)."""
+        return self
 
     # -- the three hooks -------------------------------------------------------------------------
     def add_to_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:  # (B, T, C)
@@ -124,8 +138,13 @@ class PositionMethod(nn.Module):
         return None  # else (B, H, rows, keys), added to ``scores`` = q . k / sqrt(hs) (float32)
 
     def attention_weights(self, layer: int, scores: torch.Tensor, seen: Seen) -> torch.Tensor:
-        """(B, H, rows, keys) weights from the block's scores: a softmax over the visible keys."""
-        return scores.masked_fill(~seen.visible, float("-inf")).softmax(dim=-1)
+        """(B, H, rows, keys) weights from the block's scores: a softmax over the visible keys, with the
+        sink logits as one more key when the layer has them (GPT-OSS: that key has no value and is dropped)."""
+        scores = scores.masked_fill(~seen.visible, float("-inf"))
+        if self.sink_logits is None:
+            return scores.softmax(dim=-1)
+        sink = self.sink_logits.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        return torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
 
     def counted_positions(self, scores: torch.Tensor, seen: Seen) -> torch.Tensor | None:
         """(B, H, rows, keys) the position of each key as a query counts it from the content (CoPE), for the
@@ -138,6 +157,11 @@ class PositionMethod(nn.Module):
         base = PositionMethod
         return (type(self).token_state is not base.token_state or type(self).content_bias is not base.content_bias
                 or type(self).attention_weights is not base.attention_weights)
+
+    @property
+    def scores_itself(self) -> bool:
+        """Whether attention scores this method's blocks itself (content hooks, or sink logits)."""
+        return self.reads_content or self.sink_logits is not None
 
     def distance_bias(self, layer: int, q_pos: torch.Tensor, lo: int, hi: int) -> torch.Tensor | None:
         """Optional: (H, hi - lo + 1) bias at the distances lo..hi (0 <= lo <= hi) for the queries at
@@ -227,12 +251,12 @@ class PositionMethod(nn.Module):
     def is_absolute(self) -> bool:
         return self.kind == "absolute"
 
-    @classmethod
-    def is_shift_invariant(cls) -> bool:
+    def is_shift_invariant(self) -> bool:
         """Whether scores depend on distances alone, so that a window of keys may start at any position
         (relative methods, the content methods, whose scores read no index at all, and NoPE; FIRE is
-        relative, but past its threshold it divides each distance by a function of the query's own position)."""
-        return cls.kind in ("relative", "content", "none")
+        relative, but past its threshold it divides each distance by a function of the query's own position).
+        Asked of the method as configured: NoPE with Llama 4's temperature reads the query's position."""
+        return self.kind in ("relative", "content", "none")
 
     def check_positions(self, pos: torch.Tensor) -> None:
         """Raise a PositionLimitError naming the position when ``pos`` is past what the method has."""

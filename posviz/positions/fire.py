@@ -162,8 +162,7 @@ class Fire(PositionMethod):
         self.functions = nn.ModuleList(FireFunction(shape.n_head, o.mlp_width, o.c_init, max(1.0, threshold),
                                                     spread=o.mlp_init == "spread") for _ in range(copies))
 
-    @classmethod
-    def is_shift_invariant(cls) -> bool:
+    def is_shift_invariant(self) -> bool:
         return False  # past L the normaliser psi(i) depends on where the query sits
 
     def _index(self, layer: int) -> int:

@@ -1,0 +1,147 @@
+"""Per-layer position layouts: each layer its own method, options, window and sink logits.
+
+Today's open models place position per layer, not per model:
+
+* Llama 4's iRoPE: three RoPE layers, then one NoPE layer with a query temperature (``irope``);
+* Gemma 3: five sliding-window layers with RoPE base 10 k to one full layer with base 1 M (``local_global``);
+* GPT-OSS: sliding-window and full layers alternating, RoPE, a learned sink logit per head (``rope_sinks``).
+
+A layout is one ``PositionMethod`` holding one method per layer; attention asks ``at_layer(layer)`` for the
+one acting in each layer and reads its ``window`` and ``sink_logits`` (``positions.base``), so attention
+still never asks which method it has. Each preset is one file naming its ``layers``; a config may give any
+list instead (``{"position": "rope_sinks", "position_options": {"layers": [{"method": "alibi", "sinks":
+true}]}}`` is ALiBi with sinks): the list repeats until every layer has one, as the pattern of a model's
+``layer_types``. Methods that add to the input (learned, sinusoidal) act once for the whole model and
+cannot be given per layer.
+
+Sink logits: GPT-OSS (OpenAI 2025, https://arxiv.org/abs/2508.10925), ``eager_attention_forward`` in
+transformers' ``modeling_gpt_oss.py``: one logit per head joins every softmax row as an extra key and is
+dropped after it, initialised N(0, 0.02) as there. StreamingLLM (Xiao et al. 2024,
+https://arxiv.org/abs/2309.17453) found that trained models pour attention onto the first tokens instead.
+Shapes: H heads; everything else as in ``positions.base``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from posviz.config import require, strict_from_dict
+from posviz.errors import ConfigError
+from posviz.positions.base import PositionMethod
+
+SINK_INIT_STD = 0.02  # GPT-OSS's init of its sinks (``GptOssPreTrainedModel._init_weights``: the initializer range)
+
+
+@dataclasses.dataclass
+class LayerSpec:
+    """One layer's place in a layout."""
+
+    method: str = "rope"  # a name in POSITION_METHODS
+    options: dict = dataclasses.field(default_factory=dict)  # that method's own options
+    window: int | None = None  # a sliding window of this many keys (the query's own included); None: full
+    sinks: bool = False  # learn one sink logit per head in this layer (GPT-OSS)
+
+    def __post_init__(self):
+        require(self.window is None or (isinstance(self.window, int) and self.window >= 1),
+                f"a layer's window must be a positive integer or None, got {self.window!r}")
+        require(isinstance(self.options, dict), "a layer's options must be a mapping")
+
+
+@dataclasses.dataclass
+class LayoutOptions:
+    layers: list | None = None  # LayerSpec mappings, repeated over the layers; None: the preset's own
+
+    def __post_init__(self):
+        require(self.layers is None or (isinstance(self.layers, list) and len(self.layers) >= 1),
+                "a layout's layers must be a list of at least one layer, or left out for the preset's own")
+        if self.layers is not None:
+            self.layers = [_spec(s, i) for i, s in enumerate(self.layers)]
+
+
+def _spec(values, i: int) -> dict:
+    """One layer's spec as a plain mapping, every key checked (unknown keys are an error)."""
+    return dataclasses.asdict(strict_from_dict(LayerSpec, values, f"layer {i} of the layout"))
+
+
+class LayerLayout(PositionMethod):
+    """A method per layer (see the module docstring); the presets subclass it with their own ``layers``."""
+
+    name = ""  # not a method by itself: each preset names itself
+    acts_on = "q/k"
+    kind = "relative"
+    Options = LayoutOptions
+    explore_sections = ("layer-layout",)
+
+    def __init__(self, shape, options: dict[str, Any] | None = None):
+        from posviz.positions import POSITION_METHODS, build_position_method  # the registry holds this module
+
+        super().__init__(shape, options)
+        pattern = self.options.layers or [_spec(s, i) for i, s in enumerate(self.preset_layers(shape))]
+        self.specs = [pattern[i % len(pattern)] for i in range(shape.n_layer)]
+        methods = []
+        for i, spec in enumerate(self.specs):
+            cls = POSITION_METHODS.get(spec["method"])
+            if cls is not None and (issubclass(cls, LayerLayout) or cls.acts_on == "input"):
+                raise ConfigError(f"layer {i}: {spec['method']!r} cannot act in one layer alone (it "
+                                  f"{'is a layout' if issubclass(cls, LayerLayout) else 'adds to the input of the whole model'})")
+            method = build_position_method(spec["method"], shape, spec["options"])
+            method.window = spec["window"]
+            if spec["sinks"]:
+                method.sink_logits = nn.Parameter(torch.randn(shape.n_head) * SINK_INIT_STD)
+            methods.append(method)
+        self.layer_methods = nn.ModuleList(methods)
+
+    @classmethod
+    def preset_layers(cls, shape) -> list[dict]:
+        """The preset's pattern of layers for a model of ``shape`` (windows scale with its training length)."""
+        return [{"method": "rope"}]
+
+    def at_layer(self, layer: int) -> PositionMethod:
+        return self.layer_methods[layer]
+
+    # -- what acts on the whole model: the layers' methods, each ----------------------------------
+    def check_positions(self, pos: torch.Tensor) -> None:
+        for method in self.layer_methods:
+            method.check_positions(pos)
+
+    def forget(self) -> None:
+        super().forget()
+        for method in self.layer_methods:
+            method.forget()
+
+    def after_optimizer_step(self) -> None:
+        for method in self.layer_methods:
+            method.after_optimizer_step()
+
+    @property
+    def max_positions(self) -> int | None:
+        limits = [m.max_positions for m in self.layer_methods if m.max_positions is not None]
+        return min(limits) if limits else None
+
+    def is_shift_invariant(self) -> bool:
+        return all(m.is_shift_invariant() for m in self.layer_methods)
+
+    @property
+    def reads_content(self) -> bool:
+        return any(m.reads_content for m in self.layer_methods)
+
+    @property
+    def has_sinks(self) -> bool:
+        return any(m.sink_logits is not None for m in self.layer_methods)
+
+    @property
+    def windows(self) -> list[int | None]:
+        return [m.window for m in self.layer_methods]
+
+    # -- what the explore pages draw: the layer's own ---------------------------------------------
+    def bias_by_distance(self, layer: int, n_keys: int) -> torch.Tensor | None:
+        return self.at_layer(layer).bias_by_distance(layer, n_keys)
+
+    def layer_rotation_frequencies(self, layer: int, seq_len: int) -> tuple[torch.Tensor, float] | None:
+        return self.at_layer(layer).rotation_frequencies(seq_len)
+
+    def extra_repr(self) -> str:
+        return ""  # the layers' own modules say it
