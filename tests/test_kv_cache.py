@@ -45,6 +45,38 @@ def test_cached_window_equals_reencode_for_relative_methods(method, text_ids):
     assert np.allclose(cached.id_bits, reencode.id_bits, atol=2e-4), np.abs(cached.id_bits - reencode.id_bits).max()
 
 
+@pytest.mark.parametrize("method", ["alibi", "rope", "nope", "fox", "t5", "local_global", "rope_sinks"])
+def test_streaming_equals_its_window_encoded_afresh_in_one_layer(method, text_ids):
+    """StreamingLLM, read straight from the paper: step t >= W sees the K first bytes and the newest W - K
+    (itself included), at positions t-W+1 .. t, the sinks first. One layer: a key depends only on its byte
+    and position, so that is one forward pass over exactly those bytes at those positions."""
+    model = as_lab_model(sharp(tiny_model(method, n_layer=1)))
+    window, K, n = 9, 3, 40
+    r = kv_cache.sliding_score(model, text_ids, window, "streaming", n, sinks=K)
+    assert r.error is None and r.n_scored == n - 1
+    expected = []
+    with torch.no_grad():
+        for t in range(n - 1):
+            if t < window:
+                held, pos = text_ids[: t + 1], torch.arange(t + 1)
+            else:
+                held = torch.cat((text_ids[:K], text_ids[t - window + K + 1: t + 1]))
+                pos = torch.arange(t - window + 1, t + 1)
+            logits = model.net(held[None], positions=pos).logits[0, -1]
+            expected.append(float(torch.nn.functional.cross_entropy(logits[None], text_ids[t + 1: t + 2])) / np.log(2))
+    assert np.allclose(r.id_bits, expected, atol=2e-4), np.abs(r.id_bits - np.array(expected)).max()
+    # no sinks: the cached window with true positions
+    none = kv_cache.sliding_score(model, text_ids, window, "streaming", n, sinks=0)
+    plain = kv_cache.sliding_score(model, text_ids, window, "cached_window", n)
+    assert np.allclose(none.id_bits, plain.id_bits, atol=1e-6)
+
+
+def test_streaming_sinks_must_be_fewer_than_the_window(text_ids):
+    model = as_lab_model(tiny_model("alibi"))
+    with pytest.raises(PosvizError, match="fewer than the window"):
+        kv_cache.sliding_score(model, text_ids, 4, "streaming", 20, sinks=4)
+
+
 @pytest.mark.parametrize("method", method_names())
 def test_strategies_agree_until_the_window_is_full(method, text_ids):
     model = as_lab_model(sharp(tiny_model(method)))
@@ -191,3 +223,26 @@ def test_cache_check_times_a_sample_of_prefixes(text_ids):
     every = kv_cache.cache_check(model, text_ids, 32, reencode_samples=None)
     assert every["reencode_timed"] == 32 and every["reencode_ms_per_byte"] > 0
     assert kv_cache.cache_check(model, text_ids, 32, time_reencode=False)["reencode_timed"] == 0
+
+
+def test_evaluate_prints_cached_decoding_with_and_without_sinks(tiny_models_dir, capsys):
+    """``python -m posviz.evaluate --checkpoint X --window W --sinks K``: both rows, the numbers of the lab's own run."""
+    import json
+
+    from posviz.models.interface import open_model
+    from posviz.training.data import load_corpus
+    from posviz.training.evaluate import main
+
+    folder = str(tiny_models_dir / "alibi")
+    main(["--checkpoint", folder, "--window", "12", "--sinks", "3", "--window-ids", "60", "--eval-bytes", "4096"])
+    out = capsys.readouterr().out
+    assert "with 3 sinks" in out and "without sinks" in out and "window of 12" in out
+    printed = json.loads(out.strip().splitlines()[-1])
+    model = open_model(folder)
+    ids = model.encode(load_corpus().eval_stream(4096).tobytes())
+    again = kv_cache.streaming_comparison(model, ids, 12, 3, 60)
+    assert printed["with_sinks"]["bpb"] == pytest.approx(again["with_sinks"]["bpb"], abs=1e-9)
+    assert printed["without"]["bpb"] == pytest.approx(again["without"]["bpb"], abs=1e-9)
+    assert printed["with_sinks"]["bpb"] != printed["without"]["bpb"]
+    with pytest.raises(SystemExit, match="fewer than the window"):
+        main(["--checkpoint", folder, "--window", "3", "--sinks", "3", "--eval-bytes", "4096"])

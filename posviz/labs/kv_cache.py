@@ -21,7 +21,8 @@ from posviz.models.interface import LabModel
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
 from posviz.positions.base import mark_run
 
-STRATEGIES = ("reencode", "shifted_cache", "cached_window")
+STRATEGIES = ("reencode", "shifted_cache", "cached_window", "streaming")
+STREAMING_SINKS = 4  # StreamingLLM keeps the first 4 tokens (Xiao et al. 2024, https://arxiv.org/abs/2309.17453)
 # Re-encoding's steps after the first window are timed on this many of them, run one at a time; the
 # others run batched. Every such step is the same work (a window of W bytes at positions 0..W-1), so they
 # differ only by the host's noise, and 16 (of 64 at the page's defaults) give its mean.
@@ -31,6 +32,7 @@ STRATEGY_TITLES = {
     "reencode": "Re-encode the window",
     "shifted_cache": "Shifted KV cache",
     "cached_window": "Cached window, true positions",
+    "streaming": "StreamingLLM: sinks + window",
 }
 STRATEGY_HOW = {
     "reencode": "Every step runs the last W bytes again with positions 0..W-1. Always correct; costs a full "
@@ -40,6 +42,9 @@ STRATEGY_HOW = {
                      "position it was computed at.",
     "cached_window": "Keep the cache (at most W entries) and give every byte its true position t. Distances "
                      "are right; absolute positions keep growing.",
+    "streaming": "Keep the first K bytes (the sinks) and the newest W-K in the cache, the sinks at the positions "
+                 "just before the newest (StreamingLLM; K = 4). Where heads pour attention onto the first bytes, "
+                 "evicting them is what breaks a plain window.",
 }
 
 
@@ -90,6 +95,16 @@ def _verdict(model: LabModel, strategy: str) -> str:
         return (f"Runs with the true distances (0..W-1), but past its threshold {name} also divides them by a "
                 "function of the query's true position (up to the document length), so it differs from re-encoding "
                 "the window at 0..W-1.")
+    if strategy == "streaming":
+        if model.max_positions is not None:
+            return (f"Cannot run past {model.unit} {model.max_positions:,}: the sinks move to the positions just before "
+                    f"the newest {model.unit}s, and the {name} table has no rows for later positions.")
+        if model.is_absolute:
+            return (f"Runs, but {name} then sees absolute positions it never saw in training (the sinks are encoded "
+                    "again just before the newest ones), as in the Extrapolation lab past the training length.")
+        return ("Correct StreamingLLM: the first few ids stay in the window, at the positions just before the newest "
+                "ones, so every distance is within the window. It helps where heads attend to the first ids (the "
+                "share chart); a model without a sink loses little by evicting them.")
     raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
 
 
@@ -135,7 +150,7 @@ def _sync(model: LabModel) -> None:
 @torch.inference_mode()
 def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int | None = None,
                   progress: Progress = _no_progress, one_pass_prefix: bool = True,
-                  timed_steps: int | None = REENCODE_TIMED_STEPS) -> SlidingResult:
+                  timed_steps: int | None = REENCODE_TIMED_STEPS, sinks: int = STREAMING_SINKS) -> SlidingResult:
     """Score bytes 1..n-1 of ``ids`` one at a time, each from (at most) the ``window`` bytes ending
     just before it, under ``strategy`` (see STRATEGY_HOW).
 
@@ -149,6 +164,10 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
     one at a time as a generator runs them and give ``ms_per_byte``; the rest run as a batch of
     windows, the same numbers (tests) for about the same arithmetic in far fewer calls. None: every
     step one at a time.
+
+    ``sinks`` (streaming only): the first ids StreamingLLM keeps. Before each step past the window they run
+    again at the positions just before the newest keys (the first ids see only each other, so this is what
+    moving their cached keys there gives), and take the front of the cache.
     """
     if strategy not in STRATEGIES:
         raise PosvizError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -159,7 +178,10 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
     # filled on the model's device and read once at the end: a read per byte would make every step
     # wait for the GPU to finish the one before it
     bits = torch.full((steps,), float("nan"), dtype=torch.float64, device=dev)
-    fresh_cache = lambda: model.new_cache(max_size=window) if strategy != "reencode" else None
+    sinks = sinks if strategy == "streaming" else 0
+    if sinks and not 0 < sinks < window:
+        raise PosvizError(f"StreamingLLM's sinks must be fewer than the window ({window}), got {sinks}")
+    fresh_cache = lambda: model.new_cache(max_size=window, sinks=sinks) if strategy != "reencode" else None
     cache = fresh_cache()
     error = None
     every = max(1, steps // 50)
@@ -192,7 +214,11 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
         try:
             if strategy == "reencode":
                 logits = model(ids[None, max(0, t - window + 1) : t + 1]).logits[0, -1]
-            elif strategy == "cached_window":
+            elif strategy in ("cached_window", "streaming"):
+                if sinks and t >= window:  # the sinks just before the newest W - K keys (t - W + K + 1 .. t)
+                    front = model.new_cache()
+                    model(ids[None, :sinks], positions=t - window + 1, cache=front)
+                    cache.replace_front(front)
                 logits = model(ids[None, t : t + 1], positions=t, cache=cache).logits[0, -1]
             else:
                 p = min(t, window - 1)
@@ -218,6 +244,20 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
     return SlidingResult(strategy, window, None if error else _mean_per_byte(bits, sizes),
                          None if error or full.size == 0 else _full_mean(full, sizes, window),
                          1000 * seconds / per, done, bits, error, max(0, stepped))
+
+
+def streaming_comparison(model: LabModel, ids, window: int, sinks: int = STREAMING_SINKS, n_ids: int | None = None,
+                         progress: Progress = _no_progress) -> dict:
+    """Cached decoding through a window of ``window`` ids with ``sinks`` StreamingLLM sinks and with none: bits
+    per byte over every prediction and over those after the first eviction, and the difference (none - sinks)."""
+    out = {"window": window, "sinks": sinks}
+    for label, k, part in (("with_sinks", sinks, (0.0, 0.5)), ("without", 0, (0.5, 1.0))):
+        r = sliding_score(model, ids, window, "streaming", n_ids, sinks=k,
+                          progress=lambda f, a=part[0], b=part[1]: progress(a + (b - a) * f))
+        out[label] = {"bpb": r.bpb, "bpb_after_eviction": r.bpb_full, "n_scored": r.n_scored, "error": r.error}
+    a, b = out["with_sinks"]["bpb_after_eviction"], out["without"]["bpb_after_eviction"]
+    out["sinks_save_bpb"] = None if a is None or b is None else b - a
+    return out
 
 
 def _full_mean(full: np.ndarray, sizes: np.ndarray | None, window: int) -> float:
@@ -254,9 +294,10 @@ def _reencode_batched(model: LabModel, ids: torch.Tensor, window: int, first: in
     return seconds, alone.size
 
 
-def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:
+def two_pass_diagram(window: int, t: int | None = None, sinks: int = STREAMING_SINKS) -> list[dict]:
     """Which position each byte of the window holds in pass t and pass t+1, per strategy.
 
+    StreamingLLM's rows start with its ``sinks`` first bytes, recomputed at the positions before the newest.
     Rows: {strategy, pass ("t" or "t+1"), byte (index in the document), position (what attention
     uses in this pass), baked (the position the byte's cached key was computed at, or the same
     as position when it is recomputed), recomputed (bool), consistent (position == baked or the
@@ -268,9 +309,15 @@ def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:
     if t < window:
         raise PosvizError("draw the diagram for a step after the window is full (t >= window)")
     rows = []
+    sinks = min(sinks, window - 1)
     for strategy in STRATEGIES:
         for label, step in (("t", t), ("t+1", t + 1)):
             first = step - window + 1
+            if strategy == "streaming":  # the first K bytes, moved just before the newest W - K
+                for j in range(sinks):
+                    rows.append({"strategy": strategy, "pass": label, "byte": j, "position": first + j,
+                                 "baked": first + j, "recomputed": True, "consistent": True})
+                first += sinks
             for j in range(first, step + 1):
                 slot = j - first  # 0..W-1 inside the window
                 if strategy == "reencode":
@@ -278,7 +325,7 @@ def two_pass_diagram(window: int, t: int | None = None) -> list[dict]:
                 elif strategy == "shifted_cache":
                     # Once the window is full every new byte is computed at W-1 and then slides left.
                     position, baked, recomputed = slot, window - 1 if j >= window - 1 else j, j == step
-                else:
+                else:  # true positions (the cached window, and StreamingLLM's newest bytes)
                     position, baked, recomputed = j, j, j == step
                 rows.append({"strategy": strategy, "pass": label, "byte": j, "position": position, "baked": baked,
                              "recomputed": recomputed, "consistent": position == baked})

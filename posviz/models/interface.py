@@ -153,8 +153,9 @@ class LabModel(ABC):
         return False
 
     @abstractmethod
-    def new_cache(self, max_size: int | None = None):
-        """An empty KV cache for this model (keeping at most ``max_size`` positions, None: all)."""
+    def new_cache(self, max_size: int | None = None, sinks: int = 0):
+        """An empty KV cache for this model (keeping at most ``max_size`` positions, None: all; with ``sinks``,
+        StreamingLLM's: the first ``sinks`` entries and the newest ``max_size - sinks``)."""
 
     @property
     @abstractmethod

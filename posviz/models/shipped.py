@@ -96,8 +96,8 @@ class CheckpointModel(LabModel):
     def load(self, progress=None) -> None:
         self.net
 
-    def new_cache(self, max_size: int | None = None) -> KVCache:
-        return KVCache(self.n_layer, max_size=max_size)
+    def new_cache(self, max_size: int | None = None, sinks: int = 0) -> KVCache:
+        return KVCache(self.n_layer, max_size=max_size, sinks=sinks)
 
     @property
     def device(self) -> torch.device:

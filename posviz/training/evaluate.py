@@ -215,6 +215,26 @@ def published_eval_table(model, ids: torch.Tensor, lengths: Iterable[int], progr
     return table
 
 
+def print_streaming(model, ids, window: int, sinks: int, n_ids: int) -> None:
+    """``--window W --sinks K``: bits per byte of cached decoding through W ids, with K sinks and with none."""
+    from posviz.labs.kv_cache import streaming_comparison
+
+    try:
+        r = streaming_comparison(model, ids, window, sinks, n_ids)
+    except PosvizError as exc:
+        raise SystemExit(f"error: {exc}")
+    print(f"{model.name}: {model.method}, trained context {model.train_length:,} {model.unit}s; cached decoding of "
+          f"{r['with_sinks']['n_scored'] + 1:,} {model.unit}s through a window of {window:,}")
+    print(f"{'':>22} {'bits/byte':>10} {'after the first eviction':>26}")
+    for label, key in ((f"with {sinks} sinks", "with_sinks"), ("without sinks", "without")):
+        row = r[key]
+        if row["error"]:
+            print(f"{label:>22} {'cannot run':>10}  {row['error']}")
+        else:
+            print(f"{label:>22} {row['bpb']:>10.4f} {row['bpb_after_eviction'] if row['bpb_after_eviction'] is None else round(row['bpb_after_eviction'], 4):>26}")
+    print(json.dumps(r))
+
+
 def main(argv=None) -> None:
     from posviz.models.checkpoint_files import read_metrics, write_metrics
     from posviz.training.data import load_corpus
@@ -232,6 +252,11 @@ def main(argv=None) -> None:
     ap.add_argument("--factor", type=float, default=None, help="RoPE scaling factor")
     ap.add_argument("--sliding", type=int, nargs=2, metavar=("WINDOW", "STRIDE"), default=None)
     ap.add_argument("--copy-gaps", type=int, nargs="*", default=[0, 16, 64, 128, 192, 512, 1024, 2048])
+    ap.add_argument("--window", type=int, default=None,
+                    help="instead of the length table: cached decoding through a window of this many ids, with "
+                         "--sinks StreamingLLM sinks and with none")
+    ap.add_argument("--sinks", type=int, default=4, help="with --window: the first ids kept (StreamingLLM; default 4)")
+    ap.add_argument("--window-ids", type=int, default=2048, help="with --window: ids decoded (default 2,048)")
     ap.add_argument("--write", action="store_true", help="store the results in the checkpoint's metrics.json")
     ap.add_argument("--corpus", default=None, help="folder of text files instead of the standard library")
     add_device_argument(ap)
@@ -247,6 +272,9 @@ def main(argv=None) -> None:
     data = corpus.eval_stream(args.eval_bytes)
     ids = model.encode(data.tobytes())
     L = model.train_length
+    if args.window is not None:
+        print_streaming(model, ids, args.window, args.sinks, args.window_ids)
+        return
     lengths = [int(round(m * L)) for m in args.multiples]
     table, seconds = timed(published_eval_table, model, ids, lengths)
     result = {"nonoverlapping_bpb": table, "eval_bytes": args.eval_bytes, "eval_ids": int(ids.numel()),

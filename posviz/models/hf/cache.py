@@ -20,12 +20,16 @@ class PublishedCache:
     max_size: int | None = None
     positions: torch.Tensor | None = None  # (Tk,)
     hf: object = field(default=None, repr=False)
+    sinks: int = 0  # StreamingLLM: the first entries, kept whatever the window evicts
 
     def __post_init__(self):
         from transformers import DynamicCache
 
+        from posviz.models.kv_cache import check_sinks
+
         if self.max_size is not None and not (isinstance(self.max_size, int) and self.max_size >= 1):
             raise PosvizError(f"KV cache max_size must be a positive integer or None, got {self.max_size!r}")
+        check_sinks(self.sinks, self.max_size)
         self.hf = DynamicCache()
 
     def __len__(self) -> int:
@@ -35,14 +39,34 @@ class PublishedCache:
         return 0 if self.positions is None or not len(self) else int(self.positions[-1]) + 1
 
     def keep_last(self, n: int) -> None:
-        """Drop all but the newest ``n`` entries of every layer."""
+        """Drop all but the newest ``n`` entries of every layer (with sinks: the first ``sinks`` and the newest
+        ``n - sinks``)."""
         if len(self) <= n:
             return
         if n == 0:
             self.__post_init__()
             self.positions = None
             return
+        held, K = len(self), min(self.sinks, n)
+        keep = torch.cat((torch.arange(K), torch.arange(held - (n - K), held)))
+        for layer in self._full_layers():
+            layer.keys, layer.values = layer.keys[..., keep, :], layer.values[..., keep, :]
+        self.positions = self.positions[keep.to(self.positions.device)]
+
+    def _full_layers(self) -> list:
+        """The layers that hold every kept entry (a model's own sliding-window layers keep fewer, and evict alone)."""
+        return [layer for layer in self.hf.layers if getattr(layer, "keys", None) is not None
+                and layer.keys.numel() and layer.keys.shape[-2] == len(self)]
+
+    def replace_front(self, other: "PublishedCache") -> None:
+        """StreamingLLM: the sinks' keys, values and positions become ``other``'s (see ``KVCache.replace_front``)."""
+        K = len(other)
+        if not K or K > len(self):
+            raise PosvizError(f"cannot put {K} entries at the front of a cache of {len(self)}")
+        theirs = iter(other.hf.layers)
         for layer in self.hf.layers:
-            if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[..., -n:, :], layer.values[..., -n:, :]
-        self.positions = self.positions[-n:]
+            source = next(theirs)
+            if getattr(layer, "keys", None) is not None and layer.keys.numel() and layer.keys.shape[-2] == len(self):
+                layer.keys = torch.cat((source.keys[..., -K:, :], layer.keys[..., K:, :]), dim=-2)
+                layer.values = torch.cat((source.values[..., -K:, :], layer.values[..., K:, :]), dim=-2)
+        self.positions = torch.cat((other.positions.to(self.positions.device), self.positions[K:]))

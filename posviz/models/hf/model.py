@@ -145,8 +145,8 @@ class PublishedModel(LabModel):
     def needs_loading(self) -> bool:
         return self._engine.net is None  # a download or gigabytes from disk: the page shows a bar
 
-    def new_cache(self, max_size: int | None = None) -> PublishedCache:
-        return PublishedCache(max_size=max_size)
+    def new_cache(self, max_size: int | None = None, sinks: int = 0) -> PublishedCache:
+        return PublishedCache(max_size=max_size, sinks=sinks)
 
     @property
     def device(self) -> torch.device:
