@@ -60,10 +60,14 @@ def test_teacher_forcing_through_the_cache_equals_the_full_forward_pass():
     assert np.allclose(scored.surprisal, full_forward_bits(model, PROMPT + real)[len(PROMPT) - 1:], atol=1e-4)
 
 
-@pytest.mark.parametrize("strategy,kv_cache_strategy", [("reencode", "reencode"), ("shift", "shifted_cache")])
-def test_window_strategies_past_the_training_length_match_the_sliding_window_scorer(strategy, kv_cache_strategy):
-    """For an absolute method, past W: re-encode and shift give exactly the losses of kv_cache.sliding_score."""
-    model = tiny_lab("sinusoidal")
+@pytest.mark.parametrize("method,strategy,kv_cache_strategy", [("sinusoidal", "reencode", "reencode"),
+                                                               ("sinusoidal", "shift", "shifted_cache"),
+                                                               ("sinusoidal", "streaming", "streaming"),
+                                                               ("nope", "streaming", "streaming")])
+def test_window_strategies_past_the_training_length_match_the_sliding_window_scorer(method, strategy, kv_cache_strategy):
+    """Past W: re-encode and shift (an absolute method) and StreamingLLM (any method) give exactly the losses of
+    kv_cache.sliding_score, the same window of W = the training length."""
+    model = tiny_lab(method)
     rng = np.random.default_rng(0)
     text = [int(b) for b in rng.integers(32, 127, size=len(PROMPT) + 3 * W)]
     prompt, real = text[:len(PROMPT)], text[len(PROMPT):]

@@ -169,6 +169,15 @@ def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
     check = kv_cache.cache_check(open_model(folders["t5"]), doc_ids, 40)
     assert check["max_abs_diff"] < 1e-4
 
+    # each head's share of attention on the first byte, as first_id_share computes it, for every chosen model
+    shares = next(f for f in chart_frames(at) if "share %" in f.columns)
+    assert "learned has 32 positions" in texts(at.warning)  # its table ends before the queries read
+    for name in ("alibi", "rope"):
+        expected = kv_cache.first_id_share(open_model(folders[name]), doc_ids)
+        drawn = shares[shares["model"] == name].sort_values(["layer", "head"])
+        assert np.allclose(drawn["share %"], [100 * r["share"] for r in expected], atol=1e-6), name
+    assert "would put" in texts(at.caption)
+
     at2 = run(page("kv_cache", W="7", n="40", models="nope", cl="16"))
     assert "Ignored URL parameter W=" in texts(at2.warning)
     assert at2.select_slider(key="w_W").value == 32

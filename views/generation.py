@@ -78,7 +78,7 @@ with left:
                       key="w_topk", disabled=decode == "greedy")
     seed = c3.number_input("Seed", 0, 2**31 - 1, value=qp_int("seed", 0, 0, 2**31 - 1), step=1, key="w_seed",
                            disabled=decode == "greedy", help="The same seed and settings write the same text.")
-    strategy = st.radio("Past the training length, absolute methods…", list(generation.STRATEGIES),
+    strategy = st.radio("Past the training length…", list(generation.STRATEGIES),
                         index=list(generation.STRATEGIES).index(qp_choice("window", "stop", generation.STRATEGIES)),
                         format_func=lambda key: generation.strategy_title(key, unit), key="w_window")
     colour_by = st.radio(in_units("Colour each byte by", unit), ["surprisal", "entropy"], horizontal=True, key="w_colour",
@@ -86,11 +86,12 @@ with left:
                          help=in_units("Surprisal: bits the model paid for the byte it wrote. Entropy: how unsure it was.", unit)
                               + when_not_bytes(unit, " A token's bits are shared evenly by its bytes."))
 with strategies_slot.container():
-    with st.expander("When the window is full (absolute methods)", expanded=False):
+    with st.expander("When the window is full", expanded=False):
         for key in generation.STRATEGIES:
             st.markdown(f"**{generation.strategy_title(key, unit)}** (`{key}`) — {generation.strategy_how(key, unit)}")
-        st.caption(in_units("Relative methods (ALiBi, T5, Shaw, RoPE) and NoPE always keep every byte at its true "
-                            "position: their cache stays valid as the text grows.", unit))
+        st.caption(in_units("Re-encoding and shifting are for absolute methods: relative methods (ALiBi, T5, Shaw, "
+                            "RoPE) and NoPE keep every byte at its true position, their cache valid as the text grows. "
+                            "StreamingLLM's window applies to every method.", unit))
 with right:
     text = choose_text()
 sync_url(models=chosen, n=new_ids, decode=decode, temp=temperature, topk=top_k, seed=int(seed), window=strategy,
@@ -203,7 +204,7 @@ for name in chosen:
     own = f"{r.bits_per_byte:.2f} bits/byte on its own text" if r.ids else "nothing written"
     rate = f"{r.ids_per_second:,.0f} {units_of(name)}/s" if r.ids else f"— {units_of(name)}/s"
     slots[name]["stats"].caption(f"{len(r.ids):,} {units_of(name)} · {rate} · {own}"
-                                 + ("" if models[name].is_absolute else " · true positions (not an absolute method)"))
+                                 + ("" if r.strategy == strategy else " · true positions (not an absolute method)"))
     if r.error:
         slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
 

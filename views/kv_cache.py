@@ -24,10 +24,10 @@ page_header(
     "has to go. What happens to the positions then depends on the position method.",
 )
 
-COLOURS = alt.Scale(domain=list(kv_cache.STRATEGIES), range=["#4e79a7", "#e15759", "#59a14f"])
+COLOURS = alt.Scale(domain=list(kv_cache.STRATEGIES), range=["#4e79a7", "#e15759", "#59a14f", "#b07aa1"])
 TITLES = kv_cache.STRATEGY_TITLES
 
-with st.expander("The three strategies", expanded=True):
+with st.expander(f"The {len(kv_cache.STRATEGIES)} strategies", expanded=True):
     for strategy in kv_cache.STRATEGIES:
         st.markdown(f"**{TITLES[strategy]}** (`{strategy}`) — {kv_cache.STRATEGY_HOW[strategy]}")
 
@@ -101,6 +101,44 @@ def two_pass_section() -> None:
 two_pass_section()
 
 # ------------------------------------------------------------------------------------------------
+# Attention sinks: where StreamingLLM's first ids matter
+# ------------------------------------------------------------------------------------------------
+def sink_section() -> None:
+    st.subheader(f"Attention on the first {one}: is there a sink to keep?")
+    st.markdown(
+        f"Trained models often pour attention onto the first {one} of a text, whatever it is (StreamingLLM's "
+        f"*attention sink*); a window that evicts it then breaks them. Each cell is one head's mean attention on the "
+        f"first {one}, from the queries at {kv_cache.SINK_QUERIES_FROM} and beyond of the text's first "
+        f"{kv_cache.SINK_IDS} {many}; spread evenly, a head would put the share in the caption there.")
+    rows = []
+    for name in chosen:
+        model = models[name]
+        try:
+            shares = compute_once("first_id_share", model.key + (text_bytes,),
+                                  lambda progress, model=model: kv_cache.first_id_share(
+                                      model, model.tokenize(text_bytes).ids, progress=progress),
+                                  f"{name}: attention on the first {model.unit}, layer by layer…")
+        except PosvizError as exc:
+            st.warning(f"**{name}**: {exc}", icon="⚠️")
+            continue
+        rows += [{"model": name, **r} for r in shares]
+    if not rows:
+        return
+    shares = pd.DataFrame(rows)
+    shares["share %"] = 100 * shares["share"]
+    uniform = 100 * shares["uniform"].max()
+    chart = alt.Chart(shares).mark_rect(stroke="white").encode(
+        x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"),
+        color=alt.Color("share %:Q", title="% on the first", scale=alt.Scale(scheme="purples", domain=[0, 100])),
+        tooltip=["model", "layer", "head", alt.Tooltip("share %:Q", format=".1f")],
+    ).properties(width=150, height=120).facet(facet=alt.Facet("model:N", sort=chosen, title=None), columns=4)
+    show_chart(chart, shares.drop(columns=["share"]), "first-id-share",
+               f"Spread evenly over the keys it sees, a head would put {uniform:.1f} % on the first {one} (for a full layer).")
+
+
+sink_section()
+
+# ------------------------------------------------------------------------------------------------
 # Score the document under each strategy
 # ------------------------------------------------------------------------------------------------
 # The scoring section's columns and what it draws them with (they depend on the unit only)
@@ -142,7 +180,7 @@ def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
         y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
         color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
                         labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
-                                  "'cached_window': 'Cached, true positions'}[datum.label]")),
+                                  "'cached_window': 'Cached, true positions', 'streaming': 'StreamingLLM'}[datum.label]")),
         tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
     ).properties(height=320)
     speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(

@@ -40,15 +40,17 @@ import torch
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
 from posviz.labs.inputs import in_units
+from posviz.labs.kv_cache import STREAMING_SINKS
 from posviz.models.interface import LabModel
 from posviz.positions.base import mark_run
 
 LN2 = math.log(2.0)
-STRATEGIES = ("stop", "reencode", "shift")
+STRATEGIES = ("stop", "reencode", "shift", "streaming")
 STRATEGY_TITLES = {
     "stop": "True positions; stop at the method's limit",
     "reencode": "Re-encode the last W bytes",
     "shift": "Keep the cache, shift positions (broken)",
+    "streaming": "StreamingLLM: 4 sinks + the newest bytes",
 }
 STRATEGY_HOW = {
     "stop": "Every byte keeps its true position and the cache keeps every byte. A learned table has no row past "
@@ -58,6 +60,9 @@ STRATEGY_HOW = {
     "shift": "Keep the last W keys and values, drop the oldest, and relabel the window 0..W-1 so the new byte "
              "gets position W-1. Cached keys still carry the positions they were computed at: fast and wrong "
              "for absolute methods, which bake the position into the input.",
+    "streaming": "Keep the first 4 bytes (the sinks) and the newest W-4 in a cache of W, the sinks at the positions "
+                 "just before the newest (StreamingLLM). For every method: it shows what evicting the first bytes "
+                 "costs a model that attends to them.",
 }
 MAX_TOP_K = 256
 MAX_TEMPERATURE = 2.0
@@ -188,15 +193,18 @@ class Decoder:
         self.prompt = check_prompt(prompt, model)
         self.forced = None if forced is None else [int(b) for b in forced]
         self.window = model.train_length
-        # Relative methods always keep every id at its true position; the choice is for absolute ones.
-        self.strategy = settings.strategy if model.is_absolute else "stop"
+        # Relative methods keep every id at its true position (re-encoding or shifting is for absolute ones);
+        # StreamingLLM's window is for every method.
+        self.strategy = settings.strategy if model.is_absolute or settings.strategy == "streaming" else "stop"
         self.seq: list[int] = list(self.prompt)
         self.steps: list[Step] = []
         self.error: str | None = None
         self.seconds = 0.0
         self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)
         # re-encode keeps a cache only until the window is full (nothing to re-encode before that)
-        self.cache = model.new_cache(max_size=self.window if self.strategy == "shift" else None)
+        self.sinks = min(STREAMING_SINKS, self.window - 1) if self.strategy == "streaming" else 0
+        self.cache = model.new_cache(max_size=self.window if self.strategy in ("shift", "streaming") else None,
+                                     sinks=self.sinks)
         self._logits: torch.Tensor | None = None  # prediction for the id after self.seq
         self._limit = settings.new_ids if self.forced is None else min(settings.new_ids, len(self.forced))
         self._prompt_bytes = len(model.decode(self.prompt))
@@ -228,7 +236,12 @@ class Decoder:
         return torch.tensor([values], dtype=torch.long, device=self.model.device)
 
     def _prefill(self) -> torch.Tensor:
-        if self.strategy == "stop" or len(self.seq) <= self.window:
+        if self.strategy == "streaming" and len(self.seq) > self.window:  # the rest one by one, as it evicts
+            self.model(self._ids(self.seq[:self.window]), cache=self.cache)
+            for t in range(self.window, len(self.seq)):
+                logits = self._streaming(self.seq[t], t)
+            return logits
+        if self.strategy in ("stop", "streaming") or len(self.seq) <= self.window:
             return self.model(self._ids(self.seq), cache=self.cache).logits[0, -1]
         if self.strategy == "reencode":
             self.cache = None
@@ -241,6 +254,8 @@ class Decoder:
         dev = self.model.device
         if self.strategy == "stop":
             return self.model(self._ids([new_id]), cache=self.cache).logits[0, -1]
+        if self.strategy == "streaming":
+            return self._streaming(new_id, t)
         if self.strategy == "reencode":
             if t < self.window and self.cache is not None:  # the window is not full yet: the cache is exact
                 return self.model(self._ids([new_id]), cache=self.cache).logits[0, -1]
@@ -251,6 +266,15 @@ class Decoder:
         if held:  # relabel the window so it ends just before p; cached keys keep what they baked in
             self.cache.positions = mark_run(torch.arange(p - held, p, device=dev), p - held)
         return self.model(self._ids([new_id]), positions=p, cache=self.cache).logits[0, -1]
+
+    def _streaming(self, new_id: int, t: int) -> torch.Tensor:
+        """StreamingLLM's step for the id at position t: past the window, the sinks run again at the positions just
+        before the newest ids and take the front of the cache (as ``labs.kv_cache.sliding_score``)."""
+        if t >= self.window:
+            front = self.model.new_cache()
+            self.model(self._ids(self.seq[:self.sinks]), positions=t - self.window + 1, cache=front)
+            self.cache.replace_front(front)
+        return self.model(self._ids([new_id]), positions=t, cache=self.cache).logits[0, -1]
 
     @torch.inference_mode()
     def step(self) -> Step | None:
@@ -354,7 +378,7 @@ def generate(model: LabModel, prompt, settings: DecodeSettings, forced: Sequence
 def teacher_forced(model: LabModel, prompt, continuation: Sequence[int], strategy: str) -> Generation:
     """The model's loss on a real continuation (its ids), read through the same cache and window strategy.
 
-    With true positions throughout ("stop", and every relative method) the ids are known in advance,
+    With true positions throughout ("stop", and every relative method but StreamingLLM's window) the ids are known in advance,
     so one forward pass over prompt + continuation gives exactly what the id-by-id cached loop gives
     (by causality), in a fraction of the time. Window strategies, and a method that runs out of
     positions, go through the loop. ``Generation.bits_per_byte`` is the loss per byte of the continuation.
@@ -365,7 +389,8 @@ def teacher_forced(model: LabModel, prompt, continuation: Sequence[int], strateg
     settings = DecodeSettings(n, strategy=strategy)
     prompt_ids, forced = check_prompt(prompt, model), [int(b) for b in continuation[:n]]
     limit = model.max_positions
-    if (strategy == "stop" or not model.is_absolute) and (limit is None or len(prompt_ids) + n - 1 <= limit):
+    true_positions = strategy == "stop" or (not model.is_absolute and strategy != "streaming")
+    if true_positions and (limit is None or len(prompt_ids) + n - 1 <= limit):
         start = time.perf_counter()
         with torch.inference_mode():
             ids = torch.tensor([prompt_ids + forced[:-1]], dtype=torch.long, device=model.device)

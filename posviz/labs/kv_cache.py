@@ -294,6 +294,32 @@ def _reencode_batched(model: LabModel, ids: torch.Tensor, window: int, first: in
     return seconds, alone.size
 
 
+SINK_QUERIES_FROM = 64  # queries this far in or further: the first id is one key of many for them
+SINK_IDS = 256  # ids read for the share: the shipped checkpoints' training length
+
+
+@torch.inference_mode()
+def first_id_share(model: LabModel, ids, n_ids: int = SINK_IDS, from_query: int = SINK_QUERIES_FROM,
+                   progress: Progress = _no_progress) -> list[dict]:
+    """Each head's mean attention on the first id, from the queries at ``from_query`` and beyond of the first
+    ``n_ids`` ids: where StreamingLLM's sink would be. Rows {layer, head, share, uniform}; ``uniform`` is what
+    a head spreading its weight evenly over the keys it sees would put there (1 / (q + 1), averaged)."""
+    ids = model.ids_on_device(ids)
+    n = min(n_ids, ids.numel(), model.length_cap, model.max_positions or n_ids)
+    if n <= from_query:
+        raise PosvizError(f"The share on the first {model.unit} is read from queries at {from_query} and beyond; "
+                          + (f"{model.name} has {model.max_positions:,} positions." if n == model.max_positions
+                             else f"the text has {n:,} {model.unit}s here."))
+    uniform = float((1.0 / torch.arange(from_query + 1, n + 1, dtype=torch.float64)).mean())
+    rows = []
+    for layer in range(model.n_layer):
+        probs = model(ids[None, :n], attention_layer=layer).attention[0].float()  # (H, n, n)
+        share = probs[:, from_query:, 0].mean(-1).cpu()  # (H,)
+        rows += [{"layer": layer, "head": h, "share": float(share[h]), "uniform": uniform} for h in range(share.numel())]
+        progress((layer + 1) / model.n_layer)
+    return rows
+
+
 def two_pass_diagram(window: int, t: int | None = None, sinks: int = STREAMING_SINKS) -> list[dict]:
     """Which position each byte of the window holds in pass t and pass t+1, per strategy.
 
