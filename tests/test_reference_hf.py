@@ -8,6 +8,8 @@ in ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``.
 from __future__ import annotations
 
 
+import math
+
 import pytest
 import torch
 from transformers import GPT2LMHeadModel, GPTNeoXConfig, LlamaConfig, T5Config
@@ -163,6 +165,42 @@ def test_scaled_inverse_frequencies_match_hf(name, ours, theirs):
         ratio = base_freq / inv_freq
         assert (ratio == 1).any() and torch.isclose(ratio, torch.tensor(opts.factor, dtype=ratio.dtype)).any()
         assert ((ratio > 1.001) & (ratio < opts.factor - 0.001)).any()
+
+
+@pytest.mark.parametrize("factor,attention", [(4.0, None), (16.0, None), (8.0, 1.3)])
+def test_longrope_with_given_factors_matches_hf(factor, attention):
+    """Phi-3's LongRoPE: per-pair short factors up to the original length, long ones past it, and the attention
+    factor sqrt(1 + ln s / ln L) (or the one given), as transformers' ``"longrope"`` computes them."""
+    head_dim, pairs = 32, 16
+    rng = torch.Generator().manual_seed(int(factor))
+    long = (1 + (factor - 1) * torch.rand(pairs, generator=rng).sort().values).tolist()  # increasing, as searched ones
+    short = (1 + 0.2 * torch.rand(pairs, generator=rng)).tolist()
+    opts = RopeOptions(scaling="longrope", factor=factor, original_length=ORIGINAL, long_factor=long,
+                       short_factor=short, attention_factor=attention)
+    params = {"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": long, "short_factor": short,
+              "original_max_position_embeddings": ORIGINAL, **({"attention_factor": attention} if attention else {})}
+    config = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim,
+                         max_position_embeddings=int(factor * ORIGINAL), rope_parameters=params)
+    for seq_len in (ORIGINAL // 2, ORIGINAL, ORIGINAL + 1, 3 * ORIGINAL):
+        inv_freq, att = ROPE_SCALINGS["longrope"](head_dim, opts, seq_len)
+        inv_ref, att_ref = ROPE_INIT_FUNCTIONS["longrope"](config, "cpu", seq_len)
+        torch.testing.assert_close(inv_freq.float(), inv_ref.float(), rtol=2e-6, atol=0)
+        assert att == pytest.approx(att_ref, rel=1e-12)
+    # past the original length the long factors act: the slowest pair turns `long[-1]` times slower
+    base = ROPE_SCALINGS["none"](head_dim, opts, ORIGINAL)[0]
+    assert float(base[-1] / inv_freq[-1]) == pytest.approx(long[-1], rel=1e-9)
+
+
+def test_longrope_without_factors_takes_yarn_ratios_and_rejects_a_wrong_count():
+    opts = RopeOptions(scaling="longrope", factor=8.0, original_length=ORIGINAL)
+    below, _ = ROPE_SCALINGS["longrope"](32, opts, ORIGINAL)
+    above, att = ROPE_SCALINGS["longrope"](32, opts, 4 * ORIGINAL)
+    torch.testing.assert_close(below, ROPE_SCALINGS["none"](32, opts, ORIGINAL)[0])
+    torch.testing.assert_close(above, ROPE_SCALINGS["yarn"](32, opts, 4 * ORIGINAL)[0])
+    assert att == pytest.approx((1 + math.log(8) / math.log(ORIGINAL)) ** 0.5)
+    with pytest.raises(ValueError, match="one factor per rotary pair"):
+        ROPE_SCALINGS["longrope"](32, RopeOptions(scaling="longrope", factor=2.0, original_length=ORIGINAL,
+                                                    long_factor=[1.0, 2.0]), 1000)
 
 
 def test_default_frequencies_match_hf():

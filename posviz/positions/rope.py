@@ -32,6 +32,8 @@ class RopeOptions:
     attention_factor: float | None = None  # yarn: None means 0.1 ln(factor) + 1
     low_freq_factor: float = 1.0  # llama3
     high_freq_factor: float = 4.0  # llama3
+    long_factor: list | None = None  # longrope: each pair's rescale past original_length (None: YaRN's ratios)
+    short_factor: list | None = None  # longrope: each pair's rescale up to original_length (None: all 1)
 
     def __post_init__(self):
         require(self.scaling in ROPE_SCALINGS,
@@ -44,6 +46,10 @@ class RopeOptions:
         require(self.original_length is None or (isinstance(self.original_length, int) and self.original_length >= 1),
                 f"rope original_length must be a positive integer or None, got {self.original_length!r}")
         require(self.beta_fast > self.beta_slow > 0, "yarn needs beta_fast > beta_slow > 0")
+        for name in ("long_factor", "short_factor"):
+            value = getattr(self, name)
+            require(value is None or (isinstance(value, list) and all(isinstance(v, (int, float)) and v > 0 for v in value)),
+                    f"longrope's {name} must be a list of positive numbers (one per rotary pair), got {value!r}")
         require(self.attention_factor is None or self.attention_factor > 0,
                 f"rope attention_factor must be positive or None, got {self.attention_factor!r}")
 

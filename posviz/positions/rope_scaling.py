@@ -11,6 +11,7 @@ References:
 * dynamic (dynamic NTK): emozilla 2023, https://www.reddit.com/r/LocalLLaMA/comments/14mrgpr/
 * yarn: Peng et al. 2023, https://arxiv.org/abs/2309.00071
 * llama3: Meta 2024, "The Llama 3 Herd of Models", https://arxiv.org/abs/2407.21783
+* longrope: Ding et al. 2024, "LongRoPE", https://arxiv.org/abs/2402.13753 (Phi-3's rope_type "longrope")
 """
 from __future__ import annotations
 
@@ -104,3 +105,24 @@ def llama3(rot_dim, opts, seq_len):
     inv_freq = torch.where(wavelength > long_wave, theta / opts.factor, theta)
     middle = (wavelength >= short_wave) & (wavelength <= long_wave)
     return torch.where(middle, blended, inv_freq), 1.0
+
+
+@register("longrope")
+def longrope(rot_dim, opts, seq_len):
+    # One rescale factor per pair, pair i turning at theta_i / lambda_i: "short" factors up to the original
+    # length, "long" ones past it (Phi-3 switches on the sequence length). LongRoPE *searches* its factors;
+    # without searched ones posviz takes YaRN's per-pair ratios (1 for fast pairs, the factor for slow ones),
+    # and a published model's own (Phi-3, Phi-4-mini) are used as given. The attention factor is the paper's
+    # sqrt(1 + ln s / ln L), s the extension factor and L the original length.
+    theta = base_inv_freq(rot_dim, opts.base)
+    original = opts.original_length
+    if seq_len > original:
+        ext = (torch.tensor(opts.long_factor, dtype=torch.float64) if opts.long_factor is not None
+               else theta / yarn(rot_dim, opts, seq_len)[0])
+    else:
+        ext = torch.tensor(opts.short_factor, dtype=torch.float64) if opts.short_factor is not None else torch.ones_like(theta)
+    if ext.numel() != theta.numel():
+        raise ValueError(f"longrope needs one factor per rotary pair ({theta.numel()}), got {ext.numel()}")
+    attention = opts.attention_factor if opts.attention_factor is not None else (
+        1.0 if opts.factor <= 1 else math.sqrt(1 + math.log(opts.factor) / math.log(original)))
+    return theta / ext, attention

@@ -74,7 +74,7 @@ def supported_families() -> str:
     return ", ".join(sorted(FAMILIES))
 
 
-SCALING_TO_ROPE_TYPE = {"linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
+SCALING_TO_ROPE_TYPE = {"linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3", "longrope": "longrope"}
 
 
 def rope_parameters_for(own: Mapping, rotary_dims: int, train_length: int, overrides: Mapping) -> dict:
@@ -101,6 +101,15 @@ def rope_parameters_for(own: Mapping, rotary_dims: int, train_length: int, overr
     if scaling == "llama3":
         params.setdefault("low_freq_factor", 1.0)
         params.setdefault("high_freq_factor", 4.0)
+    if scaling == "longrope":  # posviz's factors without a search (see rope_scaling.longrope): YaRN's ratios past L
+        from posviz.positions.rope import RopeOptions
+        from posviz.positions.rope_scaling import ROPE_SCALINGS
+
+        opts = RopeOptions(base=theta, factor=factor, original_length=int(overrides.get("original_length") or train_length))
+        theta_i = ROPE_SCALINGS["none"](rotary_dims, opts, 1)[0]
+        params["long_factor"] = (theta_i / ROPE_SCALINGS["yarn"](rotary_dims, opts, 1)[0]).tolist()
+        params["short_factor"] = [1.0] * len(params["long_factor"])
+        params["original_max_position_embeddings"] = opts.original_length
     return params
 
 
