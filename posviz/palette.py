@@ -38,6 +38,7 @@ ROPE_VARIANTS: dict[str, tuple[str, list[int]]] = {
     "rope+dynamic": ("#EE3377", [8, 3, 2, 3]),  # magenta
     "rope+yarn": ("#117733", [4, 4]),  # green
     "rope+llama3": ("#6F4E37", [1, 3]),  # brown
+    "rope+longrope": ("#CC3311", [2, 4, 6, 4]),  # Tol vibrant red
     "rope-ft4x": ("#DDAA33", [10, 4]),  # yellow
     "rope-linear-ft4x": ("#BBCC33", [10, 4, 2, 4]),  # pear
     "rope-yarn-ft4x": ("#44BB99", [12, 3, 3, 3, 3, 3]),  # mint
