@@ -126,6 +126,11 @@ FAMILIES: dict[str, Family] = {
                                           "long_factor": [1.0, 1.2, 1.5, 2.0, 2.8, 3.5, 4.0, 4.2],
                                           "original_max_position_embeddings": 32}),
                    "rope (longrope)", context=128, seed=12),
+    # SmolLM3's arrangement: layers without rotation between rotary ones (no_rope_layers; SmolLM3 has every
+    # fourth, here every second of the two)
+    "smollm3": Family("SmolLM3Config", dict(_ROPE, no_rope_layer_interval=2, num_key_value_heads=2,
+                                            rope_parameters={"rope_type": "default", "rope_theta": 5e6}),
+                      "rope (every fourth layer NoPE)", seed=15),
     "bloom": Family("BloomConfig", dict(hidden_size=32, n_layer=2, n_head=4), "alibi", context=None, seed=7),
     "falcon": Family("FalconConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True,
                                           new_decoder_architecture=False, parallel_attn=False, bias=True,

@@ -29,7 +29,7 @@ def sample_ids(tokenizer, n: int = 60) -> torch.Tensor:
 
 
 def test_the_families_cover_the_published_position_methods():
-    assert set(FAMILIES) == {"gpt2", "opt", "neox", "llama3", "llama_yarn", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "bloom", "falcon",
+    assert set(FAMILIES) == {"gpt2", "opt", "neox", "llama3", "llama_yarn", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3", "bloom", "falcon",
                              "mpt"}
     for name in FAMILIES:
         config = hf_tiny.family_config(name)

@@ -20,6 +20,9 @@ import torch
 import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
 
+from transformers import AutoModelForCausalLM
+
+from posviz.labs import attention_maps, compare, extrapolation, kv_cache
 from posviz.labs import generation as g
 from posviz.labs import key_value, probes
 from posviz.models.interface import open_model
@@ -271,3 +274,38 @@ def test_an_export_run_in_tokens_gives_its_checkpoints_probes_and_writing(method
         assert b.bits_per_byte == pytest.approx(a.bits_per_byte, abs=1e-4) and b.text_bytes == real, strategy
     a, b = g.generate(shipped, list(prompt), g.DecodeSettings(40)), g.generate(export, export.encode(prompt), g.DecodeSettings(40))
     assert b.text_bytes == a.text_bytes and b.ids == a.ids
+
+
+# ------------------------------------------------------------------------------------------------
+# Today's layouts (Gemma 3's local and global layers, SmolLM3's NoPE layers, Qwen3, Phi-3's LongRoPE)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["gemma3", "smollm3", "qwen3", "phi3"])
+def test_every_lab_runs_on_the_layout_families(family, hf_family_dir, text, hf_models):
+    """Each lab's own functions on a tiny model of each family, past its trained context where the lab goes
+    there: numbers that are finite, a cache that decodes what transformers computes, the layout as configured."""
+    folder = hf_family_dir[family]
+    model, hf = open_model(folder), hf_models(folder)
+    ids = model.encode(bytes(text[:4000]))
+    L = model.train_length
+    for length in (L // 2, L, 2 * L):  # extrapolation
+        assert math.isfinite(extrapolation.score_at_length(model, ids, length).bpb)
+    view = attention_maps.attention_view(model, ids, 48, layer=model.n_layer - 1)  # attention maps
+    assert view is not None
+    lengths = compare.compare_lengths(model, ids, L)  # compare: L and 2L windows over the same tokens
+    assert math.isfinite(lengths["bpb_long"]) and math.isfinite(lengths["bpb_short"])
+    for strategy in kv_cache.STRATEGIES:  # KV cache lab, StreamingLLM included
+        r = kv_cache.sliding_score(model, ids, 16, strategy, 40)
+        assert r.error is None and math.isfinite(r.bpb), strategy
+    shares = kv_cache.first_id_share(model, ids, n_ids=80, from_query=32)
+    assert len(shares) == model.n_layer * model.n_head and all(0 <= r["share"] <= 1 for r in shares)
+    with torch.no_grad():  # the head-wise share is transformers' own attention on the first token
+        eager = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager").eval()
+        first = eager(ids[None, :80], output_attentions=True).attentions[0][0, :, 32:, 0].mean(-1)
+    assert np.allclose([r["share"] for r in shares if r["layer"] == 0], first.numpy(), atol=1e-5)
+    probes.repeat_probe(model, text, [0, 16], chunk=8, chunks=2)  # retrieval
+    key_value.key_value_probe(model, text, [16], trials=2)
+    for strategy in ("stop", "streaming"):  # generation, StreamingLLM's window past the context too
+        written = g.generate(model, model.encode(PROMPT).tolist(), g.DecodeSettings(L + 8, strategy=strategy))
+        assert written.error is None and len(written.ids) == L + 8, strategy
+    layout = model.layer_layout()
+    assert len(layout) == model.n_layer == hf.config.num_hidden_layers

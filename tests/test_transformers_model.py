@@ -141,6 +141,39 @@ def test_rope_frequencies_are_the_models_own(hf_family_dir, name):
         assert model.position.rotary_dims == model.position.head_dim // 4 and model.position.notes
 
 
+def test_layer_layouts_are_read_from_the_config(hf_family_dir):
+    """Which layers rotate, with which θ, through which window, with sinks: from transformers' own fields."""
+    smol = open_model(hf_family_dir["smollm3"])
+    net = direct(hf_family_dir["smollm3"])
+    layout = smol.layer_layout()
+    assert [r["position"] for r in layout] == ["rope" if layer.self_attn.use_rope else "nope" for layer in net.model.layers]
+    assert [r["position"] for r in layout] == ["rope", "nope"] and layout[1]["base"] is None
+    gemma = open_model(hf_family_dir["gemma3"]).layer_layout()
+    assert [(r["base"], r["window"]) for r in gemma] == [(1e4, 16), (1e6, None)]
+    assert [r["rotary share"] for r in open_model(hf_family_dir["neox"]).layer_layout()] == [0.25, 0.25]
+    assert {r["position"] for r in open_model(hf_family_dir["bloom"]).layer_layout()} == {"alibi"}
+
+
+def test_gpt_oss_is_refused_for_its_size_and_its_layout_is_drawn_from_its_config(tmp_path, monkeypatch):
+    """gpt-oss-20b's shapes (24 layers, 32 experts): over the parameter cap, yet its layout is known from
+    config.json alone: sliding-window (128) and full layers alternating, sinks in every layer, θ 150,000."""
+    from transformers import GptOssConfig
+
+    from posviz.models.hf.families import layer_layout
+
+    config = GptOssConfig(num_hidden_layers=24, num_local_experts=32)
+    folder = tmp_path / "gpt-oss-20b"
+    folder.mkdir()
+    config.save_pretrained(folder)
+    hf_tiny.make_tokenizer(folder)
+    with pytest.raises(PosvizError, match="over this server's cap"):
+        open_model(folder)
+    layout = layer_layout(config)
+    assert len(layout) == 24 and all(r["sinks"] for r in layout)
+    assert [r["window"] for r in layout[:4]] == [128, None, 128, None]
+    assert {r["base"] for r in layout} == {150000.0}
+
+
 @pytest.mark.parametrize("scaling, factor", [("linear", 4.0), ("yarn", 4.0), ("llama3", 8.0), ("ntk", 4.0),
                                              ("dynamic", 2.0)])
 def test_a_scaling_is_transformers_rope_parameters_on_the_same_weights(hf_family_dir, scaling, factor):

@@ -179,6 +179,11 @@ class LabModel(ABC):
         """The same weights with position options replaced, e.g. ``{"scaling": "yarn", "factor": 4}``."""
 
     @abstractmethod
+    def layer_layout(self) -> list[dict]:
+        """What each layer does with positions: rows {layer, position, base, rotary share, window, sinks, options}
+        (``positions.layers.layer_rows``; a published model's from its config alone)."""
+
+    @abstractmethod
     def frequencies(self, seq_len: int):
         """(inv_freq, attention_factor) of a rotary model at ``seq_len``; None for other methods."""
 

@@ -114,6 +114,11 @@ class CheckpointModel(LabModel):
     def is_shift_invariant(self) -> bool:
         return self._described.is_shift_invariant()
 
+    def layer_layout(self) -> list[dict]:
+        from posviz.positions.layers import layer_rows
+
+        return layer_rows(self._described, self.n_layer)
+
     def frequencies(self, seq_len: int):
         frequencies = getattr(self._described, "frequencies", None)
         return None if frequencies is None else frequencies(seq_len)

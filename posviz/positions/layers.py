@@ -145,3 +145,21 @@ class LayerLayout(PositionMethod):
 
     def extra_repr(self) -> str:
         return ""  # the layers' own modules say it
+
+
+def layer_rows(method: PositionMethod, n_layer: int) -> list[dict]:
+    """What each layer of a model with ``method`` does with positions, in the rows of
+    ``models.hf.families.layer_layout`` (so a page draws a checkpoint and a published model alike): {layer,
+    position (the method acting there), base (θ of a rotation; None without), rotary share (of each head's
+    features that turn), window, sinks, options (the layer's method options that differ from its defaults)}."""
+    rows = []
+    for i in range(n_layer):
+        m = method.at_layer(i)
+        rotation = m.rotation_frequencies(m.shape.train_length)
+        turning = 0 if rotation is None else int((rotation[0] > 0).sum())
+        defaults = dataclasses.asdict(m.Options())
+        changed = {k: v for k, v in dataclasses.asdict(m.options).items() if defaults.get(k) != v and k != "original_length"}
+        rows.append({"layer": i, "position": m.name, "base": getattr(m.options, "base", None) if turning else None,
+                     "rotary share": 2 * turning / m.shape.head_dim, "window": m.window,
+                     "sinks": m.sink_logits is not None, "options": ", ".join(f"{k}={v}" for k, v in changed.items())})
+    return rows

@@ -44,6 +44,10 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": Family(lambda c: "rope", _attr("max_position_embeddings")),
     # Phi-3 / Phi-4-mini: LongRoPE (rope_type "longrope"), per-pair factors, the long ones past the original context
     "phi3": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    # SmolLM3: every fourth layer has no rotation (no_rope_layers), without Llama 4's temperature
+    "smollm3": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    # GPT-OSS: sliding-window and full layers alternating, a learned sink logit per head in every layer
+    "gpt_oss": Family(lambda c: "rope", _attr("max_position_embeddings")),
     # BLOOM's config has no field for its context; bigscience's configs state it as seq_length (2,048)
     "bloom": Family(lambda c: "alibi", _attr("seq_length")),
     "falcon": Family(lambda c: "alibi" if c.alibi else "rope", _attr("max_position_embeddings")),
@@ -53,6 +57,37 @@ FAMILIES: dict[str, Family] = {
 
 ACTS_ON = {"learned": "input", "rope": "q/k", "alibi": "logits"}
 UNSTATED_CONTEXT = 2048  # the context of a model that states none anywhere (BLOOM's and Falcon-RW's)
+
+
+def layer_layout(config) -> list[dict]:
+    """What each layer does with positions, from a config alone (a model over the size cap is drawn too):
+    rows {layer, position ("rope", "nope", "alibi" or "learned"), base (RoPE's θ, None without rotation),
+    rotary share (of each head), window (a sliding window's keys, None: full), sinks (learned sink logits)}.
+    Read from transformers' fields: ``layer_types`` and ``sliding_window`` (Gemma 2/3, GPT-OSS, Qwen), the
+    ``rope_parameters`` of each layer type (Gemma 3), ``no_rope_layers`` (SmolLM3, Llama 4: 0 = no rotation),
+    and GPT-OSS's sinks (every layer of its architecture has them)."""
+    family = FAMILIES.get(config.model_type)
+    method = family.method(config) if family else "rope"
+    n = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0) or 0)
+    types = list(getattr(config, "layer_types", None) or [])
+    if not types and getattr(config, "sliding_window", None) and config.model_type == "gemma2":
+        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+    uses_rope = list(getattr(config, "no_rope_layers", None) or [1] * n)
+    rope = dict(getattr(config, "rope_parameters", None) or {}) if method == "rope" else {}
+    per_type = bool(rope) and all(isinstance(v, dict) for v in rope.values())
+    rows = []
+    for i in range(n):
+        kind = types[i] if i < len(types) else "full_attention"
+        params = rope.get(kind, rope.get("full_attention", {})) if per_type else rope
+        rotates = method == "rope" and bool(uses_rope[i] if i < len(uses_rope) else 1)
+        rows.append({"layer": i, "position": method if method != "rope" else ("rope" if rotates else "nope"),
+                     "base": float(params.get("rope_theta", 10000.0)) if rotates else None,
+                     "rotary share": float(params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)
+                                                      or 1.0)) if rotates else 0.0,
+                     "window": int(config.sliding_window) if kind == "sliding_attention" and getattr(config, "sliding_window", None)
+                     else None,
+                     "sinks": config.model_type == "gpt_oss"})
+    return rows
 
 
 def stated_elsewhere(folder: Path | None) -> int | None:

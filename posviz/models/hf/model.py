@@ -21,7 +21,7 @@ from posviz.limits import MAX_LENGTH_MULTIPLE_CPU, MAX_LENGTH_MULTIPLE_GPU
 from posviz.models.interface import MODEL_KINDS, LabModel, ModelKind, ModelOutput, open_model
 from posviz.models.hf.cache import PublishedCache
 from posviz.models.hf.families import (ACTS_ON, EAGER_DIFFERS, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
-                                              attention_module, decoder_layers, modeling_module, rope_parameters_for,
+                                              attention_module, decoder_layers, layer_layout, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, is_transformers_folder, read_hf_config
 from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes, parameters_in_words,
@@ -297,6 +297,9 @@ class PublishedModel(LabModel):
         return ModelOutput(logits, probs)
 
     # -- positions, as the explore pages draw them ----------------------------------------------------
+    def layer_layout(self) -> list[dict]:
+        return [{**row, "options": ""} for row in layer_layout(self.config)]
+
     def frequencies(self, seq_len: int):
         """(inv_freq, attention_factor) from transformers' own rotary module for this variant; None unless RoPE."""
         if self.method != "rope":
