@@ -271,6 +271,29 @@ def test_p_ropes_section_shows_which_pairs_of_its_checkpoint_turn(tiny_models):
     assert len(rope_line) == 4 and rope_line["wavelength"].is_monotonic_increasing
 
 
+def test_the_layers_section_draws_each_layout_checkpoint_beside_rope(tiny_models):
+    """The tiny layout checkpoints (two layers, training length 32): what each layer does, from the models
+    themselves, and rope_sinks' learned sink logits as its weights hold them."""
+    from posviz.models.interface import open_model
+    from posviz.models.checkpoint_files import shipped_checkpoints
+
+    at = open_page(ROPE)
+    assert "Layers: which rotate, with which θ, through which window" in [h.value for h in at.header]
+    frames = chart_frames(at)
+    layout = next(df for spec, dfs in frames for df in dfs if "label" in df.columns and "sinks" in df.columns)
+    assert list(dict.fromkeys(layout["model"])) == ["rope", "irope", "local_global", "rope_sinks"]
+    cells = {(r.model, r.layer): r.label for r in layout.itertuples()}
+    assert cells[("rope", 0)] == "rope · θ 10k · full"
+    # two layers: both local (the global layer is every fourth, as Gemma 3's is every sixth)
+    assert cells[("local_global", 0)] == cells[("local_global", 1)] == "rope · θ 10k · W 8"
+    assert cells[("rope_sinks", 0)] == "rope · θ 10k · W 8 · sinks" and cells[("rope_sinks", 1)] == "rope · θ 10k · full · sinks"
+    sinks = next(df for spec, dfs in frames for df in dfs if "sink logit" in df.columns)
+    net = open_model(shipped_checkpoints()["rope_sinks"]).position
+    for r in sinks.itertuples():
+        assert r.model == "rope_sinks"
+        assert getattr(r, "_4") == pytest.approx(float(net.at_layer(r.layer).sink_logits[r.head]), abs=1e-6)
+
+
 def test_rope_rotation_and_dog_example(tiny_models):
     at = open_page(ROPE)
     at.slider(key="m").set_value(8).run()

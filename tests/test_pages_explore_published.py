@@ -137,6 +137,17 @@ def test_published_rope_frequencies(hf_family_dir, tmp_path, no_checkpoints, mon
         assert list(frame_with(at, "y", "label", where=lambda f: label in set(f["label"]))["y"]) == [y]
 
 
+def test_published_layer_layouts(hf_family_dir, tmp_path, no_checkpoints, monkeypatch):
+    """Gemma 3's local and global layers with their two bases, SmolLM3's NoPE layer: drawn from their configs."""
+    list_models(monkeypatch, hf_family_dir["gemma3"], hf_family_dir["smollm3"])
+    at = open_page(ROPE)
+    layout = frame_with(at, "layer", "label", "sinks")
+    assert list(layout["label"]) == ["rope · θ 10k · W 16", "rope · θ 1M · full"]
+    at.selectbox(key="pub").set_value("smollm3").run()
+    assert_clean(at)
+    assert list(frame_with(at, "layer", "label", "sinks")["label"]) == ["rope · θ 5M · full", "nope · full"]
+
+
 def test_published_alibi_slopes(hf_family_dir, tmp_path, no_checkpoints, monkeypatch):
     list_models(monkeypatch, hf_family_dir["bloom"], hf_family_dir["falcon"], hf_family_dir["gpt2"], tmp_path / "missing")
     at = open_page(BIASES)

@@ -12,7 +12,7 @@ from views._page import page_header
 from views._published_positions import analysed, published_section, section_failed
 from views._sections import RopePage, sections_for
 from views._url import qp_choice, qp_float, qp_int, sync_url
-from posviz.explore import rope
+from posviz.explore import layers, rope
 from posviz.errors import PosvizError
 from posviz.palette import rope_series
 from posviz.positions.rope_scaling import ROPE_SCALINGS
@@ -333,6 +333,11 @@ if published is not None:
         ], per_row=3)
         for note in facts.notes:
             st.info(note, icon="ℹ️")
+        from views._sections.layers import layout_chart  # the layout checkpoints' chart, for this model's config
+
+        layout = pd.DataFrame(layers.layout_rows({facts.name: published}))
+        st.markdown(f"**{facts.name}: its layers** (from its config: which rotate, with which θ, through which window)")
+        show_chart(layout_chart(layout, [facts.name]), layout, f"published_{facts.name}_layers")
         own, plain = f"{facts.name} ({scaling})", f"plain θ = {facts.theta:,.0f}"
         table = pd.DataFrame(facts.columns)
         lines = pd.concat([table.assign(series=own), table.assign(series=plain, wavelength=table["plain_wavelength"],

@@ -38,9 +38,10 @@ def build_position_method(name: str, shape: ModelShape, options: Mapping[str, An
     return cls(shape, options)
 
 
-# The order the app lists methods in: no position, absolute, relative keys, logit biases, rotary, from content.
+# The order the app lists methods in: no position, absolute, relative keys, logit biases, rotary, per-layer
+# layouts of rotary layers, from content.
 DISPLAY_ORDER = ["nope", "sinusoidal", "learned", "shaw", "nezha", "transformer_xl", "t5", "alibi", "kerple", "fire",
-                 "rope", "p_rope", "fox", "cope", "stick_breaking"]
+                 "rope", "p_rope", "irope", "local_global", "rope_sinks", "fox", "cope", "stick_breaking"]
 
 
 def method_names() -> list[str]:
