@@ -39,8 +39,9 @@ https://arxiv.org/abs/2104.09864), BLOOM (BigScience 2022, https://arxiv.org/abs
 (``models/{gpt2,gpt_neox,bloom,mpt,falcon}/modeling_*.py``).
 
 Every folder holds ``config.json`` (with ``architectures``, ``model_type``, ``torch_dtype``),
-``model.safetensors`` (float32: the shipped weights are float16 values, so float32 holds them exactly and
-the model runs in float32 as posviz does), ``tokenizer.json`` + ``tokenizer_config.json`` (see
+``model.safetensors`` (each tensor in float16 where its values are all float16 values, as the shipped weights
+are, else in float32;
+``config.json`` says float32, so transformers loads it into float32 and runs it as posviz does), ``tokenizer.json`` + ``tokenizer_config.json`` (see
 ``byte_tokenizer``) and ``posviz_export.json`` (source checkpoint, method, train_length).
 
 Nothing here imports transformers or tokenizers at import time (the app runs the shipped checkpoints
@@ -60,7 +61,7 @@ from safetensors.torch import save_file
 from posviz.errors import PosvizError
 from posviz.models.byte_gpt import GPT
 
-WEIGHTS_DTYPE = torch.float32  # see the module docstring; 3.4 MB per exported model
+WEIGHTS_DTYPE = torch.float32  # what transformers runs the export in; stored as float16 where exact (1.7 MB each)
 EXPORT_INFO = "posviz_export.json"
 # Where ``python -m posviz.export`` writes by default: models/hf/<checkpoint>-<family>. models/hf has no
 # config.json of its own, so posviz.models.checkpoint_files.shipped_checkpoints() does not list it as a checkpoint.
@@ -138,8 +139,12 @@ def _write(folder: str | Path, model: GPT, tensors: dict[str, torch.Tensor], hf_
     """Weights, config.json, tokenizer and posviz_export.json into ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().to("cpu", WEIGHTS_DTYPE).contiguous() for k, v in tensors.items()},
-              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    tensors = {k: v.detach().to("cpu", WEIGHTS_DTYPE).contiguous() for k, v in tensors.items()}
+    # Each tensor stored in float16 when every value of it is one (the shipped weights are float16 values: half
+    # the bytes, the same numbers), else in float32 (BLOOM's folded embeddings); config.json says float32, the
+    # dtype transformers loads every tensor into and runs in.
+    tensors = {k: v.half() if torch.equal(v.half().to(WEIGHTS_DTYPE), v) else v for k, v in tensors.items()}
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     dtype = str(WEIGHTS_DTYPE).removeprefix("torch.")
     # torch_dtype for transformers 4.x and other readers; 5.x reads dtype (and takes torch_dtype for it)
     hf_config = {**hf_config, "vocab_size": model.config.vocab_size, "torch_dtype": dtype, "dtype": dtype,
