@@ -147,7 +147,7 @@ def test_export_folder_contents(tiny_exports):
         stored = load_file(str(folder / "model.safetensors"))
         # float16 where a tensor's values all are float16 values (zero biases, unit norms), float32 elsewhere:
         # random float32 weights are not, and nothing is rounded
-        assert {t.dtype for t in stored.values()} == {torch.float16, torch.float32}
+        assert torch.float32 in {t.dtype for t in stored.values()} <= {torch.float16, torch.float32}
         assert all(t.dtype == torch.float32 or torch.equal(t.float().half().float(), t.float()) for t in stored.values())
         info = json.loads((folder / EXPORT_INFO).read_text())
         assert info == {"source_checkpoint": f"tiny-{method}", "method": method, "position_options": {},
