@@ -14,6 +14,8 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from posviz.models.checkpoint_files import read_config, read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.labs.retrieval import COPY_TARGET, induction_rows, induction_table
@@ -157,12 +159,36 @@ def copy_formation_table(models=None) -> str:
     return "\n".join(rows)
 
 
+def sinks_table(models=None) -> str:
+    """Attention sinks of every pre-trained checkpoint (``eval.sinks``, ``training.evaluate.sinks_block``): the mean
+    and the strongest head's share of attention on a document's first byte, the weight rows leave unspent, and
+    cached decoding through a window of 128 bytes without and with 4 StreamingLLM sinks. Empty without any block."""
+    blocks = {n: read_metrics(f)["eval"].get("sinks") for n, f in pretrained(models).items()}
+    blocks = {n: b for n, b in blocks.items() if b}
+    if not blocks:
+        return ""
+    first = next(iter(blocks.values()))
+    rows = [f"| checkpoint | share on the first byte (even: {first['uniform_share']:.1%}) | strongest head "
+            f"| weight left unspent | after eviction, W = {first['streaming']['window']} | with "
+            f"{first['streaming']['sinks']} sinks | sinks save |", "|---|---:|---|---:|---:|---:|---:|"]
+    for name, b in blocks.items():
+        share = np.array(b["first_byte_share"])
+        layer, head = np.unravel_index(int(share.argmax()), share.shape)
+        left = b["weight_left_by_layer"]
+        stream = b["streaming"]
+        without, with_ = stream["without"]["bpb_after_eviction"], stream["with_sinks"]["bpb_after_eviction"]
+        rows.append(f"| {name} | {share.mean():.1%} | layer {layer}, head {head}: {share.max():.1%} | "
+                    f"{np.mean(left):.1%} (most {max(left):.1%}) | {_cell(without, 3)} | {_cell(with_, 3)} | "
+                    f"{_cell(stream['sinks_save_bpb'], 3)} |")
+    return "\n".join(rows)
+
+
 def results_tables(models=None) -> dict[str, str]:
     """Every table of the results write-up (docs/results.md), from the shipped metrics (a test holds the file to them)."""
     data, L = curves(models)
     return {"quality": quality_table(models), "extrapolation": markdown_table(data, L),
             "fine-tuning": finetuning_table(models), "retrieval": retrieval_table(models),
-            "copy formation": copy_formation_table(models)}
+            "copy formation": copy_formation_table(models), "sinks": sinks_table(models)}
 
 
 def update_tables(text: str, tables: dict[str, str]) -> tuple[str, list[str]]:

@@ -246,3 +246,26 @@ def test_evaluate_prints_cached_decoding_with_and_without_sinks(tiny_models_dir,
     assert printed["with_sinks"]["bpb"] != printed["without"]["bpb"]
     with pytest.raises(SystemExit, match="fewer than the window"):
         main(["--checkpoint", folder, "--window", "3", "--sinks", "3", "--eval-bytes", "4096"])
+
+
+@pytest.mark.parametrize("method", ["alibi", "rope_sinks"])
+def test_the_sink_block_of_an_evaluation(method, corpus, monkeypatch):
+    """``eval.sinks``: the share on the first byte as the lab computes it, the weight a layer leaves unspent
+    (0 for a softmax, the sinks' share for learned sinks), and StreamingLLM against no sinks."""
+    from posviz.training import evaluate as ev
+
+    monkeypatch.setattr(ev, "SINK_IDS", 120)  # the shipped evaluation decodes 1,024 bytes through 128
+    monkeypatch.setattr(ev, "SINK_WINDOW", 40)
+
+    model = sharp(tiny_model(method))
+    documents = [bytes(corpus.eval_documents[i][:200]) for i in range(2)]
+    stream = corpus.eval_stream(1 << 12)
+    block = ev.sinks_block(model, documents, stream)
+    lab = as_lab_model(model)
+    expected = np.mean([[r["share"] for r in kv_cache.first_id_share(lab, torch.tensor(list(d)))] for d in documents], 0)
+    assert np.allclose(np.ravel(block["first_byte_share"]), expected, atol=1e-4)
+    left = block["weight_left_by_layer"]
+    assert (max(left) > 0.01) == (method == "rope_sinks") and min(left) >= 0
+    again = kv_cache.streaming_comparison(lab, torch.as_tensor(stream[:ev.SINK_IDS]).long(), ev.SINK_WINDOW,
+                                          ev.SINK_COUNT, ev.SINK_IDS)
+    assert block["streaming"]["with_sinks"]["bpb"] == pytest.approx(again["with_sinks"]["bpb"], abs=1e-9)

@@ -130,11 +130,43 @@ def scaling_factors(name: str, length: int, train_length: int) -> float | None:
     return 2.0 if name == "dynamic" else length / train_length
 
 
+SINK_WINDOW, SINK_COUNT, SINK_IDS = 128, 4, 1024  # StreamingLLM's 4 sinks, a window of half the training length
+SINK_DOCUMENTS = 4  # held-out files whose first 256 bytes give the share on the first byte
+
+
+@torch.inference_mode()
+def sinks_block(model, documents, stream) -> dict:
+    """Attention sinks, measured: each head's mean share of attention on a document's first byte (queries at 64
+    and beyond, ``labs.kv_cache.first_id_share``, over ``SINK_DOCUMENTS`` documents), the weight each layer's
+    rows leave unspent (learned sinks and stick-breaking; 0 for a softmax), and cached decoding of ``SINK_IDS``
+    bytes of ``stream`` through a ``SINK_WINDOW``-byte window with ``SINK_COUNT`` StreamingLLM sinks and with none."""
+    from posviz.labs.kv_cache import SINK_QUERIES_FROM, first_id_share, streaming_comparison
+    from posviz.models.shipped import as_lab_model
+
+    lab = as_lab_model(model)
+    start = time.perf_counter()
+    docs = [torch.tensor(list(d[:256]), dtype=torch.long) for d in documents if len(d) > 2 * SINK_QUERIES_FROM]
+    docs = docs[:SINK_DOCUMENTS]
+    shares = [first_id_share(lab, d) for d in docs]
+    share = np.mean([[r["share"] for r in rows] for rows in shares], axis=0)  # (layers * heads,) layer-major
+    left = []
+    for layer in range(lab.n_layer):
+        rows = [lab(d[None], attention_layer=layer).attention[0, :, SINK_QUERIES_FROM:].sum(-1).mean().item() for d in docs]
+        left.append(round(1 - float(np.mean(rows)), 4))
+    H = lab.n_head
+    streaming = streaming_comparison(lab, as_id_tensor(stream)[:SINK_IDS], SINK_WINDOW, SINK_COUNT, SINK_IDS)
+    return {"first_byte_share": [[round(float(v), 4) for v in share[i * H:(i + 1) * H]] for i in range(lab.n_layer)],
+            "uniform_share": round(shares[0][0]["uniform"], 4), "documents": len(docs),
+            "weight_left_by_layer": left, "streaming": streaming, "seconds": round(time.perf_counter() - start, 2)}
+
+
 def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=(0, 16, 64, 128, 192, 512, 1024, 2048),
-                        progress: bool = True, validation=None, probe_chunks: int = 16, device="cpu") -> dict:
+                        progress: bool = True, validation=None, probe_chunks: int = 16, device="cpu",
+                        documents=None) -> dict:
     """The full "eval" block of a checkpoint's metrics.json: bpb vs length, the copy probe and, for
     rope, every inference scaling. Lengths too long for the data are skipped. ``validation``: the
-    whole validation split, scored at train_length as well (the headline quality number)."""
+    whole validation split, scored at train_length as well (the headline quality number). ``documents``: held-out
+    files for the attention-sink block (``sinks_block``)."""
     from posviz.models.checkpoint_files import load_checkpoint
     from posviz.positions.rope_scaling import ROPE_SCALINGS
 
@@ -160,6 +192,8 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
         block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
     block["copy_probe"] = copy_probe(as_lab_model(model), data, [g for g in copy_gaps if 64 + g < data.numel()])
     block["retrieval"] = retrieval_block(model, data if validation is None else validation, probe_chunks, L_ref)
+    if documents:
+        block["sinks"] = sinks_block(model, documents, data)
     if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
         base = load_checkpoint(base_folder, model.config.position_options, device=device)
         block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],

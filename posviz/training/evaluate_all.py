@@ -9,7 +9,7 @@ import argparse
 
 from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints, write_metrics
 from posviz.training.data import load_corpus
-from posviz.training.evaluate import DEFAULT_EVAL_BYTES, evaluate_checkpoint, retrieval_block
+from posviz.training.evaluate import DEFAULT_EVAL_BYTES, evaluate_checkpoint, retrieval_block, sinks_block
 from posviz.limits import add_device_argument, resolve_device
 
 
@@ -19,6 +19,8 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
     ap.add_argument("--probes-only", action="store_true",
                     help="only (re)run the far-context probes into eval.retrieval; keep the rest of each eval block")
+    ap.add_argument("--sinks-only", action="store_true",
+                    help="only (re)measure the attention sinks into eval.sinks; keep the rest of each eval block")
     add_device_argument(ap)
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -33,7 +35,14 @@ def main(argv=None) -> None:
             write_metrics(folder, metrics)
             print(name, "retrieval probes:", metrics["eval"]["retrieval"]["seconds"], "s", flush=True)
             continue
-        block = evaluate_checkpoint(folder, data, validation=corpus.validation, device=device)
+        if args.sinks_only:
+            metrics.setdefault("eval", {})["sinks"] = sinks_block(load_checkpoint(folder, device=device),
+                                                                  corpus.eval_documents, data)
+            write_metrics(folder, metrics)
+            print(name, "sinks:", metrics["eval"]["sinks"]["streaming"]["sinks_save_bpb"], flush=True)
+            continue
+        block = evaluate_checkpoint(folder, data, validation=corpus.validation, device=device,
+                                    documents=corpus.eval_documents)
         metrics["eval"] = block
         write_metrics(folder, metrics)
         print(name, "validation split:", block["validation_split_bpb"], block["nonoverlapping_bpb"],

@@ -74,6 +74,10 @@ class TrainConfig:
     repeat_probability: float = 0.5
     repeat_min_bytes: int = 16
     repeat_max_bytes: int = 128
+    # A beginning-of-text id: every training row starts with this byte (its targets shift by one). None, the
+    # shipped recipe: rows start anywhere in a file. For the attention-sink experiment (docs/results.md):
+    # trained models pour attention on a first token that is always the same (Xiao et al. 2024).
+    first_byte: int | None = None
 
     def __post_init__(self):
         require(self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
@@ -83,6 +87,8 @@ class TrainConfig:
         require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
                 f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
         require(isinstance(self.lr, (int, float)) and self.lr > 0, f"lr must be a positive number, got {self.lr!r}")
+        require(self.first_byte is None or (isinstance(self.first_byte, int) and 0 <= self.first_byte < 256),
+                f"first_byte must be a byte (0..255) or None, got {self.first_byte!r}")
         require(isinstance(self.repeat_probability, (int, float)) and 0 <= self.repeat_probability <= 1,
                 f"repeat_probability must be between 0 and 1, got {self.repeat_probability!r}")
         require(isinstance(self.repeat_min_bytes, int) and isinstance(self.repeat_max_bytes, int)
@@ -274,6 +280,8 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         offsets = batch_offsets(len(corpus.train), cfg.batch_size, cfg.train_length, data_gen)
         x, y = get_batch(corpus.train, offsets, cfg.train_length)
         x, y = plant_repeats(x, y, cfg.repeat_probability, cfg.repeat_min_bytes, cfg.repeat_max_bytes, data_gen)
+        if cfg.first_byte is not None:  # [first, x0 .. x_{T-2}] predicting [x0 .. x_{T-1}]
+            x, y = torch.cat((torch.full_like(x[:, :1], cfg.first_byte), x[:, :-1]), 1), torch.cat((x[:, :1], y[:, :-1]), 1)
         x, y = x[local], y[local]
         x, y = x.to(device), y.to(device)
         for group in optim.param_groups:
