@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -192,3 +193,18 @@ def test_finetuning_refuses_another_method(tmp_path):
     result = subprocess.run([str(PYTHON), "-m", "posviz.train", "--method", "rope", "--out", str(tmp_path / "x"),
                              "--set", *recipe, f"finetune_from={base}"], cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert result.returncode == 1 and "fine-tuning a 'alibi' checkpoint" in result.stderr
+
+
+def test_rows_that_begin_with_a_first_byte_still_predict_the_next_byte():
+    """The sink experiment's rows (``first_byte``): the byte first, the text after it, every target the next byte."""
+    from posviz.errors import ConfigError
+    from posviz.training.data import begin_rows, get_batch
+    from posviz.training.train import TrainConfig
+
+    data = np.frombuffer(b"def f(x):\n    return x\n" * 4, dtype=np.uint8)
+    x, y = get_batch(data, torch.tensor([0, 5]), 16)
+    bx, by = begin_rows(x, y, 2)
+    assert (bx[:, 0] == 2).all() and torch.equal(bx[:, 1:], x[:, :-1])
+    assert torch.equal(by[:, :-1], bx[:, 1:]) and torch.equal(by[:, -1], y[:, -2])  # each target: the next byte
+    with pytest.raises(ConfigError, match="first_byte"):
+        TrainConfig(first_byte=256)

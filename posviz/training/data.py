@@ -121,6 +121,11 @@ def batch_offsets(n_bytes: int, batch_size: int, length: int, generator: torch.G
     return torch.randint(0, n_bytes - length - 1, (batch_size,), generator=generator)
 
 
+def begin_rows(x: torch.Tensor, y: torch.Tensor, first: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows (B, T) that start with the byte ``first``: [first, x0 .. x_{T-2}] predicting [x0 .. x_{T-1}]."""
+    return torch.cat((torch.full_like(x[:, :1], first), x[:, :-1]), 1), torch.cat((x[:, :1], y[:, :-1]), 1)
+
+
 def get_batch(data: np.ndarray, offsets: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and next-byte targets, both (B, length), starting at ``offsets``."""
     rows = np.stack([data[o : o + length + 1] for o in offsets.tolist()]).astype(np.int64)

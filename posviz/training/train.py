@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint
 from posviz.config import ModelConfig, require, strict_from_dict
-from posviz.training.data import batch_offsets, get_batch, load_corpus, plant_repeats
+from posviz.training.data import batch_offsets, begin_rows, get_batch, load_corpus, plant_repeats
 from posviz.errors import PosvizError
 from posviz.training.evaluate import bits_per_byte
 from posviz.limits import resolve_device
@@ -280,8 +280,8 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         offsets = batch_offsets(len(corpus.train), cfg.batch_size, cfg.train_length, data_gen)
         x, y = get_batch(corpus.train, offsets, cfg.train_length)
         x, y = plant_repeats(x, y, cfg.repeat_probability, cfg.repeat_min_bytes, cfg.repeat_max_bytes, data_gen)
-        if cfg.first_byte is not None:  # [first, x0 .. x_{T-2}] predicting [x0 .. x_{T-1}]
-            x, y = torch.cat((torch.full_like(x[:, :1], cfg.first_byte), x[:, :-1]), 1), torch.cat((x[:, :1], y[:, :-1]), 1)
+        if cfg.first_byte is not None:
+            x, y = begin_rows(x, y, cfg.first_byte)
         x, y = x[local], y[local]
         x, y = x.to(device), y.to(device)
         for group in optim.param_groups:
