@@ -92,9 +92,9 @@ def _verdict(model: LabModel, strategy: str) -> str:
                     "length), as in the Extrapolation lab past the training length.")
         if model.is_shift_invariant():
             return "Correct: only distances matter and they are the true ones (0..W-1)."
-        return (f"Runs with the true distances (0..W-1), but past its threshold {name} also divides them by a "
-                "function of the query's true position (up to the document length), so it differs from re-encoding "
-                "the window at 0..W-1.")
+        return (f"Runs with the true distances (0..W-1), but {name} also reads each query's true position (up to "
+                "the document length: FIRE rescales distances past its threshold by it, Llama 4's NoPE layers sharpen "
+                "with it), so it differs from re-encoding the window at 0..W-1.")
     if strategy == "streaming":
         if model.max_positions is not None:
             return (f"Cannot run past {model.unit} {model.max_positions:,}: the sinks move to the positions just before "
