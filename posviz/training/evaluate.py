@@ -199,21 +199,25 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
         block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
                                       "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
     if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one
-        scalings = {}
-        for name in ROPE_SCALINGS:
-            if name == "none":
-                continue
-            row, factors = {}, {}
-            for n in lengths:
-                factor = scaling_factors(name, n, L)
-                if factor is None:
-                    continue
-                scaled = load_checkpoint(folder, {"scaling": name, "factor": factor}, device=device)
-                row[str(n)] = round(bits_per_byte(scaled, data, n, progress=progress), 4)
-                factors[str(n)] = factor
-            scalings[name] = {"nonoverlapping_bpb": row, "factor": factors}
-        block["rope_scalings"] = scalings
+        block["rope_scalings"] = {name: scaling_block(folder, name, data, lengths, L, progress, device)
+                                  for name in ROPE_SCALINGS if name != "none"}
     return block
+
+
+def scaling_block(folder, name: str, data, lengths, train_length: int, progress: bool = True, device="cpu") -> dict:
+    """The rope checkpoint in ``folder`` under the inference-time scaling ``name``: bits per byte at each of
+    ``lengths`` at its factor there (``scaling_factors``), as ``eval.rope_scalings[name]`` stores it."""
+    from posviz.models.checkpoint_files import load_checkpoint
+
+    row, factors = {}, {}
+    for n in lengths:
+        factor = scaling_factors(name, n, train_length)
+        if factor is None:
+            continue
+        scaled = load_checkpoint(folder, {"scaling": name, "factor": factor}, device=device)
+        row[str(n)] = round(bits_per_byte(scaled, as_id_tensor(data), n, progress=progress), 4)
+        factors[str(n)] = factor
+    return {"nonoverlapping_bpb": row, "factor": factors}
 
 
 def retrieval_block(model: GPT, text, chunks: int = 16, reference_length: int | None = None) -> dict:
