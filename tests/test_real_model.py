@@ -136,6 +136,9 @@ def test_the_header_is_held_to_the_cap_and_the_families_before_anything_is_dequa
     monkeypatch.setattr(gguf, "read_config", lambda *a, **k: pytest.fail("read the config of a refused file"))
     with pytest.raises(Exception, match=r"'mamba' GGUF model: posviz opens GGUF files of .*llama"):
         open_model(str(write_gguf(tmp_path / "mamba.gguf", "mamba", (16, 8))))
+    gguf.check(gguf.read_header(write_gguf(tmp_path / "gemma3.gguf", "gemma3", (16, 8))))  # read as gemma3_text
+    with pytest.raises(Exception, match=r"posviz opens GGUF files of .*gemma3"):
+        gguf.check(gguf.read_header(write_gguf(tmp_path / "mamba2.gguf", "mamba", (16, 8))))
     monkeypatch.setenv("POSVIZ_MAX_PARAMS", "50000")
     with pytest.raises(Exception, match=r"has 100,000 parameters, over this server's cap of 50,000"):
         open_model(str(write_gguf(tmp_path / "big.gguf", "llama", (1000, 100))))

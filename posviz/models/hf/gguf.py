@@ -95,6 +95,11 @@ def read_header(path: Path) -> Header:
     return Header(path, architecture, sum(by_type.values()), by_type.most_common(1)[0][0], name)
 
 
+# llama.cpp's architecture names that transformers loads as a config of another model_type: a Gemma 3 GGUF file
+# holds the text model alone, which transformers' GGUF loader builds as ``gemma3_text``.
+GGUF_FAMILIES = {"gemma3": "gemma3_text"}
+
+
 def check(header: Header) -> None:
     """Refuse, in words, what posviz cannot or must not open: over the parameter cap, or an architecture
     transformers' GGUF loader or posviz's families do not read."""
@@ -106,7 +111,7 @@ def check(header: Header) -> None:
     if header.n_params > max_params():
         raise PosvizError(f"{header.path.name} has {words(header.n_params)} parameters, over this server's cap of "
                           f"{words(max_params())} (POSVIZ_MAX_PARAMS). Choose a smaller model.")
-    readable = sorted(set(GGUF_CONFIG_MAPPING) & set(FAMILIES))
+    readable = sorted(a for a in GGUF_CONFIG_MAPPING if GGUF_FAMILIES.get(a, a) in FAMILIES)
     if header.architecture not in readable:
         raise PosvizError(f"{header.path.name} is a {header.architecture!r} GGUF model: posviz opens GGUF files of "
                           f"{', '.join(readable)} (transformers' GGUF loader and posviz's families: "
