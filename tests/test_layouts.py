@@ -26,7 +26,11 @@ from posviz.models.checkpoint_files import load_checkpoint
 from posviz.positions import ModelShape, build_position_method
 from posviz.positions.nope import query_temperature
 
-torch.set_grad_enabled(False)
+@pytest.fixture(autouse=True)
+def no_grad():
+    """The references are compared without autograd (its graph is no part of what is compared)."""
+    with torch.no_grad():
+        yield
 
 
 def one_layer(position: str, options: dict, n_embd=32, n_head=4, train_length=16):
