@@ -4,6 +4,8 @@ These run on the real ``models/`` folder (not the tiny test models): the product
 """
 from __future__ import annotations
 
+from posviz.positions.rope_scaling import ROPE_SCALINGS
+
 import dataclasses
 from pathlib import Path
 
@@ -88,7 +90,7 @@ def test_config_and_metrics_are_complete(name):
         assert set(rows) == set(probes["gaps"]) and rows[0]["ratio"] is not None and rows[0]["chunks"] == 16
     assert set(probes["induction"]) == {str(g) for g in probes["gaps"]}
     if name == "rope":
-        assert set(metrics["eval"]["rope_scalings"]) == {"linear", "ntk", "dynamic", "yarn", "llama3"}
+        assert set(metrics["eval"]["rope_scalings"]) == set(ROPE_SCALINGS) - {"none"}
 
 
 @pytest.mark.parametrize("name", list(SHIPPED))

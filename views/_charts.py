@@ -111,9 +111,9 @@ DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
 
 
 def legend_for(n_series: int, **options) -> alt.Legend:
-    """A legend beside the chart that lists every series: past 8 entries in two columns, since one
-    column of 14 (30 px each) is taller than a 300 px chart and Vega cuts the rest off."""
-    return alt.Legend(columns=2 if n_series > 8 else 1, **options)
+    """A legend beside the chart that lists every series: past 8 entries in two columns and past 16 in three,
+    since a column of more than about 9 (30 px each) is taller than a 280-300 px chart and Vega cuts the rest off."""
+    return alt.Legend(columns=1 if n_series <= 8 else 2 if n_series <= 16 else 3, **options)
 
 
 def split_title(title: str, width: int = 32) -> str | list[str]:
