@@ -178,9 +178,9 @@ def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
     bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
         x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
         y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
-        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom", columns=2,
-                        labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted cache', "
-                                  "'cached_window': 'Cached, true positions', 'streaming': 'StreamingLLM'}[datum.label]")),
+        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
+                        labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted', "
+                                  "'cached_window': 'True positions', 'streaming': 'StreamingLLM'}[datum.label]")),
         tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
     ).properties(height=320)
     speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(

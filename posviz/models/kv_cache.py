@@ -91,44 +91,63 @@ class KVCache:
             front = slice(n - held, n - held + K)  # the kept entries are the last ``held`` of the buffer
             self.keys[layer][:, :, front] = other.keys[layer][:, :, other._filled[layer] - K:other._filled[layer]]
             self.values[layer][:, :, front] = other.values[layer][:, :, other._filled[layer] - K:other._filled[layer]]
-        self.positions = torch.cat((other.positions, self.positions[K:]))
+        held = len(self)
+        segments = _merged(other._segments_now() + _sliced(self._segments_now(), K, held))
+        self.positions = torch.cat((other.positions.to(self.positions.device), self.positions[K:]))
+        self._keep_segments(segments, self.positions)
+        self._known = self.positions  # the newest position is unchanged: _last stands
+
+    def _segments_now(self) -> list[list[int]]:
+        """The kept positions as runs [[start, count], ...], known in Python without reading the tensor back (a
+        read waits for the GPU) when this cache set them; read once when a lab set them from outside."""
+        if self.positions is None:
+            return []
+        if getattr(self, "_segments_of", None) is self.positions:
+            return [list(r) for r in self._segments]
+        start = run_start(self.positions)  # a noted run: no read
+        return [[start, self.positions.numel()]] if start is not None else _runs(self.positions.tolist())
+
+    def _keep_segments(self, segments: list[list[int]], positions: torch.Tensor) -> None:
+        self._segments, self._segments_of = segments, positions
+        self.keys_are_run = len(segments) <= 1
+        if len(segments) == 1:
+            mark_run(positions, segments[0][0])
 
     def _append_with_sinks(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
         """``append`` for a StreamingLLM window: a query sees the ``sinks`` first entries and the newest
-        ``max_size - sinks`` keys ending at itself. One id at a time once the window is full."""
-        T, n = k.shape[2], self._filled[layer]
+        ``max_size - sinks`` keys ending at itself. One id at a time once the window is full. Which entries
+        stay is worked out in Python (``_segments_now``), so a decoding step reads nothing back from a GPU."""
+        T = k.shape[2]
+        held = len(self)
         if layer == 0:
-            self._sync()
-            held = len(self)
             if T > 1 and held + T > self.max_size and held > self.sinks:
                 raise PosvizError("a StreamingLLM cache takes one id at a time once its window is full")
-            self._new_positions = pos if self.positions is None else torch.cat((self.positions, pos))
-            self._new_is_run = bool(run_start(self._new_positions) is not None)
-            self._new_last = int(self._new_positions[-1])
+            p0 = run_start(pos)  # noted when the model made the positions: no read
+            segments = self._segments_now() + ([[p0, T]] if p0 is not None else _runs(pos.tolist()))
+            positions = pos if self.positions is None else torch.cat((self.positions, pos))
+            total, self._keep = held + T, None
+            if total > self.max_size:  # evict what lies between the sinks and the newest keys
+                recent = self.max_size - self.sinks
+                self._keep = torch.cat((torch.arange(self.sinks), torch.arange(total - recent, total)))
+                segments = _sliced(segments, 0, self.sinks) + _sliced(segments, total - recent, total)
+                positions = positions[self._keep.to(positions.device)]
+            self._new_segments = _merged(segments)
+            self._new_positions, self._new_is_run = positions, len(self._new_segments) == 1
             if self._new_is_run:
-                mark_run(self._new_positions, self._new_last + 1 - self._new_positions.numel())
-        held = len(self)
-        old_k = None if self.keys[layer] is None else self.keys[layer][:, :, n - held:n]
-        old_v = None if self.values[layer] is None else self.values[layer][:, :, n - held:n]
-        keys = k if old_k is None else torch.cat((old_k, k), dim=2)
-        values = v if old_v is None else torch.cat((old_v, v), dim=2)
-        k_pos = self._new_positions
-        if keys.shape[2] > self.max_size:  # evict what lies between the sinks and the newest keys
-            keep = torch.cat((torch.arange(self.sinks), torch.arange(keys.shape[2] - self.max_size + self.sinks,
-                                                                     keys.shape[2]))).to(keys.device)
-            keys, values, k_pos = keys[:, :, keep], values[:, :, keep], k_pos[keep.to(k_pos.device)]
+                mark_run(positions, self._new_segments[0][0])
+            last = self._new_segments[-1]
+            self._new_last = last[0] + last[1] - 1
+        n = self._filled[layer]
+        keys = k if self.keys[layer] is None else torch.cat((self.keys[layer][:, :, n - held:n], k), dim=2)
+        values = v if self.values[layer] is None else torch.cat((self.values[layer][:, :, n - held:n], v), dim=2)
+        if self._keep is not None:
+            keep = self._keep.to(keys.device)
+            keys, values = keys[:, :, keep], values[:, :, keep]
         self.keys[layer], self.values[layer], self._filled[layer] = keys, values, keys.shape[2]
+        k_pos = self._new_positions
         if layer == self.n_layer - 1:
-            start = run_start(k_pos)
-            self._new_is_run = start is not None
-            if start is not None:
-                mark_run(k_pos, start)
-            self.positions, self.keys_are_run, self._last, self._known = k_pos, self._new_is_run, self._new_last, k_pos
-        elif layer == 0:
-            start = run_start(k_pos)
-            self._new_is_run = start is not None
-            if start is not None:
-                mark_run(k_pos, start)
+            self.positions, self._last, self._known = k_pos, self._new_last, k_pos
+            self._keep_segments(self._new_segments, k_pos)
         return keys, values, k_pos
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
@@ -179,3 +198,36 @@ def check_sinks(sinks, max_size) -> None:
         raise PosvizError(f"the number of sinks must be a whole number >= 0, got {sinks!r}")
     if sinks and (max_size is None or sinks >= max_size):
         raise PosvizError(f"{sinks} sinks need a window of more than {sinks} positions, got {max_size!r}")
+
+
+def _runs(values: list[int]) -> list[list[int]]:
+    """[[start, count], ...] of consecutive runs in ``values``."""
+    out: list[list[int]] = []
+    for v in values:
+        if out and out[-1][0] + out[-1][1] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return out
+
+
+def _sliced(segments: list[list[int]], a: int, b: int) -> list[list[int]]:
+    """Entries a..b-1 of the positions ``segments`` describe, as segments."""
+    out, at = [], 0
+    for start, count in segments:
+        lo, hi = max(a, at), min(b, at + count)
+        if lo < hi:
+            out.append([start + lo - at, hi - lo])
+        at += count
+    return out
+
+
+def _merged(segments: list[list[int]]) -> list[list[int]]:
+    """Adjacent segments that continue each other joined into one."""
+    out: list[list[int]] = []
+    for start, count in segments:
+        if out and out[-1][0] + out[-1][1] == start:
+            out[-1][1] += count
+        elif count:
+            out.append([start, count])
+    return out
