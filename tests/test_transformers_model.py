@@ -65,6 +65,9 @@ def test_a_lab_reads_what_transformers_computes(hf_family_dir, name):
     torch.testing.assert_close(mapped.attention, eager.attentions[1].float(), atol=1e-5, rtol=0)
     torch.testing.assert_close(mapped.logits, reference, atol=1e-5, rtol=0)  # the scores stay the default pass's
     assert torch.equal(model(x, attention_layer=0, attention_head=2).attention, model(x, attention_layer=0).attention[:, 2])
+    # every layer's map from one pass: the per-layer maps
+    torch.testing.assert_close(model.attention_all_layers(x[0]), torch.stack([a[0].float() for a in eager.attentions]),
+                               atol=1e-5, rtol=0)
     # cached decoding, one id at a time, with transformers' own cache
     # (LongRoPE switches every pair to its long factors once a pass is longer than the original context, so
     # past it a cached step, whose keys were rotated with the short ones, is not the long pass: Phi-3 as it runs)

@@ -311,13 +311,10 @@ def first_id_share(model: LabModel, ids, n_ids: int = SINK_IDS, from_query: int 
                           + (f"{model.name} has {model.max_positions:,} positions." if n == model.max_positions
                              else f"the text has {n:,} {model.unit}s here."))
     uniform = float((1.0 / torch.arange(from_query + 1, n + 1, dtype=torch.float64)).mean())
-    rows = []
-    for layer in range(model.n_layer):
-        probs = model(ids[None, :n], attention_layer=layer).attention[0].float()  # (H, n, n)
-        share = probs[:, from_query:, 0].mean(-1).cpu()  # (H,)
-        rows += [{"layer": layer, "head": h, "share": float(share[h]), "uniform": uniform} for h in range(share.numel())]
-        progress((layer + 1) / model.n_layer)
-    return rows
+    shares = model.attention_all_layers(ids[:n])[:, :, from_query:, 0].mean(-1).cpu()  # (L, H)
+    progress(1.0)
+    return [{"layer": layer, "head": h, "share": float(shares[layer, h]), "uniform": uniform}
+            for layer in range(shares.shape[0]) for h in range(shares.shape[1])]
 
 
 def two_pass_diagram(window: int, t: int | None = None, sinks: int = STREAMING_SINKS) -> list[dict]:

@@ -178,6 +178,13 @@ class LabModel(ABC):
     def with_position_options(self, overrides: Mapping) -> "LabModel":
         """The same weights with position options replaced, e.g. ``{"scaling": "yarn", "factor": 4}``."""
 
+    def attention_all_layers(self, ids: torch.Tensor) -> torch.Tensor:
+        """(L, H, T, T) float32: every layer's attention over ``ids`` (T,), in one call. By default one pass
+        per layer (each computes the map of its own layer only); a model that can return every layer's map
+        from one pass does so."""
+        ids = self.ids_on_device(ids)
+        return torch.stack([self(ids[None], attention_layer=layer).attention[0].float() for layer in range(self.n_layer)])
+
     @abstractmethod
     def layer_layout(self) -> list[dict]:
         """What each layer does with positions: rows {layer, position, base, rotary share, window, sinks, options}

@@ -300,6 +300,23 @@ class PublishedModel(LabModel):
     def layer_layout(self) -> list[dict]:
         return [{**row, "options": ""} for row in layer_layout(self.config)]
 
+    @torch.inference_mode()
+    def attention_all_layers(self, ids: torch.Tensor) -> torch.Tensor:
+        """Every layer's map from one eager pass (``output_attentions``), not one pass per layer: a 30-layer
+        model reads its sinks in one pass instead of 30."""
+        ids = torch.as_tensor(ids, device=self._device).flatten()
+        T = ids.numel()
+        problem = self.cannot_run(T)
+        if problem:
+            raise PositionLimitError(problem)
+        self._check_work(T, T, True)
+        kwargs = {"input_ids": ids[None]}
+        if self.method != "alibi":
+            kwargs["position_ids"] = torch.arange(T, device=self._device)[None]
+        with self._engine.lock, self._variant(True) as net:
+            attentions = net(**kwargs, output_attentions=True).attentions
+        return torch.stack([a[0].float() for a in attentions])
+
     def frequencies(self, seq_len: int):
         """(inv_freq, attention_factor) from transformers' own rotary module for this variant; None unless RoPE."""
         if self.method != "rope":
