@@ -26,8 +26,9 @@ def layout_chart(rows: pd.DataFrame, order: list[str]) -> alt.Chart:
                         scale=alt.Scale(domain=methods, range=[colour(m) for m in methods])),
         opacity=alt.value(0.55),
         tooltip=["model", "layer", "position", alt.Tooltip("base:Q", title="RoPE base θ", format=",.0f"),
-                 alt.Tooltip("rotary share:Q", format=".0%"), alt.Tooltip("window:Q", title="window (keys)"), "sinks"])
-    text = base.mark_text(fontSize=12, lineBreak=" · ").encode(text="label:N")
+                 alt.Tooltip("rotary share:Q", format=".0%"), alt.Tooltip("window:Q", title="window (keys)"), "sinks",
+                 alt.Tooltip("options:N", title="options (irope's NoPE layer: its temperature)")])
+    text = base.mark_text(fontSize=12).encode(text="label:N")  # one line: a cell is wide enough at 1366 px
     return (cells + text).properties(height=max(80, 62 * len(order)))
 
 
