@@ -40,7 +40,7 @@ import torch
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
 from posviz.labs.inputs import in_units
-from posviz.labs.kv_cache import STREAMING_SINKS
+from posviz.labs.kv_cache import STREAMING_SINKS, move_sinks
 from posviz.models.interface import LabModel
 from posviz.positions.base import mark_run
 
@@ -268,12 +268,9 @@ class Decoder:
         return self.model(self._ids([new_id]), positions=p, cache=self.cache).logits[0, -1]
 
     def _streaming(self, new_id: int, t: int) -> torch.Tensor:
-        """StreamingLLM's step for the id at position t: past the window, the sinks run again at the positions just
-        before the newest ids and take the front of the cache (as ``labs.kv_cache.sliding_score``)."""
+        """StreamingLLM's step for the id at position t (``labs.kv_cache.move_sinks`` past the window)."""
         if t >= self.window:
-            front = self.model.new_cache()
-            self.model(self._ids(self.seq[:self.sinks]), positions=t - self.window + 1, cache=front)
-            self.cache.replace_front(front)
+            move_sinks(self.model, self.cache, self.seq[:self.sinks], t, self.window)
         return self.model(self._ids([new_id]), positions=t, cache=self.cache).logits[0, -1]
 
     @torch.inference_mode()

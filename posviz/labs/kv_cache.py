@@ -215,10 +215,8 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
             if strategy == "reencode":
                 logits = model(ids[None, max(0, t - window + 1) : t + 1]).logits[0, -1]
             elif strategy in ("cached_window", "streaming"):
-                if sinks and t >= window:  # the sinks just before the newest W - K keys (t - W + K + 1 .. t)
-                    front = model.new_cache()
-                    model(ids[None, :sinks], positions=t - window + 1, cache=front)
-                    cache.replace_front(front)
+                if sinks and t >= window:
+                    move_sinks(model, cache, ids[:sinks], t, window)
                 logits = model(ids[None, t : t + 1], positions=t, cache=cache).logits[0, -1]
             else:
                 p = min(t, window - 1)
@@ -244,6 +242,15 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
     return SlidingResult(strategy, window, None if error else _mean_per_byte(bits, sizes),
                          None if error or full.size == 0 else _full_mean(full, sizes, window),
                          1000 * seconds / per, done, bits, error, max(0, stepped))
+
+
+def move_sinks(model: LabModel, cache, sink_ids, t: int, window: int) -> None:
+    """StreamingLLM before the step at position t past the window: the sink ids run again at the positions just
+    before the newest W - K keys (t - W + 1 ..), and their keys take the front of ``cache``. The first ids see only
+    each other, so this is what moving their cached keys there gives, for any method and either kind of model."""
+    front = model.new_cache()
+    model(model.ids_on_device(sink_ids)[None], positions=t - window + 1, cache=front)
+    cache.replace_front(front)
 
 
 def streaming_comparison(model: LabModel, ids, window: int, sinks: int = STREAMING_SINKS, n_ids: int | None = None,

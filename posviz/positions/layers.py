@@ -128,20 +128,9 @@ class LayerLayout(PositionMethod):
     def reads_content(self) -> bool:
         return any(m.reads_content for m in self.layer_methods)
 
-    @property
-    def has_sinks(self) -> bool:
-        return any(m.sink_logits is not None for m in self.layer_methods)
-
-    @property
-    def windows(self) -> list[int | None]:
-        return [m.window for m in self.layer_methods]
-
     # -- what the explore pages draw: the layer's own ---------------------------------------------
     def bias_by_distance(self, layer: int, n_keys: int) -> torch.Tensor | None:
         return self.at_layer(layer).bias_by_distance(layer, n_keys)
-
-    def layer_rotation_frequencies(self, layer: int, seq_len: int) -> tuple[torch.Tensor, float] | None:
-        return self.at_layer(layer).rotation_frequencies(seq_len)
 
     def extra_repr(self) -> str:
         return ""  # the layers' own modules say it

@@ -145,14 +145,12 @@ def sinks_block(model, documents, stream) -> dict:
 
     lab = as_lab_model(model)
     start = time.perf_counter()
-    docs = [torch.tensor(list(d[:256]), dtype=torch.long) for d in documents if len(d) > 2 * SINK_QUERIES_FROM]
-    docs = docs[:SINK_DOCUMENTS]
+    docs = [torch.tensor(list(d[:256]), dtype=torch.long) for d in documents if len(d) > 2 * SINK_QUERIES_FROM][:SINK_DOCUMENTS]
     shares = [first_id_share(lab, d) for d in docs]
     share = np.mean([[r["share"] for r in rows] for rows in shares], axis=0)  # (layers * heads,) layer-major
-    left = []
-    for layer in range(lab.n_layer):
-        rows = [lab(d[None], attention_layer=layer).attention[0, :, SINK_QUERIES_FROM:].sum(-1).mean().item() for d in docs]
-        left.append(round(1 - float(np.mean(rows)), 4))
+    spent = np.mean([lab.attention_all_layers(d)[:, :, SINK_QUERIES_FROM:].sum(-1).mean((1, 2)).cpu().numpy()
+                     for d in docs], axis=0)  # (L,) each layer's mean row sum
+    left = [round(1 - float(v), 4) for v in spent]
     H = lab.n_head
     streaming = streaming_comparison(lab, as_id_tensor(stream)[:SINK_IDS], SINK_WINDOW, SINK_COUNT, SINK_IDS)
     return {"first_byte_share": [[round(float(v), 4) for v in share[i * H:(i + 1) * H]] for i in range(lab.n_layer)],

@@ -63,10 +63,9 @@ class PublishedCache:
         K = len(other)
         if not K or K > len(self):
             raise PosvizError(f"cannot put {K} entries at the front of a cache of {len(self)}")
-        theirs = iter(other.hf.layers)
-        for layer in self.hf.layers:
-            source = next(theirs)
-            if getattr(layer, "keys", None) is not None and layer.keys.numel() and layer.keys.shape[-2] == len(self):
+        full = self._full_layers()
+        for layer, source in zip(self.hf.layers, other.hf.layers):
+            if any(layer is f for f in full):
                 layer.keys = torch.cat((source.keys[..., -K:, :], layer.keys[..., K:, :]), dim=-2)
                 layer.values = torch.cat((source.values[..., -K:, :], layer.values[..., K:, :]), dim=-2)
         self.positions = torch.cat((other.positions.to(self.positions.device), self.positions[K:]))
