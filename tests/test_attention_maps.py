@@ -27,7 +27,7 @@ def test_attention_rows_are_causal_distributions(method, text_ids):
     assert probs.shape == (4, 32, 32)
     if model.net.position.weights_sum_to_one:
         assert torch.allclose(probs.sum(-1), torch.ones(4, 32), atol=1e-5)
-    else:  # stick-breaking: what the keys leave over goes nowhere
+    else:  # a sink (rope_sinks): what it takes is no key's
         assert torch.all(probs.sum(-1) <= 1 + 1e-5)
     assert float(probs.triu(1).abs().max()) == 0.0
 

@@ -13,7 +13,7 @@ from posviz.models.checkpoint_files import load_checkpoint, shipped_checkpoints
 from posviz.training.data import load_corpus
 
 PAGE = "views/content_positions.py"
-SECTION_TITLE = {"fox": "Where this head forgets", "cope": "What this head counts", "stick_breaking": "What no key took"}
+SECTION_TITLE = {"fox": "Where this head forgets", "cope": "What this head counts", "stick_breaking": "What no earlier key took"}
 
 
 def open_page(**params) -> AppTest:

@@ -99,18 +99,24 @@ def cope_reference(model, x, q, k, v):
 
 
 @torch.no_grad()
-def stick_breaking_reference(model, x, q, k, v):
-    """Tan et al. 2025, eq. (2): beta_ij = sigma(q_i . k_j / sqrt(d)), A_ij = beta_ij prod_{j<k<i} (1 - beta_ik)
-    for j < i; o_i = sum_j A_ij v_j (the remainder 1 - sum_j A_ij is not attended)."""
+def stick_breaking_reference(model, x, q, k, v, attend_current=False):
+    """Tan et al. 2025, eq. (2), as the reference forward computes it (shawntan/stickbreaking-attention,
+    ``ref_fwd`` in tests/test_attn.py): beta_ij = sigma(q_i . k_j / sqrt(d)), A_ij = beta_ij prod_{j<k<i} (1 - beta_ik)
+    for j < i (j <= i with ``attend_current``); o_i = sum_j A_ij v_j + (1 - sum_j A_ij) v_i: the remainder goes to
+    the query's own value."""
     B, H, T, hs = q.shape
     y = torch.zeros_like(q)
     for b in range(B):
         for h in range(H):
             for i in range(T):
-                beta = [sigmoid(float(q[b, h, i] @ k[b, h, j]) / math.sqrt(hs)) for j in range(i)]
-                for j in range(i):
-                    a = beta[j] * math.prod(1 - beta[m] for m in range(j + 1, i))
+                keys = range(i + 1) if attend_current else range(i)
+                beta = {j: sigmoid(float(q[b, h, i] @ k[b, h, j]) / math.sqrt(hs)) for j in keys}
+                taken = 0.0
+                for j in keys:
+                    a = beta[j] * math.prod(1 - beta[m] for m in keys if m > j)
                     y[b, h, i] += a * v[b, h, j]
+                    taken += a
+                y[b, h, i] += (1.0 - taken) * v[b, h, i]
     return project(model, y)
 
 
@@ -170,17 +176,35 @@ def test_cope_with_every_gate_open_counts_plain_distance():
     torch.testing.assert_close(p[0, 0], torch.where(distance >= 0, distance + 1, 0.0))
 
 
-def test_stick_breaking_rows_sum_to_at_most_one_and_a_key_that_fires_hides_the_rest():
+def test_stick_breaking_with_its_own_key_equals_the_reference_too():
+    model, x, q, k, v = layer_inputs("stick_breaking", attend_current=True)
+    torch.testing.assert_close(posviz_layer(model, x), stick_breaking_reference(model, x, q, k, v, True),
+                               rtol=0, atol=TOL)
+
+
+def test_stick_breaking_first_byte_attends_to_its_own_value():
+    """No key before the first byte: the whole remainder, 1, goes to its own value, so its attention output is
+    v_0 in every layer (the model that dropped the remainder gave 0 there)."""
+    model, x, q, k, v = layer_inputs("stick_breaking")
+    torch.testing.assert_close(posviz_layer(model, x)[:, 0], project(model, v)[:, 0], rtol=0, atol=1e-12)
+    assert project(model, v)[:, 0].abs().max() > 0.05  # not the 0 a dropped remainder gave
+
+
+def test_stick_breaking_rows_sum_to_one_with_the_remainder_on_the_diagonal():
     sb = tiny_model("stick_breaking")
     T = 16
     seen = Seen(torch.ones(T, T).tril().bool(), torch.arange(T))
-    scores = torch.randn(2, 4, T, T) * 3
+    scores = torch.randn(2, 4, T, T, dtype=torch.float64) * 3
     weights = sb.position.attention_weights(0, scores, seen)
-    assert torch.all(weights >= 0) and torch.all(weights.sum(-1) <= 1 + 1e-6)
-    assert torch.all(weights.diagonal(dim1=-2, dim2=-1) == 0)  # a query leaves its own key out, as the paper
-    scores[..., 12, 7] = 1e4  # beta = 1: key 7 takes what query 12 has left, nothing behind it gets any
+    assert torch.all(weights >= 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, T, dtype=torch.float64), rtol=0, atol=1e-12)
+    # the diagonal is the remainder: the product of (1 - beta) over every earlier key
+    beta = scores.sigmoid().masked_fill(~torch.ones(T, T).tril(-1).bool(), 0.0)
+    torch.testing.assert_close(weights.diagonal(dim1=-2, dim2=-1), (1 - beta).prod(-1), rtol=1e-9, atol=1e-12)
+    scores[..., 12, 7] = 1e4  # beta = 1: key 7 takes what query 12 has left, nothing behind it gets any, nor itself
     weights = sb.position.attention_weights(0, scores, seen)
-    assert weights[..., 12, :7].abs().max() == 0 and weights[..., 12, 7:12].sum(-1).sub(1).abs().max() < 1e-6
+    assert weights[..., 12, :7].abs().max() == 0 and weights[..., 12, 12].abs().max() < 1e-12
+    assert weights[..., 12, 7:12].sum(-1).sub(1).abs().max() < 1e-9
 
 
 @pytest.mark.parametrize("method", sorted(REFERENCES))

@@ -71,6 +71,33 @@ def test_streaming_equals_its_window_encoded_afresh_in_one_layer(method, text_id
     assert np.allclose(none.id_bits, plain.id_bits, atol=1e-6)
 
 
+@pytest.mark.parametrize("method", ["fire", "irope", "alibi"])
+def test_streaming_verdict_says_what_a_method_reading_the_query_position_does(method, text_ids):
+    """StreamingLLM keeps true positions (the sinks just before the newest keys): equal to the same held bytes
+    encoded at 0..W-1 for a method that reads distances alone, not for FIRE (distances divided by a function of
+    the query's position past its threshold) or irope (the NoPE layer's temperature grows with the position).
+    The verdict must say which: "Correct" only where the numbers are. One layer, so that re-encoding the held
+    bytes is the exact reference; irope's one layer is its NoPE layer with the temperature."""
+    options = {"layers": [{"method": "nope", "options": {"temperature_floor_scale": 32}}]} if method == "irope" else {}
+    lab = as_lab_model(sharp(tiny_model(method, n_layer=1, position_options=options)))  # training length 32
+    window, K, n = 9, 3, 80
+    r = kv_cache.sliding_score(lab, text_ids, window, "streaming", n, sinks=K)
+    assert r.error is None
+    at_zero = []  # the bytes the streaming step holds, encoded afresh at 0..W-1
+    with torch.no_grad():
+        for t in range(window, n - 1):
+            held = torch.cat((text_ids[:K], text_ids[t - window + K + 1: t + 1]))
+            logits = lab.net(held[None], positions=torch.arange(window)).logits[0, -1]
+            at_zero.append(float(torch.nn.functional.cross_entropy(logits[None], text_ids[t + 1: t + 2])) / np.log(2))
+    gap = np.abs(r.id_bits[window:] - np.array(at_zero)).max()
+    verdict = kv_cache.strategy_verdict(lab, "streaming")
+    if method == "alibi":
+        assert gap < 1e-4 and verdict.startswith("Correct")
+    else:
+        assert gap > 1e-3, gap
+        assert not verdict.startswith("Correct") and "true position" in verdict and "not the same as moving" in verdict
+
+
 def test_streaming_sinks_must_be_fewer_than_the_window(text_ids):
     model = as_lab_model(tiny_model("alibi"))
     with pytest.raises(PosvizError, match="fewer than the window"):

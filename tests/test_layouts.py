@@ -158,3 +158,94 @@ def test_any_method_takes_sinks_through_a_layout():
     assert model.position.at_layer(1).name == "alibi" and model.position.at_layer(1).sink_logits is not None
     idx = torch.randint(0, 256, (1, 30))
     torch.testing.assert_close(decode_in_chunks(model, idx, [1, 7, 22]), model(idx).logits, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------- checkpoints pin their layouts
+SHIPPED_LAYOUTS = ("irope", "local_global", "rope_sinks")
+
+
+def _text(n: int) -> torch.Tensor:
+    return torch.tensor([list(open("posviz/positions/layers.py", "rb").read()[:n])])
+
+
+def _with_options(tmp_path, name: str, edit) -> str:
+    """A copy of ``models/<name>`` whose config.json's model position options were changed by ``edit``."""
+    import json
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(f"models/{name}", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["model"]["position_options"] = edit(config["model"]["position_options"])
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+@pytest.mark.parametrize("name", SHIPPED_LAYOUTS)
+def test_a_shipped_layout_stores_every_layer_as_trained(name):
+    """config.json holds each layer written out: method, every option (a rotary layer's base, the NoPE layer's
+    temperature), window (null: full) and sinks; the recipe keeps the preset name it was asked for."""
+    import json
+
+    config = json.loads(open(f"models/{name}/config.json").read())
+    layers = config["model"]["position_options"]["layers"]
+    assert config["train"]["position_options"] == {} and len(layers) == config["model"]["n_layer"] == 4
+    for layer in layers:
+        assert set(layer) == {"method", "options", "window", "sinks"}
+        if layer["method"] == "rope":
+            assert isinstance(layer["options"]["base"], float)
+    expected = {  # (method, base or temperature floor scale, window, sinks) of layers 0..3
+        "irope": [("rope", 1e4, None, False)] * 3 + [("nope", 256, None, False)],
+        "local_global": [("rope", 1e4, 64, False)] * 3 + [("rope", 1e6, None, False)],
+        "rope_sinks": [("rope", 1e4, 64, True), ("rope", 1e4, None, True)] * 2,
+    }[name]
+    got = [(la["method"], la["options"].get("base", la["options"].get("temperature_floor_scale")), la["window"],
+            la["sinks"]) for la in layers]
+    assert got == expected
+    nope = [la["options"] for la in layers if la["method"] == "nope"]
+    assert nope in ([], [{"temperature_floor_scale": 256, "temperature_attn_scale": 0.1}])
+
+
+@pytest.mark.parametrize("name", SHIPPED_LAYOUTS)
+def test_an_edit_to_a_preset_never_changes_a_shipped_model(name, monkeypatch):
+    """Loading reads the layers from config.json; the preset's code only expands a name when training starts."""
+    from posviz.positions import POSITION_METHODS
+
+    idx = _text(300)
+    before = load_checkpoint(f"models/{name}")(idx).logits
+    edited = [{"method": "rope", "options": {"base": 500.0}, "window": 7}]
+    monkeypatch.setattr(POSITION_METHODS[name], "preset_layers", classmethod(lambda cls, shape: edited))
+    assert tiny_model(name, n_layer=1).position.at_layer(0).options.base == 500.0  # the edit is in effect
+    torch.testing.assert_close(load_checkpoint(f"models/{name}")(idx).logits, before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", SHIPPED_LAYOUTS)
+def test_an_old_config_without_layers_still_loads_to_the_same_model(name, tmp_path):
+    """Configs written before layouts were pinned store {}: the preset then expands at load, to the same model."""
+    idx = _text(300)
+    old = load_checkpoint(_with_options(tmp_path, name, lambda options: {}))
+    torch.testing.assert_close(old(idx).logits, load_checkpoint(f"models/{name}")(idx).logits, rtol=0, atol=0)
+
+
+def _set_layer(layer: int, key: str, value):
+    def edit(options):
+        options["layers"][layer]["options"][key] = value
+        return options
+    return edit
+
+
+@pytest.mark.parametrize("name,layer,key,value", [
+    ("local_global", 3, "base", 10_000.0),  # the global layer's θ = 1e6, read from config.json
+    ("irope", 3, "temperature_floor_scale", 8192),  # the NoPE layer's floor scale: 256, not Llama 4's 8,192
+])
+def test_the_stored_global_theta_and_floor_scale_are_what_the_forward_pass_reads(name, layer, key, value, tmp_path):
+    idx = _text(400)  # past 255, where the floor scale's first step falls
+    shipped = load_checkpoint(f"models/{name}")(idx).logits
+    changed = load_checkpoint(_with_options(tmp_path, name, _set_layer(layer, key, value)))(idx).logits
+    assert (changed - shipped).abs().max() > 1e-3
+
+
+def test_sinks_on_a_method_that_computes_its_own_weights_are_refused():
+    with pytest.raises(ConfigError, match="stick_breaking.*cannot take sinks.*computes its own attention weights"):
+        tiny_model("rope_sinks", position_options={"layers": [{"method": "stick_breaking", "sinks": True}]})
+    assert tiny_model("rope_sinks", position_options={"layers": [{"method": "stick_breaking"}]})  # without: fine

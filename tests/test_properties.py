@@ -204,7 +204,7 @@ def test_attention_probabilities_are_causal_distributions_and_do_not_change_logi
             assert torch.equal(probs.triu(1), torch.zeros_like(probs))  # no weight on future keys
             if model.position.weights_sum_to_one:
                 torch.testing.assert_close(probs.sum(-1), torch.ones(2, model.config.n_head, T), rtol=0, atol=1e-5)
-            else:  # stick-breaking: what the keys leave over goes nowhere
+            else:  # a sink (rope_sinks): what it takes is no key's
                 assert torch.all(probs.sum(-1) <= 1 + 1e-6)
             torch.testing.assert_close(out.logits, plain, rtol=1e-5, atol=1e-5)
         one_head = model(idx, attention_layer=0, attention_head=1).attention

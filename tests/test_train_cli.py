@@ -208,3 +208,24 @@ def test_rows_that_begin_with_a_first_byte_still_predict_the_next_byte():
     assert torch.equal(by[:, :-1], bx[:, 1:]) and torch.equal(by[:, -1], y[:, -2])  # each target: the next byte
     with pytest.raises(ConfigError, match="first_byte"):
         TrainConfig(first_byte=256)
+
+
+def test_training_a_preset_layout_stores_its_layers_written_out(tmp_path, monkeypatch):
+    """The recipe keeps the name it asked for ({}); the model's config gets every layer as built, so a preset edited
+    after training changes nothing the checkpoint loads."""
+    from posviz.positions import POSITION_METHODS
+    from posviz.training.train import train
+
+    cfg = small_recipe(method="local_global", n_layer=2)
+    train(cfg, tmp_path / "m", progress=False, state_dir=tmp_path / "s")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["train"]["position_options"] == {}
+    layers = config["model"]["position_options"]["layers"]
+    assert [(la["method"], la["options"]["base"], la["window"], la["sinks"]) for la in layers] == [
+        ("rope", 10_000.0, cfg.train_length // 4, False), ("rope", 10_000.0, cfg.train_length // 4, False)]
+    idx = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = load_checkpoint(tmp_path / "m")(idx).logits
+        monkeypatch.setattr(POSITION_METHODS["local_global"], "preset_layers",
+                            classmethod(lambda cls, shape: [{"method": "rope", "options": {"base": 7.0}}]))
+        torch.testing.assert_close(load_checkpoint(tmp_path / "m")(idx).logits, before, rtol=0, atol=0)

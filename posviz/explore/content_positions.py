@@ -94,9 +94,10 @@ def counted_beside_distance(view: LayerView, head: int, query: int) -> dict[str,
             "plain": distance + 1.0}
 
 
-def left_over(view: LayerView, head: int) -> np.ndarray:
-    """(T,) stick-breaking: the share of each query's attention that no key took (1 - sum of its weights)."""
-    return 1.0 - np.nansum(view.weights[head], axis=-1)
+def on_own_value(view: LayerView, head: int) -> np.ndarray:
+    """(T,) the weight each query puts on its own byte's value (the diagonal of its attention). For stick-breaking
+    that is the remainder: what no earlier key broke off, which the reference forward gives the query itself."""
+    return np.diagonal(view.weights[head]).copy()
 
 
 def gate_means(view: LayerView, ids_where: np.ndarray) -> dict[str, float]:
@@ -120,8 +121,9 @@ def byte_class(ids: np.ndarray) -> np.ndarray:
 def findings(net: GPT, documents, windows: int = 8) -> dict:
     """What the content methods learned, measured on ``windows`` windows of one training length from each of
     ``documents`` (held-out text), per layer: FoX's mean forget gate on each byte class; CoPE's counted
-    position of the key one training length minus one back, as a share of the plain count; stick-breaking's
-    mean share left over and the mean distance of its attention against a softmax of the same scores."""
+    position of the key one training length minus one back, as a share of the plain count; the mean weight a
+    query puts on its own value (stick-breaking's remainder) and the mean distance of its attention against a
+    softmax of the same scores."""
     L = min(MAX_BYTES, net.config.train_length)
     out: dict = {}
     for layer in range(net.config.n_layer):
@@ -140,8 +142,8 @@ def findings(net: GPT, documents, windows: int = 8) -> dict:
                 if view.counts is not None:
                     rows.setdefault("counted / plain at the far key", []).append(
                         float(np.mean(view.counts[:, L - 1, 0] / L)))
-                if not net.position.weights_sum_to_one:
-                    rows.setdefault("left over", []).append(float(np.nanmean(1.0 - np.nansum(view.weights, -1))))
+                rows.setdefault("on its own value", []).append(
+                    float(np.mean(np.diagonal(view.weights, axis1=-2, axis2=-1))))
                 distance = np.arange(L)[:, None] - np.arange(L)[None, :]
                 for name, weights in (("attention distance", view.weights), ("softmax distance", view.softmax)):
                     rows.setdefault(name, []).append(float(np.nanmean(np.nansum(weights * distance, -1))))

@@ -102,6 +102,11 @@ def _verdict(model: LabModel, strategy: str) -> str:
         if model.is_absolute:
             return (f"Runs, but {name} then sees absolute positions it never saw in training (the sinks are encoded "
                     "again just before the newest ones), as in the Extrapolation lab past the training length.")
+        if not model.is_shift_invariant():
+            return (f"Runs with every distance inside the window, but {name} also reads each query's true position "
+                    "(up to the document length: FIRE rescales distances past its threshold by it, Llama 4's NoPE "
+                    "layers sharpen with it), so it differs from the same window encoded at 0..W-1; the sinks are "
+                    "encoded again at their new positions, which for this method is not the same as moving them.")
         return ("Correct StreamingLLM: the first few ids stay in the window, at the positions just before the newest "
                 "ones, so every distance is within the window. It helps where heads attend to the first ids (the "
                 "share chart); a model without a sink loses little by evicting them.")
@@ -246,8 +251,10 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
 
 def move_sinks(model: LabModel, cache, sink_ids, t: int, window: int) -> None:
     """StreamingLLM before the step at position t past the window: the sink ids run again at the positions just
-    before the newest W - K keys (t - W + 1 ..), and their keys take the front of ``cache``. The first ids see only
-    each other, so this is what moving their cached keys there gives, for any method and either kind of model."""
+    before the newest W - K keys (t - W + 1 ..), and their keys take the front of ``cache``, for either kind of model.
+    The first ids see only each other, so for a method that reads distances alone (``is_shift_invariant``) this is
+    what moving their cached keys there gives; a method that reads positions themselves (absolute tables, FIRE,
+    Llama 4's NoPE temperature) encodes them afresh at the new positions instead, as its verdict says."""
     front = model.new_cache()
     model(model.ids_on_device(sink_ids)[None], positions=t - window + 1, cache=front)
     cache.replace_front(front)

@@ -6,6 +6,7 @@ it has. Shape legend: B batch, T sequence length (Tq queries, Tk keys), C n_embd
 size, V vocab (256 bytes).
 """
 from __future__ import annotations
+import dataclasses
 import math
 
 import torch
@@ -52,6 +53,15 @@ class Block(nn.Module):
         ln = self.ln_2
         x = x + self.mlp(F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps))
         return x, probs
+
+
+def pinned_config(cfg: ModelConfig) -> ModelConfig:
+    """``cfg`` with its position options written out as the method builds them (``pinned_options``): what a
+    checkpoint stores, so that loading it never reads a code default or a preset again. Builds the method
+    alone (its parameters' random draws happen here, so call it before seeding the model's own)."""
+    shape = ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.train_length)
+    pinned = build_position_method(cfg.position, shape, cfg.position_options).pinned_options()
+    return dataclasses.replace(cfg, position_options=pinned)
 
 
 class GPT(nn.Module):

@@ -105,7 +105,7 @@ class PositionMethod(nn.Module):
     # Extra explore sections this method offers (names registered in views/_sections); the pages draw
     # every registered method's generic views without it.
     explore_sections: ClassVar[tuple[str, ...]] = ()
-    weights_sum_to_one: ClassVar[bool] = True  # a softmax's rows; stick-breaking's sum to at most 1
+    weights_sum_to_one: ClassVar[bool] = True  # a softmax's rows (and stick-breaking's, its remainder on the diagonal)
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -118,6 +118,17 @@ class PositionMethod(nn.Module):
     def at_layer(self, layer: int) -> "PositionMethod":
         """The method acting in ``layer``: itself, except in a layout (``positions.layers``)."""
         return self
+
+    def pinned_options(self) -> dict:
+        """Every option this method was built with, written out (defaults and what a preset filled in), so
+        that a checkpoint's config.json builds this very method again whatever later code defaults become."""
+        return dataclasses.asdict(self.options)
+
+    @property
+    def computes_own_weights(self) -> bool:
+        """Whether the method turns scores into weights itself (stick-breaking), not through the base softmax
+        that a layer's sink logits join."""
+        return type(self).attention_weights is not PositionMethod.attention_weights
 
     # -- the three hooks -------------------------------------------------------------------------
     def add_to_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:  # (B, T, C)

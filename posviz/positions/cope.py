@@ -10,8 +10,11 @@ capped at npos_max - 1. Its embedding is interpolated between the learned embedd
 ceil(p), and q_i . e[p_ij] is added to the logit. A head can count lines, words or brackets instead of
 bytes; nothing reads an index, so a window of keys may start anywhere.
 
-As the reference code (facebookresearch/RAM, projects/cope): one table of npos_max embeddings per layer,
-shared by its heads, starting at zero; the gates read the scaled logits of the same queries and keys.
+The logit follows the paper's code listing (its appendix): the position term q_i . e[p_ij] is added to the
+already scaled logit q_i . k_j / sqrt(d), unscaled. The reference repository (facebookresearch/RAM,
+projects/cope, ``ContextPosSelfAttn``) does so only with ``--cope-nodiv``; by default it adds the term
+first and divides both by sqrt(d). As that code: one table of npos_max embeddings per layer, shared by its
+heads, starting at zero; the gates read the scaled logits of the same queries and keys.
 Shapes: scores (B, H, rows, keys); table (hs, npos_max).
 """
 from __future__ import annotations

@@ -89,6 +89,9 @@ class LayerLayout(PositionMethod):
                                   f"{'is a layout' if issubclass(cls, LayerLayout) else 'adds to the input of the whole model'})")
             method = build_position_method(spec["method"], shape, spec["options"])
             method.window = spec["window"]
+            if spec["sinks"] and method.computes_own_weights:
+                raise ConfigError(f"layer {i}: {spec['method']!r} cannot take sinks: it computes its own attention "
+                                  "weights, so a sink logit would join no softmax and nothing would read it")
             if spec["sinks"]:
                 method.sink_logits = nn.Parameter(torch.randn(shape.n_head) * SINK_INIT_STD)
             methods.append(method)
@@ -96,8 +99,16 @@ class LayerLayout(PositionMethod):
 
     @classmethod
     def preset_layers(cls, shape) -> list[dict]:
-        """The preset's pattern of layers for a model of ``shape`` (windows scale with its training length)."""
+        """The preset's pattern of layers for a model of ``shape`` (windows scale with its training length).
+        Read only when a model is first built from the preset's name: a checkpoint stores ``pinned_options``."""
         return [{"method": "rope"}]
+
+    def pinned_options(self) -> dict:
+        """{"layers": one entry per layer, fully written out}: each layer's method, every option it was built
+        with (a rotary layer's base, the NoPE layer's temperature), its window (None: full) and sinks. A
+        checkpoint trained from a preset stores this, so an edit to the preset never changes a shipped model."""
+        return {"layers": [{"method": m.name, "options": m.pinned_options(), "window": spec["window"],
+                            "sinks": spec["sinks"]} for m, spec in zip(self.layer_methods, self.specs)]}
 
     def at_layer(self, layer: int) -> PositionMethod:
         return self.layer_methods[layer]

@@ -1,13 +1,21 @@
 """Stick-breaking attention (Tan, Shen, Peng, Courville & Panda, ICLR 2025, "Scaling Stick-Breaking
-Attention"), https://arxiv.org/abs/2410.17980
+Attention"), https://arxiv.org/abs/2410.17980; reference code shawntan/stickbreaking-attention.
 
 No softmax and no position encoding. Each key j before query i breaks off a share
 beta_ij = sigmoid(q_i . k_j / sqrt(d)) of what the nearer keys left over:
 
     A_ij = beta_ij * prod_{j < k < i} (1 - beta_ik)
 
-so the nearest key that fires takes the weight first and hides everything behind it; the weights of a
-row sum to at most 1 (the rest goes nowhere). As in the paper, a query does not attend to its own key.
+so the nearest key that fires takes the weight first and hides everything behind it. What no earlier key
+took, rem_i = 1 - sum_j A_ij = prod_{j < i} (1 - beta_ij), goes to the query's own value, as the reference
+forward does (``ref_fwd`` in its tests: ``o = o + rem[..., None] * v``):
+
+    o_i = sum_{j < i} A_ij v_j + rem_i v_i
+
+Here the remainder is put on the diagonal of the weights (the query's own key), which is that same sum,
+so every row sums to 1, an attention map shows where the remainder goes, and the first byte (no earlier
+key) attends to itself alone. As in the paper, a query's own key breaks off no share (``attend_current``
+False); with it True the own key's share comes first and the remainder joins it.
 Computed in log space, as the paper does: log A_ij = log sigmoid(z_ij) - sum_{j<k<i} softplus(z_ik).
 Shapes: scores (B, H, rows, keys).
 """
@@ -23,27 +31,28 @@ from posviz.positions.base import PositionMethod, Seen
 
 @dataclasses.dataclass
 class StickBreakingOptions:
-    attend_current: bool = False  # the paper's model leaves a query's own key out
+    attend_current: bool = False  # the paper's model: a query's own key breaks off no share (keys j < i)
 
 
 class StickBreaking(PositionMethod):
     name = "stick_breaking"
-    summary = "No softmax: each earlier key takes a sigmoid share of what the nearer keys left."
+    summary = "No softmax: each earlier key takes a sigmoid share of what the nearer keys left; the rest stays with the query."
     paper = "https://arxiv.org/abs/2410.17980"
     acts_on = "weights"
     kind = "content"
     Options = StickBreakingOptions
-    weights_sum_to_one = False
     explore_sections = ("stick-breaking-left",)
 
     def attention_weights(self, layer, scores, seen: Seen):
         keys = torch.arange(scores.shape[-1], device=scores.device)
-        before = keys[None, :] <= seen.q_index[:, None] if self.options.attend_current else \
-            keys[None, :] < seen.q_index[:, None]
-        allowed = seen.visible & before  # (rows, keys)
+        own = keys[None, :] == seen.q_index[:, None]  # (rows, keys): each query's own key
+        before = keys[None, :] < seen.q_index[:, None]
+        allowed = seen.visible & (before | own if self.options.attend_current else before)  # (rows, keys)
         log_beta = F.logsigmoid(scores)
         log_left = (log_beta - scores).masked_fill(~allowed, 0.0)  # log(1 - beta) = log beta - z; 0 where no key
         # the sum over the keys k > j the query may see: a reversed cumulative sum, shifted by one key
         from_here = log_left.flip(-1).cumsum(-1).flip(-1)  # sum over k >= j
         behind = torch.cat((from_here[..., 1:], torch.zeros_like(from_here[..., :1])), dim=-1)
-        return (log_beta + behind).exp().masked_fill(~allowed, 0.0)
+        sticks = (log_beta + behind).exp().masked_fill(~allowed, 0.0)
+        remainder = from_here[..., :1].exp()  # (B, H, rows, 1): prod of (1 - beta) over every allowed key
+        return sticks + remainder * own

@@ -29,7 +29,7 @@ from posviz.training.data import batch_offsets, begin_rows, get_batch, load_corp
 from posviz.errors import PosvizError
 from posviz.training.evaluate import bits_per_byte
 from posviz.limits import resolve_device
-from posviz.models.byte_gpt import GPT
+from posviz.models.byte_gpt import GPT, pinned_config
 from posviz.labs.probes import copy_check
 
 
@@ -243,8 +243,12 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         torch.cuda.set_device(device)
     require(cfg.batch_size % world == 0, f"batch_size {cfg.batch_size} must be divisible by the {world} processes")
 
+    # every position option written out as built (a preset's layers, code defaults): the checkpoint stores these,
+    # so a later edit of a preset or a default never changes what it loads. Before the seed: building the
+    # method alone draws its parameters, and the model's own draws must stay those of the recipe.
+    model_config = pinned_config(cfg.model_config())
     torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model_config())
+    model = GPT(model_config)
     if cfg.finetune_from is not None:
         start = load_checkpoint(cfg.finetune_from)  # checked: a damaged folder says so here
         require(start.config.position == cfg.method, f"fine-tuning a {start.config.position!r} checkpoint "

@@ -1,6 +1,6 @@
 """The sections of the Positions from content page, one per method that computes positions from the text: what
-each method computed on the visitor's text (FoX's forget gates, CoPE's counted positions, what stick-breaking
-left over), beside the attention it gives. The numbers come from ``posviz.explore.content_positions``."""
+each method computed on the visitor's text (FoX's forget gates, CoPE's counted positions, what stick-breaking's
+query keeps for itself), beside the attention it gives. The numbers come from ``posviz.explore.content_positions``."""
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -63,9 +63,11 @@ def cope_section(page: ContentPage, method: str) -> None:
 @section("stick-breaking-left", "content", order=30)
 def stick_breaking_section(page: ContentPage, method: str) -> None:
     view, h = page.view, page.head
-    left = content_positions.left_over(view, h)
-    st.header("What no key took")
-    st.caption(f"Stick-breaking's weights of a query sum to at most 1 (head {h}, layer {page.layer}): each key, "
-               "nearest first, breaks off a share of what is left. Darker bytes are queries whose keys left more "
-               f"unattended. Mean left over: {np.nanmean(left):.3f}.")
-    show_coloured_text([(c, v) for c, v in zip(page.chars, left)], 1.0, unit="left over", height=220, missing="")
+    kept = content_positions.on_own_value(view, h)
+    st.header("What no earlier key took")
+    st.caption(f"Each earlier key, nearest first, breaks off a sigmoid share of what is left (head {h}, layer "
+               f"{page.layer}); what none took stays with the query: its own byte's value gets it, as in the "
+               "reference code, and the map above draws it on the diagonal. Darker bytes kept more for themselves; "
+               f"the first byte has no earlier key and keeps everything. Mean kept: {np.nanmean(kept):.3f}.")
+    show_coloured_text([(c, v) for c, v in zip(page.chars, kept)], 1.0, unit="kept by the byte itself", height=220,
+                       missing="")
