@@ -1,13 +1,14 @@
 """What every live lab shows at its default view on the shipped checkpoints, as numbers.
 
 ``fingerprint(page)`` runs the page's script (AppTest, the shipped ``models/``, the first held-out
-document) and reads back what a visitor sees: every chart's data, every table, every metric, the
-generated text, the coloured text. ``tests/test_default_views.py`` holds these to a record made before
-the labs were moved onto the model interface (``tests/data/default_views.json``), so a refactor that
-changes a number a user sees fails.
+document) and reads back what a visitor sees: every chart's data and every table, summarised per model and
+chart row (``ROW_NAMES``), every metric, the generated text, the coloured text. ``entries`` flattens that into
+one entry per page, chart, row and column. ``tests/test_default_views.py`` holds the pages to the record
+(``tests/data/default_views.json``) overlaid with the reviewed changes (``default_views_changes.json``), so a
+change that moves a number a user sees fails until its reason is written down.
 
-Run ``python tests/default_views.py`` to write the record again (only when a change is *meant* to
-change what the labs show, and say so in the commit).
+``python tests/default_views.py`` adds new entries (a new model, a new chart) and lists every changed one; it
+writes changed entries only with ``--why "..."``, which is kept beside them.
 """
 from __future__ import annotations
 
@@ -45,9 +46,28 @@ def _column_summary(values: pd.Series) -> dict:
     return {"n": int(len(values)), "sha": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
+# Columns that name what a row belongs to (a model, a curve, a strategy): a frame is summarised per value of
+# these, so that the record holds one entry per model and chart row, and a retrained model moves its own.
+ROW_NAMES = ("model", "checkpoint", "series", "curve", "scaling", "strategy", "probe", "source", "kind", "stage", "of",
+             "what", "head", "pass", "unit")
+
+
 def _frame_summary(frame: pd.DataFrame) -> dict:
+    """{columns: the frame's column names, rows: {row group: {column: summary}}}: the frame's rows grouped by
+    the values of its naming columns (``ROW_NAMES`` with text in them), one group "" when it has none."""
     frame = frame.reset_index(drop=True)
-    return {str(c): _column_summary(frame[c]) for c in frame.columns if not TIMED.search(str(c))}
+    names = [c for c in frame.columns if str(c) in ROW_NAMES and not pd.api.types.is_numeric_dtype(frame[c])]
+    columns = [c for c in frame.columns if not TIMED.search(str(c)) and c not in names]
+    signature = ",".join(sorted(map(str, frame.columns)))
+    if not names:
+        return {"columns": signature, "rows": {"": {str(c): _column_summary(frame[c]) for c in columns}}}
+    out = {}
+    for values, rows in frame.groupby(names, sort=True, dropna=False):
+        values = values if isinstance(values, tuple) else (values,)
+        label = ",".join(f"{n}={'' if pd.isna(v) else v}" for n, v in zip(names, values))
+        rows = rows.reset_index(drop=True)
+        out[label] = {str(c): _column_summary(rows[c]) for c in columns}
+    return {"columns": signature, "rows": out}
 
 
 HTML_TITLE = re.compile(r'title="([^"]*)"')
@@ -134,14 +154,98 @@ def default_text_sha() -> str:
     return hashlib.sha256(load_corpus().eval_documents[0]).hexdigest()[:16]
 
 
-def record() -> dict:
-    return {"text_sha": default_text_sha(), "python": sys.version.split()[0],
-            "pages": {page: fingerprint(page) for page in LABS},
-            "exports": {page: export_fingerprint(page) for page in LABS}}
+# ---------------------------------------------------------------------------------------- the record
+# The record (RECORD) holds one entry per page, chart or table, row group (a model, a curve) and column, as first
+# recorded. A later change to an entry is kept apart, in CHANGES: groups of {why, entries: {key: value}} in the
+# order they were made, each with the reason its numbers moved (null: the entry is gone). What a page must show is
+# the record overlaid with every change group. New entries go into the record freely; a changed or vanished one
+# only with a reason (``python tests/default_views.py --why "..."``), and the test fails on any other.
+CHANGES = ROOT / "tests" / "data" / "default_views_changes.json"
+
+
+def entries(fp: dict, where: str) -> dict:
+    """A fingerprint as flat entries, ``where/part/.../column`` -> value (a summary dict, a string or a list)."""
+    out = {}
+    for part in ("charts", "tables"):
+        seen: dict = {}
+        for frame in fp.get(part, []):
+            k = seen[frame["columns"]] = seen.get(frame["columns"], -1) + 1  # the k-th frame of these columns
+            for group, columns in frame["rows"].items():
+                for column, summary in columns.items():
+                    out[f"{where}/{part[:-1]}[{frame['columns']}]#{k}/{group}/{column}"] = summary
+    for label, value in fp.get("metrics", {}).items():
+        out[f"{where}/metric/{label}"] = value
+    for part in ("code", "html", "captions", "errors"):
+        for i, value in enumerate(fp.get(part, [])):
+            out[f"{where}/{part}#{i}"] = value
+        if not fp.get(part):
+            out[f"{where}/{part}"] = []  # none shown: an error box appearing is a change
+    return out
+
+
+def expected_entries() -> dict:
+    """The record overlaid with every change group, in order: what the pages must show now."""
+    expected = dict(json.loads(RECORD.read_text())["entries"]) if RECORD.is_file() else {}
+    for change in (json.loads(CHANGES.read_text()) if CHANGES.is_file() else []):
+        for key, value in change["entries"].items():
+            if value is None:
+                expected.pop(key, None)
+            else:
+                expected[key] = value
+    return expected
+
+
+def review(expected: dict, shown: dict, differ) -> tuple[dict, dict]:
+    """(new entries, changed or vanished entries as {key: (expected, shown or None)}) of ``shown`` against
+    ``expected``; ``differ(a, b, key)`` lists how two values differ (empty when equal within tolerance)."""
+    new = {k: v for k, v in shown.items() if k not in expected}
+    changed = {k: (v, shown.get(k)) for k, v in expected.items() if k not in shown or differ(v, shown[k], k)}
+    return new, changed
+
+
+def shown_entries() -> dict:
+    out = {}
+    for page in LABS:
+        out.update(entries(fingerprint(page), f"pages/{page}"))
+        out.update(entries(export_fingerprint(page), f"exports/{page}"))
+    return out
+
+
+def main(argv=None) -> int:
+    """Record what the labs show: new entries are added; changed ones only with ``--why``, else listed and refused."""
+    import argparse
+
+    from test_default_views import differences
+
+    ap = argparse.ArgumentParser(description="Re-record the labs' default views (tests/data/default_views.json).")
+    ap.add_argument("--why", help="why the changed entries moved (kept beside them in default_views_changes.json)")
+    args = ap.parse_args(argv)
+    record = json.loads(RECORD.read_text()) if RECORD.is_file() else {"entries": {}}
+    if record.get("text_sha", default_text_sha()) != default_text_sha():
+        print("The record was made on another interpreter's standard library; its numbers cannot be compared.")
+        return 1
+    shown = shown_entries()
+    new, changed = review(expected_entries(), shown, lambda a, b, k: differences(a, b, k))
+    for key, (was, now) in sorted(changed.items()):
+        print(f"changed: {key}\n    recorded {json.dumps(was)[:200]}\n    shown    {json.dumps(now)[:200]}")
+    print(f"{len(new)} new entries, {len(changed)} changed or vanished")
+    if changed and not args.why:
+        print("Not written: say why these entries moved with --why \"...\" (kept in "
+              f"{CHANGES.name}), or fix what changed them.")
+        return 1
+    record = {"text_sha": default_text_sha(), "python": sys.version.split()[0],
+              "entries": {**record["entries"], **new}}
+    RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    if changed:
+        changes = json.loads(CHANGES.read_text()) if CHANGES.is_file() else []
+        changes.append({"why": args.why, "entries": {k: now for k, (was, now) in sorted(changed.items())}})
+        CHANGES.write_text(json.dumps(changes, indent=1) + "\n")
+    print(f"wrote {RECORD.name}" + (f" and {CHANGES.name}" if changed else ""))
+    return 0
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tests"))
     RECORD.parent.mkdir(parents=True, exist_ok=True)
-    RECORD.write_text(json.dumps(record(), indent=1, sort_keys=True) + "\n")
-    print(f"wrote {RECORD.relative_to(ROOT)}")
+    sys.exit(main())

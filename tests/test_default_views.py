@@ -1,9 +1,10 @@
-"""Every live lab's default view on the shipped checkpoints shows the numbers it showed before the
-labs ran through the model interface: bits per byte, the cache check, the context-extension curves,
-the retrieval ratios, the generated text at its seed and the compare deltas, to 1e-6.
+"""Every live lab's default view on the shipped checkpoints shows the recorded numbers: bits per byte, the
+cache check, the context-extension curves, the retrieval ratios, the generated text at its seed and the compare
+deltas, to 1e-6, one entry per page, chart, model row and column.
 
-The record (tests/data/default_views.json) was made by ``python tests/default_views.py`` on the code
-before the refactor; see that module for what is read off each page.
+The record (tests/data/default_views.json) holds each entry as first recorded; every later change to an entry
+is in tests/data/default_views_changes.json with the reason it moved. ``python tests/default_views.py`` adds
+new entries and writes changed ones only with ``--why``; see that module for what is read off each page.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import json
 import math
 
 import pytest
-from default_views import LABS, RECORD, default_text_sha, export_fingerprint, fingerprint
+import default_views
+from default_views import LABS, RECORD, default_text_sha, entries, expected_entries, export_fingerprint, fingerprint, review
 
 TOLERANCE = 1e-6
 
@@ -48,24 +50,32 @@ def recorded() -> dict:
     assert record["text_sha"] == default_text_sha(), (
         f"The record was made on Python {record['python']}'s standard library, whose first held-out document "
         "differs from this interpreter's: the numbers cannot be compared.")
-    return record
+    return expected_entries()
+
+
+def unexplained(recorded: dict, shown: dict, where: str) -> list[str]:
+    """The recorded entries of ``where`` that the page no longer shows as recorded (new entries are fine)."""
+    mine = {k: v for k, v in recorded.items() if k.startswith(where + "/")}
+    _, changed = review(mine, shown, lambda a, b, k: differences(a, b, k))
+    return [f"{k}: gone" if now is None else differences(was, now, k)[0] for k, (was, now) in sorted(changed.items())]
+
+
+def assert_as_recorded(recorded: dict, fp: dict, where: str) -> None:
+    assert fp["charts"] or fp["tables"] or fp["code"], f"{where}: nothing drawn"
+    diff = unexplained(recorded, entries(fp, where), where)
+    assert not diff, (f"{where}: {len(diff)} entries moved, e.g. {diff[:8]}. If meant, run `python tests/default_views.py "
+                      "--why \"...\"` to record them with the reason.")
 
 
 @pytest.mark.parametrize("page", LABS)
 def test_default_view_shows_the_recorded_numbers(page, recorded):
-    shown = fingerprint(page)
-    assert shown["charts"] or shown["tables"] or shown["code"], f"{page}: nothing drawn"
-    diff = differences(recorded["pages"][page], shown)
-    assert not diff, f"{page}: {len(diff)} differences, e.g. {diff[:8]}"
+    assert_as_recorded(recorded, fingerprint(page), f"pages/{page}")
 
 
 @pytest.mark.parametrize("page", LABS)
 def test_the_exports_opened_by_a_link_show_the_recorded_numbers(page, recorded):
     """The same labs on the exports in models/hf, run as published models (transformers' forward)."""
-    shown = export_fingerprint(page)
-    assert shown["charts"] or shown["tables"] or shown["code"], f"{page}: nothing drawn"
-    diff = differences(recorded["exports"][page], shown)
-    assert not diff, f"{page} on the exports: {len(diff)} differences, e.g. {diff[:8]}"
+    assert_as_recorded(recorded, export_fingerprint(page), f"exports/{page}")
 
 
 @pytest.mark.parametrize("page", LABS)
@@ -88,8 +98,46 @@ def test_a_default_view_read_back_from_the_result_files_is_the_same(page, record
     shown = fingerprint(page)
     assert reading.misses == 0 and reading.files.reads > 0  # nothing computed: every result read back
     assert not differences(computed, shown)
-    diff = differences(recorded["pages"][page], shown)
-    assert not diff, f"{page}: {len(diff)} differences, e.g. {diff[:8]}"
+    assert_as_recorded(recorded, shown, f"pages/{page}")
+
+
+def test_a_changed_entry_needs_a_reason_and_a_new_one_does_not(tmp_path, monkeypatch, capsys):
+    """The recorder adds a new entry freely, refuses a changed one without --why, and with it keeps the new value
+    and the reason apart from the record, which the pages are then held to."""
+    page = {"charts": [{"columns": "bits,model", "rows": {"model=rope": {"bits": {"sum": 1.0}},
+                                                          "model=alibi": {"bits": {"sum": 2.0}}}}],
+            "tables": [], "metrics": {}, "code": ["x"], "html": [], "captions": [], "errors": []}
+    monkeypatch.setattr(default_views, "RECORD", tmp_path / "record.json")
+    monkeypatch.setattr(default_views, "CHANGES", tmp_path / "changes.json")
+    shown = {}
+    monkeypatch.setattr(default_views, "shown_entries", lambda: dict(shown))
+    shown.update(entries(page, "pages/x"))
+    assert default_views.main([]) == 0  # a first record: every entry new
+    key = "pages/x/chart[bits,model]#0/model=alibi/bits"
+    assert default_views.expected_entries()[key] == {"sum": 2.0}
+    shown["pages/x/chart[bits,model]#0/model=fox/bits"] = {"sum": 3.0}  # a new model: added freely
+    assert default_views.main([]) == 0 and "1 new entries, 0 changed" in capsys.readouterr().out
+    shown[key] = {"sum": 2.5}  # alibi retrained
+    assert unexplained(default_views.expected_entries(), shown, "pages/x") == [f"{key}/sum: 2.0 recorded, 2.5 shown"]
+    assert default_views.main([]) == 1 and "changed: " + key in capsys.readouterr().out
+    assert default_views.expected_entries()[key] == {"sum": 2.0}  # refused: nothing written
+    assert default_views.main(["--why", "alibi retrained"]) == 0
+    assert default_views.expected_entries()[key] == {"sum": 2.5}
+    record = json.loads((tmp_path / "record.json").read_text())["entries"]
+    assert record[key] == {"sum": 2.0}  # the record keeps the first value; the change and its reason are apart
+    assert json.loads((tmp_path / "changes.json").read_text()) == [{"why": "alibi retrained", "entries": {key: {"sum": 2.5}}}]
+    assert not unexplained(default_views.expected_entries(), shown, "pages/x")
+    del shown[key]  # a vanished entry is a change too
+    assert default_views.main([]) == 1
+
+
+def test_every_recorded_change_says_why():
+    changes = json.loads(default_views.CHANGES.read_text()) if default_views.CHANGES.is_file() else []
+    record = json.loads(RECORD.read_text())["entries"]
+    for change in changes:
+        assert len(change["why"].split()) >= 5, change["why"]
+        assert change["entries"] and set(change["entries"]) <= set(record) | {
+            k for c in changes for k in c["entries"]}
 
 
 def test_the_comparison_catches_a_changed_number():
