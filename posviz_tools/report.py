@@ -3,14 +3,16 @@
 ``python -m posviz_tools.report`` draws ``docs/bpb_vs_length.svg`` and ``docs/rope_scalings_vs_length.svg``
 (dependency-free SVG line charts), prints the write-up's tables (quality, when copying formed, bits per
 byte vs evaluation length, fine-tuning, far-context retrieval) for the shipped checkpoints and rewrites
-them in docs/results.md (``--results``), each found by its header row. ``--check`` writes nothing and
-fails when a table there differs from the metrics; a test holds docs/results.md to them the same way.
+them in docs/results.md (``--results``), each found by its header row, and every number of its prose written
+as a value span (``fill_values``). ``--check`` writes nothing and fails when a table or a number there differs
+from the metrics; a test holds docs/results.md to them the same way.
 """
 from __future__ import annotations
 
 import argparse
 import html
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -191,6 +193,64 @@ def results_tables(models=None) -> dict[str, str]:
             "copy formation": copy_formation_table(models), "sinks": sinks_table(models)}
 
 
+# ------------------------------------------------------------------------------ numbers in the prose
+# A number in the write-up's prose is a span ``<!--v NAME-->shown<!--/v-->`` (the comments do not render), and
+# ``fill_values`` writes ``shown`` from the data. NAME is ``checkpoint:path.in.metrics.json|format``, or
+# ``@count:set|format`` for a count of checkpoints. Formats: a Python format spec (".3f", ".2f", ".1%", ","),
+# "words" or "Words" (a count as a word: "eighteen", "Eighteen"), or "x" (a multiple: 1.07x is "1.07×").
+VALUE_SPAN = re.compile(r"<!--v ([^>]*?)-->(.*?)<!--/v-->", re.S)
+WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four twenty-five").split()
+
+
+def _format(value, spec: str) -> str:
+    if spec in ("words", "Words"):
+        word = WORDS[int(value)] if int(value) < len(WORDS) else f"{int(value):,}"
+        return word.capitalize() if spec == "Words" else word
+    if spec == "x":
+        return f"{value:.2f}×"
+    return format(value, spec)
+
+
+def value_of(name: str, models=None) -> str:
+    """The text of the span named ``name`` (see ``VALUE_SPAN``), read from the shipped checkpoints' files."""
+    what, _, spec = name.partition("|")
+    source, _, path = what.partition(":")
+    if source == "@count":
+        sets = {"shipped": shipped_checkpoints(models), "pretrained": pretrained(models),
+                "finetuned": finetuned(models)}
+        if path not in sets:
+            raise PosvizError(f"value {name!r}: no set {path!r} to count (one of {', '.join(sets)})")
+        return _format(len(sets[path]), spec or "d")
+    folders = shipped_checkpoints(models)
+    if source not in folders:
+        raise PosvizError(f"value {name!r}: no shipped checkpoint {source!r}")
+    value = read_metrics(folders[source])
+    for key in path.split("."):
+        if isinstance(value, list):
+            value = value[int(key)]
+        elif isinstance(value, dict) and key in value:
+            value = value[key]
+        else:
+            raise PosvizError(f"value {name!r}: {source}'s metrics.json has no {key!r} along {path!r}")
+    if value is None:
+        return "cannot run"
+    return _format(value, spec or "")
+
+
+def fill_values(text: str, models=None) -> tuple[str, list[str]]:
+    """``text`` with every value span rewritten from the data, and the spans whose text changed ("name: was -> now")."""
+    changed = []
+
+    def fill(match):
+        now = value_of(match.group(1), models)
+        if now != match.group(2):
+            changed.append(f"{match.group(1)}: {match.group(2)} -> {now}")
+        return f"<!--v {match.group(1)}-->{now}<!--/v-->"
+
+    return VALUE_SPAN.sub(fill, text), changed
+
+
 def update_tables(text: str, tables: dict[str, str]) -> tuple[str, list[str]]:
     """``text`` (Markdown) with every table whose header row is a new table's header replaced by that
     table; returns the new text and the titles of the tables it found no place for."""
@@ -275,13 +335,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     tables = results_tables()
     if args.check:
-        stale = stale_lines(Path(args.results).read_text(), tables)
+        text = Path(args.results).read_text()
+        stale = stale_lines(text, tables)
         for title, lines in stale.items():
             print(f"{args.results}: the {title} table differs from the shipped metrics; not found there:\n  "
                   + "\n  ".join(lines))
-        print(f"{args.results}: " + ("stale; run python -m posviz_tools.report to rewrite its tables" if stale
-                                      else "every table is the shipped metrics"))
-        return 1 if stale else 0
+        _, moved = fill_values(text)
+        for line in moved:
+            print(f"{args.results}: a number in the prose differs from the shipped metrics: {line}")
+        print(f"{args.results}: " + ("stale; run python -m posviz_tools.report to rewrite its tables and numbers"
+                                      if stale or moved else "every table and number is the shipped metrics"))
+        return 1 if stale or moved else 0
     data, L = curves()
     base = {k: v for k, v in data.items() if "+" not in k}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -293,7 +357,10 @@ def main(argv=None) -> int:
         print(f"{title}:\n\n{table}\n")
     if args.results:
         text, missing = update_tables(Path(args.results).read_text(), tables)
+        text, moved = fill_values(text)
         Path(args.results).write_text(text)
+        for line in moved:
+            print(f"number rewritten: {line}")
         print(f"updated the tables of {args.results}" + (f"; no table there for: {', '.join(missing)} "
                                                           "(paste them where they belong)" if missing else ""))
     return 0

@@ -87,6 +87,15 @@ def test_results_tables_are_the_shipped_metrics():
     assert not stale, f"docs/results.md differs from the shipped metrics (python -m posviz_tools.report): {stale}"
 
 
+def test_the_numbers_in_the_results_prose_are_the_shipped_metrics():
+    """Every value span of docs/results.md (``<!--v checkpoint:path|format-->``) holds what the metrics say."""
+    from posviz_tools.report import VALUE_SPAN, fill_values
+
+    assert len(VALUE_SPAN.findall(RESULTS)) >= 20
+    _, moved = fill_values(RESULTS, ROOT / "models")
+    assert not moved, f"docs/results.md's prose differs from the shipped metrics (python -m posviz_tools.report): {moved}"
+
+
 def layout_paths() -> list[str]:
     """The paths the README's layout tree names (a nested line's path is under the last folder above it)."""
     block = re.search(r"```\n(.*?)```", section("Layout"), re.S).group(1)

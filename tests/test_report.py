@@ -63,3 +63,19 @@ def test_results_option_rewrites_the_tables_and_check_finds_a_stale_one(tiny_mod
     assert results.read_text() == before.replace(stale, tables["quality"])
     assert (tmp_path / "bpb_vs_length.svg").read_text().startswith("<svg")
     assert report.main(["--check", "--results", str(results)]) == 0
+
+
+def test_a_value_span_is_written_from_the_metrics_and_a_stale_one_is_found(tiny_models_dir, tmp_path, capsys):
+    rope = read_metrics(tiny_models_dir / "rope")["val_bpb_at_train_length"]
+    text = ("<!--v @count:pretrained|words--> checkpoints; rope <!--v rope:val_bpb_at_train_length|.3f-->9<!--/v-->, "
+            "<!--v @count:shipped-->0<!--/v--> in all.")
+    text = text.replace("|words-->", "|words-->x<!--/v-->", 1)
+    filled, moved = report.fill_values(text, tiny_models_dir)
+    n = len(method_names())
+    assert filled == (f"<!--v @count:pretrained|words-->{report.WORDS[n]}<!--/v--> checkpoints; rope "
+                      f"<!--v rope:val_bpb_at_train_length|.3f-->{rope:.3f}<!--/v-->, <!--v @count:shipped-->{n}<!--/v--> in all.")
+    assert len(moved) == 3 and report.fill_values(filled, tiny_models_dir)[1] == []
+    import pytest
+    from posviz.errors import PosvizError
+    with pytest.raises(PosvizError, match="no 'nothing'"):
+        report.fill_values("<!--v rope:eval.nothing-->1<!--/v-->", tiny_models_dir)

@@ -134,3 +134,21 @@ def test_finetuned_metrics_hold_before_and_after(name):
 @pytest.mark.parametrize("name", list(FINETUNED))
 def test_finetuned_evaluation_reproduces_the_stored_number(name):
     _reproduce(FINETUNED[name])
+
+
+HEADLINE_CHECKPOINTS = ("sinusoidal", "alibi", "rope")  # one absolute, one relative bias, one rotary: cheap to run
+
+
+@pytest.mark.parametrize("name", HEADLINE_CHECKPOINTS)
+def test_the_headline_lengths_re_score_to_the_stored_numbers(name):
+    """The 4x and 16x bits per byte that every chart and doc quotes, re-scored on the whole stored evaluation
+    stream (non-overlapping windows, as ``evaluate_checkpoint``) and held to metrics.json to 1e-3."""
+    folder = SHIPPED[name]
+    config, block = read_config(folder), read_metrics(folder)["eval"]
+    model = load_checkpoint(folder)
+    data = load_corpus().eval_stream(block["eval_bytes"])
+    L = config["model"]["train_length"]
+    for multiple in (4, 16):
+        stored = block["nonoverlapping_bpb"][str(multiple * L)]
+        measured = bits_per_byte(model, data, multiple * L)
+        assert abs(measured - stored) <= 1e-3, (name, multiple, measured, stored)

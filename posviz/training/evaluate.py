@@ -134,16 +134,27 @@ SINK_WINDOW, SINK_COUNT, SINK_IDS = 128, 4, 1024  # StreamingLLM's 4 sinks, a wi
 SINK_DOCUMENTS = 4  # held-out files whose first 256 bytes give the share on the first byte
 
 
+def sinks_of_texts(model, documents, stream, first_byte: int | None = None) -> dict:
+    """``sinks_block`` on the held-out texts, each starting with ``first_byte`` when given (the beginning-of-text
+    experiment: a model trained with ``first_byte`` sees its texts as it was trained)."""
+    if first_byte is not None:
+        if not 0 <= first_byte < 256:
+            raise SystemExit(f"error: --first-byte must be a byte (0..255), got {first_byte}")
+        documents = [bytes([first_byte]) + bytes(d) for d in documents]
+        stream = np.concatenate(([first_byte], np.asarray(stream)[:-1])).astype(np.asarray(stream).dtype)
+    return sinks_block(model, documents, stream)
+
+
 @torch.inference_mode()
 def sinks_block(model, documents, stream) -> dict:
     """Attention sinks, measured: each head's mean share of attention on a document's first byte (queries at 64
     and beyond, ``labs.kv_cache.first_id_share``, over ``SINK_DOCUMENTS`` documents), the weight each layer's
-    rows leave unspent (learned sinks and stick-breaking; 0 for a softmax), and cached decoding of ``SINK_IDS``
+    rows leave unspent (learned sinks; 0 for a softmax, and for stick-breaking, whose remainder stays with the query), and cached decoding of ``SINK_IDS``
     bytes of ``stream`` through a ``SINK_WINDOW``-byte window with ``SINK_COUNT`` StreamingLLM sinks and with none."""
     from posviz.labs.kv_cache import SINK_QUERIES_FROM, first_id_share, streaming_comparison
     from posviz.models.shipped import as_lab_model
 
-    lab = as_lab_model(model)
+    lab = model if isinstance(model, LabModel) else as_lab_model(model)
     start = time.perf_counter()
     docs = [torch.tensor(list(d[:256]), dtype=torch.long) for d in documents if len(d) > 2 * SINK_QUERIES_FROM][:SINK_DOCUMENTS]
     shares = [first_id_share(lab, d) for d in docs]
@@ -293,6 +304,12 @@ def main(argv=None) -> None:
                          "--sinks StreamingLLM sinks and with none")
     ap.add_argument("--sinks", type=int, default=4, help="with --window: the first ids kept (StreamingLLM; default 4)")
     ap.add_argument("--window-ids", type=int, default=2048, help="with --window: ids decoded (default 2,048)")
+    ap.add_argument("--sinks-block", action="store_true",
+                    help="instead of the length table: the attention-sink measures of eval.sinks (share on the first "
+                         "byte per head, weight left unspent, cached decoding with and without StreamingLLM sinks)")
+    ap.add_argument("--first-byte", type=int, default=None, metavar="B",
+                    help="with --sinks-block: every text starts with byte B (the beginning-of-text experiment: a "
+                         "model trained with --set first_byte=B)")
     ap.add_argument("--write", action="store_true", help="store the results in the checkpoint's metrics.json")
     ap.add_argument("--corpus", default=None, help="folder of text files instead of the standard library")
     add_device_argument(ap)
@@ -310,6 +327,9 @@ def main(argv=None) -> None:
     L = model.train_length
     if args.window is not None:
         print_streaming(model, ids, args.window, args.sinks, args.window_ids)
+        return
+    if args.sinks_block:
+        print(json.dumps(sinks_of_texts(model, corpus.eval_documents, data, args.first_byte)))
         return
     lengths = [int(round(m * L)) for m in args.multiples]
     table, seconds = timed(published_eval_table, model, ids, lengths)
