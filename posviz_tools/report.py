@@ -21,6 +21,7 @@ import numpy as np
 from posviz.models.checkpoint_files import read_config, read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.labs.retrieval import COPY_TARGET, induction_rows, induction_table
+from posviz.training import intervals
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results.md"
@@ -86,6 +87,55 @@ def quality_table(models=None) -> str:
         whole = metrics["eval"].get("validation_split_bpb")  # absent when evaluated without the split
         rows.append(f"| {name} | {'—' if whole is None else f'{whole:.3f}'} | {metrics['val_bpb_at_train_length']:.3f} |")
     return "\n".join(rows)
+
+
+def windows(models=None) -> tuple[dict[str, dict[int, list[float]]], int]:
+    """{pre-trained checkpoint: {length: bits per byte of each evaluation window}} (``eval.nonoverlapping_window_bpb``;
+    a checkpoint evaluated before windows were kept has none), and the training length."""
+    out, L = {}, 0
+    for name, folder in pretrained(models).items():
+        L = read_config(folder)["model"]["train_length"]
+        stored = read_metrics(folder).get("eval", {}).get("nonoverlapping_window_bpb", {})
+        out[name] = {int(n): w for n, w in stored.items() if len(w) >= 2}
+    return out, L
+
+
+def noise_table(models=None) -> str:
+    """± the larger side of each score's 95 % bootstrap interval over its evaluation windows, per length."""
+    data, L = windows(models)
+    lengths = sorted({n for row in data.values() for n in row})
+    if not lengths:
+        return ""
+    rows = ["| checkpoint | " + " | ".join(f"± at {n:,} ({n // L}×, {len(next(r[n] for r in data.values() if n in r))} "
+                                            "windows)" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
+    for name, row in data.items():
+        rows.append(f"| {name} | " + " | ".join("—" if n not in row else f"{intervals.half_width(row[n]):.3f}"
+                                               for n in lengths) + " |")
+    return "\n".join(rows)
+
+
+# The differences the write-up reads as findings (a checkpoint against another, at a multiple of the training
+# length): each with its paired 95 % interval over the same windows.
+COMPARISONS = [("fox", "alibi", 1), ("fox", "alibi", 4), ("fox", "alibi", 16), ("transformer_xl", "alibi", 16),
+               ("kerple", "alibi", 16), ("local_global", "rope", 1), ("irope", "rope", 1), ("p_rope", "rope", 1),
+               ("fire", "alibi", 1), ("nezha", "shaw", 1), ("cope", "alibi", 4), ("stick_breaking", "fox", 1),
+               ("stick_breaking", "fox", 16), ("stick_breaking", "alibi", 16)]
+
+
+def differences_table(models=None) -> str:
+    """Each of ``COMPARISONS`` whose windows are stored: the difference of bits per byte and its paired interval."""
+    data, L = windows(models)
+    rows = ["| checkpoint | against | length | difference (bits per byte) | 95 % interval, paired windows | reads as |",
+            "|---|---|---:|---:|---|---|"]
+    for a, b, multiple in COMPARISONS:
+        n = multiple * L
+        if n not in data.get(a, {}) or n not in data.get(b, {}):
+            continue
+        diff = float(np.mean(data[a][n]) - np.mean(data[b][n]))
+        low, high = intervals.difference_interval(data[a][n], data[b][n])
+        verdict = "lower" if high < 0 else "higher" if low > 0 else "within the noise"
+        rows.append(f"| {a} | {b} | {n:,} ({multiple}×) | {diff:+.3f} | {low:+.3f} to {high:+.3f} | {verdict} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
 
 
 SCALING_LABELS = {"none": "none", "linear": "linear (PI)", "yarn": "YaRN"}  # as the papers name them
@@ -190,7 +240,8 @@ def results_tables(models=None) -> dict[str, str]:
     data, L = curves(models)
     return {"quality": quality_table(models), "extrapolation": markdown_table(data, L),
             "fine-tuning": finetuning_table(models), "retrieval": retrieval_table(models),
-            "copy formation": copy_formation_table(models), "sinks": sinks_table(models)}
+            "copy formation": copy_formation_table(models), "sinks": sinks_table(models),
+            "noise": noise_table(models), "differences": differences_table(models)}
 
 
 # ------------------------------------------------------------------------------ numbers in the prose

@@ -132,3 +132,25 @@ def test_warming_stops_when_told(tiny_models_dir, corpus):
     results = SharedResults()
     assert extrapolation.warm_default_view(results, WorkQueue(), [str(tiny_models_dir / "nope")], text, stop=stop) == 0
     assert len(results) == 0
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_a_shipped_score_comes_with_its_interval_over_the_windows(name):
+    """Each shipped checkpoint stores its windows' bits per byte: their mean is the stored score, and the lab's
+    interval (a bootstrap over them) brackets it, wider at 16x (31 windows) than at 1x (511)."""
+    from posviz.models.checkpoint_files import shipped_checkpoints
+    from posviz.models.shipped import CheckpointModel
+
+    model = CheckpointModel(shipped_checkpoints()[name])
+    block = model.stored_metrics()["eval"]
+    found = extrapolation.shipped_bpb_intervals(model)
+    assert set(found) >= {256, 1024, 4096}
+    widths = {}
+    for n in (256, 1024, 4096):
+        windows = block["nonoverlapping_window_bpb"][str(n)]
+        assert len(windows) == (block["eval_bytes"] - 1) // n
+        assert np.mean(windows) == pytest.approx(block["nonoverlapping_bpb"][str(n)], abs=2e-4)
+        low, high = (float(v) for v in found[n].split(" ")[0].split("–"))
+        assert low < block["nonoverlapping_bpb"][str(n)] < high and f"{len(windows)} windows" in found[n]
+        widths[n] = high - low
+    assert widths[256] < widths[4096]

@@ -296,3 +296,21 @@ def test_the_sink_block_of_an_evaluation(method, corpus, monkeypatch):
     again = kv_cache.streaming_comparison(lab, torch.as_tensor(stream[:ev.SINK_IDS]).long(), ev.SINK_WINDOW,
                                           ev.SINK_COUNT, ev.SINK_IDS)
     assert block["streaming"]["with_sinks"]["bpb"] == pytest.approx(again["with_sinks"]["bpb"], abs=1e-9)
+
+
+def test_the_beginning_of_text_experiment_reads_every_text_after_its_first_byte(corpus, monkeypatch, capsys):
+    """``posviz.evaluate --sinks-block --first-byte B``: the sink measures on texts that each start with B, as a
+    model trained with ``first_byte=B`` saw its rows; the stream keeps its length."""
+    from posviz.training import evaluate as ev
+
+    seen = {}
+    monkeypatch.setattr(ev, "sinks_block", lambda model, documents, stream: seen.update(docs=documents, stream=stream) or {})
+    documents, stream = [b"abc" * 50, b"def" * 60], corpus.eval_stream(1 << 10)
+    ev.sinks_of_texts(None, documents, stream, 2)
+    assert [d[:4] for d in seen["docs"]] == [b"\x02abc", b"\x02def"] and len(seen["docs"][0]) == 151
+    assert seen["stream"][0] == 2 and len(seen["stream"]) == len(stream)
+    assert np.array_equal(seen["stream"][1:], stream[:-1])
+    ev.sinks_of_texts(None, documents, stream)
+    assert seen["docs"] == documents and seen["stream"] is stream
+    with pytest.raises(SystemExit, match="a byte"):
+        ev.sinks_of_texts(None, documents, stream, 256)

@@ -25,7 +25,8 @@ def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, tra
     colour = alt.Color("model:N", scale=colours, title="checkpoint", legend=LEGEND)
     layers = [] if shipped.empty else [  # no stored curves (published models): live points only
         alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
-        .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"])]
+        .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source",
+                                       alt.Tooltip("interval:N", title="over the windows")])]
     if not live.empty:
         layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
                       .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"),
@@ -47,7 +48,7 @@ def multiple_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, multiple:
     tip = ["model", alt.Tooltip("multiple:Q", format="g"), "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source"]
     layers = [] if shipped.empty else [
         alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
-        .encode(x, y, colour, tooltip=tip)]
+        .encode(x, y, colour, tooltip=tip + [alt.Tooltip("interval:N", title="over the windows")])]
     if not live.empty:
         layers.append(alt.Chart(live).mark_point(size=220, filled=True, stroke="black", strokeWidth=1.2)
                       .encode(x, y, colour, tooltip=tip))

@@ -107,7 +107,7 @@ def coloured_html(chars_with_values: Sequence[tuple[str, float]], top: float, un
         if mark_at is not None and len(spans) == mark_at:
             spans.append('<span style="border-left:3px solid #d00;margin:0 1px"></span>')
         spans.append(f'<span style="background:{_loss_colour(value, top)}" title="{tip}">{shown}</span>')
-    tick = ".0f" if top >= 4 else ".2f"  # bits run to several; a share (forgotten, left over) to 1
+    tick = ".0f" if top >= 4 else ".2f"  # bits run to several; a share (forgotten, kept) to 1
     legend = "".join(f'<span style="background:{_loss_colour(top * k / 4, top)};padding:0 .6em">'
                      f'{top * k / 4:{tick}}</span>' for k in range(5))
     return (

@@ -177,11 +177,13 @@ def at_this_length() -> None:
                  f"Bits per byte at {length:,} {unit}s")
     shipped_rows = []
     for name in chosen:
+        noise = extrapolation.shipped_bpb_intervals(models[name])
         for n, bpb in extrapolation.shipped_bpb_curve(models[name]):
             if bpb is not None:
-                row = {"model": name, "length": n, "bits/byte": bpb, "source": "shipped (131 kB of validation text)"}
+                row = {"model": name, "length": n, "bits/byte": bpb, "source": "shipped (131 kB of validation text)",
+                       "interval": noise.get(n, "not stored")}
                 shipped_rows.append({**row, "multiple": n / models[name].train_length} if mixed else row)
-    COLUMNS = ["model", "length", "bits/byte", "source"] + (["multiple"] if mixed else [])
+    COLUMNS = ["model", "length", "bits/byte", "source", "interval"] + (["multiple"] if mixed else [])
     shipped = pd.DataFrame(shipped_rows, columns=COLUMNS)
 
 
@@ -232,7 +234,7 @@ def at_this_length() -> None:
             return pd.DataFrame([{"model": n, "length": lengths[n], "bits/byte": s["bpb"], "multiple": multiple,
                                   "source": f"live: this text, {s['n_windows']} window(s) of {lengths[n]:,} {models[n].unit}s"
                                             + (f", stride {strides[n]:,}" if strides[n] else "")}
-                                 for n, s in scores.items()], columns=COLUMNS)
+                                 for n, s in scores.items()], columns=[c for c in COLUMNS if c != "interval"])
         return pd.DataFrame([{"model": n, "length": length, "bits/byte": s["bpb"],
                               "source": f"live: this text, {s['n_windows']} window(s) of {length:,}"
                                         + (f", stride {strides[n]:,}" if strides[n] else "")} for n, s in scores.items()],

@@ -149,3 +149,26 @@ def findings(net: GPT, documents, windows: int = 8) -> dict:
                     rows.setdefault(name, []).append(float(np.nanmean(np.nansum(weights * distance, -1))))
         out[layer] = {k: float(np.mean(v)) for k, v in rows.items()}
     return out
+
+
+def main(argv=None) -> None:
+    """``python -m posviz.explore.content_positions CHECKPOINT``: ``findings`` on the first four held-out files, as
+    docs/results.md quotes them (one JSON object: per layer, each measure's mean)."""
+    import argparse
+    import json
+
+    from posviz.models.checkpoint_files import load_checkpoint
+    from posviz.training.data import load_corpus
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("checkpoint", help="a checkpoint folder, e.g. models/stick_breaking")
+    ap.add_argument("--documents", type=int, default=4, help="held-out files read (default 4)")
+    ap.add_argument("--windows", type=int, default=8, help="windows of one training length per file (default 8)")
+    args = ap.parse_args(argv)
+    net = load_checkpoint(args.checkpoint)
+    out = findings(net, load_corpus().eval_documents[:args.documents], args.windows)
+    print(json.dumps({str(k): {m: round(v, 4) for m, v in row.items()} for k, row in out.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from posviz.labs.attention_maps import AttentionView, _view_from_probs, attention_view
 from posviz.errors import PosvizError
+from posviz.training import intervals
 from posviz.training.evaluate import position_losses
 from posviz.labs.inputs import LN2
 from posviz.models.interface import LabModel, open_model
@@ -142,6 +143,18 @@ def shipped_bpb_curve(model: LabModel) -> list[tuple[int, float | None]]:
         except (TypeError, ValueError):
             continue
     return sorted(out)
+
+
+def shipped_bpb_intervals(model: LabModel) -> dict[int, str]:
+    """{length: "low–high (95 %, n windows)"}: how far each stored score moves with the evaluation windows (a
+    bootstrap, ``training.intervals``), for the lengths whose windows the model stored; {} when none."""
+    stored = model.stored_metrics().get("eval", {}).get("nonoverlapping_window_bpb", {})
+    out = {}
+    for key, values in stored.items():
+        if len(values) >= 2:
+            low, high = intervals.mean_interval(values)
+            out[int(key)] = f"{low:.3f}–{high:.3f} (95 %, {len(values)} windows)"
+    return out
 
 
 def length_options(train_length: int, cap: int, minimum: int = 4) -> list[int]:

@@ -112,13 +112,23 @@ def sliding_window_bpb(model: LabModel | GPT, data, window: int, stride: int, pr
 
 def eval_table(model: GPT, data, lengths: Iterable[int], progress: bool = True) -> dict[str, float | None]:
     """{length: bpb}; None where the method cannot represent the positions (learned past its table)."""
-    table = {}
+    return eval_tables(model, data, lengths, progress)[0]
+
+
+def eval_tables(model: GPT, data, lengths: Iterable[int], progress: bool = True) -> tuple[dict, dict]:
+    """({length: bpb}, {length: [bits per byte of each non-overlapping window, in text order]}): the second is
+    what a bootstrap over the windows resamples (``posviz_tools.report``); its mean is the first. None (and no
+    windows) where the method cannot represent the positions (learned past its table)."""
+    table, windows = {}, {}
     for length in lengths:
         try:
-            table[str(length)] = round(bits_per_byte(model, data, int(length), progress=progress), 4)
+            per_window = position_losses(model, data, int(length), progress=progress).mean(dim=1) / LN2  # (W,)
         except PositionLimitError:
             table[str(length)] = None
-    return table
+            continue
+        table[str(length)] = round(float(per_window.mean()), 4)
+        windows[str(length)] = [round(float(v), 4) for v in per_window]
+    return table, windows
 
 
 @torch.inference_mode()
@@ -194,9 +204,10 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     L_ref = read_config(base_folder)["model"]["train_length"] if finetuned else L
     data = as_id_tensor(data)
     lengths = [int(m * L_ref) for m in multiples if int(m * L_ref) <= data.numel()]
-    block, seconds = timed(eval_table, model, data, lengths, progress)
-    block = {"nonoverlapping_bpb": block, "lengths_x_train": {str(n): n / L for n in lengths},
-             "eval_bytes": int(data.numel()), "seconds": round(seconds, 2)}
+    (table, windows), seconds = timed(eval_tables, model, data, lengths, progress)
+    block = {"nonoverlapping_bpb": table, "nonoverlapping_window_bpb": windows,
+             "lengths_x_train": {str(n): n / L for n in lengths}, "eval_bytes": int(data.numel()),
+             "seconds": round(seconds, 2)}
     if validation is not None:
         block["validation_split_bpb"] = round(bits_per_byte(model, validation, L, progress=progress), 4)
     block["copy_probe"] = copy_probe(as_lab_model(model), data, [g for g in copy_gaps if 64 + g < data.numel()])

@@ -9,7 +9,7 @@ import argparse
 
 from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints, write_metrics
 from posviz.training.data import load_corpus
-from posviz.training.evaluate import DEFAULT_EVAL_BYTES, evaluate_checkpoint, retrieval_block, sinks_block
+from posviz.training.evaluate import DEFAULT_EVAL_BYTES, eval_tables, evaluate_checkpoint, retrieval_block, sinks_block
 from posviz.limits import add_device_argument, resolve_device
 
 
@@ -19,6 +19,10 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
     ap.add_argument("--probes-only", action="store_true",
                     help="only (re)run the far-context probes into eval.retrieval; keep the rest of each eval block")
+    ap.add_argument("--windows-only", type=float, default=None, metavar="MAX_MULTIPLE",
+                    help="only (re)score each window of the length table, up to MAX_MULTIPLE x the training length, "
+                         "into eval.nonoverlapping_window_bpb (for the bootstrap intervals); fails where a window's "
+                         "mean moves the stored table")
     ap.add_argument("--sinks-only", action="store_true",
                     help="only (re)measure the attention sinks into eval.sinks; keep the rest of each eval block")
     add_device_argument(ap)
@@ -34,6 +38,20 @@ def main(argv=None) -> None:
             metrics.setdefault("eval", {})["retrieval"] = retrieval_block(load_checkpoint(folder, device=device), corpus.validation)
             write_metrics(folder, metrics)
             print(name, "retrieval probes:", metrics["eval"]["retrieval"]["seconds"], "s", flush=True)
+            continue
+        if args.windows_only is not None:
+            ev = metrics.setdefault("eval", {})
+            L = min(int(n) for n in ev["nonoverlapping_bpb"])  # 1x of the table (a fine-tuned one's: its base's)
+            lengths = [int(n) for n in ev["nonoverlapping_bpb"] if int(n) <= args.windows_only * L
+                       and str(n) not in ev.get("nonoverlapping_window_bpb", {})]
+            table, windows = eval_tables(load_checkpoint(folder, device=device), data, lengths, progress=False)
+            for n, v in table.items():  # the windows' mean is the stored number: else the stored one is stale
+                stored = ev["nonoverlapping_bpb"][n]
+                if (v is None) != (stored is None) or (v is not None and abs(v - stored) > 2e-4):
+                    raise SystemExit(f"{name}: {n} bytes score {v} now, {stored} stored; re-evaluate it in full")
+            ev["nonoverlapping_window_bpb"] = {**ev.get("nonoverlapping_window_bpb", {}), **windows}
+            write_metrics(folder, metrics)
+            print(name, "windows:", {n: len(w) for n, w in windows.items()}, flush=True)
             continue
         if args.sinks_only:
             metrics.setdefault("eval", {})["sinks"] = sinks_block(load_checkpoint(folder, device=device),
