@@ -77,6 +77,11 @@ def test_config_and_metrics_are_complete(name):
     for multiple in (1, 2, 4, 8, 16):
         assert str(multiple * L) in table
     assert table[str(L)] is not None and table[str(L)] < 2.2  # the quality bar at the training length
+    windows = metrics["eval"]["nonoverlapping_window_bpb"]  # each window's score, for the bootstrap intervals
+    for n, v in table.items():
+        if v is not None and int(n) <= 16 * L:
+            assert len(windows[n]) == (metrics["eval"]["eval_bytes"] - 1) // int(n)
+            assert abs(sum(windows[n]) / len(windows[n]) - v) <= 2e-4, (n, v)
     assert metrics["eval"]["validation_split_bpb"] < 2.2
     if load_checkpoint(folder).position.max_positions is None:
         assert all(v is not None for v in table.values()), "a method without a length limit must run at every length"
