@@ -246,7 +246,8 @@ def results_tables(models=None) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------ numbers in the prose
 # A number in the write-up's prose is a span ``<!--v NAME-->shown<!--/v-->`` (the comments do not render), and
-# ``fill_values`` writes ``shown`` from the data. NAME is ``checkpoint:path.in.metrics.json|format``, or
+# ``fill_values`` writes ``shown`` from the data. NAME is ``checkpoint:path.in.metrics.json|format`` (in a list
+# of rows, ``field=value`` picks the row: ``eval.retrieval.repeat.gap=256.gain``), or
 # ``@count:set|format`` for a count of checkpoints. Formats: a Python format spec (".3f", ".2f", ".1%", ","),
 # "words" or "Words" (a count as a word: "eighteen", "Eighteen"), or "x" (a multiple: 1.07x is "1.07×").
 VALUE_SPAN = re.compile(r"<!--v ([^>]*?)-->(.*?)<!--/v-->", re.S)
@@ -278,7 +279,13 @@ def value_of(name: str, models=None) -> str:
         raise PosvizError(f"value {name!r}: no shipped checkpoint {source!r}")
     value = read_metrics(folders[source])
     for key in path.split("."):
-        if isinstance(value, list):
+        if isinstance(value, list) and "=" in key:  # the row whose field equals this: repeat.gap=256.gain
+            field, _, wanted = key.partition("=")
+            rows = [r for r in value if isinstance(r, dict) and str(r.get(field)) == wanted]
+            if len(rows) != 1:
+                raise PosvizError(f"value {name!r}: {len(rows)} rows of {source}'s {path!r} have {key}")
+            value = rows[0]
+        elif isinstance(value, list):
             value = value[int(key)]
         elif isinstance(value, dict) and key in value:
             value = value[key]
