@@ -118,7 +118,7 @@ def noise_table(models=None) -> str:
 # length): each with its paired 95 % interval over the same windows.
 COMPARISONS = [("fox", "alibi", 1), ("fox", "alibi", 4), ("fox", "alibi", 16), ("transformer_xl", "alibi", 16),
                ("kerple", "alibi", 16), ("local_global", "rope", 1), ("irope", "rope", 1), ("p_rope", "rope", 1),
-               ("fire", "alibi", 1), ("nezha", "shaw", 1), ("cope", "alibi", 4), ("stick_breaking", "fox", 1),
+               ("local_global", "nezha", 1), ("fire", "alibi", 1), ("fire", "nezha", 1), ("nezha", "shaw", 1), ("cope", "alibi", 4), ("stick_breaking", "fox", 1),
                ("stick_breaking", "fox", 16), ("stick_breaking", "alibi", 16)]
 
 
