@@ -163,7 +163,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     ap.add_argument("checkpoint", help="a checkpoint folder, e.g. models/stick_breaking")
     ap.add_argument("--documents", type=int, default=4, help="held-out files read (default 4)")
-    ap.add_argument("--windows", type=int, default=8, help="windows of one training length per file (default 8)")
+    ap.add_argument("--windows", type=int, default=4, help="windows of one training length per file (default 4)")
     args = ap.parse_args(argv)
     net = load_checkpoint(args.checkpoint)
     out = findings(net, load_corpus().eval_documents[:args.documents], args.windows)
