@@ -96,7 +96,8 @@ def windows(models=None) -> tuple[dict[str, dict[int, list[float]]], int]:
     for name, folder in pretrained(models).items():
         L = read_config(folder)["model"]["train_length"]
         stored = read_metrics(folder).get("eval", {}).get("nonoverlapping_window_bpb", {})
-        out[name] = {int(n): w for n, w in stored.items() if len(w) >= 2}
+        # up to 16x: 32x has 15 windows, too few to resample, and only checkpoints evaluated in full store them
+        out[name] = {int(n): w for n, w in stored.items() if len(w) >= 2 and int(n) <= 16 * L}
     return out, L
 
 
@@ -247,7 +248,8 @@ def results_tables(models=None) -> dict[str, str]:
 # ------------------------------------------------------------------------------ numbers in the prose
 # A number in the write-up's prose is a span ``<!--v NAME-->shown<!--/v-->`` (the comments do not render), and
 # ``fill_values`` writes ``shown`` from the data. NAME is ``checkpoint:path.in.metrics.json|format`` (in a list
-# of rows, ``field=value`` picks the row: ``eval.retrieval.repeat.gap=256.gain``), or
+# of rows, ``field=value`` picks the row: ``eval.retrieval.repeat.gap=256.gain``; ``max`` is a list's largest
+# number: ``eval.retrieval.induction.0.max``, the strongest head), or
 # ``@count:set|format`` for a count of checkpoints. Formats: a Python format spec (".3f", ".2f", ".1%", ","),
 # "words" or "Words" (a count as a word: "eighteen", "Eighteen"), or "x" (a multiple: 1.07x is "1.07×").
 VALUE_SPAN = re.compile(r"<!--v ([^>]*?)-->(.*?)<!--/v-->", re.S)
@@ -285,6 +287,8 @@ def value_of(name: str, models=None) -> str:
             if len(rows) != 1:
                 raise PosvizError(f"value {name!r}: {len(rows)} rows of {source}'s {path!r} have {key}")
             value = rows[0]
+        elif isinstance(value, list) and key == "max":  # the largest number of a (nested) list: the best head
+            value = float(np.max(np.asarray(value, dtype=float)))
         elif isinstance(value, list):
             value = value[int(key)]
         elif isinstance(value, dict) and key in value:

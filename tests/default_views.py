@@ -53,12 +53,14 @@ ROW_NAMES = ("model", "checkpoint", "series", "curve", "scaling", "strategy", "p
 
 
 def _frame_summary(frame: pd.DataFrame) -> dict:
-    """{columns: the frame's column names, rows: {row group: {column: summary}}}: the frame's rows grouped by
+    """{columns: the frame's naming columns (or all), rows: {row group: {column: summary}}}: the frame's rows grouped by
     the values of its naming columns (``ROW_NAMES`` with text in them), one group "" when it has none."""
     frame = frame.reset_index(drop=True)
     names = [c for c in frame.columns if str(c) in ROW_NAMES and not pd.api.types.is_numeric_dtype(frame[c])]
     columns = [c for c in frame.columns if not TIMED.search(str(c)) and c not in names]
-    signature = ",".join(sorted(map(str, frame.columns)))
+    # a frame is named by its naming columns (a column added beside them keeps every old entry's key), or by all
+    # its columns when it has none (a rule, a band)
+    signature = ",".join(sorted(map(str, names or frame.columns)))
     if not names:
         return {"columns": signature, "rows": {"": {str(c): _column_summary(frame[c]) for c in columns}}}
     out = {}
