@@ -79,3 +79,11 @@ def test_a_value_span_is_written_from_the_metrics_and_a_stale_one_is_found(tiny_
     from posviz.errors import PosvizError
     with pytest.raises(PosvizError, match="no 'nothing'"):
         report.fill_values("<!--v rope:eval.nothing-->1<!--/v-->", tiny_models_dir)
+    # a row of a list by one of its fields, and a list's largest number
+    block = read_metrics(tiny_models_dir / "rope")["eval"]["retrieval"]
+    gain = next(r["gain"] for r in block["repeat"] if r["gap"] == 0)
+    assert report.value_of("rope:eval.retrieval.repeat.gap=0.gain|.2f", tiny_models_dir) == f"{gain:.2f}"
+    best = max(v for row in block["induction"]["0"] for v in row)
+    assert report.value_of("rope:eval.retrieval.induction.0.max|.3f", tiny_models_dir) == f"{best:.3f}"
+    with pytest.raises(PosvizError, match="0 rows"):
+        report.value_of("rope:eval.retrieval.repeat.gap=7.gain", tiny_models_dir)
