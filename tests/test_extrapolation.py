@@ -139,9 +139,8 @@ def test_a_shipped_score_comes_with_its_interval_over_the_windows(name):
     """Each shipped checkpoint stores its windows' bits per byte: their mean is the stored score, and the lab's
     interval (a bootstrap over them) brackets it, wider at 16x (31 windows) than at 1x (511)."""
     from posviz.models.checkpoint_files import shipped_checkpoints
-    from posviz.models.shipped import CheckpointModel
 
-    model = CheckpointModel(shipped_checkpoints()[name])
+    model = open_model(shipped_checkpoints()[name])
     block = model.stored_metrics()["eval"]
     found = extrapolation.shipped_bpb_intervals(model)
     assert set(found) >= {256, 1024, 4096}
