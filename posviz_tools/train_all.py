@@ -29,7 +29,7 @@ from pathlib import Path
 from posviz.config import strict_from_dict
 from posviz.errors import PosvizError
 from posviz.positions import method_names
-from posviz.training.train import STATE_JSON, TrainConfig, parse_pairs, recipe_differences, state_dir_for
+from posviz.training.train import STATE_JSON, TrainConfig, as_recorded, parse_pairs, recipe_differences, state_dir_for
 
 
 @dataclasses.dataclass
@@ -77,7 +77,7 @@ def already_trained(out: Path, recipe: TrainConfig) -> bool:
         metrics = json.loads((out / "metrics.json").read_text())
     except (OSError, ValueError):
         return False
-    return config.get("train") == dataclasses.asdict(recipe) and "val_bpb_at_train_length" in metrics
+    return as_recorded(config.get("train") or {}) == dataclasses.asdict(recipe) and "val_bpb_at_train_length" in metrics
 
 
 def format_duration(seconds: float) -> str:

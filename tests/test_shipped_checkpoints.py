@@ -15,7 +15,7 @@ from posviz.models.checkpoint_files import load_checkpoint, read_config, read_me
 from posviz.training.data import load_corpus
 from posviz.training.evaluate import bits_per_byte
 from posviz.positions import method_names
-from posviz.training.train import TrainConfig
+from posviz.training.train import TrainConfig, as_recorded
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 ALL = shipped_checkpoints(MODELS)
@@ -26,9 +26,6 @@ RECIPE_FIELDS_THAT_MAY_DIFFER = {"method", "position_options"}
 # GPU asked for fp32 by name (auto there is bf16). What every checkpoint must share is the corpus, byte for
 # byte (its description and file-list hash), and a precision asked by name must be the one trained in.
 RUN_SETTINGS = {"device", "precision"}
-# Recipe fields added after most checkpoints trained, with the value every earlier run had in effect: a config.json
-# written before the field existed lacks it (it is never filled in later), and that absence means this value.
-ADDED_LATER = {"first_byte": None}  # the beginning-of-text experiment; None: rows start anywhere, as always
 
 
 def test_every_registered_method_ships_a_checkpoint():
@@ -42,7 +39,7 @@ def test_models_folder_stays_small():
 
 def test_one_recipe_for_all():
     recipes = {name: read_config(folder)["train"] for name, folder in SHIPPED.items()}
-    shared = [{k: v for k, v in {**ADDED_LATER, **r}.items() if k not in RECIPE_FIELDS_THAT_MAY_DIFFER | RUN_SETTINGS}
+    shared = [{k: v for k, v in as_recorded(r).items() if k not in RECIPE_FIELDS_THAT_MAY_DIFFER | RUN_SETTINGS}
               for r in recipes.values()]
     assert all(s == shared[0] for s in shared), "the checkpoints were trained with different recipes"
     configs = [read_config(folder) for folder in SHIPPED.values()]

@@ -40,6 +40,13 @@ def test_a_set_trains_reports_progress_skips_what_is_done_and_survives_a_failed_
     # ... but another recipe is another set
     assert already_trained(tmp_path / "set" / "nope", TrainConfig(method="nope", **TINY))
     assert not already_trained(tmp_path / "set" / "nope", TrainConfig(method="nope", **{**TINY, "lr": 1e-3}))
+    # a checkpoint written before a recipe field existed (first_byte) was trained with the value then in effect
+    path = tmp_path / "set" / "nope" / "config.json"
+    config = json.loads(path.read_text())
+    del config["train"]["first_byte"]
+    path.write_text(json.dumps(config))
+    assert already_trained(tmp_path / "set" / "nope", TrainConfig(method="nope", **TINY))
+    assert not already_trained(tmp_path / "set" / "nope", TrainConfig(method="nope", **{**TINY, "first_byte": 2}))
 
 
 def test_progress_line_gives_the_time_left_at_the_measured_speed(tmp_path):

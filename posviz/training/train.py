@@ -113,6 +113,16 @@ class TrainConfig:
         return max(1, self.tokens // (self.batch_size * self.train_length))
 
 
+# Recipe fields added after checkpoints had trained without them, with the value those runs had in effect. A
+# config.json written before a field existed lacks it (it is never filled in later); read, the absence means this.
+FIELDS_ADDED_LATER = {"first_byte": None}  # the beginning-of-text experiment; None: rows start anywhere, as always
+
+
+def as_recorded(recipe: dict) -> dict:
+    """A config.json's "train" section as the recipe it was: fields added later read as the value then in effect."""
+    return {**FIELDS_ADDED_LATER, **recipe}
+
+
 def learning_rate(step: int, cfg: TrainConfig) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
