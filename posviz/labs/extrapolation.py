@@ -145,16 +145,26 @@ def shipped_bpb_curve(model: LabModel) -> list[tuple[int, float | None]]:
     return sorted(out)
 
 
+_INTERVALS: dict[tuple, dict[int, str]] = {}  # model key -> its intervals: the page asks on every run
+_INTERVALS_KEPT = 64
+
+
 def shipped_bpb_intervals(model: LabModel) -> dict[int, str]:
     """{length: "low–high (95 %, n windows)"}: how far each stored score moves with the evaluation windows (a
-    bootstrap, ``training.intervals``), for the lengths whose windows the model stored; {} when none."""
+    bootstrap, ``training.intervals``), for the lengths whose windows the model stored; {} when none. Computed
+    once per model (about 30 ms of resampling each), then kept."""
+    kept = _INTERVALS.get(model.key)
+    if kept is not None:
+        return kept
     stored = model.stored_metrics().get("eval", {}).get("nonoverlapping_window_bpb", {})
     out = {}
     for key, values in stored.items():
         if len(values) >= 2:
             low, high = intervals.mean_interval(values)
             out[int(key)] = f"{low:.3f}–{high:.3f} (95 %, {len(values)} windows)"
-    return out
+    if len(_INTERVALS) >= _INTERVALS_KEPT:
+        _INTERVALS.clear()
+    return _INTERVALS.setdefault(model.key, out)
 
 
 def length_options(train_length: int, cap: int, minimum: int = 4) -> list[int]:

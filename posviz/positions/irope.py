@@ -8,7 +8,8 @@ turns into unseen angles past the training length; the temperature ``log1p(floor
 
 At our size: Llama 4's floor_scale is 8,192 (its RoPE layers' chunk); ours is the training length (256
 bytes), so the temperature is 1 on positions 0..254 and steps to 1 + 0.1 log 2 = 1.069 at 255, the last
-position trained on ((255 + 1) / 256 = 1), then grows with log(position) past it, as in Llama 4. The RoPE layers see all keys (Llama 4 chunks them; the issue's layout does not).
+position trained on ((255 + 1) / 256 = 1), then grows with log(position) past it, as in Llama 4. The RoPE
+layers see all keys (Llama 4 chunks them; the issue's layout does not).
 Shapes as in ``positions.layers``.
 """
 from __future__ import annotations
