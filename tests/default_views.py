@@ -235,8 +235,8 @@ def main(argv=None) -> int:
         print("Not written: say why these entries moved with --why \"...\" (kept in "
               f"{CHANGES.name}), or fix what changed them.")
         return 1
-    record = {"text_sha": default_text_sha(), "python": sys.version.split()[0],
-              "entries": {**record["entries"], **new}}
+    record = {**record, "text_sha": default_text_sha(), "python": sys.version.split()[0],
+              "entries": {**record["entries"], **new}}  # "made": how the record was first made, kept
     RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     if changed:
         changes = json.loads(CHANGES.read_text()) if CHANGES.is_file() else []
