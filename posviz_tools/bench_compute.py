@@ -101,7 +101,8 @@ def forward_flops(cfg: ModelConfig, batch: int, length: int) -> float:
 # Models
 # ---------------------------------------------------------------------------------------------
 def bench_models() -> dict[str, tuple[GPT, str]]:
-    """{method: (model, where it came from)} for every registered method, in display order."""
+    """{name: (model, where it came from)}: every registered method, in display order (its shipped checkpoint,
+    else an untrained copy), then every other shipped checkpoint (the layouts, the fine-tunes) by its name."""
     shipped = shipped_checkpoints()
     recipe = TrainConfig()
     models = {}
@@ -115,6 +116,12 @@ def bench_models() -> dict[str, tuple[GPT, str]]:
         torch.manual_seed(0)
         cfg = dataclasses.replace(recipe, method=name).model_config()
         models[name] = (GPT(cfg).eval(), "untrained (no checkpoint)")
+    for name, folder in shipped.items():  # the layouts and fine-tunes: a row for every shipped checkpoint
+        if name not in models:
+            try:
+                models[name] = (load_checkpoint(folder), f"models/{folder.name}")
+            except PosvizError as exc:
+                print(f"  {name}: shipped checkpoint unusable ({exc}); no row", file=sys.stderr)
     return models
 
 

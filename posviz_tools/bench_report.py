@@ -263,8 +263,10 @@ def _pairwise_note(run: Measured, short: list[str]) -> str:
 
 def _scores_explicitly(position) -> bool:
     """Whether attention must build the scores itself: a logit bias, or positions computed from the content
-    (FoX, CoPE: a bias; stick-breaking: its own weights), which no fused kernel takes. Held to the free-bias bound."""
-    return position.has_logit_bias or position.reads_content
+    (FoX, CoPE: a bias; stick-breaking: its own weights), sink logits or a sliding window (a layout's layers), which
+    the fused causal kernel does not take. Held to the free-bias bound."""
+    layers = [position.at_layer(i) for i in range(position.shape.n_layer)]  # a layout asks each layer's method
+    return any(m.has_logit_bias or m.scores_itself or m.window is not None for m in layers)
 
 
 def _vs_peer_at_top(run: Measured, logit_bias: bool | None = None) -> dict[str, float]:
