@@ -236,13 +236,19 @@ def sinks_table(models=None) -> str:
     return "\n".join(rows)
 
 
-def results_tables(models=None) -> dict[str, str]:
-    """Every table of the results write-up (docs/results.md), from the shipped metrics (a test holds the file to them)."""
-    data, L = curves(models)
-    return {"quality": quality_table(models), "extrapolation": markdown_table(data, L),
-            "fine-tuning": finetuning_table(models), "retrieval": retrieval_table(models),
-            "copy formation": copy_formation_table(models), "sinks": sinks_table(models),
-            "noise": noise_table(models), "differences": differences_table(models)}
+def _extrapolation_table(models=None) -> str:
+    return markdown_table(*curves(models))
+
+
+TABLES = {"quality": quality_table, "extrapolation": _extrapolation_table, "fine-tuning": finetuning_table,
+          "retrieval": retrieval_table, "copy formation": copy_formation_table, "sinks": sinks_table,
+          "noise": noise_table, "differences": differences_table}
+
+
+def results_tables(models=None, only: str | None = None) -> dict[str, str]:
+    """Every table of the results write-up (docs/results.md), from the shipped metrics (a test holds the file to
+    them); ``only``: just that one."""
+    return {title: make(models) for title, make in TABLES.items() if only in (None, title)}
 
 
 # ------------------------------------------------------------------------------ numbers in the prose
@@ -250,14 +256,26 @@ def results_tables(models=None) -> dict[str, str]:
 # ``fill_values`` writes ``shown`` from the data. NAME is ``checkpoint:path.in.metrics.json|format`` (in a list
 # of rows, ``field=value`` picks the row: ``eval.retrieval.repeat.gap=256.gain``; ``max`` is a list's largest
 # number: ``eval.retrieval.induction.0.max``, the strongest head), or
-# ``@count:set|format`` for a count of checkpoints. Formats: a Python format spec (".3f", ".2f", ".1%", ","),
-# "words" or "Words" (a count as a word: "eighteen", "Eighteen"), or "x" (a multiple: 1.07x is "1.07×").
+# ``@count:set|format`` for a count of checkpoints, ``@range:set:path|format`` for "lowest–highest" of a
+# path over a set (``set!a,b``: without checkpoints a and b; or checkpoints named ``a,b,c``; ``@median:``
+# for their median),
+# ``@ratio:a:path / b:path|format`` for one value over another (``@diff:a:path - b:path``: minus it), ``@table:title;row;column|format`` for a cell of one of the write-up's tables (the column
+# named by its header). A path that starts with ``config.`` reads config.json instead of metrics.json, and one
+# that ends ``/N`` divides by N (``parameters/1e6``). Formats: a Python format spec (".3f", ".2f", ".1%", ","),
+# "words" or "Words" (a count as a word: "eighteen", "Eighteen"), "x" (a multiple: 1.07x is "1.07×") or "num"
+# (a cell's leading number: "6.6" of "6.6 M bytes") or "pct0"/"pct1" (a share as "26 %", "26.5 %").
 VALUE_SPAN = re.compile(r"<!--v ([^>]*?)-->(.*?)<!--/v-->", re.S)
 WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
          "seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four twenty-five").split()
 
 
 def _format(value, spec: str) -> str:
+    if spec in ("pct0", "pct1"):  # a share as a percentage with a space: "26 %"
+        return f"{100 * value:.{spec[-1]}f} %"
+    if spec == "num":
+        return re.match(r"[\d,.]+", str(value)).group(0)
+    if isinstance(value, str):
+        return value
     if spec in ("words", "Words"):
         word = WORDS[int(value)] if int(value) < len(WORDS) else f"{int(value):,}"
         return word.capitalize() if spec == "Words" else word
@@ -266,35 +284,83 @@ def _format(value, spec: str) -> str:
     return format(value, spec)
 
 
-def value_of(name: str, models=None) -> str:
-    """The text of the span named ``name`` (see ``VALUE_SPAN``), read from the shipped checkpoints' files."""
-    what, _, spec = name.partition("|")
-    source, _, path = what.partition(":")
-    if source == "@count":
-        sets = {"shipped": shipped_checkpoints(models), "pretrained": pretrained(models),
-                "finetuned": finetuned(models)}
-        if path not in sets:
-            raise PosvizError(f"value {name!r}: no set {path!r} to count (one of {', '.join(sets)})")
-        return _format(len(sets[path]), spec or "d")
-    folders = shipped_checkpoints(models)
-    if source not in folders:
-        raise PosvizError(f"value {name!r}: no shipped checkpoint {source!r}")
-    value = read_metrics(folders[source])
-    for key in path.split("."):
+def _sets(models=None) -> dict[str, dict[str, Path]]:
+    return {"shipped": shipped_checkpoints(models), "pretrained": pretrained(models), "finetuned": finetuned(models)}
+
+
+def _read(name: str, folder: Path, path: str):
+    """The value at ``path`` (dotted; see ``VALUE_SPAN``) of one checkpoint's metrics.json, or its config.json."""
+    path, _, divisor = path.partition("/")
+    config = path.startswith("config.")
+    value = read_config(folder) if config else read_metrics(folder)
+    for key in (path.split(".")[1:] if config else path.split(".")):
         if isinstance(value, list) and "=" in key:  # the row whose field equals this: repeat.gap=256.gain
             field, _, wanted = key.partition("=")
             rows = [r for r in value if isinstance(r, dict) and str(r.get(field)) == wanted]
             if len(rows) != 1:
-                raise PosvizError(f"value {name!r}: {len(rows)} rows of {source}'s {path!r} have {key}")
+                raise PosvizError(f"value {name!r}: {len(rows)} rows of {folder.name}'s {path!r} have {key}")
             value = rows[0]
-        elif isinstance(value, list) and key == "max":  # the largest number of a (nested) list: the best head
-            value = float(np.max(np.asarray(value, dtype=float)))
+        elif isinstance(value, list) and key in ("max", "mean"):  # of a (nested) list: the best head, the average
+            value = float(getattr(np, key)(np.asarray(value, dtype=float)))
         elif isinstance(value, list):
             value = value[int(key)]
         elif isinstance(value, dict) and key in value:
             value = value[key]
         else:
-            raise PosvizError(f"value {name!r}: {source}'s metrics.json has no {key!r} along {path!r}")
+            raise PosvizError(f"value {name!r}: {folder.name}'s {'config' if config else 'metrics'}.json has no "
+                              f"{key!r} along {path!r}")
+    return value / float(divisor) if divisor and value is not None else value
+
+
+def _table_cell(name: str, where: str, tables: dict[str, str], models=None) -> str:
+    title, row, column = (part.strip() for part in where.split(";"))
+    if title not in TABLES:
+        raise PosvizError(f"value {name!r}: no table {title!r} (one of {', '.join(TABLES)})")
+    if title not in tables:
+        tables.update(results_tables(models, only=title))
+    lines = [[c.strip() for c in line.strip().strip("|").split("|")] for line in tables[title].split("\n") if line]
+    header, body = lines[0], lines[2:]
+    if column not in header:
+        raise PosvizError(f"value {name!r}: the {title} table has no column {column!r} ({header})")
+    rows = [r for r in body if r[0] == row]
+    if len(rows) != 1:
+        raise PosvizError(f"value {name!r}: the {title} table has {len(rows)} rows named {row!r}")
+    return rows[0][header.index(column)]
+
+
+def value_of(name: str, models=None, tables: dict[str, str] | None = None) -> str:
+    """The text of the span named ``name`` (see ``VALUE_SPAN``), read from the shipped checkpoints' files
+    (``tables``: the write-up's tables a caller keeps across spans; each is made when a span first needs it)."""
+    what, _, spec = name.partition("|")
+    source, _, path = what.partition(":")
+    if source == "@count":
+        sets = _sets(models)
+        if path not in sets:
+            raise PosvizError(f"value {name!r}: no set {path!r} to count (one of {', '.join(sets)})")
+        return _format(len(sets[path]), spec or "d")
+    if source in ("@range", "@median"):
+        which, _, path = path.partition(":")
+        which, _, left_out = which.partition("!")  # pretrained!fox,cope: the set without those
+        sets, folders = _sets(models), shipped_checkpoints(models)
+        members = sets[which] if which in sets else {n: folders[n] for n in which.split(",")}  # or named: a,b,c
+        values = [v for n, f in members.items()
+                  if n not in left_out.split(",") and (v := _read(name, f, path)) is not None]
+        if source == "@median":
+            return _format(float(np.median(values)), spec or "")
+        low, high = _format(min(values), spec or ""), _format(max(values), spec or "")
+        return low if low == high else f"{low}–{high}"
+    if source in ("@ratio", "@diff"):  # @ratio:a:path / b:path, @diff:a:path - b:path
+        folders, both = shipped_checkpoints(models), []
+        for part in path.split(" / " if source == "@ratio" else " - "):
+            checkpoint, _, inner = part.partition(":")
+            both.append(_read(name, folders[checkpoint], inner))
+        return _format(both[0] / both[1] if source == "@ratio" else both[0] - both[1], spec or ".2f")
+    if source == "@table":
+        return _format(_table_cell(name, path, tables if tables is not None else {}, models), spec)
+    folders = shipped_checkpoints(models)
+    if source not in folders:
+        raise PosvizError(f"value {name!r}: no shipped checkpoint {source!r}")
+    value = _read(name, folders[source], path)
     if value is None:
         return "cannot run"
     return _format(value, spec or "")
@@ -302,10 +368,10 @@ def value_of(name: str, models=None) -> str:
 
 def fill_values(text: str, models=None) -> tuple[str, list[str]]:
     """``text`` with every value span rewritten from the data, and the spans whose text changed ("name: was -> now")."""
-    changed = []
+    changed, tables = [], {}  # the tables a span reads, each made once
 
     def fill(match):
-        now = value_of(match.group(1), models)
+        now = value_of(match.group(1), models, tables)
         if now != match.group(2):
             changed.append(f"{match.group(1)}: {match.group(2)} -> {now}")
         return f"<!--v {match.group(1)}-->{now}<!--/v-->"
