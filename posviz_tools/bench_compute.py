@@ -311,7 +311,8 @@ def measure_length_change(models, train_length: int, repeats: int = 3):
     for name, (model, _) in models.items():
         lab = as_lab_model(model, name)  # the page runs LabModels
         limit = lab.max_positions
-        length = lab.length_cap if limit is None else min(lab.length_cap, limit)
+        # the shared top stop: a fine-tune trained at 4x would otherwise be asked for 16 x its own length
+        length = min(lab.length_cap if limit is None else min(lab.length_cap, limit), max(MULTIPLES) * train_length)
         layer = model.config.n_layer - 1
 
         def change():

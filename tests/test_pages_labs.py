@@ -238,6 +238,7 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     import shutil
 
     from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint, write_metrics
+    from posviz.training import intervals
     from posviz.training.evaluate import evaluate_checkpoint
 
     models = tmp_path / "models"
@@ -271,6 +272,13 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     facts = [d.value for d in at.main.dataframe if "scaling" in d.value.columns][0]
     assert facts.iloc[0]["checkpoint"] == "rope-linear-ft4x" and facts.iloc[0]["bytes"] == 4096
     assert "rope-linear-ft4x" not in at.multiselect(key="w_refs").options  # not a reference: a section of its own
+    # beside each score at the fine-tuning length, how far it moves with the evaluation windows (a bootstrap)
+    at_target = [d.value for d in at.main.dataframe if "after fine-tuning" in d.value.columns][0].set_index("checkpoint")
+    windows = block["nonoverlapping_window_bpb"]["128"]
+    low, high = intervals.mean_interval(windows)
+    assert at_target.loc["rope-linear-ft4x", "its own score, 95 % interval"] == \
+        f"{low:.3f}–{high:.3f} (95 %, {len(windows)} windows)"
+    assert low <= float(at_target.loc["rope-linear-ft4x", "after fine-tuning"]) <= high
 
     # The retrieval page's "when copying formed" draws pre-training runs only, and lists only what it draws.
     at = run(page("retrieval", models="rope"))

@@ -242,7 +242,11 @@ def at_this_factor() -> None:
                                                                            & (at_target["stage"] == stage)]["bpb"]), "—")
                 table = pd.DataFrame([{"checkpoint": of, "before fine-tuning": value(of, "before fine-tuning"),
                                        "after fine-tuning": value(of, "after fine-tuning"),
-                                       "no fine-tuning needed": value(of, "no fine-tuning needed")}
+                                       "no fine-tuning needed": value(of, "no fine-tuning needed"),
+                                       # how far the checkpoint's own score (after, or needing none) moves with the
+                                       # evaluation windows; the "before" scores stored no windows
+                                       "its own score, 95 % interval": extrapolation.shipped_bpb_intervals(
+                                           models[of]).get(target, "not stored")}
                                       for of in dict.fromkeys(at_target["of"])])
                 st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
                 st.dataframe(table, hide_index=True, width="stretch", height="content")
