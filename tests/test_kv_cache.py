@@ -71,6 +71,50 @@ def test_streaming_equals_its_window_encoded_afresh_in_one_layer(method, text_id
     assert np.allclose(none.id_bits, plain.id_bits, atol=1e-6)
 
 
+TURNED = [("rope", {}), ("p_rope", {}), ("rope", {"scaling": "linear", "factor": 4.0}),
+          ("rope", {"scaling": "ntk", "factor": 4.0}), ("rope", {"scaling": "yarn", "factor": 4.0}),
+          ("rope", {"scaling": "llama3", "factor": 4.0}), ("local_global", {}), ("rope_sinks", {})]
+RUN_AGAIN = [("rope", {"scaling": "dynamic", "factor": 4.0}), ("rope", {"scaling": "longrope", "factor": 4.0}),
+             ("irope", {"layers": [{"method": "rope"}, {"method": "nope", "options": {"temperature_floor_scale": 32}}]}),
+             ("alibi", {}), ("nope", {}), ("fox", {}), ("fire", {}), ("sinusoidal", {})]
+
+
+@pytest.mark.parametrize("method, options", TURNED + RUN_AGAIN)
+def test_streaming_turns_the_cached_sinks_where_a_rotation_is_all_a_key_knows_of_its_position(method, options, text_ids):
+    """StreamingLLM moves its sinks before each step past the window. Where a key's position is only a rotation
+    fixed for every length (RoPE, p-RoPE, the static scalings, layouts of rotary layers), the cached sink keys are
+    turned to their new positions; every other method runs the sink ids again. Both give the same numbers: the
+    turned run equals the run-again one (forced by refusing the turn) on every byte, two layers deep, the window
+    sliding 60 bytes past itself (the turn is always from the keys first cached, so no rounding builds up)."""
+    lab = as_lab_model(sharp(tiny_model(method, n_layer=2, position_options=options)))
+    window, K, n = 9, 3, 80
+    moves = []
+    turn = lab.shift_cache_front
+    lab.shift_cache_front = lambda cache, count, start: moves.append(turn(cache, count, start)) or moves[-1]
+    turned = kv_cache.sliding_score(lab, text_ids, window, "streaming", n, sinks=K)
+    lab.shift_cache_front = lambda cache, count, start: False  # what every method did before: run the sinks again
+    again = kv_cache.sliding_score(lab, text_ids, window, "streaming", n, sinks=K)
+    assert len(moves) == n - 1 - window and turned.error is None and again.error is None
+    assert all(moves) if (method, options) in TURNED else not any(moves), moves
+    assert np.allclose(turned.id_bits, again.id_bits, atol=1e-4), np.abs(turned.id_bits - again.id_bits).max()
+
+
+def test_a_turned_sink_key_is_the_key_computed_at_its_new_position():
+    """The rotation itself: a key rotary-encoded at p, turned by s, is the key encoded at p + s (YaRN's attention
+    factor is in the cached key once, not twice)."""
+    from posviz.positions import ModelShape, build_position_method
+
+    shape = ModelShape(1, 2, 16, 32, 32)
+    method = build_position_method("rope", shape, {"scaling": "yarn", "factor": 4.0})
+    raw = torch.randn(1, 2, 3, 16, dtype=torch.float64)
+    q = torch.zeros_like(raw)
+    _, at_p = method.rotate_qk(q, raw, torch.tensor([5, 6, 7]))
+    method.forget()
+    _, at_p_plus = method.rotate_qk(q, raw, torch.tensor([105, 106, 107]))
+    assert torch.allclose(method.shift_cached_keys(0, at_p, 100), at_p_plus, atol=1e-10)
+    assert build_position_method("rope", shape, {"scaling": "dynamic", "factor": 4.0}).shift_cached_keys(0, at_p, 1) is None
+
+
 @pytest.mark.parametrize("method", ["fire", "irope", "alibi"])
 def test_streaming_verdict_says_what_a_method_reading_the_query_position_does(method, text_ids):
     """StreamingLLM keeps true positions (the sinks just before the newest keys): equal to the same held bytes

@@ -254,7 +254,7 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
                                 "position_options": options}}
     curve = [{"step": 0, "tokens": 512, "train_bpb": 7.5}, {"step": 1, "tokens": 1024, "train_bpb": 6.0}]
     save_checkpoint(tuned, models / "rope-linear-ft4x", extra, {"train_curve": curve})
-    block = evaluate_checkpoint(models / "rope-linear-ft4x", corpus.eval_stream(1 << 12), multiples=(1, 2), progress=False)
+    block = evaluate_checkpoint(models / "rope-linear-ft4x", corpus.eval_stream(1 << 12), multiples=(1, 2, 4), progress=False)
     copy_curve = [{"step": 1, "tokens": 1024, "ratio": 0.3, "gain": 0.3}]  # its own fine-tuning run's check
     write_metrics(models / "rope-linear-ft4x", {"train_curve": curve, "eval": block, "copy_curve": copy_curve})
     monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models))

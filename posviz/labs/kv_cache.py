@@ -254,7 +254,11 @@ def move_sinks(model: LabModel, cache, sink_ids, t: int, window: int) -> None:
     before the newest W - K keys (t - W + 1 ..), and their keys take the front of ``cache``, for either kind of model.
     The first ids see only each other, so for a method that reads distances alone (``is_shift_invariant``) this is
     what moving their cached keys there gives; a method that reads positions themselves (absolute tables, FIRE,
-    Llama 4's NoPE temperature) encodes them afresh at the new positions instead, as its verdict says."""
+    Llama 4's NoPE temperature) encodes them afresh at the new positions instead, as its verdict says. Where a key's
+    position is only a rotation fixed for every length (RoPE, p-RoPE and their static scalings, layouts of them),
+    the cached keys are turned instead (``LabModel.shift_cache_front``): the same keys, at a plain step's cost."""
+    if model.shift_cache_front(cache, len(sink_ids), t - window + 1):  # RoPE: the cached keys turn, nothing runs
+        return
     front = model.new_cache()
     model(model.ids_on_device(sink_ids)[None], positions=t - window + 1, cache=front)
     cache.replace_front(front)

@@ -157,6 +157,12 @@ class LabModel(ABC):
         """An empty KV cache for this model (keeping at most ``max_size`` positions, None: all; with ``sinks``,
         StreamingLLM's: the first ``sinks`` entries and the newest ``max_size - sinks``)."""
 
+    def shift_cache_front(self, cache, count: int, start: int) -> bool:
+        """StreamingLLM's move without running the sinks again: turn the first ``count`` cached keys to the
+        positions ``start``.. where the model's keys allow it (``PositionMethod.shift_cached_keys``) and say so;
+        False (the default, and any model whose keys do not allow it): the caller runs the sink ids again."""
+        return False
+
     @property
     @abstractmethod
     def device(self) -> torch.device: ...

@@ -97,6 +97,40 @@ class KVCache:
         self._keep_segments(segments, self.positions)
         self._known = self.positions  # the newest position is unchanged: _last stands
 
+    def shift_front(self, count: int, start: int, shift_keys) -> bool:
+        """StreamingLLM without running the sinks again: the first ``count`` entries move to the positions
+        ``start``, ``start + 1``, ...; ``shift_keys(layer, k, shift)`` gives a layer's keys as computed ``shift``
+        positions later (values carry no position). Each move turns the keys the front held when it was first
+        moved, by the whole distance, so that rounding does not build up over thousands of steps. Returns False,
+        changing nothing, where ``shift_keys`` answers None (the method cannot: the ids must run again)."""
+        held = len(self)
+        if not count or count > held:
+            raise PosvizError(f"cannot move {count} entries at the front of a cache of {held}")
+        first = self._segments_now()[0]
+        if first[1] < count:  # the front is not one run: nothing to turn from
+            return False
+        origin = getattr(self, "_front_origin", None)  # (its position, its keys, where the last move put it)
+        if origin is None or origin[2] != first[0] or origin[1][0].shape[2] != count:
+            keys = [self.keys[layer][:, :, self._filled[layer] - held:self._filled[layer] - held + count].clone()
+                    for layer in range(self.n_layer)]
+            origin = (first[0], keys, None)
+        moved = []
+        for layer in range(self.n_layer):
+            k = shift_keys(layer, origin[1][layer], start - origin[0])
+            if k is None:
+                return False
+            moved.append(k)
+        for layer, k in enumerate(moved):
+            n = self._filled[layer]
+            self.keys[layer][:, :, n - held:n - held + count] = k
+        segments = _merged([[start, count]] + _sliced(self._segments_now(), count, held))
+        self.positions = torch.cat((torch.arange(start, start + count, device=self.positions.device),
+                                    self.positions[count:]))
+        self._keep_segments(segments, self.positions)
+        self._known = self.positions  # the newest position is unchanged: _last stands
+        self._front_origin = (origin[0], origin[1], start)
+        return True
+
     def _segments_now(self) -> list[list[int]]:
         """The kept positions as runs [[start, count], ...], known in Python without reading the tensor back (a
         read waits for the GPU) when this cache set them; read once when a lab set them from outside."""

@@ -99,6 +99,9 @@ class CheckpointModel(LabModel):
     def new_cache(self, max_size: int | None = None, sinks: int = 0) -> KVCache:
         return KVCache(self.n_layer, max_size=max_size, sinks=sinks)
 
+    def shift_cache_front(self, cache, count: int, start: int) -> bool:
+        return cache.shift_front(count, start, self.net.position.shift_cached_keys)
+
     @property
     def device(self) -> torch.device:
         return self._device

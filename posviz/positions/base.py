@@ -269,6 +269,14 @@ class PositionMethod(nn.Module):
         Asked of the method as configured: NoPE with Llama 4's temperature reads the query's position."""
         return self.kind in ("relative", "content", "none")
 
+    def shift_cached_keys(self, layer: int, k: torch.Tensor, shift: int) -> torch.Tensor | None:
+        """Keys (B, H, T, hs) that ``layer`` cached at positions p, as the same ids give them at p + ``shift``,
+        computed from the cached keys alone; None (the default) when the method cannot, and the ids must run
+        again. StreamingLLM moves its sinks this way (``KVCache.shift_front``): it is exact only where a
+        key's position enters through a rotation fixed for every length and the layers before it read
+        distances alone (RoPE, p-RoPE and its static scalings, and layouts of them)."""
+        return None
+
     def check_positions(self, pos: torch.Tensor) -> None:
         """Raise a PositionLimitError naming the position when ``pos`` is past what the method has."""
 

@@ -118,6 +118,13 @@ class LayerLayout(PositionMethod):
         for method in self.layer_methods:
             method.check_positions(pos)
 
+    def shift_cached_keys(self, layer: int, k: torch.Tensor, shift: int) -> torch.Tensor | None:
+        # only when every layer can: one that cannot (a NoPE layer reading the query's position) changes what
+        # the ids pass on to the layers after it, so their keys must be computed again
+        if not all(self.at_layer(i).shift_cached_keys(i, k[..., :0, :], 0) is not None for i in range(len(self.specs))):
+            return None
+        return self.at_layer(layer).shift_cached_keys(layer, k, shift)
+
     def forget(self) -> None:
         super().forget()
         for method in self.layer_methods:

@@ -131,6 +131,19 @@ class Rotary(PositionMethod):
         return _rotate(q, cos, signed_sin), _rotate(k, cos, signed_sin)
 
 
+    def shift_cached_keys(self, layer: int, k: torch.Tensor, shift: int) -> torch.Tensor | None:
+        """Keys rotated at positions p (B, H, T, hs), as ``rotate_qk`` gives them at p + ``shift``: one more turn
+        by ``shift`` x each pair's speed, since R(p + s) = R(s) R(p) and the attention factor is already in them.
+        Only where the speeds do not depend on the sequence length (not dynamic NTK, not LongRoPE's switch)."""
+        if self.scale_fn.reads_length:
+            return None
+        inv_freq, _ = self.frequencies(self.shape.train_length)
+        cos, sin = rope_cos_sin(torch.tensor([shift], device=k.device), self._on_device(inv_freq, k.device))
+        half = sin.shape[-1] // 2
+        signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        return _rotate(k, cos.to(k.dtype), signed_sin.to(k.dtype))
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """``apply_rotary`` in four operations: rotate_half(x) * sin = roll(x, half) * (-sin, sin), exactly.
 

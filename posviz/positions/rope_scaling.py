@@ -24,8 +24,11 @@ RopeScaling = Callable[[int, "object", int], tuple[torch.Tensor, float]]
 ROPE_SCALINGS: dict[str, RopeScaling] = {}
 
 
-def register(name: str):
+def register(name: str, reads_length: bool = False):
+    """``reads_length``: the speeds depend on the sequence length (dynamic NTK, LongRoPE's switch), so a key
+    cached at one length cannot be turned to another position by a rotation alone."""
     def wrap(fn: RopeScaling) -> RopeScaling:
+        fn.reads_length = reads_length
         ROPE_SCALINGS[name] = fn
         return fn
 
@@ -59,7 +62,7 @@ def ntk_aware(rot_dim, opts, seq_len):
     return base_inv_freq(rot_dim, _ntk_base(opts.base, rot_dim, opts.factor)), 1.0
 
 
-@register("dynamic")
+@register("dynamic", reads_length=True)
 def dynamic_ntk(rot_dim, opts, seq_len):
     # Unchanged up to the original length; past it the NTK ratio grows with the sequence seen so far.
     seq_len = max(seq_len, opts.original_length)
@@ -107,7 +110,7 @@ def llama3(rot_dim, opts, seq_len):
     return torch.where(middle, blended, inv_freq), 1.0
 
 
-@register("longrope")
+@register("longrope", reads_length=True)
 def longrope(rot_dim, opts, seq_len):
     # One rescale factor per pair, pair i turning at theta_i / lambda_i: "short" factors up to the original
     # length, "long" ones past it (Phi-3 switches on the sequence length). LongRoPE *searches* its factors;
