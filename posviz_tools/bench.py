@@ -17,9 +17,10 @@ attention-map extraction <= 1.3 x; cache >= 10 x faster than re-encoding; one le
 every page; a new server's first request (a deep link) complete <= 5 s, the warm-up slowing it by at
 most 20 %. Misses are printed as misses.
 
-Two measurements also run on their own and rewrite only their section of BENCHMARKS.md:
-``--pages-cpu`` (server CPU per stored answer, every page) and ``--first-request`` (a new server's
-first request, every page or ``--page``).
+Three measurements also run on their own and rewrite only their section of BENCHMARKS.md:
+``--pages-cpu`` (server CPU per stored answer, every page), ``--first-request`` (a new server's
+first request, every page or ``--page``) and ``--streaming`` (StreamingLLM's step against a plain cached
+step, ``bench_streaming``).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import bench_browser, bench_compute, bench_protocol
+from . import bench_browser, bench_compute, bench_protocol, bench_streaming
 from .bench_compute import MULTIPLES
 from .bench_report import (first_request_section, kept_marked_sections, machine, marked, pages_cpu_section,
                            report, write_marked)
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the server CPU per stored answer of every page, into its section of --out")
     parser.add_argument("--first-request", action="store_true",
                         help="only a new server's first request (each page's deep link), into its section of --out")
+    parser.add_argument("--streaming", action="store_true",
+                        help="only StreamingLLM's step against a plain cached step, into its section of --out")
     parser.add_argument("--page", action="append", help="with --first-request: only this url path (repeatable)")
     parser.add_argument("--repeats", type=int, default=1, help="with --first-request: new servers per page and way")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
@@ -70,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
+    if args.streaming:
+        models = bench_compute.bench_models()
+        window = models["nope"][0].config.train_length
+        rows = bench_streaming.measure(models, window, args.cache_steps)
+        write_marked(out, "streaming", bench_streaming.section(rows, window, args.cache_steps, info))
+        print(f"wrote {out}")
+        return 0
     if args.pages_cpu or args.first_request:
         if args.pages_cpu:
             write_marked(out, "pages-cpu", pages_cpu_section(bench_protocol.measure_pages_cpu(args.models), info))
@@ -94,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     changes = bench_compute.measure_length_change(models, train_length)
     shipped = {m: v for m, v in models.items() if v[1].startswith("models/")}
     lab = bench_compute.measure_lab_all_models(shipped, train_length) if shipped else None
-    extra = []  # sections also measured on their own, written between their markers
+    streaming = bench_streaming.measure(models, train_length, args.cache_steps)
+    extra = [marked("streaming", bench_streaming.section(streaming, train_length, args.cache_steps, info))]
+    # ^ sections also measured on their own, written between their markers
     if args.no_pages:
         renders, cold, render_problem, warmup = {}, None, "not measured (--no-pages)", None
         visits, visits_problem = {}, "not measured (--no-pages)"

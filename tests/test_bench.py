@@ -39,6 +39,12 @@ def test_bench_writes_a_table_with_every_goal_and_method(tiny_models, tmp_path, 
     assert re.search(r"the first checkpoint's result < 1 s .* \| \d+\.\d\d s \| (met|\*\*MISSED\*\*) \|", goals)
     assert re.search(r"the bare forward passes where even they take longer .* = \d+\.\d\dx the bare passes", goals)
     assert re.search(r"its one forward pass with the map", goals)
+    # StreamingLLM's step beside a plain cached step, per checkpoint: rotary sinks turn, the others run again
+    streaming = text.split("## StreamingLLM step", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^\| rope \| turned \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\d\dx \|$", streaming, re.M)
+    assert re.search(r"^\| alibi \| run again \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\d\dx \|$", streaming, re.M)
+    assert re.search(r"Goal: a StreamingLLM step <= 1.3x a plain cached step where the sinks turn\. Worst: \w+ "
+                     r"\d+\.\d\dx.*\. (met|\*\*MISSED\*\*)$", streaming, re.M)
 
 
 def test_the_page_sections_show_what_the_browser_measured(tiny_models, tmp_path, monkeypatch):

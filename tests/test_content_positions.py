@@ -154,6 +154,33 @@ def test_fox_with_every_gate_open_is_nope():
         torch.testing.assert_close(fox(idx).logits, nope(idx).logits, rtol=0, atol=1e-10)
 
 
+def test_fox_folded_into_the_fused_kernel_equals_its_blocks_where_the_gates_sum_to_thousands():
+    """Without a cache or a map FoX's bias c_i - c_j rides in four extra query and key features through the fused
+    causal kernel (``folded_scores``). Gates near e^-3 make c reach -6,000 over 2,048 bytes; the folded pass must still
+    equal the blocks that add the bias computed in float64, logit for logit, and so must its gradient."""
+    from posviz.models.attention import reference_attention
+
+    fox = tiny_model("fox", n_layer=2, train_length=64)
+    with torch.no_grad():
+        for gate in fox.position.gates:
+            gate.bias.fill_(-3.0)
+    idx = torch.randint(0, 256, (1, 2048), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        folded = fox(idx).logits
+        with reference_attention():
+            blocks = fox(idx).logits
+    assert fox.position.folded_scores(0, torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2)) is not None
+    torch.testing.assert_close(folded, blocks, rtol=0, atol=2e-4)
+    fox.train()
+    fox.config.dropout = 0.0
+    loss = fox(idx[:, :256]).logits.logsumexp(-1).mean()
+    grad = torch.autograd.grad(loss, fox.position.gates[0].weight)[0]
+    with reference_attention():
+        loss = fox(idx[:, :256]).logits.logsumexp(-1).mean()
+        expected = torch.autograd.grad(loss, fox.position.gates[0].weight)[0]
+    torch.testing.assert_close(grad, expected, rtol=1e-3, atol=1e-6)
+
+
 def test_fox_forgets_everything_behind_a_closed_gate():
     """A gate of 0 at byte t hides every key before t from every later query."""
     fox = tiny_model("fox", n_layer=1)

@@ -220,6 +220,14 @@ class CausalSelfAttention(nn.Module):
         if position.scores_itself:
             if state is not None:
                 k, state = k[..., :-1], k[..., -1]  # (B, H, Tk, hs), (B, H, Tk)
+            folded = None if not FAST_PATHS or cache is not None or window is not None or want_probs \
+                else position.folded_scores(layer, q, k, state)
+            if folded is not None:  # the method's scores are dot products of longer vectors: the fused kernel
+                q2, k2, scale = folded
+                # v padded to the same width: the fused CPU kernel takes only equal widths (else a 10x slower path)
+                v2 = F.pad(v, (0, q2.shape[-1] - v.shape[-1]))
+                y = F.scaled_dot_product_attention(q2, k2, v2, is_causal=True, dropout_p=dropout, scale=scale)
+                return self._project(y[..., :v.shape[-1]]), None
             y, probs = self._attend_by_content(q, k, v, state, pos, k_pos, position, layer, cache, window, blocks,
                                                want_probs, dropout)
             return self._project(y), probs

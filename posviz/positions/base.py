@@ -269,6 +269,13 @@ class PositionMethod(nn.Module):
         Asked of the method as configured: NoPE with Llama 4's temperature reads the query's position."""
         return self.kind in ("relative", "content", "none")
 
+    def folded_scores(self, layer: int, q: torch.Tensor, k: torch.Tensor, state: torch.Tensor | None):
+        """Optional, for a method that scores from content: (q', k', scale) (B, H, T, hs') whose causal dot products
+        times ``scale`` are this layer's scores, bias included, over a whole sequence with no cache, window or
+        map: a bias that is a query term plus a key term folds into one more feature each, and the fused causal
+        kernel takes it. None (the default): attention scores the blocks itself."""
+        return None
+
     def shift_cached_keys(self, layer: int, k: torch.Tensor, shift: int) -> torch.Tensor | None:
         """Keys (B, H, T, hs) that ``layer`` cached at positions p, as the same ids give them at p + ``shift``,
         computed from the cached keys alone; None (the default) when the method cannot, and the ids must run
