@@ -21,7 +21,7 @@ import numpy as np
 from posviz.models.checkpoint_files import read_config, read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.labs.retrieval import COPY_TARGET, induction_rows, induction_table
-from posviz.training import intervals
+from posviz.labs import intervals
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results.md"

@@ -15,6 +15,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the 2 cores: one thread each, and
+    os.environ["OMP_NUM_THREADS"] = "1"  # the same for the servers a worker starts
+    torch.set_num_threads(1)
 # The servers and pages under test keep their result files (posviz.result_files) in a folder of this run's
 # own: never the checkout's .posviz-store, whose stale editions a test's server would otherwise remove,
 # and never results an earlier run computed.

@@ -44,6 +44,19 @@ def differences(expected, got, where: str = "") -> list[str]:
     return [] if expected == got else [f"{where}: {expected!r} recorded, {got!r} shown"]
 
 
+@pytest.fixture(autouse=True)
+def as_recorded_threads():
+    """The record was made with the torch threads `make test` gives a process on 2 cores (2): the pages name the
+    thread count in their captions, and a sum split over another number of threads rounds its last digit
+    differently. Under pytest-xdist each worker runs on one; these tests ask for the record's two."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def recorded() -> dict:
     record = json.loads(RECORD.read_text())

@@ -1,10 +1,10 @@
-"""Bootstrap intervals over evaluation windows (posviz.training.intervals) against what they must be."""
+"""Bootstrap intervals over evaluation windows (posviz.labs.intervals) against what they must be."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from posviz.training import intervals
+from posviz.labs import intervals
 
 
 def test_the_interval_of_a_mean_matches_the_normal_approximation_on_many_windows():

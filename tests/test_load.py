@@ -52,9 +52,11 @@ def test_a_short_protocol_crowd(tiny_models_dir):
     from views._warm import ProtocolSession
 
     lab = next(p.url for p in app_pages() if p.url_path == "extrapolation") + f"?models={CHECKPOINTS}"
-    quiet = {**os.environ, "POSVIZ_WARM": "0"}  # the crowd alone on the server: no warm-up beside it
+    # the crowd alone on the server: no warm-up beside it; the server's two threads even where the tests run in two
+    # workers (pytest-xdist), whose other tests take their share of the cores meanwhile
+    quiet = {**os.environ, "POSVIZ_WARM": "0", "OMP_NUM_THREADS": "2"}
     with StreamlitServer(models=tiny_models_dir, env=quiet, log=OUTPUT / "server-crowd.log") as server:
-        result = run_crowd(server, [lab], sessions=3, seconds=5, label=SLIDER)
+        result = run_crowd(server, [lab], sessions=3, seconds=8, label=SLIDER)
         mixed = run_crowd(server, [p.url for p in app_pages()], sessions=2, seconds=3, seed=3)
         # a link whose n is below the next window: moving W reruns the fragment alone, which must say so in
         # place (the notice slot under the title is outside the fragment; writing there raised every move)

@@ -238,7 +238,7 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     import shutil
 
     from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint, write_metrics
-    from posviz.training import intervals
+    from posviz.labs import intervals
     from posviz.training.evaluate import evaluate_checkpoint
 
     models = tmp_path / "models"

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 
 from posviz.labs.attention_maps import AttentionView, _view_from_probs, attention_view
 from posviz.errors import PosvizError
-from posviz.training import intervals
-from posviz.training.evaluate import position_losses
+from posviz.labs import intervals
+from posviz.labs.scoring import position_losses
 from posviz.labs.inputs import LN2
 from posviz.models.interface import LabModel, open_model
 
@@ -151,7 +151,7 @@ _INTERVALS_KEPT = 64
 
 def shipped_bpb_intervals(model: LabModel) -> dict[int, str]:
     """{length: "low–high (95 %, n windows)"}: how far each stored score moves with the evaluation windows (a
-    bootstrap, ``training.intervals``), for the lengths whose windows the model stored; {} when none. Computed
+    bootstrap, ``labs.intervals``), for the lengths whose windows the model stored; {} when none. Computed
     once per model (about 30 ms of resampling each), then kept."""
     kept = _INTERVALS.get(model.key)
     if kept is not None:

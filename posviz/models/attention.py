@@ -16,7 +16,7 @@ from torch import nn
 from posviz.config import ModelConfig
 from posviz.models.kv_cache import KVCache
 from posviz.positions import PositionMethod
-from posviz.positions.base import Seen, mark_run, run_start
+from posviz.positions.base import Seen, mark_run, may_overwrite, run_start
 
 
 BLOCK_ELEMENTS = 1 << 21  # scores per query block (8 MB in fp32): small enough to stay in a CPU's cache
@@ -309,7 +309,8 @@ class CausalSelfAttention(nn.Module):
             # the content bias reads the plain scores; an index bias is added too, for a method that has both
             for bias in [position.content_bias(layer, scores, qb, kb, view), position.logit_bias(layer, qb, qp, kp)]:
                 if bias is not None:
-                    scores = scores + bias
+                    # in place where nothing records it: the block's scores are its own, and the bias has read them
+                    scores = scores.add_(bias) if may_overwrite(scores) else scores + bias
             weights = position.attention_weights(layer, scores, view).to(q.dtype)
             if want_probs:
                 probs[:, :, r0:r1, :seen] = weights

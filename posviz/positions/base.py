@@ -90,6 +90,11 @@ class Seen:
     k_state: torch.Tensor | None = None  # (B, H, keys) the keys' ``token_state``, None without one
 
 
+def may_overwrite(t: torch.Tensor) -> bool:
+    """Whether an operation may write over ``t`` in place: not while autograd records it (its backward may need it)."""
+    return not (t.requires_grad and torch.is_grad_enabled())
+
+
 class PositionMethod(nn.Module):
     """Base class: every hook defaults to "do nothing"."""
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from posviz.config import require
-from posviz.positions.base import PositionMethod, Seen
+from posviz.positions.base import PositionMethod, Seen, may_overwrite
 
 
 @dataclasses.dataclass
@@ -53,12 +53,25 @@ class ContextualPositions(PositionMethod):
 
     def counted_positions(self, scores: torch.Tensor, seen: Seen) -> torch.Tensor:
         """p (B, H, rows, keys): the summed gates from each key to the query, 0 where a key is unseen."""
-        gates = torch.sigmoid(scores).masked_fill(~seen.visible, 0.0)
-        return gates.flip(-1).cumsum(-1).flip(-1).masked_fill(~seen.visible, 0.0)
+        return self._counts(scores, ~seen.visible).masked_fill_(~seen.visible, 0.0)
+
+    @staticmethod
+    def _counts(scores: torch.Tensor, unseen: torch.Tensor) -> torch.Tensor:
+        """The summed gates from each key to the query, summed outward from the query (so that a near key's count
+        is a sum of few gates, as exact as the gates); right for every seen key, 0 for the future ones, not for
+        keys before a window (attention hides those)."""
+        gates = torch.sigmoid(scores)
+        gates = gates.masked_fill_(unseen, 0.0) if may_overwrite(gates) else gates.masked_fill(unseen, 0.0)
+        return gates.flip(-1).cumsum(-1).flip(-1)
 
     def content_bias(self, layer, scores, q, k, seen: Seen):
-        p = self.counted_positions(scores, seen).clamp(max=self.options.npos_max - 1)
+        p = self._counts(scores, ~seen.visible).clamp(max=self.options.npos_max - 1)
         per_position = q.to(scores.dtype) @ self.tables[layer].to(scores.dtype)  # (B, H, rows, npos_max): q . e[n]
-        lower, upper = p.floor(), p.ceil()
-        w = p - lower
-        return (per_position.gather(-1, upper.long()) * w + per_position.gather(-1, lower.long()) * (1 - w))
+        # interpolated between the embeddings of floor(p) and ceil(p): floor(p) + 1 unless p is a whole number
+        # (then the weight of the upper one is 0, and the cap keeps it in the table)
+        lower = p.long()  # p >= 0: the cast is the floor
+        upper = (lower + 1).clamp_(max=self.options.npos_max - 1)
+        below, above = per_position.gather(-1, lower), per_position.gather(-1, upper)
+        if not may_overwrite(p):  # training: autograd keeps these
+            return below + (p - lower) * (above - below)
+        return below.add_(above.sub_(below).mul_(p.sub_(lower)))  # below + w (above - below), w = p - floor(p)

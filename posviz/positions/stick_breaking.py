@@ -26,7 +26,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from posviz.positions.base import PositionMethod, Seen
+from posviz.positions.base import PositionMethod, Seen, may_overwrite
 
 
 @dataclasses.dataclass
@@ -47,12 +47,23 @@ class StickBreaking(PositionMethod):
         keys = torch.arange(scores.shape[-1], device=scores.device)
         own = keys[None, :] == seen.q_index[:, None]  # (rows, keys): each query's own key
         before = keys[None, :] < seen.q_index[:, None]
-        allowed = seen.visible & (before | own if self.options.attend_current else before)  # (rows, keys)
+        hidden = ~(seen.visible & (before | own if self.options.attend_current else before))  # (rows, keys)
         log_beta = F.logsigmoid(scores)
-        log_left = (log_beta - scores).masked_fill(~allowed, 0.0)  # log(1 - beta) = log beta - z; 0 where no key
-        # the sum over the keys k > j the query may see: a reversed cumulative sum, shifted by one key
+        log_left = (log_beta - scores).masked_fill(hidden, 0.0)  # log(1 - beta) = log beta - z; 0 where no key
+        # the sum over the keys k > j the query may see: a reversed cumulative sum, less the key's own term
         from_here = log_left.flip(-1).cumsum(-1).flip(-1)  # sum over k >= j
-        behind = torch.cat((from_here[..., 1:], torch.zeros_like(from_here[..., :1])), dim=-1)
-        sticks = (log_beta + behind).exp().masked_fill(~allowed, 0.0)
-        remainder = from_here[..., :1].exp()  # (B, H, rows, 1): prod of (1 - beta) over every allowed key
-        return sticks + remainder * own
+        remainder = from_here[..., 0].exp()  # (B, H, rows): prod of (1 - beta) over every allowed key
+        # log A_ij = log beta_ij + sum_{k > j} log(1 - beta_ik). A weight under e^-80 (2e-35, nothing beside weights
+        # that sum to 1) is written 0 without an exp: exp is 10x slower on arguments past float32's range, as
+        # the far keys' often are. In place where autograd records nothing (it keeps these for training).
+        if may_overwrite(log_beta):
+            log_a = log_beta.add_(from_here.sub_(log_left))
+            hidden = hidden | (log_a < -80.0)
+            sticks = log_a.clamp_(min=-80.0).exp_().masked_fill_(hidden, 0.0)
+        else:
+            log_a = log_beta + (from_here - log_left)
+            hidden = hidden | (log_a < -80.0)
+            sticks = log_a.clamp(min=-80.0).exp().masked_fill(hidden, 0.0)
+        rows = torch.arange(scores.shape[-2], device=scores.device)
+        sticks[..., rows, seen.q_index] += remainder  # the remainder on each query's own key (sticks is no saved value)
+        return sticks

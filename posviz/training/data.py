@@ -170,12 +170,7 @@ def encode_text(text: str | bytes) -> torch.Tensor:
         raise PosvizError("the text is empty: paste at least one character, or pick a validation document")
     return torch.tensor(list(data), dtype=torch.long)
 
-
-def as_id_tensor(data) -> torch.Tensor:
-    """Ids (bytes for our checkpoints; a tensor, array or sequence of ints) as a flat (T,) LongTensor."""
-    if isinstance(data, torch.Tensor):
-        return data.long().flatten()
-    return torch.as_tensor(np.asarray(data, dtype=np.int64)).flatten()
+from posviz.labs.scoring import as_id_tensor  # noqa: E402,F401 (its home: the scorer every lab shares)
 
 
 def decode_bytes(ids) -> str:
