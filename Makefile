@@ -24,8 +24,10 @@ app: $(APP_STAMP)
 store: $(APP_STAMP)
 	$(PY) -m views._warm
 
+# Two pytest-xdist workers, one torch thread each (tests/conftest.py): the browser tests mostly wait on a server
+# and a browser, so the two cores stay busy; worksteal evens out the long tests.
 test: $(TEST_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist worksteal
 
 # The checks that need a GPU (tests marked cuda): every lab on CUDA equal to the CPU, cached decoding,
 # a short training run in each precision. Fails, saying why, where PyTorch sees no CUDA device.

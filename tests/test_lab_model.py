@@ -148,7 +148,7 @@ def test_the_extrapolation_page_reads_each_stamp_once_and_loads_what_it_runs(tin
 LAYERS = {
     **{f"posviz.labs.{m}": 0 for m in ("extrapolation", "attention_maps", "kv_cache", "context_extension", "retrieval",
                                        "probes", "key_value", "generation", "compare")},
-    "posviz.training.evaluate": 1, "posviz.labs.inputs": 1,
+    "posviz.labs.scoring": 1, "posviz.training.evaluate": 1, "posviz.labs.inputs": 1,  # the shared scorer; the inputs
     "posviz.models.interface": 2, "posviz.models.shipped": 2,  # the interface and its kinds
     "posviz.models.checkpoint_files": 3,
 }
