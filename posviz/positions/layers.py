@@ -121,9 +121,11 @@ class LayerLayout(PositionMethod):
     def shift_cached_keys(self, layer: int, k: torch.Tensor, shift: int) -> torch.Tensor | None:
         # only when every layer can: one that cannot (a NoPE layer reading the query's position) changes what
         # the ids pass on to the layers after it, so their keys must be computed again
-        if not all(self.at_layer(i).shift_cached_keys(i, k[..., :0, :], 0) is not None for i in range(len(self.specs))):
-            return None
-        return self.at_layer(layer).shift_cached_keys(layer, k, shift)
+        if getattr(self, "_every_layer_turns", None) is None:  # a fact of the layout: asked once
+            probe = k[..., :0, :]
+            self._every_layer_turns = all(self.at_layer(i).shift_cached_keys(i, probe, 0) is not None
+                                          for i in range(len(self.specs)))
+        return self.at_layer(layer).shift_cached_keys(layer, k, shift) if self._every_layer_turns else None
 
     def forget(self) -> None:
         super().forget()

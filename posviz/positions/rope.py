@@ -137,11 +137,16 @@ class Rotary(PositionMethod):
         Only where the speeds do not depend on the sequence length (not dynamic NTK, not LongRoPE's switch)."""
         if self.scale_fn.reads_length:
             return None
-        inv_freq, _ = self.frequencies(self.shape.train_length)
-        cos, sin = rope_cos_sin(torch.tensor([shift], device=k.device), self._on_device(inv_freq, k.device))
-        half = sin.shape[-1] // 2
-        signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-        return _rotate(k, cos.to(k.dtype), signed_sin.to(k.dtype))
+        key = (shift, k.device, k.dtype)
+        held = getattr(self, "_turn", None)  # StreamingLLM turns every layer's sinks by the same shift each step
+        if held is None or held[0] != key:
+            inv_freq = getattr(self, "_turn_freq", None)
+            if inv_freq is None or inv_freq.device != k.device:  # static speeds: worked out once
+                inv_freq = self._turn_freq = self._on_device(self.frequencies(self.shape.train_length)[0], k.device)
+            cos, sin = rope_cos_sin(torch.tensor([shift], device=k.device), inv_freq)
+            half = sin.shape[-1] // 2
+            held = self._turn = (key, cos.to(k.dtype), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).to(k.dtype))
+        return _rotate(k, held[1], held[2])
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
