@@ -171,13 +171,26 @@ class KVCache:
                 mark_run(positions, self._new_segments[0][0])
             last = self._new_segments[-1]
             self._new_last = last[0] + last[1] - 1
-        n = self._filled[layer]
-        keys = k if self.keys[layer] is None else torch.cat((self.keys[layer][:, :, n - held:n], k), dim=2)
-        values = v if self.values[layer] is None else torch.cat((self.values[layer][:, :, n - held:n], v), dim=2)
-        if self._keep is not None:
-            keep = self._keep.to(keys.device)
-            keys, values = keys[:, :, keep], values[:, :, keep]
-        self.keys[layer], self.values[layer], self._filled[layer] = keys, values, keys.shape[2]
+        if self._keep is not None and T == 1 and held == self.max_size and self.keys[layer] is not None:
+            # the steady state, one id into a full window: the oldest recent entry (right after the sinks) goes.
+            # Written after the last entry, with the sinks moved one slot on over it, the window stays the buffer's
+            # last ``held`` entries: K entries copied a step, not the whole window (room made as ``append`` does)
+            self._make_room(layer, k, v, held)
+            n, K = self._filled[layer], self.sinks
+            a = n - held  # where the window starts in the buffer
+            for buf, new in ((self.keys[layer], k), (self.values[layer], v)):
+                buf[:, :, n:n + 1] = new
+                buf[:, :, a + 1:a + 1 + K] = buf[:, :, a:a + K].clone()
+            self._filled[layer] = n + 1
+            keys, values = self.keys[layer][:, :, a + 1:n + 1], self.values[layer][:, :, a + 1:n + 1]
+        else:
+            n = self._filled[layer]
+            keys = k if self.keys[layer] is None else torch.cat((self.keys[layer][:, :, n - held:n], k), dim=2)
+            values = v if self.values[layer] is None else torch.cat((self.values[layer][:, :, n - held:n], v), dim=2)
+            if self._keep is not None:
+                keep = self._keep.to(keys.device)
+                keys, values = keys[:, :, keep], values[:, :, keep]
+            self.keys[layer], self.values[layer], self._filled[layer] = keys, values, keys.shape[2]
         k_pos = self._new_positions
         if layer == self.n_layer - 1:
             self.positions, self._last, self._known = k_pos, self._new_last, k_pos
