@@ -28,6 +28,7 @@ COPY requirements.txt ./
 RUN pip install -r requirements.txt
 
 COPY --chown=user app.py ./
+COPY --chown=user menu.py ./
 COPY --chown=user .streamlit ./.streamlit
 COPY --chown=user views ./views
 COPY --chown=user posviz ./posviz

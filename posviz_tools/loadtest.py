@@ -37,7 +37,7 @@ DRAWN = MAIN + ' [data-testid="stElementContainer"]'  # anything a page script h
 
 
 # ---------------------------------------------------------------------------------------------
-# The pages, read from app.py without importing it (importing would need a running Streamlit).
+# The pages, read from menu.py without importing it (importing would need a running Streamlit).
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class PageEntry:
@@ -53,8 +53,8 @@ class PageEntry:
         return "/" if self.default else f"/{self.url_path}"
 
 
-def app_pages(app: Path = ROOT / "app.py") -> list[PageEntry]:
-    """Every page of app.py's menu (``st.Page("views/x.py", ...)``), in the order of the menu.
+def app_pages(app: Path = ROOT / "menu.py") -> list[PageEntry]:
+    """Every page of menu.py's menu (``st.Page("views/x.py", ...)``), in the order of the menu.
 
     Hidden pages (``visibility="hidden"``, e.g. the ``/home`` alias) and pages made from a function
     are left out: they are not in the menu. The default page's ``url_path`` is ``""`` (it is served

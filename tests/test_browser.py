@@ -1,6 +1,6 @@
-"""End to end: the real server in headless Chromium, every page of app.py, one widget moved on each.
+"""End to end: the real server in headless Chromium, every page of the menu (menu.py), one widget moved on each.
 
-The page list is read from app.py (``st.Page(..., url_path=...)``), so a new page is tested without
+The page list is read from menu.py (``st.Page(..., url_path=...)``), so a new page is tested without
 touching this file. Each page, on the tiny checkpoints of conftest.py (fast), as a visitor sees it:
 
 1. at its defaults, at 1366×768 and 1920×1080: no exception, no error box, no browser console error
@@ -37,14 +37,14 @@ JUNK = ["<script>window.__xss=1</script>", "-1", "99999999999999999999", "NaN", 
         "<img src=x onerror=window.__xss=1>", "", "\x00", "[a](javascript:window.__xss=1)", "ä" * 300]
 
 
-def test_app_pages_are_read_from_app_py():
+def test_app_pages_are_read_from_the_menu():
     assert len(PAGES) >= 10, PAGES
     assert sum(p.default for p in PAGES) == 1, "exactly one default page"
     assert len({p.url_path for p in PAGES}) == len(PAGES), "url_path values must be unique"
     for entry in PAGES:
-        assert (ROOT / entry.script).is_file(), f"app.py lists {entry.script}, which does not exist"
-    # Streamlit would run a pages/ folder beside app.py as its own menu until st.navigation has run once
-    assert not (ROOT / "pages").exists(), "a pages/ folder beside app.py breaks deep links on a new server"
+        assert (ROOT / entry.script).is_file(), f"menu.py lists {entry.script}, which does not exist"
+    # Streamlit would run a pages/ folder beside the menu script as its own menu until st.navigation has run once
+    assert not (ROOT / "pages").exists(), "a pages/ folder beside menu.py breaks deep links on a new server"
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ SECTION_TITLE = {"fox": "Where this head forgets", "cope": "What this head count
 
 
 def open_page(**params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=120)
     at.run()
     at.switch_page(PAGE)
     at.query_params = {k: str(v) for k, v in params.items()}

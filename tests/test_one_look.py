@@ -23,7 +23,7 @@ def run(at: AppTest) -> AppTest:
 
 
 def open_app_page(page: str) -> AppTest:
-    at = run(AppTest.from_file(str(ROOT / "app.py"), default_timeout=60))
+    at = run(AppTest.from_file(str(ROOT / "menu.py"), default_timeout=60))
     at.switch_page(page)
     return run(at)
 

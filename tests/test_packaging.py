@@ -203,10 +203,10 @@ def test_readme_front_matter_is_a_docker_space():
 
 def test_image_contains_everything_the_app_imports():
     copied = {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
-    assert {"requirements.txt", "app.py", ".streamlit", "views", "posviz", "models"} <= copied, copied
+    assert {"requirements.txt", "app.py", "menu.py", ".streamlit", "views", "posviz", "models"} <= copied, copied
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
-    assert not ignored & {"app.py", ".streamlit", "views", "posviz", "models", "requirements.txt"}, ignored
+    assert not ignored & {"app.py", "menu.py", ".streamlit", "views", "posviz", "models", "requirements.txt"}, ignored
 
 
 
@@ -217,7 +217,7 @@ def test_the_product_has_no_tools_in_it():
     tools = {p.stem for p in (ROOT / "posviz_tools").glob("*.py")} - {"__init__"}
     assert {"bench", "loadtest", "look", "screenshots", "report", "train_all"} <= tools, tools
     assert not tools & {p.stem for p in (ROOT / "posviz").glob("*.py")}
-    product = [ROOT / "app.py", *(ROOT / "posviz").rglob("*.py"), *(ROOT / "views").glob("*.py")]
+    product = [ROOT / "app.py", ROOT / "menu.py", *(ROOT / "posviz").rglob("*.py"), *(ROOT / "views").glob("*.py")]
     importers = [str(p.relative_to(ROOT)) for p in product if re.search(r"^\s*(from|import) posviz_tools\b",
                                                                         p.read_text(), re.M)]
     assert not importers, importers

@@ -30,7 +30,7 @@ def test_the_warm_up_reaches_its_own_server(address, port, base, url):
 
 def test_no_warm_up_without_a_server(tiny_models):
     """Under AppTest there is no server to visit (and a test's process must not compute in the background)."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=60)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title, "the home page did not render"
