@@ -67,8 +67,11 @@ def doc_ids():
 # ------------------------------------------------------------------------------------------------
 def test_extrapolation_numbers_match_labs_and_learned_stops_alone(tiny_models, doc_ids):
     at = run(page("extrapolation", L="128"))
-    shown = metrics(at)
     folders = shipped_checkpoints()
+    assert list(metrics(at)) == list(extrapolation.FIRST_VIEW)  # one of each kind at first, in the story's order
+    at.multiselect(key="w_models").set_value(list(folders))  # then every checkpoint
+    run(at)
+    shown = metrics(at)
     assert set(folders) <= set(shown)
     for name, folder in folders.items():
         if name == "learned":
@@ -366,9 +369,12 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
     found = shipped_checkpoints()
     assert found, f"no checkpoints in {ROOT / 'models'}: run `make checkpoints`"
     at = run(page("extrapolation"))
+    assert list(metrics(at)) == list(extrapolation.FIRST_VIEW)  # one of each kind by default
+    pretrained = [n for n in found if n in POSITION_METHODS]  # fine-tuned ones on request
+    at.multiselect(key="w_models").set_value(pretrained)
+    run(at)
     shown = metrics(at)
     train_length = open_model(next(iter(found.values()))).train_length
-    pretrained = [n for n in found if n in POSITION_METHODS]  # selected by default; fine-tuned ones on request
     for name in pretrained:
         # trained byte-level models on Python source: well under the 8 bits/byte of a uniform guess
         assert float(shown[name]) < 4.0, (name, shown[name])

@@ -107,6 +107,9 @@ def metric_rows(items: Sequence[dict], per_row: int = 4) -> None:
 
 # A legend of line samples, for lines told apart by dash: the default symbol of a line with points is a
 # circle, which draws the dash pattern as a blob.
+# While live results arrive one by one, a page redraws its chart with those so far at most once a REDRAW_S: each
+# redraw builds the whole chart (about 0.15 s on 2 cores), which after every result was a third of a first visit.
+REDRAW_S = 1.0
 DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
 
 

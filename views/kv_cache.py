@@ -208,10 +208,11 @@ def scoring_section() -> None:
                               f"{window + 2:,}."), "Choose a smaller window or a longer text.")
         st.stop()
     low = min(window + 2, most)
-    # 64 bytes past the window by default (was 128): each re-encoded byte is a forward pass of W bytes, most of a first
-    # visit's wait. 64 still tell the story on the default document at W = 256: the shifted cache costs sinusoidal and
-    # RoPE 2.6 and 3.7 bits per byte more than re-encoding, ALiBi 0.005 (at 128: 2.7, 3.5 and 0.01).
-    n_scored = st.slider(f"{many.capitalize()} to score, one at a time", low, most, value=qp_int("n", min(window + 64, most), low, most),
+    # 32 bytes past the window by default (was 128, then 64): each re-encoded byte is a forward pass of W bytes and
+    # each streaming one runs the sinks again, most of a new server's first visit (3.5 s of its 6.7 at 64, 2.1 at 32,
+    # on 2 cores). 32 still tell the story on the default document at W = 256: past the first eviction the shifted
+    # cache makes sinusoidal and RoPE worse than re-encoding by whole bits per byte, ALiBi by nothing.
+    n_scored = st.slider(f"{many.capitalize()} to score, one at a time", low, most, value=qp_int("n", min(window + 32, most), low, most),
                         step=1, key="w_n", help="The first W predictions come from one forward pass (nothing is evicted yet, "
                         f"so the strategies agree); every {one} after that is a step of its own. "
                         f"Capped at {MAX_SLIDING_BYTES:,} {many}.")
