@@ -123,3 +123,10 @@ def tiny_lab(method: str, seed: int = 0, **overrides):
     from posviz.models.shipped import as_lab_model
 
     return as_lab_model(tiny_model(method, seed, **overrides))
+
+
+def pytest_configure(config):
+    """Per-file test times of a whole run, for docs/testing.md (tests/file_times.py)."""
+    from file_times import Recorder
+
+    config.pluginmanager.register(Recorder(), "posviz-file-times")

@@ -153,3 +153,37 @@ def test_a_shipped_score_comes_with_its_interval_over_the_windows(name):
         assert low < block["nonoverlapping_bpb"][str(n)] < high and f"{len(windows)} windows" in found[n]
         widths[n] = high - low
     assert widths[256] < widths[4096]
+
+
+def test_a_request_checks_its_length_once_where_it_enters_the_lab(monkeypatch):
+    """Each job the Extrapolation lab runs checks the length it was asked for once (``LabModel.check_length``)
+    and hands it on checked: the score, the map and the scorer under them take it as it is. A length they
+    compute themselves (the Compare lab's L beside 2L) is checked where it is made."""
+    from posviz.labs import compare, context_extension
+    from posviz.models.interface import CheckedLength, LabModel
+
+    calls = []
+    real = LabModel.check_length
+    monkeypatch.setattr(LabModel, "check_length", lambda self, *a, **k: calls.append(a[0]) or real(self, *a, **k))
+    model = tiny_lab("alibi")
+    text = bytes(range(32, 127)) * 6  # 570 bytes: 17 windows of 32, one of 128
+    jobs = {"score": extrapolation.score_job(model, text, 32), "inspect, one window": extrapolation.inspect_job(
+                model, text, 512, 1, True),
+            "inspect, several": extrapolation.inspect_job(model, text, 32, 1, True),
+            "stride": extrapolation.stride_job(model, text, 32, 8), "attention": extrapolation.attention_job(model, text, 32, 1, True)}
+    for what, job in jobs.items():
+        calls.clear()
+        job.compute()
+        assert len(calls) == 1, (what, calls)
+    calls.clear()
+    context_extension.length_scores(model, model.tokenize(text).ids, [32, 64, 128])
+    assert sorted(calls) == [32, 64, 128]  # each length of the request once
+    calls.clear()
+    compare.compare_lengths(model, model.tokenize(text).ids, 32)
+    assert sorted(calls) == [32, 64]
+    # what is handed on: an int everywhere, checked; arithmetic on it gives a plain int, checked again if asked
+    checked = real(model, 32, len(text))
+    assert isinstance(checked, CheckedLength) and checked == 32 and type(2 * checked) is int
+    with pytest.raises(PosvizError, match="at least 2"):
+        model.checked(1, len(text))
+    assert model.checked(checked, 3) is checked  # a checked length is not checked again

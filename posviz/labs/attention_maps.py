@@ -30,7 +30,7 @@ def attention_probs(model: LabModel, ids, length: int, layer: int, on_device: bo
     the CPU, or where the model is with ``on_device`` (for statistics and pooling: at the GPU cap the
     maps are 1 GiB, and only the pooled image and per-head numbers need to come to the CPU)."""
     ids = model.ids_on_device(ids)
-    model.check_length(length, ids.numel())
+    length = model.checked(length, ids.numel())
     out = model(ids[None, :length], attention_layer=layer)
     return out.attention[0].float() if on_device else out.attention[0].float().cpu()
 

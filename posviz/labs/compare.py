@@ -50,10 +50,10 @@ def compare_lengths(model: LabModel, ids, length: int) -> dict:
     method saw in training when 2L > train_length.
     """
     ids = model.ids_on_device(ids)
-    model.check_length(2 * length, ids.numel())
+    twice = model.check_length(2 * length, ids.numel())  # handed on checked; L is checked where it is scored
     budget = model.length_cap
-    n = windows_for(2 * length, ids.numel() - 1, budget) * 2 * length  # predictions scored both ways
-    long = score_at_length(model, ids[: n + 1], 2 * length, budget=n)
+    n = windows_for(twice, ids.numel() - 1, budget) * twice  # predictions scored both ways
+    long = score_at_length(model, ids[: n + 1], twice, budget=n)
     short = score_at_length(model, ids[: n + 1], length, budget=n)
     # id_bits[j + 1] is the prediction made at text position j: fold both into rows of 2L positions
     long_bits = long.id_bits[1:].reshape(-1, 2 * length)  # (windows, 2L)
@@ -96,8 +96,8 @@ def length_attention_difference(model: LabModel, ids, length: int, layer: int, h
     ``log_scale``: ``short`` and ``long`` as log10 probability; ``diff`` stays a difference of probabilities.
     """
     ids = model.ids_on_device(ids)
-    model.check_length(2 * length, ids.numel())
-    long = attention_probs(model, ids, 2 * length, layer)[head]  # (2L, 2L)
+    twice = model.check_length(2 * length, ids.numel())  # handed on checked; L is checked where it is drawn
+    long = attention_probs(model, ids, twice, layer)[head]  # (2L, 2L)
     short = display_attention(attention_probs(model, ids[length:], length, layer)[head], False)  # (L, L)
     block = display_attention(long[length:, length:], False)
     shown = [display_attention(m, log_scale) for m in (short, block)] if log_scale else [short, block]

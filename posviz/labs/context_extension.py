@@ -126,9 +126,7 @@ def length_scores(model: LabModel, ids, lengths: Sequence[int], progress: Progre
     ``seconds`` of a length: the passes whose windows are that long.
     """
     ids = model.ids_on_device(ids)
-    lengths = sorted(set(lengths))
-    for n in lengths:
-        model.check_length(n, ids.numel())
+    lengths = [model.checked(n, ids.numel()) for n in sorted(set(lengths))]  # each once, for every step below
     if not prefixes_hold(model, lengths):
         scores = {}
         for i, n in enumerate(lengths):

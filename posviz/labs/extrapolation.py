@@ -88,7 +88,7 @@ def score_at_length(model: LabModel, ids, length: int, budget: int | None = None
     PositionLimitError when the method cannot represent the positions (learned past its table).
     """
     ids = model.ids_on_device(ids)
-    model.check_length(length, ids.numel())
+    length = model.checked(length, ids.numel())  # once per request: inner steps take it as checked
     budget = budget or model.length_cap
     n_windows = windows_for(length, ids.numel() - 1, budget)
     start = time.perf_counter()
@@ -110,7 +110,7 @@ def score_with_stride(model: LabModel, ids, length: int, stride: int, budget: in
     first window fills every position). ``n_windows``: windows run.
     """
     ids = model.ids_on_device(ids)
-    model.check_length(length, ids.numel())
+    length = model.checked(length, ids.numel())  # once per request: inner steps take it as checked
     if not isinstance(stride, (int, np.integer)) or not 1 <= stride <= length:
         raise PosvizError(f"The stride must be a whole number between 1 and the window ({length:,}), got {stride!r}.")
     budget = budget or model.length_cap
@@ -243,7 +243,7 @@ def inspect_at_length(model: LabModel, ids, length: int, layer: int, log_scale: 
     score's forward pass: it runs once and gives both. Otherwise the two run separately.
     """
     ids = model.ids_on_device(ids)
-    model.check_length(length, ids.numel())
+    length = model.checked(length, ids.numel())  # once per request: inner steps take it as checked
     if not single_window(length, ids.numel(), model.length_cap):
         return score_at_length(model, ids, length), attention_view(model, ids, length, layer, log_scale, max_side)
     start = time.perf_counter()

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from posviz.errors import PosvizError
-from posviz.models.interface import LabModel
+from posviz.models.interface import CheckedLength, LabModel
 
 if TYPE_CHECKING:  # the byte GPT itself (training) is scored too
     from posviz.models.byte_gpt import GPT
@@ -29,7 +29,10 @@ def as_id_tensor(data) -> torch.Tensor:
 
 
 def check_length(length: int, n_bytes: int) -> None:
-    """``length`` is the number of positions the model sees: a window needs length + 1 bytes."""
+    """``length`` is the number of positions the model sees: a window needs length + 1 bytes. A length a lab
+    already checked (``CheckedLength``) passes: the lab checked it against this text where the request entered."""
+    if isinstance(length, CheckedLength):
+        return
     if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 2:
         raise PosvizError(f"evaluation length must be an integer of at least 2 bytes, got {length!r}")
     if length + 1 > n_bytes:

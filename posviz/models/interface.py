@@ -64,6 +64,11 @@ class EncodedText:
 _TOKENIZED_LOCK = threading.Lock()
 
 
+class CheckedLength(int):
+    """A length a lab checked once, where a request entered it (``LabModel.check_length``): past the length
+    check, a plain ``int`` everywhere (arithmetic on it gives plain ints, which are checked again if asked)."""
+
+
 class LabModel(ABC):
     """What every lab asks of a model (see the module docstring)."""
 
@@ -218,11 +223,15 @@ class LabModel(ABC):
         """Why the cap is where it is, in a page's words."""
         return f"{self.length_cap // self.train_length} × its trained context on this device"
 
-    def check_length(self, length: int, n_ids: int | None = None) -> None:
-        """Reject lengths a lab will not run: too short, past the device cap, or longer than the text.
+    def check_length(self, length: int, n_ids: int | None = None) -> "CheckedLength":
+        """Reject lengths a lab will not run: too short, past the device cap, or longer than the text; return
+        the length as a ``CheckedLength``, which the lab's inner steps (and the scorer) take as checked.
 
-        A length the *method* cannot represent (learned past its table) is not rejected here: the forward
-        pass raises its own PositionLimitError, which the labs show as it is.
+        A lab checks a request's length once, where the request enters it, and hands the ``CheckedLength`` on:
+        ``checked`` below lets every inner function accept either a plain length (a caller of its own, checked
+        here) or one already checked (passed through). A length the *method* cannot represent (learned past
+        its table) is not rejected here: the forward pass raises its own PositionLimitError, which the labs
+        show as it is.
         """
         cap = self.length_cap
         if not isinstance(length, (int, np.integer)) or length < 2:
@@ -233,6 +242,11 @@ class LabModel(ABC):
         if n_ids is not None and length + 1 > n_ids:
             raise PosvizError(f"The evaluation length {length:,} needs {length + 1:,} {self.unit}s of text, but the text has "
                               f"{n_ids:,} {self.unit}s. Choose a shorter length or a longer text.")
+        return CheckedLength(length)
+
+    def checked(self, length: int, n_ids: int | None = None) -> "CheckedLength":
+        """``length`` as it came when a caller already checked it, else ``check_length``."""
+        return length if isinstance(length, CheckedLength) else self.check_length(length, n_ids)
 
     def ids_on_device(self, ids) -> torch.Tensor:
         """(T,) ids, already encoded, on the model's device."""
