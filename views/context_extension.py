@@ -25,7 +25,8 @@ page_header(
     "Context extension",
     "RoPE models can be stretched past their training length at inference, without retraining, by changing the "
     "rotation speeds: position interpolation, NTK-aware and dynamic NTK, YaRN, Llama 3. Here the shipped RoPE "
-    "checkpoint runs under each of them, next to methods that need no stretching (ALiBi; add others below).",
+    "checkpoint runs under each of them; methods that need no stretching (ALiBi, T5, ...) are drawn beside its "
+    "fine-tuned versions, and can join the live curves below.",
 )
 
 models = {}  # each resolved once for this run; weights load when run
@@ -71,15 +72,17 @@ with left:
     train_length, unit = rope.train_length, rope.unit
     others = [n for n in catalog.names if n != rope_name and n not in tuned]
     # By default the model as trained and the two scalings its checkpoints were fine-tuned with (position
-    # interpolation, YaRN) beside one method that needs none: each live curve is five lengths of forward passes,
-    # about 0.66 s on 2 cores, and all seven scalings with two references made a new server's first visit 12 s long.
+    # interpolation, YaRN), and no live reference (ALiBi, T5, KERPLE and FIRE are drawn from their stored curves
+    # beside the fine-tunes): each live curve is five lengths of forward passes, about 0.66 s on 2 cores, and all
+    # seven scalings with two references made a new server's first visit 12 s long.
     first_view = [s for s in ("none", "linear", "yarn") if s in SCALINGS]
     scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", first_view, SCALINGS), key="w_scalings",
                               help="NTK, dynamic NTK, Llama 3 and LongRoPE are one click away: each adds a live curve.")
-    default_refs = [n for n in ("alibi",) if n in others and n in models] or [n for n in others if n in models][:1]
-    references = st.multiselect("Compare with", others, default=qp_multi("refs", default_refs, others), key="w_refs",
+    references = st.multiselect("Compare with", others, default=qp_multi("refs", [], others), key="w_refs",
                                 format_func=catalog.label,
-                                help="Models that need no scaling, drawn solid in their own colours.")
+                                placeholder="e.g. alibi: a method that needs no scaling",
+                                help="Models that need no scaling, drawn solid in their own colours beside the "
+                                     "scalings, stored and live.")
     catalog.caption()
 with right:
     text = choose_text()

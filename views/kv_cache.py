@@ -322,7 +322,7 @@ def cache_check_section() -> None:
     u = model.unit
     n_text = model.count_ids(text_bytes)  # the text in the model's ids
     check_cap = min(MAX_KV_CACHE_POSITIONS, n_text, 1024)
-    check_length = c2.slider(f"{u.capitalize()}s", 16, max(16, check_cap), value=qp_int("cl", min(128, check_cap), 16, max(16, check_cap)),
+    check_length = c2.slider(f"{u.capitalize()}s", 16, max(16, check_cap), value=qp_int("cl", min(64, check_cap), 16, max(16, check_cap)),
                              key="w_cl", help=f"Cached decoding of this many {u}s vs one forward pass over them.")
     sync_url(check=check_model, cl=check_length)
     try:

@@ -25,8 +25,9 @@ STRATEGIES = ("reencode", "shifted_cache", "cached_window", "streaming")
 STREAMING_SINKS = 4  # StreamingLLM keeps the first 4 tokens (Xiao et al. 2024, https://arxiv.org/abs/2309.17453)
 # Re-encoding's steps after the first window are timed on this many of them, run one at a time; the
 # others run batched. Every such step is the same work (a window of W bytes at positions 0..W-1), so they
-# differ only by the host's noise, and 16 (of 64 at the page's defaults) give its mean.
-REENCODE_TIMED_STEPS = 16
+# differ only by the host's noise, and 8 (of 32 at the page's defaults) give its mean; 16 cost a new server's
+# first visit of the KV cache lab 0.4 s more on 2 cores.
+REENCODE_TIMED_STEPS = 8
 REENCODE_BATCH_TOKENS = 1 << 14  # windows per batched forward pass: this many bytes in all
 STRATEGY_TITLES = {
     "reencode": "Re-encode the window",
