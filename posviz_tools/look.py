@@ -167,14 +167,35 @@ def sight(page) -> Sight:
     return Sight(raw["cut"], raw["tables"], raw["charts"], raw["errorBoxes"], raw["images"])
 
 
+# What changes while a page re-lays out at a new window size: its height, and each chart's and table's box.
+_LAYOUT_JS = """() => [document.querySelector('[data-testid="stMain"]')?.scrollHeight,
+  ...Array.from(document.querySelectorAll('[data-testid="stMain"] canvas, [data-testid="stMain"] svg.marks,'
+    + ' [data-testid="stMain"] [data-testid="stDataFrame"]'), e => { const r = e.getBoundingClientRect();
+      return Math.round(r.width) + 'x' + Math.round(r.height); })].join(',')"""
+
+
+def settle(page, step_ms: int = 150, at_least_ms: int = 300, at_most_ms: int = 1500) -> None:
+    """Wait until the layout has stopped changing: the same heights and chart boxes twice ``step_ms`` apart
+    (at least ``at_least_ms``, at most ``at_most_ms``). Fixed waits of 0.3 and 0.8 s a size were a tenth of the
+    browser tests' time; most layouts settle in one or two steps."""
+    waited, last = 0, None
+    while waited < at_most_ms:
+        page.wait_for_timeout(step_ms)
+        waited += step_ms
+        now = page.evaluate(_LAYOUT_JS)
+        if now == last and waited >= at_least_ms:
+            return
+        last = now
+
+
 def look_at(page, width: int, height: int) -> Sight:
     """``sight`` at ``width`` px: the window is made tall enough to hold the whole page (Streamlit draws
     tables and charts only once they scroll into view), then set back to ``height``."""
     page.set_viewport_size({"width": width, "height": height})
-    page.wait_for_timeout(300)
+    settle(page)
     full = page.evaluate("""() => document.querySelector('[data-testid="stMain"]').scrollHeight""")
     page.set_viewport_size({"width": width, "height": int(min(max(full + 40, height), 12000))})
-    page.wait_for_timeout(800)  # charts and tables re-lay out at the new size
+    settle(page)  # charts and tables re-lay out at the new size
     seen = sight(page)
     page.set_viewport_size({"width": width, "height": height})
     return seen

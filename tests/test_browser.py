@@ -115,7 +115,7 @@ def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browse
 
 
 def test_a_deep_link_as_a_new_servers_first_request_opens_inside_the_app(tiny_models_dir, browser):
-    """Streamlit runs a pages/ folder beside app.py on its own until st.navigation has run once: the
+    """Streamlit runs a pages/ folder beside the menu script on its own until st.navigation has run once: the
     first link a new server got decided whether pages opened inside the app's menu."""
     sections = list(dict.fromkeys(p.section for p in PAGES))
     with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-browser-deep-link.log") as server:

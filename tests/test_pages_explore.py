@@ -1,6 +1,6 @@
 """AppTest tests of the explorer pages: Home, Sinusoidal & learned, RoPE, Attention biases, About.
 
-Each test opens the real multipage app (app.py), switches to the page, moves its widgets and checks the
+Each test opens the real multipage app (menu.py), switches to the page, moves its widgets and checks the
 numbers shown against the page's own module (posviz.explore.home, posviz.explore.sinusoidal_learned, posviz.explore.rope, ...)
 or the checkpoints themselves. Charts are checked through the data Streamlit sends to the browser
 (Arrow datasets inside the Vega-Lite element).
@@ -33,7 +33,7 @@ HOME, ABSOLUTE, ROPE, BIASES, ABOUT = ("views/home.py", "views/sinusoidal_learne
 # -- helpers -------------------------------------------------------------------------------------------
 def open_page(page: str, **params) -> AppTest:
     """The app, switched to ``page``, run once with ``params`` as the URL query string."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=60)
     at.run()
     at.switch_page(page)
     at.query_params = {k: str(v) for k, v in params.items()}

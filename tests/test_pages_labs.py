@@ -196,7 +196,7 @@ def test_kv_cache_tables_are_whole_for_the_first_visitor_and_the_next(tiny_model
         for table in at.main.dataframe[1:3]:
             assert not (table.value == "…").any().any(), table.value
     pd.testing.assert_frame_equal(first.main.dataframe[1].value, again.main.dataframe[1].value)
-    assert "the mean of 16 of those bytes" in texts(first.caption)
+    assert f"the mean of {kv_cache.REENCODE_TIMED_STEPS} of those bytes" in texts(first.caption)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bo
         with np.errstate(invalid="ignore"):
             pooled = np.log10(np.clip(pooled, LOG_FLOOR, None))
     distance, entropy = distance.cpu(), entropy.cpu()  # (H, T): small, unlike the maps
-    return AttentionView(length, layer, list(pooled), block, distance.mean(-1).numpy().astype(float),
+    return AttentionView(int(length), layer, list(pooled), block, distance.mean(-1).numpy().astype(float),
                          entropy.mean(-1).numpy().astype(float), time.perf_counter() - start,
                          distance.numpy(), entropy.numpy())
 

@@ -72,7 +72,7 @@ def _length_score(bits: np.ndarray, length: int, seconds: float, id_bytes: np.nd
     predicted id covers, so that bits per byte compare across tokenizers."""
     id_bits = np.concatenate(([np.nan], bits.reshape(-1)))  # id 0 has no context; id j is predicted at j-1
     bpb = float(bits.sum(dtype=np.float64) / id_bytes.sum())
-    return LengthScore(length, bits.shape[0], bits.shape[0] * length + 1, bpb, bits.mean(axis=0), id_bits, seconds)
+    return LengthScore(int(length), bits.shape[0], bits.shape[0] * length + 1, bpb, bits.mean(axis=0), id_bits, seconds)
 
 
 def _predicted_bytes(model: LabModel, ids: torch.Tensor, n: int) -> np.ndarray:
@@ -135,7 +135,7 @@ def score_with_stride(model: LabModel, ids, length: int, stride: int, budget: in
             pos_sum[counted:] += row[counted:]
             pos_count[counted:] += 1
     bpb = float(bits.sum(dtype=np.float64) / _predicted_bytes(model, ids, n_pred).sum())
-    return LengthScore(length, len(starts), n_pred + 1, bpb, pos_sum / pos_count, np.concatenate(([np.nan], bits)),
+    return LengthScore(int(length), len(starts), n_pred + 1, bpb, pos_sum / pos_count, np.concatenate(([np.nan], bits)),
                        time.perf_counter() - start_time)
 
 
