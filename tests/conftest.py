@@ -22,6 +22,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the
 # own: never the checkout's .posviz-store, whose stale editions a test's server would otherwise remove,
 # and never results an earlier run computed.
 os.environ.setdefault("POSVIZ_STORE", __import__("tempfile").mkdtemp(prefix="posviz-test-store-"))
+# The servers the tests start do not warm themselves up (views/_serving.warm_the_store): each warm-up is up
+# to 90 s of background work on the 2 cores the whole suite shares, which made the browser tests beside it
+# slower and the suite longer than its 10 minutes. tests/test_warm.py starts its server with the warm-up on.
+os.environ.setdefault("POSVIZ_WARM", "0")
 # GGUF files are dequantised into this run's own folder: the conversion is tested, never an earlier run's copy.
 os.environ.setdefault("POSVIZ_GGUF_CACHE", __import__("tempfile").mkdtemp(prefix="posviz-test-gguf-"))
 

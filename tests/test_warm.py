@@ -2,6 +2,7 @@
 defaults, so a visitor of a server that has been up a while finds every lab's default view computed."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -42,7 +43,8 @@ def test_a_warm_server_has_every_labs_default_view_ready(tiny_models_dir, browse
     """One visit starts the warm-up; once it is done, a new session on a lab computes nothing: no progress
     bar ever shows (each computation would show one for as long as it runs), and the page is complete."""
     labs = [p for p in app_pages() if p.section == "Live labs"]
-    with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-warm.log") as server:
+    as_shipped = {**os.environ, "POSVIZ_WARM": "1"}  # conftest.py turns it off for every other test server
+    with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-warm.log", env=as_shipped) as server:
         tab = new_tab(browser)
         tab.goto(server.url + "/")
         wait_rendered(tab)
