@@ -45,7 +45,8 @@ class Recorder:
         }, indent=1))
 
 
-def table(times: dict) -> str:
+def table(times: dict, not_run: list[str] = ()) -> str:
+    """The run's table, slowest first; ``not_run``: test files none of whose tests ran (the `cuda` checks)."""
     files = sorted(times["files"].items(), key=lambda kv: -kv[1]["seconds"])
     total = sum(f["seconds"] for _, f in files)
     lines = [f"`make test` finished {times['finished']}: {times['wall_s'] / 60:.1f} min of wall clock with "
@@ -53,6 +54,7 @@ def table(times: dict) -> str:
              f"({sum(f['tests'] for _, f in files):,} tests). Per file, slowest first:", "",
              "| file | tests | seconds | share |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {name} | {f['tests']:,} | {f['seconds']:.1f} | {f['seconds'] / total:.1%} |" for name, f in files]
+    lines += [f"| {name} | 0 | not run (`make gpu-check`: the `cuda` checks) | |" for name in sorted(not_run)]
     return "\n".join(lines)
 
 
@@ -63,7 +65,9 @@ def main() -> int:
     text = DOC.read_text()
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    DOC.write_text(head + BEGIN + "\n" + table(json.loads(TIMES.read_text())) + "\n" + END + tail)
+    times = json.loads(TIMES.read_text())
+    not_run = [f"tests/{p.name}" for p in sorted((ROOT / "tests").glob("test_*.py")) if f"tests/{p.name}" not in times["files"]]
+    DOC.write_text(head + BEGIN + "\n" + table(times, not_run) + "\n" + END + tail)
     print(f"wrote {DOC}")
     return 0
 
