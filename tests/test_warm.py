@@ -71,3 +71,31 @@ def test_a_warm_server_has_every_labs_default_view_ready(tiny_models_dir, browse
                 assert progress_seen == 0, f"{entry.url_path}: computed for its visitor after the warm-up"
             finally:
                 tab.context.close()
+
+
+def test_a_server_prepares_every_checkpoint_before_its_first_visit_and_skips_a_broken_one(tiny_models_dir, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """app.py's lifespan (views/_startup.prepare_server): every page helper and first-use library imported, every
+    shipped checkpoint read and run once (kept by open_model, the objects the pages then get), and a checkpoint
+    that cannot be read is named in the log and skipped: the server still starts, and the pages say why."""
+    import shutil
+    import sys
+
+    from posviz.models.interface import forget_models, opened_models
+    from views import _startup
+
+    models = tmp_path / "models"
+    shutil.copytree(tiny_models_dir, models)
+    (models / "rope" / "model.safetensors").write_bytes(b"not safetensors")
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models))
+    forget_models()
+    seconds = _startup.prepare_server()
+    log = capsys.readouterr().out
+    assert seconds > 0 and "server prepared" in log
+    assert f"{models / 'rope'} not prepared" in log
+    assert f"{len(list(models.iterdir())) - 1} shipped checkpoints read and run once" in log, log
+    assert len(opened_models()) == len(list(models.iterdir()))  # rope opened too; its weights failed on its first pass
+    assert {"views._charts", "views._serving", "pandas.io.formats.style", "streamlit.emojis"} <= set(sys.modules)
+    assert not any(name.startswith("views.") and not name.split(".")[1].startswith("_") for name in sys.modules), \
+        "a page script was imported (it would have drawn outside any visit)"
+    forget_models()

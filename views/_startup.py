@@ -17,6 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Loaded on request only: a published model's libraries (transformers is ~3 s and 300 MB to import) and
 # the command-line tools.
+# Imported by libraries on their first use inside a page, not when they are imported: pandas' Styler (0.5 s,
+# the first styled table), Streamlit's emoji table (0.4 s, the first alert with an icon), Pillow's PNG writer
+# (the first attention map), found by diffing sys.modules before and after every page's first run.
+FIRST_USE = ("pandas.io.formats.style", "streamlit.emojis", "PIL.Image", "PIL.PngImagePlugin", "PIL.ImageDraw",
+             "PIL.ImageFont", "posviz.training.data")
 ON_REQUEST = ("posviz.models.hf", "posviz.train", "posviz.training", "posviz.evaluate", "posviz.evaluate_all")
 
 
@@ -38,8 +43,16 @@ def prepare_server() -> float:
     import pandas as pd
     import torch
 
-    for name in [*_modules("posviz", ROOT / "posviz"), *_modules("views", ROOT / "views", helpers_only=True)]:
+    for name in [*_modules("posviz", ROOT / "posviz"), *_modules("views", ROOT / "views", helpers_only=True),
+                 *FIRST_USE]:
         importlib.import_module(name)
+    # the held-out validation documents every lab's text picker offers (reading the corpus: 1.7 s on 2 cores)
+    from posviz.training.data import load_corpus
+
+    try:
+        load_corpus().eval_documents
+    except (OSError, ValueError) as exc:  # the pages say what is wrong with the corpus, and go on
+        print(f"posviz: the validation documents were not read ({type(exc).__name__})", flush=True)
     # Altair reads and compiles the Vega-Lite schema the first time a chart is validated
     alt.Chart(pd.DataFrame({"x": [0, 1], "y": [0.0, 1.0]})).mark_line().encode(x="x:Q", y="y:Q").to_dict()
     # torch's first forward pass (its kernels' first call), on a model made here: no checkpoint is read
