@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Loaded on request only: a published model's libraries (transformers is ~3 s and 300 MB to import) and
-# the command-line tools.
 # Imported by libraries on their first use inside a page, not when they are imported: pandas' Styler (0.5 s,
 # the first styled table), Streamlit's emoji table (0.4 s, the first alert with an icon), Pillow's PNG writer
-# (the first attention map), found by diffing sys.modules before and after every page's first run.
+# (the first attention map), found by diffing sys.modules before and after every page's first run; and the
+# corpus reader behind every lab's text picker.
 FIRST_USE = ("pandas.io.formats.style", "streamlit.emojis", "PIL.Image", "PIL.PngImagePlugin", "PIL.ImageDraw",
              "PIL.ImageFont", "posviz.training.data")
+# Loaded on request only: a published model's libraries (transformers is ~3 s and 300 MB to import) and
+# the command-line tools.
 ON_REQUEST = ("posviz.models.hf", "posviz.train", "posviz.training", "posviz.evaluate", "posviz.evaluate_all")
 
 
@@ -37,7 +38,8 @@ def _modules(package: str, folder: Path, helpers_only: bool = False):
 
 
 def prepare_server() -> float:
-    """Import what the pages import, draw one chart, run one forward pass; returns the seconds it took."""
+    """Import what the pages import, validate one chart, read the validation documents, read and run every
+    shipped checkpoint once; returns the seconds it took."""
     start = time.perf_counter()
     import altair as alt
     import pandas as pd
