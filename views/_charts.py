@@ -4,6 +4,7 @@ the pages build charts from (method colours and dashes, legends, axis titles) an
 from __future__ import annotations
 
 import copy
+import time
 from typing import Sequence
 
 import altair as alt
@@ -110,6 +111,21 @@ def metric_rows(items: Sequence[dict], per_row: int = 4) -> None:
 # While live results arrive one by one, a page redraws its chart with those so far at most once a REDRAW_S: each
 # redraw builds the whole chart (about 0.15 s on 2 cores), which after every result was a third of a first visit.
 REDRAW_S = 1.0
+
+
+class RedrawClock:
+    """When a chart that fills as live results arrive may be drawn again: at most once a ``REDRAW_S``."""
+
+    def __init__(self):
+        self._last = time.perf_counter()
+
+    def due(self) -> bool:
+        now = time.perf_counter()
+        if now - self._last <= REDRAW_S:
+            return False
+        self._last = now
+        return True
+
 DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
 
 

@@ -1,13 +1,11 @@
 """Context extension: the RoPE checkpoint under every registered inference-time scaling."""
 from __future__ import annotations
 
-import time
-
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import DASHED_LEGEND, REDRAW_S, legend_for, method_scales, metric_rows, show_cached_chart
+from views._charts import DASHED_LEGEND, RedrawClock, legend_for, method_scales, metric_rows, show_cached_chart
 from views._models import ModelList, add_published
 from views._page import error_box, page_header
 from views._serving import compute_once, stored_result
@@ -351,7 +349,7 @@ def at_this_factor() -> None:
                      and all(stored_result("reference_curve", reference_key(catalog.models[n], n))[0] for n in references))
     live_rows, reference_frames = [], []
     jobs = [("scaling", s) for s in scalings] + [("reference", n) for n in references]
-    last_drawn = time.perf_counter()  # redrawn at most once a REDRAW_S: a redraw builds the whole chart
+    redraw = RedrawClock()  # a redraw builds the whole chart
     for i, (kind, name) in enumerate(jobs):
         with working:
             if kind == "scaling":
@@ -368,8 +366,7 @@ def at_this_factor() -> None:
                                     f"{name}: {len(ref_lengths[name])} lengths…")
                 reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
                     curve=name, kind="no scaling needed", factor=None))
-        if streaming and i < len(jobs) - 1 and time.perf_counter() - last_drawn > REDRAW_S:  # the last: below
-            last_drawn = time.perf_counter()
+        if streaming and i < len(jobs) - 1 and redraw.due():  # the last one is drawn below, with its download
             live_slot.altair_chart(curve_chart(live_frame(live_rows, reference_frames, contexts), LIVE_TITLE), width="stretch")
     live = live_frame(live_rows, reference_frames, contexts)
     with live_slot.container():

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from views import _extrapolation_charts as charts
-from views._charts import REDRAW_S, cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
+from views._charts import RedrawClock, cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._models import usable_models
 from views._page import error_box, page_header
@@ -250,7 +250,7 @@ def at_this_length() -> None:
     cells = metric_cells(len(chosen), per_row=5)
     # The chart is redrawn with the dots so far at most once a REDRAW_S: each redraw builds the whole chart (about
     # 0.15 s on 2 cores), which drawn after every checkpoint was a third of a first visit's wait.
-    last_drawn = time.perf_counter()
+    redraw = RedrawClock()
     for i, (name, cell) in enumerate(zip(chosen, cells)):
         started = time.perf_counter()
         try:
@@ -262,8 +262,7 @@ def at_this_length() -> None:
             errors[name] = str(exc)
         cell.metric(**metric_of(name))
         computed = time.perf_counter() - started > 0.05  # not a lookup in the store: the visitor waited for it
-        if computed and i + 1 < len(chosen) and not shipped.empty and time.perf_counter() - last_drawn > REDRAW_S:
-            last_drawn = time.perf_counter()
+        if computed and i + 1 < len(chosen) and not shipped.empty and redraw.due():
             with curve_slot.container():
                 st.altair_chart(bpb_chart(live_frame()), width="stretch")
                 st.caption(f"Live: {i + 1} of {len(chosen)} checkpoints done; the rest are being computed…")
