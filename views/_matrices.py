@@ -16,7 +16,11 @@ from views._charts import csv_file, show_cached_chart, show_chart
 from views._serving import shared
 
 
-ALTAIR_MAX_CELLS = 256 * 256
+# Above this many cells a matrix is a PNG, not a heatmap of one Vega mark per cell. A heatmap draws in the
+# visitor's browser: the Absolute page's 256×256 cosine map and 256×128 learned table as heatmaps (98,304 marks)
+# held its first view 2.5 s longer on 2 cores (7.1–7.4 s against 4.6 s, `python -m posviz_tools.bench
+# --first-request`); a 128×128 map draws in a fraction of that. Larger maps keep every cell up to 512 a side.
+ALTAIR_MAX_CELLS = 128 * 128
 
 
 def _colour_legend(scheme: str, lo: float, hi: float) -> str:

@@ -69,13 +69,15 @@ with left:
         st.stop()
     train_length, unit = rope.train_length, rope.unit
     others = [n for n in catalog.names if n != rope_name and n not in tuned]
-    # By default the model as trained and the two scalings its checkpoints were fine-tuned with (position
-    # interpolation, YaRN), and no live reference (ALiBi, T5, KERPLE and FIRE are drawn from their stored curves
-    # beside the fine-tunes): each live curve is five lengths of forward passes, about 0.66 s on 2 cores, and all
-    # seven scalings with two references made a new server's first visit 12 s long.
-    first_view = [s for s in ("none", "linear", "yarn") if s in SCALINGS]
+    # By default the model as trained and YaRN, the scaling its fine-tunes and most published long-context
+    # models use, and no live reference (ALiBi, T5, KERPLE and FIRE are drawn from their stored curves beside the
+    # fine-tunes, as is position interpolation fine-tuned): each live curve is five lengths of forward passes,
+    # about 0.6 s on 2 cores. With linear as a third live curve a new server's first visit took 5.2-6.1 s
+    # (python -m posviz_tools.bench --first-request); all seven scalings and two references, 12 s.
+    first_view = [s for s in ("none", "yarn") if s in SCALINGS]
     scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", first_view, SCALINGS), key="w_scalings",
-                              help="NTK, dynamic NTK, Llama 3 and LongRoPE are one click away: each adds a live curve.")
+                              help="Position interpolation (linear), NTK, dynamic NTK, Llama 3 and LongRoPE are one click away: each "
+                                   "adds a live curve.")
     references = st.multiselect("Compare with", others, default=qp_multi("refs", [], others), key="w_refs",
                                 format_func=catalog.label,
                                 placeholder="e.g. alibi: a method that needs no scaling",
