@@ -290,13 +290,15 @@ class CausalSelfAttention(nn.Module):
 
     def _attend_by_content(self, q, k, v, state, pos, k_pos, position: PositionMethod, layer: int, cache, window,
                            blocks: dict, want_probs: bool, dropout: float):
-        """Attention for a method that reads content (``token_state``, ``content_bias``, ``attention_weights``):
-        each block of queries is scored here, the method adds its bias and turns scores into weights."""
+        """Attention for a method that reads content (``token_state``, ``content_bias``, ``attention_weights``) or
+        remaps its pairs (``pair_scorer``): each block of queries is scored here, the method adds its bias and
+        turns scores into weights."""
         B, H, T, hs = q.shape
         plan = _query_blocks(blocks, pos, k_pos, window, B * H, q.device, cache)  # as the bias path's
         Tk, work = k.shape[-2], torch.promote_types(q.dtype, torch.float32)
         y = torch.empty_like(q)  # (B, H, T, hs)
         probs = q.new_zeros(B, H, T, Tk) if want_probs else None
+        pair_scores = position.pair_scorer(layer, q.to(work), k.to(work), pos, k_pos)  # None unless a remap
         for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]
             if ("seen", window, i) not in blocks:  # once per forward pass: every layer sees the same keys
@@ -305,7 +307,10 @@ class CausalSelfAttention(nn.Module):
                     torch.arange(Tk - T + r0, Tk - T + r1, device=q.device))
             view = Seen(*blocks[("seen", window, i)], None if state is None else state[:, :, :seen])
             # at least float32: the methods take sigmoids, logs and cumulative sums of the scores
-            scores = torch.matmul(qb.to(work), kb.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, rows, seen)
+            if pair_scores is not None:  # a remap's: each pair scored at positions of its own
+                scores = pair_scores(r0, r1, seen, qp, kp)
+            else:
+                scores = torch.matmul(qb.to(work), kb.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, rows, seen)
             # the content bias reads the plain scores; an index bias is added too, for a method that has both
             for bias in [position.content_bias(layer, scores, qb, kb, view), position.logit_bias(layer, qb, qp, kp)]:
                 if bias is not None:

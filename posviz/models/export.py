@@ -232,6 +232,8 @@ def export_neox(model: GPT, folder: str | Path, source: str | None = None) -> Pa
     opts = rope.options
     if opts.scaling != "none":
         raise PosvizError(f"only unscaled RoPE is exported; this model applies {opts.scaling!r} scaling")
+    if opts.remap != "none":  # transformers attends every pair at its own positions: it has no remaps
+        raise PosvizError(f"only RoPE without a position remap is exported; this model applies the {opts.remap!r} remap")
     cfg, sd = model.config, model.state_dict()
     # transformers rotates int(hs * factor) features. Pass the width posviz rotates (rounded down to even);
     # rot / hs can land a hair below it (44 * (30 / 44) = 29.99...), and then mid-way to the next integer.

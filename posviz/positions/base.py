@@ -31,6 +31,10 @@ then scores every query block itself and hands the method what it has, again wit
 * ``attention_weights(layer, scores, seen)``  the weights from the (biased) scores: a softmax over the
   visible keys by default; stick-breaking's own normalisation otherwise.
 
+A RoPE remap (Self-Extend, ReRoPE, DCA, STRING: ``positions.rope_remaps``) attends each query-key pair at
+positions of its own; attention then takes each block's scores from the method instead of q . k:
+* ``pair_scorer(layer, q, k, q_pos, k_pos)``  once per layer: a function giving each block's scores (B, H,
+  rows, keys), when ``remaps_pairs``; None otherwise.
 A model may also give each layer its own method, window and sink logits (``positions.layers``: Llama 4's
 NoPE layers, Gemma 3's local and global layers, GPT-OSS's sinks). Attention asks ``at_layer(layer)`` for
 the method acting in a layer (every method but a layout answers itself) and reads two facts off it:
@@ -175,9 +179,21 @@ class PositionMethod(nn.Module):
                 or type(self).attention_weights is not base.attention_weights)
 
     @property
+    def remaps_pairs(self) -> bool:
+        """Whether the method attends each query-key pair at positions of its own (a RoPE remap: Self-Extend,
+        ReRoPE, ...): attention then takes each block's scores from ``pair_scorer``."""
+        return False
+
+    def pair_scorer(self, layer: int, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor):
+        """Optional, for a method that ``remaps_pairs``: made once per layer from the whole q (B, H, T, hs) and k
+        (B, H, Tk, hs), a function (r0, r1, seen, block query positions, block key positions) -> (B, H, rows, seen)
+        giving a block's scores in place of q . k / sqrt(hs). None (the default): the plain product."""
+        return None
+
+    @property
     def scores_itself(self) -> bool:
-        """Whether attention scores this method's blocks itself (content hooks, or sink logits)."""
-        return self.reads_content or self.sink_logits is not None
+        """Whether attention scores this method's blocks itself (content hooks, sink logits, or pair remaps)."""
+        return self.reads_content or self.sink_logits is not None or self.remaps_pairs
 
     def distance_bias(self, layer: int, q_pos: torch.Tensor, lo: int, hi: int) -> torch.Tensor | None:
         """Optional: (H, hi - lo + 1) bias at the distances lo..hi (0 <= lo <= hi) for the queries at

@@ -12,11 +12,13 @@ Shapes: q, k (B, H, T, hs); pos (T,); cos, sin (T, rot_dim).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
 from posviz.config import require
 from posviz.positions.base import PositionMethod, position_range
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 
@@ -34,6 +36,10 @@ class RopeOptions:
     high_freq_factor: float = 4.0  # llama3
     long_factor: list | None = None  # longrope: each pair's rescale past original_length (None: YaRN's ratios)
     short_factor: list | None = None  # longrope: each pair's rescale up to original_length (None: all 1)
+    # a training-free position remap (``rope_remaps.ROPE_REMAPS``): which positions each query-key pair is
+    # attended at; its options' missing values are filled in to cover factor x original_length
+    remap: str = "none"
+    remap_options: dict | None = None
 
     def __post_init__(self):
         require(self.scaling in ROPE_SCALINGS,
@@ -50,6 +56,12 @@ class RopeOptions:
             value = getattr(self, name)
             require(value is None or (isinstance(value, list) and all(isinstance(v, (int, float)) and v > 0 for v in value)),
                     f"longrope's {name} must be a list of positive numbers (one per rotary pair), got {value!r}")
+        require(self.remap == "none" or self.remap in ROPE_REMAPS,
+                f"Unknown RoPE remap {self.remap!r}. Known remaps: {', '.join(ROPE_REMAPS)}.")
+        require(self.remap_options is None or isinstance(self.remap_options, dict),
+                f"rope remap_options must be a mapping, got {self.remap_options!r}")
+        require(self.remap == "none" or not ROPE_SCALINGS[self.scaling].reads_length,
+                f"the {self.remap} remap needs speeds fixed for every length; {self.scaling} changes them with the length")
         require(self.attention_factor is None or self.attention_factor > 0,
                 f"rope attention_factor must be positive or None, got {self.attention_factor!r}")
 
@@ -95,6 +107,13 @@ class Rotary(PositionMethod):
             self.options.original_length = shape.train_length
         self.rot_dim = rotary_dim(shape.head_dim, self.options.rotary_fraction)
         self.scale_fn = ROPE_SCALINGS[self.options.scaling]
+        self.remap, self.remap_options = None, None
+        if self.options.remap != "none":
+            self.remap = ROPE_REMAPS[self.options.remap]
+            original = self.options.original_length
+            self.remap_options = self.remap.build(self.options.remap_options, original,
+                                                  round(self.options.factor * original))
+            self.options.remap_options = dataclasses.asdict(self.remap_options)  # pinned: every value written out
         self._device_freqs: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # see _on_device
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
@@ -115,7 +134,17 @@ class Rotary(PositionMethod):
     def rotation_frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         return self.frequencies(seq_len)
 
+    @property
+    def remaps_pairs(self) -> bool:
+        return self.remap is not None
+
+    def is_shift_invariant(self) -> bool:
+        return self.remap is None or self.remap.shift_invariant(self.remap_options)
+
     def rotate_qk(self, q, k, pos):  # q, k (B, H, T, hs); pos (T,)
+        if self.remap is not None:  # rotated per pair map in ``pair_scorer``; a KV cache keeps them unrotated
+            return q, k
+
         def compute():
             inv_freq, attention = self.frequencies(position_range(pos)[1] + 1 if pos.numel() else 1)
             # on the positions' own device: a round trip through the CPU would wait for the GPU
@@ -131,11 +160,51 @@ class Rotary(PositionMethod):
         return _rotate(q, cos, signed_sin), _rotate(k, cos, signed_sin)
 
 
+    def pair_scorer(self, layer: int, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor):
+        """Under a remap: the (unrotated) queries (B, H, T, hs) and keys (B, H, Tk, hs) rotated once per map at that
+        map's positions, and a function of a block (r0, r1, seen, the block's query and key positions) that gives
+        its scores q . k / sqrt(hs), each pair from the map the remap chose for it. None without a remap."""
+        if self.remap is None:
+            return None
+        L, opts = self.options.original_length, self.remap_options
+
+        def rotations():  # once per forward pass: every layer rotates at the same positions
+            inv_freq, attention = self.frequencies(L)  # static speeds (the options refuse a scaling reading the length)
+            inv_freq = self._on_device(inv_freq, q_pos.device)
+            # A map's query positions depend on i alone and its key positions on j alone (the remaps' contract,
+            # tested), so each side is read against one position of the other, not the whole (T, Tk) choice.
+            by_query, by_key = self.remap.maps(q_pos, k_pos[:1], opts, L), self.remap.maps(q_pos[:1], k_pos, opts, L)
+            factor = attention * by_query.attention_factor
+            # in float64, as the positions (a leaky stretch makes them fractions); each layer casts to its own dtype
+            angles = [[rope_cos_sin(p.to(q_pos.device), inv_freq, factor, torch.float64) for p in side]
+                      for side in (by_query.q_positions, by_key.k_positions)]
+            return angles[0], angles[1], by_query.q_scale
+
+        q_angles, k_angles, q_scale = self._memoized(q_pos, k_pos, rotations, ("remap",))
+        if q_scale is not None:
+            q = q * q_scale.to(device=q.device, dtype=q.dtype)[:, None]  # (T, 1): each query's own scale
+        qs = [apply_rotary(q, cos, sin) for cos, sin in q_angles]  # per map (B, H, T, hs)
+        ks = [apply_rotary(k, cos, sin) for cos, sin in k_angles]  # per map (B, H, Tk, hs)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+
+        def block_scores(r0: int, r1: int, seen: int, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
+            choice = self._memoized(qp, kp, lambda: self.remap.maps(qp, kp, opts, L).choice.to(qp.device), ("choice",))
+            scores = None
+            for m, (qm, km) in enumerate(zip(qs, ks)):
+                picked = choice == m
+                if scores is not None and not bool(picked.any()):
+                    continue  # no pair of this block is scored with map m
+                s = torch.matmul(qm[:, :, r0:r1], km[:, :, :seen].transpose(-2, -1)) * scale  # (B, H, rows, seen)
+                scores = s if scores is None else torch.where(picked, s, scores)
+            return scores
+
+        return block_scores
+
     def shift_cached_keys(self, layer: int, k: torch.Tensor, shift: int) -> torch.Tensor | None:
         """Keys rotated at positions p (B, H, T, hs), as ``rotate_qk`` gives them at p + ``shift``: one more turn
         by ``shift`` x each pair's speed, since R(p + s) = R(s) R(p) and the attention factor is already in them.
         Only where the speeds do not depend on the sequence length (not dynamic NTK, not LongRoPE's switch)."""
-        if self.scale_fn.reads_length:
+        if self.scale_fn.reads_length or self.remap is not None:
             return None
         key = (shift, k.device, k.dtype)
         held = getattr(self, "_turn", None)  # StreamingLLM turns every layer's sinks by the same shift each step
