@@ -208,3 +208,29 @@ def test_p_rope_takes_the_remaps_too():
     idx = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():  # within the window: the plain model
         torch.testing.assert_close(model(idx).logits, plain(idx).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_evaluate_runs_a_remap_covering_each_length(tiny_models_dir, capsys):
+    """``python -m posviz.evaluate --scaling self_extend``: each length with the defaults that cover it (never the
+    plain model past 1x), ``--option`` sets a parameter, and a method without RoPE is refused with words."""
+    from posviz.labs.scoring import bits_per_byte
+    from posviz.models.checkpoint_files import load_checkpoint
+    from posviz.training.data import as_id_tensor, load_corpus
+    from posviz.training.evaluate import main
+
+    folder = tiny_models_dir / "rope"
+    main(["--checkpoint", str(folder), "--scaling", "self_extend", "--multiples", "1", "4", "--eval-bytes", "4096",
+          "--copy-gaps"])
+    out = capsys.readouterr().out
+    assert "remap self_extend covering each length" in out and "group=6, window=8" in out, out
+    data = as_id_tensor(load_corpus().eval_stream(4096))
+    four = bits_per_byte(load_checkpoint(folder, {"remap": "self_extend", "factor": 4.0}), data, 128, progress=False)
+    assert f"     128    4.0 {four:>10.4f}" in out, out
+
+    main(["--checkpoint", str(folder), "--scaling", "rerope", "--option", "window=3", "--option", "log_scale=false",
+          "--multiples", "2", "--eval-bytes", "4096", "--copy-gaps"])
+    assert "window=3, log_scale=False" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="the remaps apply to the RoPE checkpoints"):
+        main(["--checkpoint", str(tiny_models_dir / "alibi"), "--scaling", "dca", "--multiples", "1", "--copy-gaps"])
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        main(["--checkpoint", str(folder), "--scaling", "dca", "--option", "chunk_size"])

@@ -86,6 +86,9 @@ class LabModel(ABC):
     unit: str = "byte"  # what one id is, as pages say it: "byte" (our checkpoints) or "token" (a tokenizer's)
     vocab_size: int  # ids run 0..vocab_size - 1
     context_known: bool = True  # False: the trained context is assumed (its config states none)
+    # the training-free RoPE remaps it can take (``positions.rope_remaps``): a checkpoint whose positions are RoPE's
+    # rotation; none for a published model, which rotates inside transformers' own attention
+    remaps: tuple = ()
 
     @property
     def id_axis(self) -> tuple:

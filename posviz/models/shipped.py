@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.models.checkpoint_files import CONFIG, METRICS, WEIGHTS, load_checkpoint, models_dir, read_config, read_metrics
 from posviz.config import ModelConfig
 from posviz.errors import CheckpointError, PosvizError
@@ -58,6 +59,7 @@ class CheckpointModel(LabModel):
         self.max_positions = self._described.max_positions
         self.is_absolute, self.acts_on = self._described.is_absolute, self._described.acts_on
         self.reads_content = self._described.reads_content
+        self.remaps = tuple(ROPE_REMAPS) if self._described.takes_remaps else ()
         self._net: GPT | None = None
         self._loading = threading.Lock()
         self._metrics: dict | None = None
@@ -164,13 +166,23 @@ class CheckpointKind(ModelKind):
 
     def identify(self, ref: str, position_overrides: Mapping) -> tuple:
         folder = self.folder(ref)
-        return ("checkpoint", str(folder), tuple(sorted(position_overrides.items()))) + checkpoint_stamp(folder)
+        return ("checkpoint", str(folder), _frozen(position_overrides)) + checkpoint_stamp(folder)
 
     def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel:
         return CheckpointModel(self.folder(ref), position_overrides, device, key)
 
 
 MODEL_KINDS["checkpoint"] = CheckpointKind()
+
+
+def _frozen(value):
+    """``value`` as a hashable key: mappings as sorted (key, value) tuples and lists as tuples, all the way down
+    (a remap's options are a mapping inside the position options)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 def as_lab_model(net: GPT, name: str | None = None) -> LabModel:
@@ -191,6 +203,7 @@ class InMemoryModel(CheckpointModel):
         self._described = net.position
         self.max_positions, self.is_absolute = net.position.max_positions, net.position.is_absolute
         self.acts_on, self.reads_content = net.position.acts_on, net.position.reads_content
+        self.remaps = tuple(ROPE_REMAPS) if net.position.takes_remaps else ()
         self._net, self._loading, self._device = net, threading.Lock(), net.device
 
     @property

@@ -114,6 +114,7 @@ class PositionMethod(nn.Module):
     # Extra explore sections this method offers (names registered in views/_sections); the pages draw
     # every registered method's generic views without it.
     explore_sections: ClassVar[tuple[str, ...]] = ()
+    takes_remaps: ClassVar[bool] = False  # RoPE's rotation: the training-free remaps of ``rope_remaps`` apply
     weights_sum_to_one: ClassVar[bool] = True  # a softmax's rows (and stick-breaking's, its remainder on the diagonal)
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:

@@ -100,6 +100,7 @@ class Rotary(PositionMethod):
     acts_on = "q/k"
     kind = "relative"
     Options = RopeOptions
+    takes_remaps = True
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

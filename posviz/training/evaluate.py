@@ -24,6 +24,7 @@ from posviz.models.byte_gpt import GPT
 from posviz.models.interface import LabModel
 from posviz.models.shipped import as_lab_model
 from posviz.labs.key_value import key_value_probe
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.labs.probes import as_rows, copy_probe, default_gaps, held_out, induction_scores, repeat_probe
 
 DEFAULT_EVAL_BYTES = 1 << 17  # 131,072 bytes: every length scores the same bytes of text
@@ -235,6 +236,37 @@ def print_streaming(model, ids, window: int, sinks: int, n_ids: int) -> None:
     print(json.dumps(r))
 
 
+def parse_options(pairs: list[str]) -> dict:
+    """``--option KEY=VALUE`` pairs as a dict: numbers as numbers, true/false as booleans, the rest as text (the
+    method's options then reject an unknown key or a wrong type with a message)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"error: --option takes KEY=VALUE, got {pair!r}")
+        text = value.strip()
+        parsed: object = text
+        if text.lower() in ("true", "false"):
+            parsed = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    parsed = kind(text)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip()] = parsed
+    return out
+
+
+def resolved_remap(name: str, options: dict, train_length: int, factor: float) -> dict:
+    """Every parameter of the remap ``name`` as it runs at ``factor`` x ``train_length`` (the defaults filled in)."""
+    import dataclasses
+
+    remap = ROPE_REMAPS[name]
+    return dataclasses.asdict(remap.build(options, train_length, round(max(1.0, factor) * train_length)))
+
+
 def main(argv=None) -> None:
     from posviz.models.checkpoint_files import read_metrics, write_metrics
     from posviz.training.data import load_corpus
@@ -248,8 +280,14 @@ def main(argv=None) -> None:
     ap.add_argument("--multiples", type=float, nargs="+", default=[1, 2, 4, 8, 16, 32],
                     help="evaluation lengths as multiples of the trained context (in the model's own ids)")
     ap.add_argument("--eval-bytes", type=int, default=DEFAULT_EVAL_BYTES)
-    ap.add_argument("--scaling", default=None, help="RoPE scaling to apply (RoPE models only)")
-    ap.add_argument("--factor", type=float, default=None, help="RoPE scaling factor")
+    ap.add_argument("--scaling", default=None,
+                    help="RoPE scaling (linear, ntk, dynamic, yarn, llama3, longrope) or training-free remap "
+                         "(self_extend, rerope, leaky_rerope, dca, string) to apply (RoPE models only)")
+    ap.add_argument("--factor", type=float, default=None,
+                    help="the scaling's factor; for a remap, the multiple of the trained context its defaults cover "
+                         "(omitted: each evaluated length's own multiple, so every length is covered)")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="one of the scaling's or remap's parameters (repeatable), e.g. group=8 window=64 for self_extend")
     ap.add_argument("--sliding", type=int, nargs=2, metavar=("WINDOW", "STRIDE"), default=None)
     ap.add_argument("--copy-gaps", type=int, nargs="*", default=[0, 16, 64, 128, 192, 512, 1024, 2048])
     ap.add_argument("--window", type=int, default=None,
@@ -268,10 +306,23 @@ def main(argv=None) -> None:
     add_device_argument(ap)
     args = ap.parse_args(argv)
 
-    overrides = {"scaling": args.scaling, "factor": args.factor or 1.0} if args.scaling else {}
+    remap = args.scaling in ROPE_REMAPS
+    options = parse_options(args.option)
+    if remap:
+        overrides = {"remap": args.scaling, "remap_options": options}
+    elif args.scaling:
+        overrides = {"scaling": args.scaling, "factor": args.factor or 1.0, **options}
+    else:
+        overrides = {}
     try:
-        model = open_model(args.checkpoint, overrides, device=resolve_device(args.device))
+        model = open_model(args.checkpoint, {} if remap else overrides, device=resolve_device(args.device))
         model.load()
+        if remap:
+            if args.scaling not in model.remaps:
+                raise PosvizError(f"{model.name} uses {model.method} positions: the remaps apply to the RoPE checkpoints "
+                                  "(rope, p_rope and their fine-tunes); published models rotate inside transformers' "
+                                  "own attention")
+            model = model.with_position_options(overrides)
     except PosvizError as exc:
         raise SystemExit(f"error: {exc}")
     corpus = load_corpus(args.corpus)
@@ -285,18 +336,31 @@ def main(argv=None) -> None:
         print(json.dumps(sinks_of_texts(model, corpus.eval_documents, data, args.first_byte)))
         return
     lengths = [int(round(m * L)) for m in args.multiples]
-    table, seconds = timed(published_eval_table, model, ids, lengths)
+    if remap:  # a model per length: its defaults cover that length (or the --factor given), never the plain model
+        try:
+            scaled = {n: model.with_position_options({"factor": args.factor or max(1.0, n / L)}) for n in lengths}
+        except PosvizError as exc:
+            raise SystemExit(f"error: {exc}")
+        table, seconds = timed(lambda: {str(n): published_eval_table(scaled[n], ids, [n])[str(n)] for n in lengths})
+        remap_options = {str(n): resolved_remap(args.scaling, options, L, args.factor or n / L) for n in lengths}
+    else:
+        table, seconds = timed(published_eval_table, model, ids, lengths)
     result = {"nonoverlapping_bpb": table, "eval_bytes": args.eval_bytes, "eval_ids": int(ids.numel()),
               "unit": model.unit, "train_length": L, "seconds": round(seconds, 2)}
+    if remap:
+        result["remap_options"] = remap_options
     print(f"{model.name}: {model.method}, trained context {L:,} {model.unit}s"
-          f"{'  scaling ' + args.scaling + ' x' + str(args.factor) if args.scaling else ''}")
+          f"{'  scaling ' + args.scaling + ' x' + str(args.factor) if args.scaling and not remap else ''}"
+          f"{'  remap ' + args.scaling + (' covering x' + format(args.factor, 'g') if args.factor else ' covering each length') if remap else ''}")
     if model.decode(ids) != data.tobytes():
         print("note: the tokenizer does not round-trip this text; bits per byte count the bytes its ids stand for")
     print(f"{'length':>8} {'x L':>6} {'bits/byte':>10}")
     for length in lengths:
         v = table[str(length)]
         why = model.cannot_run(length) or (f"the text has {ids.numel():,} {model.unit}s" if length + 1 > ids.numel() else "")
-        print(f"{length:>8} {length / L:>6.1f} {'cannot run' if v is None else f'{v:.4f}':>10}  {why if v is None else ''}")
+        note = "" if not remap else "  " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                                    for k, v in remap_options[str(length)].items())
+        print(f"{length:>8} {length / L:>6.1f} {'cannot run' if v is None else f'{v:.4f}':>10}  {why if v is None else ''}{note}")
     if args.sliding:
         w, s = args.sliding
         head = ids[: 1 << 14]
@@ -309,7 +373,7 @@ def main(argv=None) -> None:
         if not model.stored_metrics():  # a published model (or a folder without one) has no metrics.json to update
             raise SystemExit("error: --write stores into a shipped checkpoint's metrics.json; this model has none")
         metrics = read_metrics(args.checkpoint)
-        key = f"rope_{args.scaling}_x{args.factor:g}" if args.scaling else None
+        key = (f"rope_{args.scaling}" + (f"_x{args.factor:g}" if args.factor else "")) if args.scaling else None
         ev = metrics.setdefault("eval", {})
         if key:
             ev.setdefault("scalings", {})[key] = result
