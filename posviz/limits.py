@@ -47,3 +47,8 @@ def max_eval_length(train_length: int, device: torch.device | None = None) -> in
     device = device or default_device()
     multiple = MAX_LENGTH_MULTIPLE_GPU if device.type == "cuda" else MAX_LENGTH_MULTIPLE_CPU
     return multiple * train_length
+
+# The effective context length probe (labs/key_value.py): texts of these multiples of a model's trained context,
+# capped, as every live length, by the device's MAX_LENGTH_MULTIPLE; a key-value pair planted at each depth
+EFFECTIVE_LENGTH_MULTIPLES = (1, 2, 4, 8, 16)
+EFFECTIVE_LENGTH_TRIALS = 8  # names per depth and length: rows of up to 16x the context each

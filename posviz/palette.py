@@ -42,6 +42,12 @@ ROPE_VARIANTS: dict[str, tuple[str, list[int]]] = {
     "rope-ft4x": ("#DDAA33", [10, 4]),  # yellow
     "rope-linear-ft4x": ("#BBCC33", [10, 4, 2, 4]),  # pear
     "rope-yarn-ft4x": ("#44BB99", [12, 3, 3, 3, 3, 3]),  # mint
+    # the training-free remaps (positions.rope_remaps), in the hues left between the ones above
+    "rope+self_extend": ("#7733EE", [5, 2]),  # violet
+    "rope+rerope": ("#3355DD", [3, 3, 1, 3]),  # ultramarine
+    "rope+leaky_rerope": ("#BB44DD", [7, 2, 1, 2]),  # orchid
+    "rope+dca": ("#77AA11", [1, 1]),  # lime
+    "rope+string": ("#229911", [9, 2]),  # leaf
 }
 SOLID: list[int] = []
 UNKNOWN_VARIANT_DASH = [3, 6]

@@ -15,6 +15,7 @@ from posviz.labs import context_extension, extrapolation
 from posviz.errors import PosvizError
 from posviz.limits import max_eval_length
 from posviz.positions import method_names
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.positions.rope_scaling import ROPE_SCALINGS, base_inv_freq
 
 
@@ -25,9 +26,13 @@ def test_rope_scaling_curves_cover_the_registry(tiny_models, text_ids):
     folder = tiny_models / "rope"
     lengths = context_extension.extension_lengths(32, max_eval_length(32), len(text_ids))
     assert lengths == [32, 64, 128, 256, 512]
-    rows = context_extension.rope_scaling_curves(open_model(folder), 4.0, text_ids, lengths[:3])
-    assert {r["scaling"] for r in rows} == set(ROPE_SCALINGS)
+    offered = context_extension.extensions(open_model(folder))  # every scaling, then the remaps a checkpoint takes
+    assert offered == list(ROPE_SCALINGS) + list(ROPE_REMAPS)
+    rows = context_extension.rope_scaling_curves(open_model(folder), 4.0, text_ids, lengths[:3], offered)
+    assert {r["scaling"] for r in rows} == set(offered)
     bpb = {(r["scaling"], r["length"]): r["bpb"] for r in rows}
+    dca = open_model(folder, {"remap": "dca", "factor": 4.0})  # a remap's curve: its defaults covering 4x
+    assert bpb[("dca", 128)] == pytest.approx(extrapolation.score_at_length(dca, text_ids, 128).bpb, abs=1e-6)
     plain = open_model(folder)
     assert bpb[("none", 64)] == pytest.approx(extrapolation.score_at_length(plain, text_ids, 64).bpb, abs=1e-6)
     linear = open_model(folder, {"scaling": "linear", "factor": 4.0})
@@ -101,5 +106,6 @@ def test_shipped_curves_read_metrics(tiny_models):
     curve = extrapolation.shipped_bpb_curve(open_model(tiny_models / "learned"))
     assert [n for n, _ in curve] == [32, 64, 128, 256, 512] and curve[0][1] is not None and curve[1][1] is None
     rows = context_extension.shipped_scaling_curves(open_model(tiny_models / "rope"))
-    assert {r["scaling"] for r in rows} == set(ROPE_SCALINGS)
+    assert {r["scaling"] for r in rows} == set(ROPE_SCALINGS) | set(ROPE_REMAPS)  # the remaps too, as stored
+    assert all(r["factor"] == max(1.0, r["length"] / 32) for r in rows if r["scaling"] in ROPE_REMAPS)
     assert extrapolation.shipped_bpb_curve(tiny_lab("rope")) == []  # a model that stored no evaluation

@@ -132,6 +132,8 @@ def test_the_extrapolation_page_reads_each_stamp_once_and_loads_what_it_runs(tin
 
     from conftest import ROOT
 
+    from posviz.positions.rope_remaps import ROPE_REMAPS
+
     forget_models()
     listed = len(shipped_checkpoints())
     with counted() as counts:
@@ -139,7 +141,8 @@ def test_the_extrapolation_page_reads_each_stamp_once_and_loads_what_it_runs(tin
         at.query_params["models"] = "rope,alibi"
         at.run()
         assert not at.exception, [e.value for e in at.exception]
-    assert counts == {"stamps": listed, "loads": 2}
+    # each checkpoint, and rope once more under each training-free remap (a model of its own, listed as rope+...)
+    assert counts == {"stamps": listed + len(ROPE_REMAPS), "loads": 2}
     forget_models()
 
 

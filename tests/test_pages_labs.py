@@ -20,6 +20,7 @@ from conftest import tiny_lab
 from streamlit.testing.v1 import AppTest
 
 from posviz.models.interface import open_model
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.labs import attention_maps, compare, context_extension, extrapolation, inputs as lab_inputs, kv_cache, probes
 from posviz.models.checkpoint_files import read_metrics, shipped_checkpoints
 from posviz.training.data import load_corpus
@@ -378,7 +379,9 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
     for name in pretrained:
         # trained byte-level models on Python source: well under the 8 bits/byte of a uniform guess
         assert float(shown[name]) < 4.0, (name, shown[name])
-    assert set(shown) >= set(pretrained) and set(at.multiselect(key="w_models").options) == set(found)
+    # every checkpoint, and the rope checkpoint under each training-free remap (covering 16x)
+    remapped = {f"rope+{r}" for r in ROPE_REMAPS}
+    assert set(shown) >= set(pretrained) and set(at.multiselect(key="w_models").options) == set(found) | remapped
     assert at.select_slider(key="w_L").value == train_length
 
 

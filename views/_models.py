@@ -17,6 +17,7 @@ import streamlit as st
 
 from posviz.errors import PosvizError
 from posviz.models.hf.settings import any_model_allowed, deployer_models, download_size
+from posviz.limits import max_eval_length
 from posviz.models.interface import LabModel
 from views._page import error_box, usable_checkpoints
 
@@ -75,6 +76,7 @@ class ModelList:
     models: dict[str, LabModel]  # name -> model, for those resolved (every shipped one; a listed one once described)
     listed: list[str] = field(default_factory=list)  # names added from the deployer's list or by a visitor, in order
     read: object = None  # what resolves a ref (open_model)
+    remapped: list[str] = field(default_factory=list)  # a checkpoint under a training-free remap ("rope+dca"): on request
 
     @property
     def names(self) -> list[str]:
@@ -82,7 +84,8 @@ class ModelList:
 
     @property
     def shipped(self) -> list[str]:
-        return [n for n in self.refs if n not in self.listed]
+        """The shipped checkpoints as trained (no published model, no remapped variant)."""
+        return [n for n in self.refs if n not in self.listed and n not in self.remapped]
 
     def say(self, ours: str, any_model: str) -> str:
         """A picker's words: ``ours`` while it lists only our checkpoints ("Checkpoints"), else ``any_model``."""
@@ -150,7 +153,14 @@ def usable_models(read) -> ModelList:
     a stop when there is none), then the published models (``add_published``)."""
     checkpoints, models = usable_checkpoints(read)
     refs = {name: str(folder) for name, folder in checkpoints.items() if name in models}
-    return add_published(ModelList(refs, dict(models), [], read))
+    models, remapped = dict(models), []
+    for name, model in list(models.items()):  # the rope checkpoint under each training-free remap, covering the
+        if model.method == "rope" and not model.finetuned_from():  # longest length a lab runs (16x on a CPU)
+            for remap in model.remaps:
+                remapped.append(f"{name}+{remap}")
+                refs[remapped[-1]] = refs[name]
+                models[remapped[-1]] = read(refs[name], {"remap": remap, "factor": float(max_eval_length(1, model.device))})
+    return add_published(ModelList(refs, models, [], read, remapped))
 
 
 def add_published(listing: ModelList) -> ModelList:

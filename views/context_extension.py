@@ -17,6 +17,7 @@ from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label
 from posviz.palette import rope_series
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 page_header(
@@ -42,10 +43,9 @@ bases = rope_names + [n for n in catalog.listed if n not in catalog.models or ca
 if not bases:
     st.warning("No RoPE checkpoint found in models/. Run `make checkpoints` (or `python -m posviz.train --method rope`).")
     st.stop()
-SCALINGS = list(ROPE_SCALINGS)
-# The curves are named by scaling ("linear") or checkpoint ("alibi"); colours are the app's, per method,
-# and each chart's legend lists only the series it draws (all eleven methods would not fit beside a chart).
-ALIASES = {s: rope_series(s) for s in SCALINGS}
+# The curves are named by scaling ("linear"), remap ("self_extend") or checkpoint ("alibi"); colours are the app's,
+# per method, and each chart's legend lists only the series it draws (all eleven methods would not fit beside a chart).
+ALIASES = {s: rope_series(s) for s in list(ROPE_SCALINGS) + list(ROPE_REMAPS)}
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -74,10 +74,14 @@ with left:
     # fine-tunes, as is position interpolation fine-tuned): each live curve is five lengths of forward passes,
     # about 0.6 s on 2 cores. With linear as a third live curve a new server's first visit took 5.2-6.1 s
     # (python -m posviz_tools.bench --first-request); all seven scalings and two references, 12 s.
+    SCALINGS = context_extension.extensions(rope)  # the frequency scalings, then the remaps this model takes
     first_view = [s for s in ("none", "yarn") if s in SCALINGS]
-    scalings = st.multiselect("Scalings", SCALINGS, default=qp_multi("scalings", first_view, SCALINGS), key="w_scalings",
-                              help="Position interpolation (linear), NTK, dynamic NTK, Llama 3 and LongRoPE are one click away: each "
-                                   "adds a live curve.")
+    scalings = st.multiselect("Scalings and remaps", SCALINGS, default=qp_multi("scalings", first_view, SCALINGS),
+                              key="w_scalings",
+                              help="Position interpolation (linear), NTK, dynamic NTK, Llama 3 and LongRoPE change how fast "
+                                   "each pair turns. The training-free remaps (self_extend, rerope, leaky_rerope, dca, "
+                                   "string; checkpoints only) keep the speeds and change which relative position each pair "
+                                   "is seen at, so none sees a distance it never trained on. Each adds a live curve.")
     references = st.multiselect("Compare with", others, default=qp_multi("refs", [], others), key="w_refs",
                                 format_func=catalog.label,
                                 placeholder="e.g. alibi: a method that needs no scaling",
@@ -201,14 +205,22 @@ def at_this_factor() -> None:
     # Wavelengths: what each scaling does to the rotation of every pair (no text needed)
     # ------------------------------------------------------------------------------------------------
     st.subheader(f"Wavelength of each rotary pair at s = {factor:g}")
-    waves = pd.DataFrame(context_extension.rope_wavelengths(rope, factor, scalings=scalings or SCALINGS))
-    show_cached_chart(view_key + ("wavelengths",), lambda: (wavelength_chart(waves, scalings or SCALINGS, train_length,
+    turning = [s for s in scalings if s in ROPE_SCALINGS] or list(ROPE_SCALINGS)  # the remaps keep the wavelengths
+    waves = pd.DataFrame(context_extension.rope_wavelengths(rope, factor, scalings=turning))
+    show_cached_chart(view_key + ("wavelengths",), lambda: (wavelength_chart(waves, turning, train_length,
                                                                               factor), waves),
                       f"rope-wavelengths-s{factor:g}",
                       "Pairs whose wavelength is longer than the training length never completed a turn in training: the model only "
                       "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
                       "change and slow ones stretch about s×; YaRN and Llama 3 leave fast pairs alone and interpolate only the slow "
                       "ones (YaRN also sharpens attention by its attention factor).")
+    remaps = pd.DataFrame(context_extension.remap_settings(rope, factor, scalings))
+    if not remaps.empty:
+        st.markdown(f"**The remaps at s = {factor:g}** keep every pair's wavelength; each pair is seen at a remapped "
+                    f"relative position instead (drawn on the RoPE page). Their parameters, chosen to cover "
+                    f"{factor:g} × {train_length:,} {unit}s (`python -m posviz.evaluate --scaling NAME --option KEY=VALUE` "
+                    "sets them by hand):")
+        st.dataframe(remaps, hide_index=True, height="content")
     af = waves.groupby("scaling", sort=False)["attention_factor"].first()
     if (af != 1).any():
         st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "

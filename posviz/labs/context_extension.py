@@ -4,7 +4,7 @@ at inference time and fine-tuned.
 No plotting and no Streamlit here.
 
 * Inference-time scalings (the end of this module): the rope checkpoint under every registered RoPE
-  scaling (``positions.rope_scaling``) at a factor, live on a text (``rope_scaling_curves``) or as its
+  scaling (``positions.rope_scaling``) or training-free remap (``positions.rope_remaps``) at a factor, live on a text (``rope_scaling_curves``) or as its
   metrics.json stored them (``shipped_scaling_curves``), and the wavelength each scaling gives every
   rotary pair (``rope_wavelengths``).
 * Fine-tuning: each fine-tuned RoPE checkpoint next to the same scaling without fine-tuning. A
@@ -27,6 +27,7 @@ from posviz.labs.extrapolation import LengthScore, _length_score, _predicted_byt
 from posviz.labs.inputs import LN2, Progress, _no_progress
 from posviz.models.interface import LabModel
 from posviz.palette import rope_series
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 
@@ -78,12 +79,37 @@ def finetuning_facts(models: Mapping[str, LabModel]) -> list[dict]:
 
 # -- inference-time RoPE scalings (no fine-tuning) ----------------------------------------------------
 def scaling_overrides(scaling: str, factor: float) -> dict:
-    """Position overrides that apply ``scaling`` at ``factor`` to the rope checkpoint."""
+    """Position overrides that apply ``scaling`` at ``factor`` to the rope checkpoint: a frequency scaling
+    (``rope_scaling``) stretched by ``factor``, or a training-free remap (``rope_remaps``) whose defaults cover
+    ``factor`` x the training length."""
+    if scaling in ROPE_REMAPS:
+        return {"remap": scaling, "factor": float(factor)}
     if scaling not in ROPE_SCALINGS:
-        raise PosvizError(f"Unknown RoPE scaling {scaling!r}. Known scalings: {', '.join(ROPE_SCALINGS)}.")
+        raise PosvizError(f"Unknown RoPE scaling {scaling!r}. Known scalings: {', '.join(ROPE_SCALINGS)}; "
+                          f"remaps: {', '.join(ROPE_REMAPS)}.")
     if scaling == "none":
         return {}
     return {"scaling": scaling, "factor": float(factor)}
+
+
+def extensions(model: LabModel) -> list[str]:
+    """What the lab can apply to ``model``: every frequency scaling, then the remaps it takes (a checkpoint's RoPE;
+    a published model rotates inside transformers' attention, where no remap reaches)."""
+    return list(ROPE_SCALINGS) + list(model.remaps)
+
+
+def remap_settings(model: LabModel, factor: float, names: Sequence[str]) -> list[dict]:
+    """Rows {remap, parameters} of the remaps among ``names`` as they run at ``factor``: each one's defaults filled
+    in for factor x the training length (``rope_remaps``), what the page states beside the curves."""
+    import dataclasses
+
+    rows = []
+    for name in names:
+        if name in ROPE_REMAPS:
+            opts = ROPE_REMAPS[name].build(None, model.train_length, round(max(1.0, factor) * model.train_length))
+            rows.append({"remap": name, "parameters": ", ".join(
+                f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in dataclasses.asdict(opts).items())})
+    return rows
 
 
 def extension_lengths(train_length: int, cap: int, n_bytes: int) -> list[int]:
@@ -199,6 +225,11 @@ def shipped_scaling_curves(model: LabModel) -> list[dict]:
         for n, v in block.get("nonoverlapping_bpb", {}).items():
             if v is not None:
                 rows.append({"scaling": scaling, "length": int(n), "bpb": float(v), "factor": factors.get(n)})
+    for remap, block in ev.get("rope_remaps", {}).items():  # each length with the defaults that cover it
+        for n, v in block.get("nonoverlapping_bpb", {}).items():
+            if v is not None:
+                rows.append({"scaling": remap, "length": int(n), "bpb": float(v),
+                             "factor": max(1.0, int(n) / model.train_length)})
     return sorted(rows, key=lambda r: (r["scaling"], r["length"]))
 
 
@@ -211,7 +242,8 @@ def rope_wavelengths(model: LabModel, factor: float, seq_len: int | None = None,
     """
     seq_len = seq_len or int(factor * model.train_length)
     rows = []
-    for scaling in (list(ROPE_SCALINGS) if scalings is None else scalings):
+    for scaling in (list(ROPE_SCALINGS) if scalings is None else [s for s in scalings if s in ROPE_SCALINGS]):
+        # (a remap keeps every pair's speed: it changes which positions a pair is seen at, not the wavelengths)
         scaled = model.with_position_options({"scaling": scaling, "factor": 1.0 if scaling == "none" else float(factor)})
         inv_freq, attention = scaled.frequencies(seq_len)
         for i, theta in enumerate(inv_freq.tolist()):

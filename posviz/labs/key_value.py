@@ -162,3 +162,122 @@ def key_value_probe(model: LabModel, text, gaps: Sequence[int], trials: int = 16
                                    second_correct=round(float(np.mean([r.second_correct for r in recalls])), 4)))
         progress((i + 1) / len(gaps))
     return out
+
+
+# -- effective context length ------------------------------------------------------------------------------------
+# Where the pair is planted: the share of the text before it (the far, the middle and the near end), as RULER's and
+# NoLiMa's needles are placed at several depths.
+EFFECTIVE_DEPTHS = (0.1, 0.5, 0.9)
+# The share of its own gain at 1x a length must keep (NoLiMa's relative threshold, Modarressi et al. 2025). RULER's
+# absolute one (85.6, Llama 2 7B's score at 4K) is calibrated on 7B chat models answering in words; these checkpoints
+# are scored by the bits of a value, so each is held to its own 1x.
+EFFECTIVE_KEEP = 0.85
+# At 1x the pair must save at least this many bits per byte of its value against the control, or the model does not
+# recall at all and no length is "effective": "not measurable", not 16x.
+EFFECTIVE_MIN_GAIN = 0.5
+
+
+@dataclasses.dataclass
+class PlantedPair:
+    """A text of ``length`` ids with ``\\n<name> = <number>\\n`` planted at ``depth``, asked at the end (``\\n<name>
+    = <number>``, the value its last ids); ``control``: the same length and question with no pair planted (the
+    text runs on in its place). ``value``: (start, end) of the value's ids at the end of both."""
+
+    primed: torch.Tensor
+    control: torch.Tensor
+    value: tuple[int, int]
+    depth: float
+
+
+def planted_pairs(text: torch.Tensor, length: int, depths=EFFECTIVE_DEPTHS, trials: int = 8, seed: int = 0,
+                  model: LabModel | None = None) -> list[PlantedPair]:
+    """``trials`` names per depth in texts of ``length`` ids (``model``'s; None: bytes), drawn from ``text``."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for depth in depths:
+        for _ in range(trials):
+            name = _random_name(gen)
+            number = str(int(torch.randint(10_000, 100_000, (1,), generator=gen))).encode()
+            binding, question = b"\n" + name + b" = " + number + b"\n", b"\n" + name + b" = "
+            if model is None:
+                pair, ask, value = torch.tensor(list(binding)), torch.tensor(list(question + number)), len(number)
+            else:
+                pair = model.tokenize(binding).ids
+                asked = model.tokenize(question + number)
+                first, _ = ids_covering(asked.id_bytes, len(question), len(question) + len(number))
+                ask, value = asked.ids, asked.ids.numel() - first
+            filler = length - ask.numel()
+            if filler - pair.numel() < 1 or text.numel() < filler + 1:
+                raise PosvizError(f"a text of {length:,} ids is too short to plant a pair and ask for it")
+            start = int(torch.randint(0, text.numel() - filler, (1,), generator=gen))
+            before = round(depth * (filler - pair.numel()))
+            run = text[start:start + filler]
+            primed = torch.cat((run[:before], pair, run[before:filler - pair.numel()], ask))
+            control = torch.cat((run, ask))
+            out.append(PlantedPair(primed, control, (length - value, length), depth))
+    return out
+
+
+@torch.inference_mode()
+def planted_recall(model: LabModel, text, length: int, depths=EFFECTIVE_DEPTHS, trials: int = 8, seed: int = 0,
+                   batch_rows: int = 8) -> dict | None:
+    """The value's bits per byte at the end of a ``length``-id text, with the pair planted (``primed``) and without
+    (``control``), per depth and overall; ``gain`` = control - primed. None where the model cannot run the length."""
+    if not fits(model, length) or model.cannot_run(length):
+        return None
+    try:
+        pairs = planted_pairs(held_out(text, model), length, depths, trials, seed, model)
+    except PosvizError:  # a text too short to hold the pair and its question (a tiny test model's context)
+        return None
+    rows = [p.primed for p in pairs] + [p.control for p in pairs]
+    spans = [p.value for p in pairs] * 2
+    bits = []
+    for at in range(0, len(rows), batch_rows):  # rows of up to 16x the context: a few at a time
+        chunk = rows[at:at + batch_rows]
+        losses, _ = answer_scores(model, padded(chunk))
+        bits.append(span_nats_per_byte(model, losses, chunk, spans[at:at + batch_rows])[0] / LN2)
+    bits = torch.cat(bits).view(2, len(pairs))  # (primed / control, pairs)
+    depth_of = torch.tensor([p.depth for p in pairs])
+    by_depth = {str(d): {"primed": round(float(bits[0, depth_of == d].mean()), 4),
+                         "control": round(float(bits[1, depth_of == d].mean()), 4)} for d in depths}
+    primed, control = float(bits[0].mean()), float(bits[1].mean())
+    return {"length": int(length), "primed": round(primed, 4), "control": round(control, 4),
+            "gain": round(control - primed, 4), "by_depth": by_depth, "pairs": len(pairs)}
+
+
+def effective_length(rows: dict, keep: float = EFFECTIVE_KEEP, min_gain: float = EFFECTIVE_MIN_GAIN) -> dict:
+    """The longest multiple at which the model, and at every shorter multiple, keeps ``keep`` of its own gain at 1x,
+    from ``{multiple: planted_recall(...) or None}``: {"multiple": m or None, "reason": words}."""
+    ordered = sorted(rows.items(), key=lambda kv: float(kv[0]))
+    if not ordered or ordered[0][1] is None or float(ordered[0][0]) != 1.0:
+        return {"multiple": None, "reason": "not measurable: the probe cannot run at the trained context (too short to "
+                                            "hold a pair and its question, or past what the method represents)"}
+    base = ordered[0][1]["gain"]
+    if base < min_gain:
+        return {"multiple": None, "reason": f"not measurable: at 1x the pair saves {base:.2f} bits per byte of its value "
+                                            f"(under {min_gain:g}): the model does not recall it even within its context"}
+    best, reason = 1.0, None
+    for multiple, row in ordered[1:]:
+        if row is None:
+            reason = f"cannot run {float(multiple):g}x"
+            break
+        if row["gain"] < keep * base:
+            reason = (f"at {float(multiple):g}x the pair saves {row['gain']:.2f} bits per byte, under {keep:.0%} of "
+                      f"its {base:.2f} at 1x")
+            break
+        best = float(multiple)
+    else:
+        reason = f"keeps {keep:.0%} of its 1x gain up to the longest length probed ({best:g}x)"
+    return {"multiple": best, "reason": reason, "gain_at_1x": round(base, 4)}
+
+
+def effective_length_block(model: LabModel, text, multiples=None, trials: int | None = None, seed: int = 0) -> dict:
+    """The "effective_length" block of metrics.json: ``planted_recall`` at each multiple of the trained context (capped
+    by the device's length limit) and the ``effective_length`` they give."""
+    from posviz.limits import EFFECTIVE_LENGTH_MULTIPLES, EFFECTIVE_LENGTH_TRIALS, max_eval_length
+
+    multiples = multiples or EFFECTIVE_LENGTH_MULTIPLES
+    cap = max_eval_length(model.train_length)
+    rows = {str(m): (planted_recall(model, text, int(m * model.train_length), trials=trials or EFFECTIVE_LENGTH_TRIALS,
+                                    seed=seed) if m * model.train_length <= cap else None) for m in multiples}
+    return {"rows": rows, **effective_length(rows), "depths": list(EFFECTIVE_DEPTHS), "keep": EFFECTIVE_KEEP}

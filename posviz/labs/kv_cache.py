@@ -79,6 +79,12 @@ def _verdict(model: LabModel, strategy: str) -> str:
                     "no key holds a position, so relabelling the window changes nothing.")
         if model.acts_on == "nothing":
             return "Correct: NoPE has no positions, so relabelling the window changes nothing."
+        if model.acts_on == "pairs":  # a RoPE remap: keys cached unrotated, turned when attended
+            if model.is_shift_invariant():
+                return (f"Correct: {name} rotates each pair when it is attended, at positions that depend on the "
+                        "distance alone, so shifting every position by one keeps every score.")
+            return (f"Differs: {name} keeps its keys unrotated and turns them when attended, but its groups, chunks "
+                    "or query scale read each position itself, so relabelling the window moves them.")
         if model.acts_on == "logits":
             return (f"Correct: {name} adds its bias at attention time from the positions, and shifting every "
                     "position by one keeps every distance.")

@@ -51,6 +51,8 @@ class CheckpointModel(LabModel):
             raise CheckpointError(f"{folder / WEIGHTS}: file is missing.")
         self.model_config, self.position_options = cfg, dict(cfg.position_options)
         self.name, self.method, self.train_length = folder.name, cfg.position, cfg.train_length
+        if self._overrides.get("remap", "none") != "none":  # as the labs list it: the checkpoint and its remap
+            self.name = f"{folder.name}+{self._overrides['remap']}"
         self.n_layer, self.n_head, self.vocab_size = cfg.n_layer, cfg.n_head, cfg.vocab_size
         # The method as configured, without weights: what it can represent, and its frequencies.
         self._described = build_position_method(cfg.position, ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim,
@@ -135,7 +137,10 @@ class CheckpointModel(LabModel):
 
     # -- what it stored -----------------------------------------------------------------------------
     def stored_metrics(self) -> dict:
-        """metrics.json, read once (the model's key changes with the file, so a new one is a new model)."""
+        """metrics.json, read once (the model's key changes with the file, so a new one is a new model). Nothing
+        for the checkpoint under other position options (a scaling, a remap): its file holds the model as trained."""
+        if self._overrides:
+            return {}
         if self._metrics is None:
             try:
                 self._metrics = read_metrics(self.folder)

@@ -105,7 +105,9 @@ class PositionMethod(nn.Module):
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line for tables in the app
     paper: ClassVar[str] = ""  # link to the paper that introduced it
-    acts_on: ClassVar[str] = "nothing"  # "input", "q/k", "logits", "weights" or "nothing"
+    # "input", "q/k", "logits", "weights" or "nothing"; "pairs" for a RoPE remap, which rotates each query-key pair
+    # at attention time (``pair_scorer``)
+    acts_on: ClassVar[str] = "nothing"
     kind: ClassVar[str] = "none"  # "absolute", "relative", "content" (computed from the text) or "none"
     learned: ClassVar[bool] = False  # has trainable parameters
     # The bias uses the query's content (Shaw-style relative keys), so it is no curve of distance alone.

@@ -115,6 +115,9 @@ class Rotary(PositionMethod):
             self.remap_options = self.remap.build(self.options.remap_options, original,
                                                   round(self.options.factor * original))
             self.options.remap_options = dataclasses.asdict(self.remap_options)  # pinned: every value written out
+            # each pair is rotated at attention time, at the positions the remap gives it: keys are cached as
+            # they are, and the cache's own positions decide (a KV cache lab's verdicts read this)
+            self.acts_on = "pairs"
         self._device_freqs: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # see _on_device
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:

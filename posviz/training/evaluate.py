@@ -164,6 +164,10 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one
         block["rope_scalings"] = {name: scaling_block(folder, name, data, lengths, L, progress, device)
                                   for name in ROPE_SCALINGS if name != "none"}
+    if model.position.takes_remaps and not finetuned:  # the training-free remaps, up to 16x
+        block["rope_remaps"] = {name: remap_block(folder, name, data, [n for n in lengths if n <= 16 * L], L,
+                                                  progress, device) for name in ROPE_REMAPS}
+    block["effective_length"] = effective_lengths(folder, data if validation is None else validation, device)
     return block
 
 
@@ -181,6 +185,44 @@ def scaling_block(folder, name: str, data, lengths, train_length: int, progress:
         row[str(n)] = round(bits_per_byte(scaled, as_id_tensor(data), n, progress=progress), 4)
         factors[str(n)] = factor
     return {"nonoverlapping_bpb": row, "factor": factors}
+
+
+EFFECTIVE_LENGTH_FACTOR = 16.0  # a scaling's or remap's effective length is probed as configured for 16x
+
+
+def remap_block(folder, name: str, data, lengths, train_length: int, progress: bool = True, device="cpu") -> dict:
+    """The RoPE checkpoint in ``folder`` under the remap ``name``: bits per byte at each of ``lengths`` with the
+    remap's defaults covering that length (each its own options, stored beside), as ``eval.rope_remaps[name]``."""
+    import dataclasses
+
+    from posviz.models.checkpoint_files import load_checkpoint
+
+    row, options = {}, {}
+    for n in lengths:
+        factor = max(1.0, n / train_length)
+        remapped = load_checkpoint(folder, {"remap": name, "factor": factor}, device=device)
+        row[str(n)] = round(bits_per_byte(remapped, as_id_tensor(data), n, progress=progress), 4)
+        options[str(n)] = dataclasses.asdict(remapped.position.remap_options)
+    return {"nonoverlapping_bpb": row, "options": options}
+
+
+def effective_lengths(folder, text, device="cpu") -> dict:
+    """{"": the checkpoint's own effective length block, and for a RoPE checkpoint one per scaling and remap at
+    ``EFFECTIVE_LENGTH_FACTOR``}: what ``eval.effective_length`` stores."""
+    from posviz.labs.key_value import effective_length_block
+    from posviz.models.interface import open_model
+    from posviz.positions.rope_scaling import ROPE_SCALINGS
+
+    model = open_model(folder, device=device)
+    out = {"as_trained": effective_length_block(model, text)}
+    if model.method == "rope" and not model.finetuned_from():
+        for scaling in [s for s in ROPE_SCALINGS if s != "none"]:
+            factor = 2.0 if scaling == "dynamic" else EFFECTIVE_LENGTH_FACTOR  # as the scalings' curves are run
+            out[scaling] = effective_length_block(open_model(folder, {"scaling": scaling, "factor": factor}, device), text)
+        for remap in model.remaps:
+            out[remap] = effective_length_block(
+                open_model(folder, {"remap": remap, "factor": EFFECTIVE_LENGTH_FACTOR}, device), text)
+    return out
 
 
 def retrieval_block(model: GPT, text, chunks: int = 16, reference_length: int | None = None) -> dict:
@@ -269,6 +311,7 @@ def resolved_remap(name: str, options: dict, train_length: int, factor: float) -
 
 def main(argv=None) -> None:
     from posviz.models.checkpoint_files import read_metrics, write_metrics
+    from posviz.models.shipped import CheckpointKind
     from posviz.training.data import load_corpus
     from posviz.models.interface import open_model
     from posviz.limits import add_device_argument, resolve_device
@@ -370,16 +413,18 @@ def main(argv=None) -> None:
         result["copy_probe"] = copy_probe(model, data, [g for g in args.copy_gaps if 64 + g < data.size])
         print("copy probe (bits/byte on the second copy, by gap):", result["copy_probe"])
     if args.write:
-        if not model.stored_metrics():  # a published model (or a folder without one) has no metrics.json to update
+        try:  # a published model (or a folder without one) has no metrics.json to update
+            folder = CheckpointKind.folder(args.checkpoint)
+            metrics = read_metrics(folder)
+        except PosvizError:
             raise SystemExit("error: --write stores into a shipped checkpoint's metrics.json; this model has none")
-        metrics = read_metrics(args.checkpoint)
         key = (f"rope_{args.scaling}" + (f"_x{args.factor:g}" if args.factor else "")) if args.scaling else None
         ev = metrics.setdefault("eval", {})
         if key:
             ev.setdefault("scalings", {})[key] = result
         else:
             ev.update(result)
-        write_metrics(args.checkpoint, metrics)
+        write_metrics(folder, metrics)
     print(json.dumps(result))
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints, write_metrics
+from posviz.models.checkpoint_files import load_checkpoint, read_config, read_metrics, shipped_checkpoints, write_metrics
 from posviz.training.data import load_corpus
-from posviz.training.evaluate import DEFAULT_EVAL_BYTES, eval_tables, evaluate_checkpoint, retrieval_block, sinks_block
+from posviz.training.evaluate import (DEFAULT_EVAL_BYTES, effective_lengths, eval_tables, evaluate_checkpoint,
+                                     remap_block, retrieval_block, sinks_block)
 from posviz.limits import add_device_argument, resolve_device
 
 
@@ -25,6 +26,12 @@ def main(argv=None) -> None:
                          "mean moves the stored table")
     ap.add_argument("--sinks-only", action="store_true",
                     help="only (re)measure the attention sinks into eval.sinks; keep the rest of each eval block")
+    ap.add_argument("--remaps-only", action="store_true",
+                    help="only (re)run the training-free RoPE remaps (up to 16x) into eval.rope_remaps of each RoPE "
+                         "checkpoint that was not fine-tuned; keep the rest of each eval block")
+    ap.add_argument("--effective-only", action="store_true",
+                    help="only (re)measure the effective context length into eval.effective_length (and, for rope, "
+                         "under each scaling and remap); keep the rest of each eval block")
     add_device_argument(ap)
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -52,6 +59,25 @@ def main(argv=None) -> None:
             ev["nonoverlapping_window_bpb"] = {**ev.get("nonoverlapping_window_bpb", {}), **windows}
             write_metrics(folder, metrics)
             print(name, "windows:", {n: len(w) for n, w in windows.items()}, flush=True)
+            continue
+        if args.remaps_only:
+            from posviz.positions.rope_remaps import ROPE_REMAPS
+
+            model = load_checkpoint(folder, device=device)
+            if not model.position.takes_remaps or read_config(folder).get("finetuned_from"):
+                continue
+            L, ev = model.config.train_length, metrics.setdefault("eval", {})
+            lengths = [int(n) for n in ev["nonoverlapping_bpb"] if int(n) <= 16 * L]
+            ev["rope_remaps"] = {r: remap_block(folder, r, data, lengths, L, progress=False, device=device) for r in ROPE_REMAPS}
+            write_metrics(folder, metrics)
+            print(name, "remaps:", {r: b["nonoverlapping_bpb"] for r, b in ev["rope_remaps"].items()}, flush=True)
+            continue
+        if args.effective_only:
+            ev = metrics.setdefault("eval", {})
+            ev["effective_length"] = effective_lengths(folder, corpus.validation, device)
+            write_metrics(folder, metrics)
+            print(name, "effective length:", {k: (b["multiple"], b["reason"]) for k, b in ev["effective_length"].items()},
+                  flush=True)
             continue
         if args.sinks_only:
             metrics.setdefault("eval", {})["sinks"] = sinks_block(load_checkpoint(folder, device=device),
