@@ -360,6 +360,25 @@ def test_rope_junk_url(tiny_models):
     assert at.select_slider(key="factor").value == 4
 
 
+def test_rope_remap_section_draws_the_relative_positions_each_pair_sees(tiny_models):
+    """The remap picker and its length: the largest position a pair sees, the parameters and the matrix's CSV,
+    against ``rope_remaps.relative_position_matrix``; the link keeps both, junk in it falls back with a notice."""
+    from posviz.positions.rope_remaps import relative_position_matrix
+
+    at = open_page(ROPE, remap="rerope", rn="2")
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["training length"] == "32" and shown["parameters"] == "window=8, log_scale=True"
+    assert shown["largest relative position a pair sees"] == "8.0"  # clipped at w = 32 / 4
+    at.selectbox(key="remap").set_value("self_extend").run()
+    assert_clean(at)
+    expected = relative_position_matrix("self_extend", None, 32, 64)
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["largest relative position a pair sees"] == f"{float(np.nanmax(expected.numpy())):,.1f}"
+    assert shown["parameters"] == "group=3, window=8" and at.query_params["remap"] in ("self_extend", ["self_extend"])
+    junk = open_page(ROPE, remap="magic", rn="3")
+    assert "Ignored URL parameter remap=" in warnings(junk) and junk.selectbox(key="remap").value == "self_extend"
+
+
 # -- attention biases -----------------------------------------------------------------------------------------------
 def test_alibi_slopes_matrix_and_bound(tiny_models):
     at = open_page(BIASES)

@@ -238,6 +238,24 @@ def test_context_extension_live_numbers(tiny_models, doc_ids):
     assert typed.select_slider(key="w_factor").value == 8.0
 
 
+def test_context_extension_runs_the_remaps_from_a_link(tiny_models, doc_ids):
+    """A link with remaps beside a scaling: each live number is the remap covering the factor, the parameters it ran
+    with are stated, and the wavelength chart keeps to the scalings (a remap turns no pair faster or slower)."""
+    at = run(page("context_extension", factor="4.0", scalings="yarn,self_extend,string"))
+    shown = metrics(at)
+    rope = open_model(shipped_checkpoints()["rope"])
+    longest = context_extension.extension_lengths(32, max_eval_length(32), len(doc_ids))[-1]
+    rows = context_extension.rope_scaling_curves(rope, 4.0, doc_ids, [longest], ["yarn", "self_extend", "string"])
+    assert {r["scaling"]: f"{r['bpb']:.3f}" for r in rows} == shown
+    settings = next(d.value for d in at.dataframe if "remap" in d.value.columns)
+    assert settings.to_dict("records") == [{"remap": "self_extend", "parameters": "group=6, window=8"},
+                                           {"remap": "string", "parameters": "shift=98, local_window=2, attention_factor=1.07"}]
+    drawn = {v for chart in at.get("vega_lite_chart") for ds in chart.proto.datasets
+             if "wavelength" in (frame := pa.ipc.open_stream(ds.data.data).read_pandas()).columns
+             for v in frame["scaling"]}
+    assert drawn == {"yarn"}
+
+
 def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_dir, tmp_path, monkeypatch, corpus):
     import shutil
 

@@ -4,6 +4,7 @@ whose caption states the real axes, with the PNG and the values to download.
 from __future__ import annotations
 
 import io
+import warnings
 from typing import Sequence
 
 import altair as alt
@@ -59,7 +60,8 @@ def downsample(matrix: np.ndarray, max_side: int) -> tuple[np.ndarray, int]:
     H, W = -(-h // block) * block, -(-w // block) * block
     padded = np.full((H, W), np.nan)
     padded[:h, :w] = matrix
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # a block wholly masked (NaN) stays NaN: no warning
+        warnings.simplefilter("ignore", RuntimeWarning)
         out = np.nanmean(padded.reshape(H // block, block, W // block, block), axis=(1, 3))
     return out, block
 

@@ -12,6 +12,7 @@ from views._page import page_header
 from views._published_positions import analysed, published_section, section_failed
 from views._sections import RopePage, sections_for
 from views._url import qp_choice, qp_float, qp_int, sync_url
+from posviz.positions.rope_remaps import remap_names
 from posviz.explore import layers, rope
 from posviz.errors import PosvizError
 from posviz.palette import rope_series
@@ -304,6 +305,43 @@ def scaling_section(head_dim: int, base: float) -> None:
 
 
 scaling_section(head_dim, base)
+
+
+# -- training-free remaps -------------------------------------------------------------------------------------
+@st.fragment
+def remap_section() -> None:
+    st.header("Training-free remaps: which relative position each pair is seen at")
+    st.markdown("A scaling changes how fast every pair turns; a remap keeps the speeds and changes the positions a "
+                "query and a key are rotated at, pair by pair, so that no pair sees a distance the model never trained "
+                f"on. Below: the relative position each query (row) and key (column) is attended at, for a text of "
+                f"n × {train_length:,} bytes, with the remap's defaults covering it.")
+    c1, c2 = st.columns(2)
+    name = c1.selectbox("remap", remap_names(), index=remap_names().index(qp_choice("remap", "self_extend", remap_names())),
+                        key="remap", help="Self-Extend (Jin et al. 2024), ReRoPE and Leaky ReRoPE (Su 2023), dual chunk "
+                                          "attention (An et al. 2024), STRING (An et al. 2024).")
+    multiple = c2.select_slider("text length (× training length)", [1, 2, 4], value=int(qp_choice("rn", "4", ["1", "2", "4"])),
+                                key="rn")
+    sync_url(remap=name, rn=multiple)
+    length = multiple * train_length
+    view = kept(VIEW, "remap", (name, train_length, length), lambda: rope.remap_view(name, train_length, length))
+    metric_rows([
+        dict(label="largest relative position a pair sees", value=f"{view.largest:,.1f}",
+             help=f"Plain RoPE: {view.plain_largest:,} (the text's length minus one)."),
+        dict(label="training length", value=f"{train_length:,}"),
+        dict(label="parameters", value=", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                                 for k, v in view.parameters.items())),
+    ], per_row=3)
+    left, _ = st.columns([3, 2])  # a square map: the full width would make it taller than the window
+    with left:
+        show_matrix(view.matrix, f"rope_remap_{name}_x{multiple}", x_title="key position j", y_title="query position i",
+                    value_title="relative position seen", key=(name, train_length, length))
+    st.caption("Plain RoPE would show i − j, growing to the far corner. Every remap keeps the diagonal band (near pairs "
+               "as trained); past it Self-Extend divides by the group, ReRoPE stands still at w, Leaky ReRoPE grows k "
+               "times slower, dual chunk attention restarts in chunks and STRING moves far pairs back by S − W. The "
+               "Context extension lab runs them on the rope checkpoint.")
+
+
+remap_section()
 
 # -- published RoPE models ($POSVIZ_MODELS) --------------------------------------------------------------
 # Sections other rotary methods offer by name (p-RoPE's pairs that turn and those that stand still).

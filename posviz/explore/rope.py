@@ -271,3 +271,23 @@ def published_rope(model) -> PublishedRope:
         train_length=int(model.train_length), rotary_dims=int(pos.rotary_dims), head_dim=int(pos.head_dim),
         attention_factor=float(pos.attention_factor), notes=list(pos.notes),
         columns=published_wavelengths(pos.inv_freq, theta, int(pos.rotary_dims)))
+
+
+@dataclasses.dataclass
+class RemapView:
+    """What the RoPE page draws of a training-free remap at ``length``: the relative position every causal pair is
+    attended at (NaN above the diagonal), its parameters there and the largest position a pair sees."""
+
+    matrix: np.ndarray  # (length, length)
+    parameters: dict
+    largest: float  # the largest relative position any pair sees
+    plain_largest: int  # length - 1: what plain RoPE would show it
+
+
+def remap_view(name: str, train_length: int, length: int) -> RemapView:
+    """``rope_remaps.relative_position_matrix`` of ``name`` with its defaults covering ``length``."""
+    from posviz.positions.rope_remaps import ROPE_REMAPS, relative_position_matrix
+
+    matrix = relative_position_matrix(name, None, train_length, length).numpy()
+    opts = ROPE_REMAPS[name].build(None, train_length, length)
+    return RemapView(matrix, dataclasses.asdict(opts), float(np.nanmax(matrix)), length - 1)
