@@ -139,3 +139,53 @@ def test_copy_curve_rows_read_each_checkpoints_training_check():
                "alibi": {"train_curve": []}, "gone": None}  # trained before the check existed; no metrics
     rows = retrieval.copy_curve_rows(metrics)
     assert [(r["model"], r["bytes"], r["ratio"]) for r in rows] == [("rope", 819200, 0.97), ("rope", 1638400, 0.45)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Effective context length (labs/key_value.py)
+# ------------------------------------------------------------------------------------------------
+def test_a_planted_pair_and_its_control_differ_by_the_pair_alone(corpus):
+    text = torch.tensor(list(corpus.eval_stream(4096)))
+    pairs = key_value.planted_pairs(text, 256, depths=(0.1, 0.9), trials=2, seed=1)
+    assert len(pairs) == 4 and {p.depth for p in pairs} == {0.1, 0.9}
+    for p in pairs:
+        assert p.primed.numel() == p.control.numel() == 256 and p.value == (251, 256)
+        question = bytes(p.primed[-17:].tolist())  # "\n" + 8 letters + " = " + 5 digits
+        assert question == bytes(p.control[-17:].tolist()) and question.startswith(b"\n") and question[9:12] == b" = "
+        name, value = question[1:9], bytes(p.primed[-5:].tolist())
+        binding = b"\n" + name + b" = " + value + b"\n"
+        at = bytes(p.primed.tolist()).find(binding)
+        filler = 256 - 17
+        assert at == round(p.depth * (filler - len(binding)))  # planted at its depth of the text before the question
+        assert binding not in bytes(p.control.tolist())
+        # the control is the same run of text, going on where the pair was
+        assert torch.equal(p.primed[:at], p.control[:at])
+        assert torch.equal(p.primed[at + len(binding):filler], p.control[at:filler - len(binding)])
+
+
+def test_effective_length_keeps_85_percent_of_the_gain_at_1x_at_every_shorter_length():
+    row = lambda gain: {"gain": gain}  # noqa: E731
+    rows = {"1": row(2.0), "2": row(1.8), "4": row(1.6), "8": row(1.9), "16": row(1.9)}
+    out = key_value.effective_length(rows)
+    assert out["multiple"] == 2.0 and "at 4x" in out["reason"] and "under 85%" in out["reason"]
+    assert key_value.effective_length({"1": row(2.0), "2": row(1.7), "4": None})["multiple"] == 2.0
+    assert key_value.effective_length({"1": row(2.0), "2": row(1.9), "4": row(1.75)})["multiple"] == 4.0
+    flat = key_value.effective_length({"1": row(0.3), "2": row(0.3)})
+    assert flat["multiple"] is None and flat["reason"].startswith("not measurable") and "0.30" in flat["reason"]
+    assert key_value.effective_length({"1": None, "2": row(3.0)})["multiple"] is None
+
+
+def test_the_effective_length_block_scores_the_value_with_and_without_the_pair(corpus):
+    model = tiny_lab("alibi")
+    text = corpus.eval_stream(8192)
+    block = key_value.effective_length_block(model, text, multiples=(2, 4), trials=2)
+    row = block["rows"]["2"]
+    assert row["pairs"] == 6 and row["gain"] == pytest.approx(row["control"] - row["primed"], abs=2e-4)
+    assert set(row["by_depth"]) == {"0.1", "0.5", "0.9"}
+    # by hand: every pair's value bits, primed and control, averaged
+    pairs = key_value.planted_pairs(probes.held_out(text, model), 64, trials=2, seed=0, model=model)
+    losses, _ = probes.answer_scores(model, torch.stack([p.primed for p in pairs] + [p.control for p in pairs]))
+    bits = losses[:, 58:63].double().sum(1) / math.log(2) / 5  # columns 58..62 predict the value's ids 59..63
+    assert row["primed"] == pytest.approx(float(bits[:6].mean()), abs=1e-4)
+    assert row["control"] == pytest.approx(float(bits[6:].mean()), abs=1e-4)
+    assert block["multiple"] is None and "not measurable" in block["reason"]  # no 1x probed here
