@@ -37,6 +37,7 @@ PAGES = {
     ],
     "About": [
         st.Page("views/about.py", title="Methods & checkpoints", icon="ℹ️", url_path="about"),
+        st.Page("views/scoreboard.py", title="Scoreboard", icon="🏆", url_path="scoreboard"),
     ],
 }
 

@@ -482,3 +482,28 @@ def test_generation_opens_on_sampling_greedy_one_click_away_and_junk_params(tiny
     assert len(shown_texts(junk)) == 2  # the defaults still write
     pasted = run(page("generation", src="paste"))
     assert "The text is empty" in texts(pasted.error) and not shown_texts(pasted)
+
+
+# ------------------------------------------------------------------------------------------------
+# Scoreboard
+# ------------------------------------------------------------------------------------------------
+def test_scoreboard_reads_every_number_from_metrics(tiny_models):
+    """A row per checkpoint and per stored scaling and remap of a RoPE checkpoint, each number its metrics.json's;
+    the rows picker filters the table and the chart and stays in the link."""
+    at = run(page("scoreboard"))
+    table = at.dataframe[0].value.set_index("model")
+    folders = shipped_checkpoints()
+    assert set(folders) <= set(table.index)
+    assert {f"rope+{r}" for r in list(ROPE_REMAPS) + ["yarn", "linear"]} <= set(table.index)
+    rope = read_metrics(folders["rope"])["eval"]
+    assert table.loc["rope", "bpb 4×"] == rope["nonoverlapping_bpb"]["128"]
+    assert table.loc["rope+dca", "bpb 16×"] == rope["rope_remaps"]["dca"]["nonoverlapping_bpb"]["512"]
+    assert table.loc["rope+yarn", "bpb 1×"] == rope["nonoverlapping_bpb"]["32"]  # a scaling at 1x is the model itself
+    assert table.loc["rope", "1× interval"].endswith("windows)")
+    repeat = next(r for r in read_metrics(folders["alibi"])["eval"]["retrieval"]["repeat"] if r["gap"] == 128)
+    assert table.loc["alibi", "copy ratio"] == round(repeat["second_bits"] / repeat["control_bits"], 3)
+    assert table.loc["alibi", "effective length"] == "not measurable"  # 32 bytes hold no planted pair
+    assert table.loc["learned", "KV cache (sliding window)"].startswith("Cannot run")
+    at.multiselect(key="w_kinds").set_value(["remap"])
+    run(at)
+    assert set(at.dataframe[0].value["kind"]) == {"remap"} and at.query_params["rows"] in ("remap", ["remap"])

@@ -278,6 +278,12 @@ def effective_length_block(model: LabModel, text, multiples=None, trials: int | 
 
     multiples = multiples or EFFECTIVE_LENGTH_MULTIPLES
     cap = max_eval_length(model.train_length)
-    rows = {str(m): (planted_recall(model, text, int(m * model.train_length), trials=trials or EFFECTIVE_LENGTH_TRIALS,
-                                    seed=seed) if m * model.train_length <= cap else None) for m in multiples}
+    rows = {}
+    for m in multiples:
+        first = rows.get("1")
+        if m != 1 and multiples[0] == 1 and (first is None or first["gain"] < EFFECTIVE_MIN_GAIN):
+            rows[str(m)] = None  # not measurable at 1x: the longer texts would say nothing more
+            continue
+        rows[str(m)] = (planted_recall(model, text, int(m * model.train_length), trials=trials or EFFECTIVE_LENGTH_TRIALS,
+                                       seed=seed) if m * model.train_length <= cap else None)
     return {"rows": rows, **effective_length(rows), "depths": list(EFFECTIVE_DEPTHS), "keep": EFFECTIVE_KEEP}

@@ -1,0 +1,84 @@
+"""The scoreboard: one row per shipped checkpoint and per scaling or remap of the rope checkpoint, every number read
+from metrics.json (``python -m posviz.evaluate_all`` writes them), never typed.
+
+Columns: bits per byte at 1x, 4x and 16x the trained context (non-overlapping windows of the evaluation text, with
+the 95 % bootstrap interval of each where the windows were stored), the far-copy ratio (the repeat probe's second
+copy against the same bytes without a first one, at a gap of 4x the context: 1.00 is no copying at all), the
+effective context length (``labs.key_value.effective_length``) and the KV cache verdict for a sliding window cache.
+No plotting and no Streamlit here.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from posviz.labs import extrapolation
+from posviz.labs.kv_cache import strategy_verdict
+from posviz.models.interface import LabModel
+
+MULTIPLES = (1, 4, 16)
+COPY_GAP_MULTIPLE = 4  # the far-copy ratio's gap, in trained contexts
+
+
+def _bpb(table: Mapping, length: int) -> float | None:
+    value = table.get(str(length))
+    return None if value is None else float(value)
+
+
+def _copy_ratio(ev: Mapping, gap: int) -> float | None:
+    for row in ev.get("retrieval", {}).get("repeat", []):
+        if row.get("gap") == gap and row.get("control_bits"):
+            return round(float(row["second_bits"]) / float(row["control_bits"]), 3)
+    return None
+
+
+def _effective(block: Mapping | None) -> tuple[str, str]:
+    if not block:
+        return "not stored", "run python -m posviz.evaluate_all --effective-only"
+    multiple = block.get("multiple")
+    return ("not measurable" if multiple is None else f"{multiple:g}×"), block.get("reason", "")
+
+
+def _verdict(model: LabModel) -> str:
+    """The sliding-window cache verdict's first word (Correct, Runs, Differs, Cannot run, Broken)."""
+    words = strategy_verdict(model, "cached_window").split(":")[0].split(",")[0]
+    return words if words.startswith("Cannot") else words.split(" with ")[0]
+
+
+def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
+    """Rows of the scoreboard for ``models`` (name -> model, the shipped checkpoints): each as trained, and the
+    rope checkpoint under every scaling and remap its metrics.json stored."""
+    rows = []
+    for name, model in models.items():
+        metrics = model.stored_metrics()
+        ev = metrics.get("eval", {})
+        if not ev:
+            continue
+        L = model.train_length
+        base = L if not model.finetuned_from() else min(int(n) for n in ev.get("nonoverlapping_bpb", {"0": 0}))
+        noise = extrapolation.shipped_bpb_intervals(model)
+        effective = ev.get("effective_length", {})
+        row = {"model": name, "kind": "checkpoint", "method": model.method}
+        for m in MULTIPLES:
+            row[f"bpb {m}×"] = _bpb(ev.get("nonoverlapping_bpb", {}), m * base)
+            row[f"{m}× interval"] = noise.get(m * base, "not stored")
+        row["copy ratio"] = _copy_ratio(ev, COPY_GAP_MULTIPLE * base)
+        row["effective length"], row["why"] = _effective(effective.get("as_trained"))
+        row["KV cache (sliding window)"] = _verdict(model)
+        rows.append(row)
+        for group, kind in (("rope_scalings", "scaling"), ("rope_remaps", "remap")):
+            for variant, block in ev.get(group, {}).items():
+                table = dict(block.get("nonoverlapping_bpb", {}))
+                if group == "rope_scalings":  # stored past the trained context only: at 1x a scaling is the plain model
+                    table[str(base)] = ev.get("nonoverlapping_bpb", {}).get(str(base))
+                scaled = {"model": f"{name}+{variant}", "kind": kind, "method": model.method}
+                for m in MULTIPLES:
+                    scaled[f"bpb {m}×"] = _bpb(table, m * base)
+                    scaled[f"{m}× interval"] = "not stored"
+                scaled["copy ratio"] = None
+                scaled["effective length"], scaled["why"] = _effective(effective.get(variant))
+                if kind == "remap":
+                    scaled["KV cache (sliding window)"] = _verdict(model.with_position_options({"remap": variant}))
+                else:
+                    scaled["KV cache (sliding window)"] = row["KV cache (sliding window)"]
+                rows.append(scaled)
+    return rows

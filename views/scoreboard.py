@@ -1,0 +1,63 @@
+"""The scoreboard: every shipped checkpoint, and the rope checkpoint under each scaling and remap, in one sortable,
+exportable table (posviz/labs/scoreboard.py reads the numbers from metrics.json)."""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from posviz.labs import scoreboard
+from posviz.labs.key_value import EFFECTIVE_KEEP
+from posviz.models.interface import open_model
+from views._charts import csv_file, show_chart
+from views._page import page_header, usable_checkpoints
+from views._url import qp_multi, sync_url
+
+page_header("Scoreboard", "Every checkpoint, scaling and remap in one table: the one a talk puts on a slide.")
+st.markdown(
+    "One row per shipped checkpoint, and per inference-time scaling and training-free remap of the `rope` checkpoint. "
+    "**Bits per byte** (lower is better) on the held-out evaluation text at 1×, 4× and 16× the trained context, each "
+    "with how far it moves with the evaluation windows where they were stored. **Copy ratio**: a stretch of text "
+    f"repeated {scoreboard.COPY_GAP_MULTIPLE}× the context later, its second copy's bits against the same bytes with no "
+    "first copy (1.00: the model does not copy at all). **Effective length**: the longest multiple of the context at "
+    "which a name's value planted in the text (at three depths) is still recalled with at least "
+    f"{EFFECTIVE_KEEP:.0%} of the bits it saves at 1×, and at every shorter multiple. A flat perplexity curve with a "
+    "short effective length is a model that reads far text without using it.")
+checkpoints, models = usable_checkpoints(open_model)
+rows = pd.DataFrame(scoreboard.scoreboard_rows(models))
+if rows.empty:
+    st.info("No checkpoint has stored its evaluation yet: run `python -m posviz.evaluate_all`.", icon="ℹ️")
+    st.stop()
+kinds = list(dict.fromkeys(rows["kind"]))
+shown = st.multiselect("Rows", kinds, default=qp_multi("rows", kinds, kinds), key="w_kinds",
+                       help="The checkpoints as trained, and the RoPE ones under each scaling (frequencies) and remap (positions).")
+sync_url(rows=shown)
+table = rows[rows["kind"].isin(shown)]
+if table.empty:
+    st.info("Pick at least one kind of row.", icon="ℹ️")
+    st.stop()
+st.dataframe(table, hide_index=True, width="stretch", height="content",
+             column_config={f"bpb {m}×": st.column_config.NumberColumn(format="%.3f") for m in scoreboard.MULTIPLES}
+             | {"copy ratio": st.column_config.NumberColumn(format="%.2f"),
+                "why": st.column_config.TextColumn(width="large")})
+row = st.container(horizontal=True, vertical_alignment="center")
+row.download_button("Table (CSV)", csv_file(table), file_name="posviz-scoreboard.csv", mime="text/csv",
+                    key="csv-scoreboard", width="content", on_click="ignore")
+row.caption("Click a column's header to sort by it. Every number is read from the checkpoints' metrics.json "
+            "(`python -m posviz.evaluate_all`); a scaling's and a remap's 4× and 16× are each run with the settings that "
+            "cover that length, their effective length with the settings for 16×.")
+
+st.subheader("Perplexity far out against the length a model still recalls")
+ORDER = ["not measurable", "1×", "2×", "4×", "8×", "16×"]
+points = table[table["bpb 16×"].notna() & table["effective length"].isin(ORDER)]
+chart = alt.Chart(points).mark_point(filled=True, size=90).encode(
+    x=alt.X("effective length:O", sort=ORDER, scale=alt.Scale(domain=ORDER), title="effective length (× context)"),
+    y=alt.Y("bpb 16×:Q", title="bits per byte at 16× (lower is better)", scale=alt.Scale(zero=False)),
+    color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
+    shape=alt.Shape("kind:N", title=None, legend=alt.Legend(orient="bottom")),
+    tooltip=["model", "kind", alt.Tooltip("bpb 1×:Q", format=".3f"), alt.Tooltip("bpb 16×:Q", format=".3f"),
+             "effective length", "why"],
+).properties(height=340)
+show_chart(chart, points, "posviz-scoreboard-points",
+           "A model low on this chart but at the left reads 16× its context well and recalls little of it: its flat "
+           "curve comes from the near text.")
