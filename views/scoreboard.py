@@ -11,7 +11,7 @@ from posviz.labs.key_value import EFFECTIVE_KEEP
 from posviz.models.interface import open_model
 from views._charts import csv_file, show_chart
 from views._page import page_header, usable_checkpoints
-from views._url import qp_multi, sync_url
+from views._url import qp_choice, sync_url
 
 page_header("Scoreboard", "Every checkpoint, scaling and remap in one table: the one a talk puts on a slide.")
 st.markdown(
@@ -28,31 +28,39 @@ rows = pd.DataFrame(scoreboard.scoreboard_rows(models))
 if rows.empty:
     st.info("No checkpoint has stored its evaluation yet: run `python -m posviz.evaluate_all`.", icon="ℹ️")
     st.stop()
-kinds = list(dict.fromkeys(rows["kind"]))
-shown = st.multiselect("Rows", kinds, default=qp_multi("rows", kinds, kinds), key="w_kinds",
-                       help="The checkpoints as trained, and the RoPE ones under each scaling (frequencies) and remap (positions).")
+EVERY = "every row"
+choices = [EVERY] + list(dict.fromkeys(rows["kind"]))
+shown = st.selectbox("Rows", choices, index=choices.index(qp_choice("rows", EVERY, choices)), key="w_kinds",
+                     help="The checkpoints as trained, and the RoPE ones under each scaling (frequencies) and remap "
+                          "(positions).")
 sync_url(rows=shown)
-table = rows[rows["kind"].isin(shown)]
+table = rows if shown == EVERY else rows[rows["kind"] == shown]
 if table.empty:
     st.info("Pick at least one kind of row.", icon="ℹ️")
     st.stop()
-st.dataframe(table, hide_index=True, width="stretch", height="content",
+MAIN = ["model", "kind"] + [f"bpb {m}×" for m in scoreboard.MULTIPLES] + ["copy ratio", "effective length",
+                                                                            "KV cache (sliding window)"]
+st.dataframe(table[MAIN], hide_index=True, width="stretch", height="content",
              column_config={f"bpb {m}×": st.column_config.NumberColumn(format="%.3f") for m in scoreboard.MULTIPLES}
-             | {"copy ratio": st.column_config.NumberColumn(format="%.2f"),
-                "why": st.column_config.TextColumn(width="large")})
+             | {"copy ratio": st.column_config.NumberColumn(format="%.2f")})
 row = st.container(horizontal=True, vertical_alignment="center")
 row.download_button("Table (CSV)", csv_file(table), file_name="posviz-scoreboard.csv", mime="text/csv",
                     key="csv-scoreboard", width="content", on_click="ignore")
 row.caption("Click a column's header to sort by it. Every number is read from the checkpoints' metrics.json "
             "(`python -m posviz.evaluate_all`); a scaling's and a remap's 4× and 16× are each run with the settings that "
-            "cover that length, their effective length with the settings for 16×.")
+            "cover that length, their effective length with the settings for 16×. The CSV also holds the intervals and "
+            "the reasons below.")
+with st.expander("How far each score moves with the evaluation windows (95 % intervals), and why each effective length"):
+    st.dataframe(table[["model"] + [f"{m}× interval" for m in scoreboard.MULTIPLES]], hide_index=True, width="stretch",
+                 height="content")
+    st.markdown("\n".join(f"- **{r.model}**: {r.why}" for r in table.itertuples() if r.why))
 
 st.subheader("Perplexity far out against the length a model still recalls")
 ORDER = ["not measurable", "1×", "2×", "4×", "8×", "16×"]
 points = table[table["bpb 16×"].notna() & table["effective length"].isin(ORDER)]
 chart = alt.Chart(points).mark_point(filled=True, size=90).encode(
     x=alt.X("effective length:O", sort=ORDER, scale=alt.Scale(domain=ORDER), title="effective length (× context)"),
-    y=alt.Y("bpb 16×:Q", title="bits per byte at 16× (lower is better)", scale=alt.Scale(zero=False)),
+    y=alt.Y("bpb 16×:Q", title="bits/byte at 16×", scale=alt.Scale(zero=False)),
     color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
     shape=alt.Shape("kind:N", title=None, legend=alt.Legend(orient="bottom")),
     tooltip=["model", "kind", alt.Tooltip("bpb 1×:Q", format=".3f"), alt.Tooltip("bpb 16×:Q", format=".3f"),
