@@ -4,6 +4,7 @@ These run on the real ``models/`` folder (not the tiny test models): the product
 """
 from __future__ import annotations
 
+from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 import dataclasses
@@ -98,6 +99,30 @@ def test_config_and_metrics_are_complete(name):
     assert set(probes["induction"]) == {str(g) for g in probes["gaps"]}
     if name == "rope":
         assert set(metrics["eval"]["rope_scalings"]) == set(ROPE_SCALINGS) - {"none"}
+    effective = metrics["eval"]["effective_length"]  # the probe as trained, and rope's under each scaling and remap
+    assert effective["as_trained"]["reason"] and set(effective["as_trained"]["rows"]) == {"1", "2", "4", "8", "16"}
+    if name in ("rope", "p_rope"):  # the training-free remaps, each length with the settings that cover it
+        remaps = metrics["eval"]["rope_remaps"]
+        assert set(remaps) == set(ROPE_REMAPS)
+        for block in remaps.values():
+            assert set(block["nonoverlapping_bpb"]) == {str(m * L) for m in (1, 2, 4, 8, 16)} == set(block["options"])
+    if name == "rope":
+        assert set(effective) == {"as_trained"} | (set(ROPE_SCALINGS) - {"none"}) | set(ROPE_REMAPS)
+
+
+def test_the_effective_length_at_1x_re_scores_to_its_stored_row():
+    """rope's planted pairs at its trained context, probed again: the stored row (to rounding: threads sum apart)."""
+    from posviz.labs.key_value import planted_recall
+    from posviz.models.interface import open_model
+    from posviz.training.data import load_corpus
+
+    stored = read_metrics(SHIPPED["rope"])["eval"]["effective_length"]["as_trained"]["rows"]["1"]
+    again = planted_recall(open_model(SHIPPED["rope"]), load_corpus().validation, 256, trials=8)
+    assert again["length"] == stored["length"] == 256 and again["pairs"] == stored["pairs"] == 24
+    for key in ("primed", "control", "gain"):
+        assert again[key] == pytest.approx(stored[key], abs=3e-4), key
+    for depth, row in stored["by_depth"].items():
+        assert again["by_depth"][depth] == pytest.approx(row, abs=3e-4), depth
 
 
 SAMPLED_WINDOWS = 16  # of the 511 (127 for a fine-tune) stored windows: every checkpoint's evidence at 1/32 the cost
