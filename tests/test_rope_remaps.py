@@ -234,3 +234,25 @@ def test_evaluate_runs_a_remap_covering_each_length(tiny_models_dir, capsys):
         main(["--checkpoint", str(tiny_models_dir / "alibi"), "--scaling", "dca", "--multiples", "1", "--copy-gaps"])
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         main(["--checkpoint", str(folder), "--scaling", "dca", "--option", "chunk_size"])
+
+
+@pytest.mark.parametrize("layout", ["local_global", "irope", "rope_sinks"])
+def test_a_layout_hands_the_remap_to_its_rotary_layers(layout):
+    """Each rotary layer of a layout takes the remap (its pinned options keep it, so the checkpoint reloads as it
+    ran); the other layers are as they were, and cached decoding still equals the full pass."""
+    options = {"remap": "rerope", "remap_options": {"window": 6}, "factor": 4.0}
+    model = tiny_model(layout, seed=4, position_options=options)
+    plain = tiny_model(layout, seed=4)
+    rotary = [i for i, m in enumerate(plain.position.layer_methods) if m.takes_remaps]
+    assert rotary, layout
+    for i, m in enumerate(model.position.layer_methods):
+        assert (m.pinned_options().get("remap") == "rerope") == (i in rotary)
+    pinned = model.position.pinned_options()
+    assert "remap" not in pinned and tiny_model(layout, seed=4, position_options=pinned).position.layer_methods[
+        rotary[0]].remap_options.window == 6
+    idx = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        full = model(idx).logits
+        torch.testing.assert_close(decode_in_chunks(model, idx, [17, 1, 22]), full, rtol=1e-4, atol=1e-4)
+        near = idx[:, :6]  # within w: the plain layout
+        torch.testing.assert_close(model(near).logits, plain(near).logits, rtol=1e-5, atol=1e-5)

@@ -53,6 +53,11 @@ class LayerSpec:
 @dataclasses.dataclass
 class LayoutOptions:
     layers: list | None = None  # LayerSpec mappings, repeated over the layers; None: the preset's own
+    # a training-free RoPE remap for every rotary layer (``rope_remaps``), as a RoPE model takes one: given to each
+    # layer whose method takes remaps, with the factor its defaults cover; the layers' pinned options keep it
+    remap: str = "none"
+    remap_options: dict | None = None
+    factor: float = 1.0
 
     def __post_init__(self):
         require(self.layers is None or (isinstance(self.layers, list) and len(self.layers) >= 1),
@@ -71,6 +76,7 @@ class LayerLayout(PositionMethod):
 
     name = ""  # not a method by itself: each preset names itself
     acts_on = "q/k"
+    takes_remaps = True  # handed on to its rotary layers (a layout without one ignores it)
     kind = "relative"
     Options = LayoutOptions
     explore_sections = ("layer-layout",)
@@ -87,7 +93,11 @@ class LayerLayout(PositionMethod):
             if cls is not None and (issubclass(cls, LayerLayout) or cls.acts_on == "input"):
                 raise ConfigError(f"layer {i}: {spec['method']!r} cannot act in one layer alone (it "
                                   f"{'is a layout' if issubclass(cls, LayerLayout) else 'adds to the input of the whole model'})")
-            method = build_position_method(spec["method"], shape, spec["options"])
+            options = spec["options"]
+            if self.options.remap != "none" and cls is not None and cls.takes_remaps:
+                options = {**options, "remap": self.options.remap, "remap_options": self.options.remap_options,
+                           "factor": self.options.factor}
+            method = build_position_method(spec["method"], shape, options)
             method.window = spec["window"]
             if spec["sinks"] and method.computes_own_weights:
                 raise ConfigError(f"layer {i}: {spec['method']!r} cannot take sinks: it computes its own attention "
@@ -96,6 +106,8 @@ class LayerLayout(PositionMethod):
                 method.sink_logits = nn.Parameter(torch.randn(shape.n_head) * SINK_INIT_STD)
             methods.append(method)
         self.layer_methods = nn.ModuleList(methods)
+        if any(m.acts_on == "pairs" for m in methods):  # its rotary layers turn each pair when it is attended
+            self.acts_on = "pairs"
 
     @classmethod
     def preset_layers(cls, shape) -> list[dict]:

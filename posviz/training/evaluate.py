@@ -164,7 +164,9 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one
         block["rope_scalings"] = {name: scaling_block(folder, name, data, lengths, L, progress, device)
                                   for name in ROPE_SCALINGS if name != "none"}
-    if model.position.takes_remaps and not finetuned:  # the training-free remaps, up to 16x
+    # the training-free remaps, up to 16x, of a RoPE checkpoint (a layout's rotary layers take them too: on request,
+    # python -m posviz.evaluate --scaling NAME, as the fine-tunes)
+    if model.position.takes_remaps and model.position.at_layer(0) is model.position and not finetuned:
         block["rope_remaps"] = {name: remap_block(folder, name, data, [n for n in lengths if n <= 16 * L], L,
                                                   progress, device) for name in ROPE_REMAPS}
     block["effective_length"] = effective_lengths(folder, data if validation is None else validation, device)

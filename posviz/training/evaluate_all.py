@@ -64,7 +64,8 @@ def main(argv=None) -> None:
             from posviz.positions.rope_remaps import ROPE_REMAPS
 
             model = load_checkpoint(folder, device=device)
-            if not model.position.takes_remaps or read_config(folder).get("finetuned_from"):
+            if (not model.position.takes_remaps or model.position.at_layer(0) is not model.position
+                    or read_config(folder).get("finetuned_from")):
                 continue
             L, ev = model.config.train_length, metrics.setdefault("eval", {})
             lengths = [int(n) for n in ev["nonoverlapping_bpb"] if int(n) <= 16 * L]
