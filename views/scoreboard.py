@@ -59,7 +59,8 @@ st.subheader("Perplexity far out against the length a model still recalls")
 ORDER = ["not measurable", "1×", "2×", "4×", "8×", "16×"]
 points = table[table["bpb 16×"].notna() & table["effective length"].isin(ORDER)]
 chart = alt.Chart(points).mark_point(filled=True, size=90).encode(
-    x=alt.X("effective length:O", sort=ORDER, scale=alt.Scale(domain=ORDER), title="effective length (× context)"),
+    x=alt.X("effective length:O", sort=ORDER, scale=alt.Scale(domain=ORDER), title="effective length (× context)",
+            axis=alt.Axis(labelAngle=0)),
     y=alt.Y("bpb 16×:Q", title="bits/byte at 16×", scale=alt.Scale(zero=False)),
     color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
     shape=alt.Shape("kind:N", title=None, legend=alt.Legend(orient="bottom")),
