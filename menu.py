@@ -45,7 +45,7 @@ PAGES = {
 # views are the computations a visitor would wait for), then the rest.
 WARM_ORDER = tuple(p.url_path for p in PAGES["Live labs"] + PAGES["Explore"] + PAGES["About"] if p.url_path != "home")
 
-page = st.navigation(PAGES)
+page = st.navigation(PAGES, expanded=True)  # every page listed: past ten, Streamlit folds the rest under "View more"
 warm_the_store(WARM_ORDER)  # once per server, in the background, behind every visitor's computations
 with visitor_run():  # the warm-up opens its next page only once no visitor's page is running or drawing
     page.run()

@@ -367,14 +367,14 @@ def test_rope_remap_section_draws_the_relative_positions_each_pair_sees(tiny_mod
 
     at = open_page(ROPE, remap="rerope", rn="2")
     shown = {m.label: m.value for m in at.metric}
-    assert shown["training length"] == "32" and shown["parameters"] == "window=8, log_scale=True"
+    assert shown["training length"] == "32" and "`window=8`, `log_scale=True`" in "\n".join(m.value for m in at.markdown)
     assert shown["largest relative position a pair sees"] == "8.0"  # clipped at w = 32 / 4
     at.selectbox(key="remap").set_value("self_extend").run()
     assert_clean(at)
     expected = relative_position_matrix("self_extend", None, 32, 64)
     shown = {m.label: m.value for m in at.metric}
     assert shown["largest relative position a pair sees"] == f"{float(np.nanmax(expected.numpy())):,.1f}"
-    assert shown["parameters"] == "group=3, window=8" and at.query_params["remap"] in ("self_extend", ["self_extend"])
+    assert "`group=3`, `window=8`" in "\n".join(m.value for m in at.markdown) and at.query_params["remap"] in ("self_extend", ["self_extend"])
     junk = open_page(ROPE, remap="magic", rn="3")
     assert "Ignored URL parameter remap=" in warnings(junk) and junk.selectbox(key="remap").value == "self_extend"
 

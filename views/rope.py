@@ -328,9 +328,9 @@ def remap_section() -> None:
         dict(label="largest relative position a pair sees", value=f"{view.largest:,.1f}",
              help=f"Plain RoPE: {view.plain_largest:,} (the text's length minus one)."),
         dict(label="training length", value=f"{train_length:,}"),
-        dict(label="parameters", value=", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                                 for k, v in view.parameters.items())),
-    ], per_row=3)
+    ], per_row=2)
+    st.markdown(f"**{name}'s parameters for {length:,} bytes:** " + ", ".join(
+        f"`{k}={v:.3g}`" if isinstance(v, float) else f"`{k}={v}`" for k, v in view.parameters.items()))
     left, _ = st.columns([3, 2])  # a square map: the full width would make it taller than the window
     with left:
         show_matrix(view.matrix, f"rope_remap_{name}_x{multiple}", x_title="key position j", y_title="query position i",
