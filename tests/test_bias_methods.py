@@ -272,3 +272,36 @@ def test_fire_past_its_threshold_gives_the_logits_of_its_mlp():
         by_pieces = model(idx).logits
     by_mlp = model(idx).logits.detach()  # gradients enabled: the MLP path
     torch.testing.assert_close(by_pieces, by_mlp, atol=1e-4, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The workshop's formulas (posviz/workshop/formula.py, issue #47): the same biases as the methods
+# ------------------------------------------------------------------------------------------------
+def test_alibi_and_kerple_log_written_as_formulas_are_their_methods_biases():
+    """ALiBi as -m[h] * d and KERPLE-log as -a[layer, h] * log(1 + b[layer, h] * d), at the methods' own parameter
+    values, equal ``logit_bias`` on every causal pair (the formula's own -inf above the diagonal)."""
+    from posviz.workshop.formula import evaluate, parse_formula
+
+    T, H = 24, 4
+    shape = ModelShape(n_layer=2, n_head=H, head_dim=8, n_embd=32, train_length=16)
+    pos = torch.arange(T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    alibi = build_position_method("alibi", shape)
+    want = alibi.logit_bias(0, torch.zeros(1, H, T, 8), pos, pos)[0].double().expand(H, T, T)
+    slopes = want[:, 1, 0].neg()  # the bias at distance 1 is minus each head's slope
+    got = evaluate(parse_formula("-m[h] * d"), T, H, 16, parameters={"m": slopes})
+    torch.testing.assert_close(got[:, causal], want[:, causal])
+    assert torch.isneginf(got[:, ~causal]).all()
+
+    torch.manual_seed(3)
+    kerple = build_position_method("kerple", shape)
+    formula = parse_formula("-a[layer, h] * log(1 + b[layer, h] * d)")
+    assert formula.parameters == {"a": ("layer", "h"), "b": ("layer", "h")} and formula.shift_invariant()
+    for layer in (0, 1):
+        r1, r2 = kerple.parameters_of(layer)
+        want = kerple.logit_bias(layer, torch.zeros(1, H, T, 8), pos, pos)[0].double()
+        table = {"a": torch.stack([kerple.parameters_of(n)[0] for n in (0, 1)]).detach(),
+                 "b": torch.stack([kerple.parameters_of(n)[1] for n in (0, 1)]).detach()}
+        got = evaluate(formula, T, H, 16, layer=layer, parameters=table)
+        torch.testing.assert_close(got[:, causal], want.expand(H, T, T)[:, causal], rtol=1e-6, atol=1e-6)
+    assert not parse_formula("-0.1 * (i - j) + 0 * i").shift_invariant()  # reads i: not a function of d alone

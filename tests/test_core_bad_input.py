@@ -234,3 +234,45 @@ def test_training_cli_reports_bad_recipes_as_one_line(argv, message, tmp_path):
     assert isinstance(exit_info.value.code, str)  # a message (exit status 1), not a traceback
     assert re.search(message, exit_info.value.code), exit_info.value.code
     assert not (tmp_path / "out").exists()  # nothing was trained or written
+
+
+# -- a formula a visitor types (posviz/workshop/formula.py) -------------------------------------------------------
+HOSTILE_FORMULAS = [  # (text, words the refusal must hold)
+    ("__import__('os').system('touch /tmp/posviz-pwned')", "Calling an attribute (x.y) is not allowed"),
+    ("__import__('os')", "Calling __import__ is not allowed"),
+    ("().__class__.__bases__", "an attribute (x.y) is not allowed"),
+    ("9**9**9", "overflows to +inf"),
+    ("(" * 200 + "d" + ")" * 200, "at most 300 are allowed"),
+    ("d\x00 + 1", "NUL byte"),
+    ("lambda: d", "a lambda is not allowed"),
+    ("[d for d in d]", "a comprehension is not allowed"),
+    ("'d'", "Only numbers are allowed"),
+    ("open('/etc/passwd')", "Calling open is not allowed"),
+    ("d[0]", "nothing else may be indexed"),
+    ("x + d", "Unknown name 'x'"),
+    ("d if d > 3 else 0", "if/else (use where(cond, a, b))"),
+    ("log(-1 - d)", "NaN on some causal pair"),
+    ("0 * inf", "NaN on some causal pair"),
+    ("where(d >= 0, -inf, 0)", "no key with a finite bias"),
+    ("", "Write a formula"),
+    ("max(d)", "max takes 2 argument(s)"),
+]
+
+
+@pytest.mark.parametrize("text,words", HOSTILE_FORMULAS, ids=[repr(t)[:24] for t, _ in HOSTILE_FORMULAS])
+def test_a_hostile_formula_gets_words_and_no_side_effect(text, words):
+    from pathlib import Path
+
+    from posviz.workshop.formula import FormulaError, evaluate, parse_formula
+
+    with pytest.raises(FormulaError) as caught:
+        evaluate(parse_formula(text), 16, 2, 16)
+    assert words in str(caught.value), str(caught.value)
+    assert not Path("/tmp/posviz-pwned").exists()
+
+
+def test_a_hard_cut_is_allowed_where_every_row_keeps_a_key():
+    from posviz.workshop.formula import evaluate, parse_formula
+
+    bias = evaluate(parse_formula("where(d > 4, -inf, -0.25 * d)"), 12, 2, 16)
+    assert torch.isneginf(bias[0, 11, :7]).all() and bias[0, 11, 7:].tolist() == [-1.0, -0.75, -0.5, -0.25, 0.0]

@@ -1,0 +1,1 @@
+"""The workshop (issue #47): position methods a visitor writes as a formula. No Streamlit here."""
