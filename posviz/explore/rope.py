@@ -289,5 +289,4 @@ def remap_view(name: str, train_length: int, length: int) -> RemapView:
     from posviz.positions.rope_remaps import ROPE_REMAPS, relative_position_matrix
 
     matrix = relative_position_matrix(name, None, train_length, length).numpy()
-    opts = ROPE_REMAPS[name].build(None, train_length, length)
-    return RemapView(matrix, dataclasses.asdict(opts), float(np.nanmax(matrix)), length - 1)
+    return RemapView(matrix, ROPE_REMAPS[name].settings(None, train_length, length), float(np.nanmax(matrix)), length - 1)

@@ -101,14 +101,12 @@ def extensions(model: LabModel) -> list[str]:
 def remap_settings(model: LabModel, factor: float, names: Sequence[str]) -> list[dict]:
     """Rows {remap, parameters} of the remaps among ``names`` as they run at ``factor``: each one's defaults filled
     in for factor x the training length (``rope_remaps``), what the page states beside the curves."""
-    import dataclasses
-
     rows = []
     for name in names:
         if name in ROPE_REMAPS:
-            opts = ROPE_REMAPS[name].build(None, model.train_length, round(max(1.0, factor) * model.train_length))
+            opts = ROPE_REMAPS[name].settings(None, model.train_length, round(max(1.0, factor) * model.train_length))
             rows.append({"remap": name, "parameters": ", ".join(
-                f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in dataclasses.asdict(opts).items())})
+                f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in opts.items())})
     return rows
 
 

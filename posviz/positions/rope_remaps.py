@@ -81,6 +81,11 @@ class Remap:
         options = strict_from_dict(self.Options, values, f"{self.name} options")
         return self.resolve(options, train_length, max(int(target_length), train_length))
 
+    def settings(self, values: dict | None, train_length: int, target_length: int) -> dict:
+        """``build``'s options as a plain mapping, every parameter written out: what a page states and a
+        checkpoint's config.json pins."""
+        return dataclasses.asdict(self.build(values, train_length, target_length))
+
 
 ROPE_REMAPS: dict[str, Remap] = {}
 

@@ -305,10 +305,7 @@ def parse_options(pairs: list[str]) -> dict:
 
 def resolved_remap(name: str, options: dict, train_length: int, factor: float) -> dict:
     """Every parameter of the remap ``name`` as it runs at ``factor`` x ``train_length`` (the defaults filled in)."""
-    import dataclasses
-
-    remap = ROPE_REMAPS[name]
-    return dataclasses.asdict(remap.build(options, train_length, round(max(1.0, factor) * train_length)))
+    return ROPE_REMAPS[name].settings(options, train_length, round(max(1.0, factor) * train_length))
 
 
 def main(argv=None) -> None:
