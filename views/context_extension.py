@@ -22,10 +22,11 @@ from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 page_header(
     "Context extension",
-    "RoPE models can be stretched past their training length at inference, without retraining, by changing the "
-    "rotation speeds: position interpolation, NTK-aware and dynamic NTK, YaRN, Llama 3. Here the shipped RoPE "
-    "checkpoint runs under each of them; methods that need no stretching (ALiBi, T5, ...) are drawn beside its "
-    "fine-tuned versions, and can join the live curves below.",
+    "RoPE models can be run past their training length at inference, without retraining, by changing the "
+    "rotation speeds (position interpolation, NTK-aware and dynamic NTK, YaRN, Llama 3, LongRoPE) or the positions "
+    "each query-key pair is seen at (Self-Extend, ReRoPE, Leaky ReRoPE, dual chunk attention, STRING). Here the "
+    "shipped RoPE checkpoint runs under each of them; methods that need no stretching (ALiBi, T5, ...) are drawn "
+    "beside its fine-tuned versions, and can join the live curves below.",
 )
 
 models = {}  # each resolved once for this run; weights load when run

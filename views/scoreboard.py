@@ -42,7 +42,8 @@ MAIN = ["model", "kind"] + [f"bpb {m}×" for m in scoreboard.MULTIPLES] + ["copy
                                                                             "KV cache (sliding window)"]
 st.dataframe(table[MAIN], hide_index=True, width="stretch", height="content",
              column_config={f"bpb {m}×": st.column_config.NumberColumn(format="%.3f") for m in scoreboard.MULTIPLES}
-             | {"copy ratio": st.column_config.NumberColumn(format="%.2f")})
+             | {"copy ratio": st.column_config.NumberColumn(format="%.2f"),
+                "model": st.column_config.TextColumn(width="medium")})  # "p_rope+leaky_rerope" whole
 row = st.container(horizontal=True, vertical_alignment="center")
 row.download_button("Table (CSV)", csv_file(table), file_name="posviz-scoreboard.csv", mime="text/csv",
                     key="csv-scoreboard", width="content", on_click="ignore")
