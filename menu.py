@@ -34,6 +34,7 @@ PAGES = {
         st.Page("views/retrieval.py", title="Far-context retrieval", icon="🔎", url_path="retrieval"),
         st.Page("views/generation.py", title="Generation lab", icon="✍️", url_path="generation"),
         st.Page("views/compare.py", title="Compare", icon="⚖️", url_path="compare"),
+        st.Page("views/workshop.py", title="Workshop", icon="🛠️", url_path="workshop"),
     ],
     "About": [
         st.Page("views/about.py", title="Methods & checkpoints", icon="ℹ️", url_path="about"),

@@ -52,3 +52,11 @@ def max_eval_length(train_length: int, device: torch.device | None = None) -> in
 # capped, as every live length, by the device's MAX_LENGTH_MULTIPLE; a key-value pair planted at each depth
 EFFECTIVE_LENGTH_MULTIPLES = (1, 2, 4, 8, 16)
 EFFECTIVE_LENGTH_TRIALS = 8  # names per depth and length: rows of up to 16x the context each
+
+# The Workshop (posviz/workshop): a visitor's formula trained on the server, one run at a time. Each run trains the
+# shipped shape (about 0.8 M parameters, ~3 MB in fp32 while training, 1.6 MB on disk) with the quick recipe; these
+# cap the rest. Nothing a visitor trains outlives their session (posviz.workshop.training.SessionFolder).
+WORKSHOP_TRAININGS_AT_ONCE = 1  # one training uses every core through torch's threads; more only slow each other
+WORKSHOP_QUEUE = 8  # runs waiting behind it; past this a visitor is told to try again later
+WORKSHOP_MAX_TRAIN_SECONDS = 300  # the quick recipe takes about 3 minutes on 2 cores; past this a run stops early
+WORKSHOP_RESULTS_PER_SESSION = 3  # trained checkpoints a session keeps (the oldest goes first): disk and memory

@@ -77,6 +77,7 @@ class ModelList:
     listed: list[str] = field(default_factory=list)  # names added from the deployer's list or by a visitor, in order
     read: object = None  # what resolves a ref (open_model)
     remapped: list[str] = field(default_factory=list)  # a checkpoint under a training-free remap ("rope+dca"): on request
+    yours: list[str] = field(default_factory=list)  # this session's formulas trained in the Workshop ("yours: …")
 
     @property
     def names(self) -> list[str]:
@@ -85,7 +86,7 @@ class ModelList:
     @property
     def shipped(self) -> list[str]:
         """The shipped checkpoints as trained (no published model, no remapped variant)."""
-        return [n for n in self.refs if n not in self.listed and n not in self.remapped]
+        return [n for n in self.refs if n not in self.listed and n not in self.remapped and n not in self.yours]
 
     def say(self, ours: str, any_model: str) -> str:
         """A picker's words: ``ours`` while it lists only our checkpoints ("Checkpoints"), else ``any_model``."""
@@ -160,7 +161,23 @@ def usable_models(read) -> ModelList:
                 remapped.append(f"{name}+{remap}")
                 refs[remapped[-1]] = refs[name]
                 models[remapped[-1]] = read(refs[name], {"remap": remap, "factor": float(max_eval_length(1, model.device))})
-    return add_published(ModelList(refs, models, [], read, remapped))
+    listing = ModelList(refs, models, [], read, remapped)
+    add_yours(listing)
+    return add_published(listing)
+
+
+def add_yours(listing: ModelList) -> None:
+    """The formulas this session trained in the Workshop, after the shipped checkpoints, as "yours: <label>"."""
+    from views._workshop import yours
+
+    for name, folder in yours().items():
+        try:
+            model = listing.read(folder)
+        except PosvizError as exc:
+            error_box(PosvizError(f"Your Workshop model {name!r} cannot be opened: {exc}"), "Train it again there.")
+            continue
+        listing.refs[name], listing.models[name] = folder, model
+        listing.yours.append(name)
 
 
 def add_published(listing: ModelList) -> ModelList:

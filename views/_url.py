@@ -8,7 +8,7 @@ from typing import Sequence
 import streamlit as st
 
 
-def _notice_junk(key: str, raw: str, default) -> None:
+def notice_junk(key: str, raw: str, default) -> None:
     # The value sits in a code span, so a link's text can never become Markdown (images, links, colours).
     shown = repr(raw[:40]).replace("`", "'")
     message = f"Ignored URL parameter {key}=`{shown}`; using the default `{default!r}`."
@@ -36,10 +36,10 @@ def qp_int(key: str, default: int, lo: int, hi: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        _notice_junk(key, raw, default)
+        notice_junk(key, raw, default)
         return default
     if not lo <= value <= hi:
-        _notice_junk(key, raw, default)
+        notice_junk(key, raw, default)
         return default
     return value
 
@@ -51,10 +51,10 @@ def qp_float(key: str, default: float, lo: float, hi: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        _notice_junk(key, raw, default)
+        notice_junk(key, raw, default)
         return default
     if not (lo <= value <= hi) or value != value:
-        _notice_junk(key, raw, default)
+        notice_junk(key, raw, default)
         return default
     return value
 
@@ -64,7 +64,7 @@ def qp_choice(key: str, default: str, options: Sequence[str]) -> str:
     if raw is None:
         return default
     if raw not in options:
-        _notice_junk(key, raw, default)
+        notice_junk(key, raw, default)
         return default
     return raw
 
@@ -76,7 +76,7 @@ def qp_multi(key: str, default: Sequence[str], options: Sequence[str]) -> list[s
     values = [r for part in raw for r in part.split(",") if r]
     good = [v for v in values if v in options]
     if len(good) != len(values) or not good:
-        _notice_junk(key, ",".join(values), list(default))
+        notice_junk(key, ",".join(values), list(default))
         return list(default) if not good else good
     return good
 
@@ -86,7 +86,7 @@ def qp_bool(key: str, default: bool) -> bool:
     if raw is None:
         return default
     if raw not in ("0", "1", "true", "false"):
-        _notice_junk(key, raw, default)
+        notice_junk(key, raw, default)
         return default
     return raw in ("1", "true")
 

@@ -51,6 +51,9 @@ class CheckpointModel(LabModel):
             raise CheckpointError(f"{folder / WEIGHTS}: file is missing.")
         self.model_config, self.position_options = cfg, dict(cfg.position_options)
         self.name, self.method, self.train_length = folder.name, cfg.position, cfg.train_length
+        workshop = self.config.get("workshop")  # a formula a visitor trained in the Workshop: the labs' "yours: …"
+        if isinstance(workshop, dict) and isinstance(workshop.get("label"), str):
+            self.name = f"yours: {workshop['label'][:60]}"
         if self._overrides.get("remap", "none") != "none":  # as the labs list it: the checkpoint and its remap
             self.name = f"{folder.name}+{self._overrides['remap']}"
         self.n_layer, self.n_head, self.vocab_size = cfg.n_layer, cfg.n_head, cfg.vocab_size

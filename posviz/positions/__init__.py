@@ -14,6 +14,9 @@ from posviz.errors import ConfigError
 from posviz.positions.base import ModelShape, PositionMethod, relative_distance
 
 POSITION_METHODS: dict[str, type[PositionMethod]] = {}
+# A visitor's methods (the Workshop's formula): built by name like the others, but on no page, in no table of the
+# literature and with no shipped checkpoint; a class says so with ``visitor = True``.
+VISITOR_METHODS: dict[str, type[PositionMethod]] = {}
 
 _SKIP = {"base", "rope_scaling"}
 
@@ -25,15 +28,15 @@ def _discover() -> None:
         module = importlib.import_module(f"{__name__}.{info.name}")
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, PositionMethod) and obj is not PositionMethod and obj.name:
-                POSITION_METHODS[obj.name] = obj
+                (VISITOR_METHODS if getattr(obj, "visitor", False) else POSITION_METHODS)[obj.name] = obj
 
 
 def build_position_method(name: str, shape: ModelShape, options: Mapping[str, Any] | None = None) -> PositionMethod:
     try:
-        cls = POSITION_METHODS[name]
-    except KeyError:
+        cls = POSITION_METHODS[name] if name in POSITION_METHODS else VISITOR_METHODS[name]
+    except (KeyError, TypeError):
         raise ConfigError(
-            f"Unknown position method {name!r}. Known methods: {', '.join(sorted(POSITION_METHODS))}."
+            f"Unknown position method {name!r}. Known methods: {', '.join(sorted({**POSITION_METHODS, **VISITOR_METHODS}))}."
         ) from None
     return cls(shape, options)
 
@@ -53,6 +56,7 @@ _discover()
 
 __all__ = [
     "POSITION_METHODS",
+    "VISITOR_METHODS",
     "ModelShape",
     "PositionMethod",
     "build_position_method",

@@ -441,3 +441,14 @@ def bias_from_distance_table(table: torch.Tensor, distance: torch.Tensor, lo: in
     the formula over all Tq x Tk pairs. table (H, D), distance (Tq, Tk).
     """
     return table[:, (distance - lo).flatten()].view(-1, *distance.shape)
+
+
+def at_least(x: torch.Tensor, low: float) -> torch.Tensor:
+    """``x`` clamped to ``low`` in value, with the gradient of ``x`` itself (straight through).
+
+    KERPLE and a formula's floors: training clamps the stored parameters after each update
+    (``after_optimizer_step``, as KERPLE's authors do), so there this only guards values from elsewhere: a
+    checkpoint trained before that clamp, or edited weights. Passing the gradient straight through keeps such a
+    value able to come back.
+    """
+    return x + (x.clamp(min=low) - x).detach()

@@ -7,7 +7,7 @@ A bias from a conditionally positive definite kernel of the distance, learned pe
 Like ALiBi it only ever lowers the logit of farther keys, but the penalty grows like a logarithm,
 not linearly, so far keys are pushed down far less; and both the strength r1 and the bend r2 are
 learned. Initialisation follows the authors' released code: r1 ~ U(0, 2), r2 ~ U(0, 1); like it,
-the values used are at least 0.01 (see ``_at_least``).
+the values used are at least 0.01 (see ``base.at_least``).
 Shapes: r1, r2 (n_layer, H); bias (1, H, Tq, Tk).
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from posviz.config import require
-from posviz.positions.base import PositionMethod, bias_from_distance_table, distance_range, relative_distance
+from posviz.positions.base import (PositionMethod, at_least, bias_from_distance_table, distance_range,
+                                   relative_distance)
 
 MIN_PARAMETER = 0.01  # r1, r2 > 0: the kernel is only conditionally positive definite for positive values
 
@@ -58,7 +59,7 @@ class Kerple(PositionMethod):
 
     def parameters_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(r1, r2) of one layer, each (H,), as the forward pass uses them: at least MIN_PARAMETER."""
-        return _at_least(self.r1[layer], MIN_PARAMETER), _at_least(self.r2[layer], MIN_PARAMETER)
+        return at_least(self.r1[layer], MIN_PARAMETER), at_least(self.r2[layer], MIN_PARAMETER)
 
     @torch.no_grad()
     def after_optimizer_step(self) -> None:
@@ -80,13 +81,3 @@ class Kerple(PositionMethod):
             r1, r2 = self.parameters_of(layer)
             return kerple_log_bias(r1, r2, torch.arange(lo, top + 1, device=r1.device))  # (H, D)
         return self._kept_distances(("distance", layer), lo, hi, compute, [self.r1, self.r2])
-
-
-def _at_least(x: torch.Tensor, low: float) -> torch.Tensor:
-    """``x`` clamped to ``low`` in value, with the gradient of ``x`` itself (straight through).
-
-    Training clamps the stored parameters after each update (``after_optimizer_step``, as the authors
-    do), so there this only guards values from elsewhere: a checkpoint trained before that clamp, or
-    edited weights. Passing the gradient straight through keeps such a value able to come back.
-    """
-    return x + (x.clamp(min=low) - x).detach()

@@ -130,35 +130,31 @@ def _is_indexed(tree: ast.AST, name: ast.Name) -> bool:
     return any(isinstance(n, ast.Subscript) and n.value is name for n in ast.walk(tree))
 
 
-def evaluate(formula: Formula, T: int, H: int, L: int, layer: int = 0,
-             parameters: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
-    """(H, T, T) float64: the bias of every causal pair (j <= i) of a T-position context, -inf above the diagonal.
-    ``parameters``: name -> (H,) or (n_layer, H) values. Refused (FormulaError) when a causal value is NaN or +inf, or
-    a row has no finite key."""
-    params = dict(parameters or {})
-    missing = set(formula.parameters) - set(params)
+def formula_values(formula: Formula, scope: Mapping[str, torch.Tensor], parameters: Mapping[str, torch.Tensor],
+                   layer: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The formula walked with torch over ``scope`` (variable -> a tensor, broadcastable together; the head index
+    ``h`` on the first axis), with autograd: what a forward pass trains through. ``parameters``: name -> (H,) or
+    (n_layer, H) values; this layer's row of each is read. No check of the values: ``evaluate`` checks them."""
+    missing = set(formula.parameters) - set(parameters)
     if missing:
         raise FormulaError(f"No values for the learned parameter(s) {', '.join(sorted(missing))}.")
-    i = torch.arange(T, dtype=torch.float64).view(1, T, 1)
-    j = torch.arange(T, dtype=torch.float64).view(1, 1, T)
-    scope = {"i": i, "j": j, "d": i - j, "h": torch.arange(H, dtype=torch.float64).view(H, 1, 1),
-             "H": torch.tensor(float(H), dtype=torch.float64), "L": torch.tensor(float(L), dtype=torch.float64),
-             "layer": torch.tensor(float(layer), dtype=torch.float64)}
+    H = int(scope["H"])
+    lead = [1] * (scope["h"].dim() - 1)
 
-    def value_of(name: str) -> torch.Tensor:
-        table = torch.as_tensor(params[name], dtype=torch.float64)
-        row = table if formula.parameters[name] == ("h",) else table[layer]
-        return row.reshape(H, 1, 1)
+    def const(value: float) -> torch.Tensor:
+        return torch.tensor(value, dtype=dtype, device=scope["h"].device)
 
     def walk(node: ast.AST) -> torch.Tensor:
         if isinstance(node, ast.Expression):
             return walk(node.body)
         if isinstance(node, ast.Constant):
-            return torch.tensor(float(node.value), dtype=torch.float64)
+            return const(float(node.value))
         if isinstance(node, ast.Name):
-            return torch.tensor(CONSTANTS[node.id], dtype=torch.float64) if node.id in CONSTANTS else scope[node.id]
+            return const(CONSTANTS[node.id]) if node.id in CONSTANTS else scope[node.id]
         if isinstance(node, ast.Subscript):
-            return value_of(node.value.id)
+            table = torch.as_tensor(parameters[node.value.id]).to(dtype)
+            row = table if formula.parameters[node.value.id] == ("h",) else table[layer]
+            return row.reshape(H, *lead)
         if isinstance(node, ast.UnaryOp):
             return -walk(node.operand) if isinstance(node.op, ast.USub) else walk(node.operand)
         if isinstance(node, ast.BinOp):
@@ -167,7 +163,7 @@ def evaluate(formula: Formula, T: int, H: int, L: int, layer: int = 0,
             left, out = walk(node.left), None
             for op, comparator in zip(node.ops, node.comparators):
                 right = walk(comparator)
-                step = COMPARE[type(op)](left, right).to(torch.float64)
+                step = COMPARE[type(op)](left, right).to(dtype)
                 out = step if out is None else out * step
                 left = right
             return out
@@ -175,14 +171,53 @@ def evaluate(formula: Formula, T: int, H: int, L: int, layer: int = 0,
             return FUNCTIONS[node.func.id][1](*[walk(a) for a in node.args])
         raise FormulaError(f"{_describe(node)} is not allowed in a formula.")  # parse_formula let nothing else through
 
+    return walk(formula.tree)
+
+
+def pair_scope(q_pos: torch.Tensor, k_pos: torch.Tensor, H: int, L: int, layer: int,
+               dtype: torch.dtype = torch.float64) -> dict:
+    """The variables for queries at ``q_pos`` (Tq,) and keys at ``k_pos`` (Tk,), shapes (1, Tq, Tk) and h (H, 1, 1).
+    A key after its query (masked by attention anyway) is read as the query's own position, so that no value the
+    model computes comes from outside the causal pairs (a log of a negative distance would be NaN, and its
+    gradient would poison the parameters' even where masked)."""
+    device = q_pos.device
+    i = q_pos.to(dtype).view(1, -1, 1)
+    j = torch.minimum(k_pos.to(device, dtype).view(1, 1, -1), i)
+    return {"i": i, "j": j, "d": i - j, "h": torch.arange(H, dtype=dtype, device=device).view(H, 1, 1),
+            "H": torch.tensor(float(H), dtype=dtype), "L": torch.tensor(float(L), dtype=dtype),
+            "layer": torch.tensor(float(layer), dtype=dtype)}
+
+
+def distance_scope(lo: int, hi: int, H: int, L: int, layer: int, dtype: torch.dtype = torch.float64,
+                   device=None) -> dict:
+    """The variables of a formula of the distance alone, for distances lo..hi: d (1, D) and h (H, 1)."""
+    return {"d": torch.arange(lo, hi + 1, dtype=dtype, device=device).view(1, -1),
+            "h": torch.arange(H, dtype=dtype, device=device).view(H, 1),
+            "H": torch.tensor(float(H), dtype=dtype), "L": torch.tensor(float(L), dtype=dtype),
+            "layer": torch.tensor(float(layer), dtype=dtype)}
+
+
+def check_values(bias: torch.Tensor, where: str = "") -> None:
+    """Refuse a bias (H, ...) with a NaN or +inf value: only -inf (a hard cut) is allowed."""
+    if torch.isnan(bias).any():
+        raise FormulaError(f"The formula is NaN on some causal pair{where} (a log or sqrt of a negative number, "
+                           "0/0, ...).")
+    if torch.isposinf(bias).any():
+        raise FormulaError(f"The formula overflows to +inf on some causal pair{where}; only -inf (a hard cut) is "
+                           "allowed.")
+
+
+def evaluate(formula: Formula, T: int, H: int, L: int, layer: int = 0,
+             parameters: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """(H, T, T) float64: the bias of every causal pair (j <= i) of a T-position context, -inf above the diagonal.
+    ``parameters``: name -> (H,) or (n_layer, H) values. Refused (FormulaError) when a causal value is NaN or +inf, or
+    a row has no finite key."""
+    pos = torch.arange(T)
     with torch.no_grad():
-        bias = walk(formula.tree).expand(H, T, T).clone()
+        bias = formula_values(formula, pair_scope(pos, pos, H, L, layer), dict(parameters or {}), layer)
+        bias = bias.expand(H, T, T).clone()
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    seen = bias[:, causal]
-    if torch.isnan(seen).any():
-        raise FormulaError("The formula is NaN on some causal pair (a log or sqrt of a negative number, 0/0, ...).")
-    if torch.isposinf(seen).any():
-        raise FormulaError("The formula overflows to +inf on some causal pair; only -inf (a hard cut) is allowed.")
+    check_values(bias[:, causal])
     bias[:, ~causal] = float("-inf")
     if (~torch.isfinite(bias).any(dim=-1)).any():
         raise FormulaError("Some query has no key with a finite bias: every row needs at least one key it may attend.")

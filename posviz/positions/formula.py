@@ -1,0 +1,159 @@
+"""A logit bias written as a formula in the Workshop (issue #47): ``posviz.workshop.formula`` parses and walks it.
+
+A visitor's method, not one of the literature's: it is registered apart (``VISITOR_METHODS``), so it is on no page
+and needs no shipped checkpoint, but a checkpoint trained with it loads like any other (``load_checkpoint``,
+``open_model``): its config.json holds the formula and, per learned parameter, its initial value (a number, or a
+uniform range) and its floor.
+
+    bias(i, j) = formula(i, j, d = i - j, h, H, L, layer, learned name[h] / name[layer, h])
+
+It adds its bias to the logits after the 1/sqrt(d) scale, as ALiBi does. A formula of the distance alone (no ``i``
+or ``j``) offers the per-distance shortcut and is shift-invariant (a KV cache's window may start anywhere); one that
+reads ``i`` or ``j`` is neither: both facts come from the formula's syntax tree.
+Shapes: a parameter (H,) or (n_layer, H); bias (1, H, Tq, Tk).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from posviz.config import require
+from posviz.positions.base import PositionMethod, at_least, position_range
+from posviz.workshop.formula import (FormulaError, check_values, distance_scope, evaluate, formula_values, pair_scope,
+                                     parse_formula)
+
+SPEC_KEYS = ("init", "floor")
+
+
+def parameter_spec(name: str, spec) -> dict:
+    """A learned parameter's spec as config.json holds it: {"init": number or [low, high], "floor": number or None}."""
+    require(isinstance(spec, dict) and not set(spec) - set(SPEC_KEYS) and "init" in spec,
+            f"parameter {name}: expected {{'init': number or [low, high], 'floor': number or null}}, got {spec!r}")
+    init, floor = spec["init"], spec.get("floor")
+
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < 1e6
+
+    uniform = isinstance(init, (list, tuple)) and len(init) == 2 and all(number(x) for x in init) and init[0] <= init[1]
+    require(number(init) or uniform, f"parameter {name}: init must be a number or a range [low, high], got {init!r}")
+    require(floor is None or number(floor), f"parameter {name}: floor must be a number or null, got {floor!r}")
+    # an initial value below the floor is allowed: KERPLE's reference draws r1 ~ U(0, 2) and floors it at 0.01
+    return {"init": [float(init[0]), float(init[1])] if uniform else float(init),
+            "floor": None if floor is None else float(floor)}
+
+
+@dataclasses.dataclass
+class FormulaOptions:
+    formula: str  # no default: a formula method is the formula (posviz.workshop.formula's language)
+    parameters: dict = dataclasses.field(default_factory=dict)  # name -> {"init": ..., "floor": ...}, one per name[...]
+
+    def __post_init__(self):
+        parsed = parse_formula(self.formula)  # FormulaError: words on what is not allowed
+        require(isinstance(self.parameters, dict), "formula parameters must be a mapping of name -> spec")
+        missing, extra = sorted(set(parsed.parameters) - set(self.parameters)), sorted(set(self.parameters) - set(parsed.parameters))
+        require(not missing, f"the formula's learned parameter(s) {', '.join(missing)} need an initial value "
+                             "(e.g. --param a=1.0, or a range --param a=0:2)")
+        require(not extra, f"parameter(s) {', '.join(extra)} are not in the formula {self.formula!r}")
+        self.parameters = {name: parameter_spec(name, self.parameters[name]) for name in sorted(self.parameters)}
+
+
+class FormulaBias(PositionMethod):
+    name = "formula"
+    visitor = True  # registered apart from the literature's methods: see posviz.positions.VISITOR_METHODS
+    summary = "A logit bias written as a formula in the Workshop."
+    acts_on = "logits"
+    kind = "relative"
+    learned = True
+    Options = FormulaOptions
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        self.formula = parse_formula(self.options.formula)
+        self.floors = {}
+        for name, index in sorted(self.formula.parameters.items()):
+            size = (shape.n_head,) if index == ("h",) else (shape.n_layer, shape.n_head)
+            spec = self.options.parameters[name]
+            init = spec["init"]
+            value = torch.full(size, init) if isinstance(init, float) else torch.empty(size).uniform_(*init)
+            self.register_parameter(f"param_{name}", nn.Parameter(value))
+            self.floors[name] = spec["floor"]
+        self._checked = {}  # (positions, layer) -> the parameter versions its values were checked at
+        for layer in range(shape.n_layer):  # a formula that is no bias within the trained context: say so now
+            evaluate(self.formula, shape.train_length, shape.n_head, shape.train_length, layer, self.values_of(layer))
+
+    def values_of(self, layer: int) -> dict:
+        """name -> the parameter as the forward pass uses it: at least its floor (straight through, as KERPLE's)."""
+        out = {}
+        for name in self.formula.parameters:
+            p, floor = getattr(self, f"param_{name}"), self.floors[name]
+            out[name] = p if floor is None else at_least(p, floor)
+        return out
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """Keep each stored parameter at or above its floor, as KERPLE's reference does with its own."""
+        for name, floor in self.floors.items():
+            if floor is not None:
+                getattr(self, f"param_{name}").clamp_(min=floor)
+
+    def _shared_tag(self, layer: int) -> tuple:
+        """What the bias depends on beyond the positions: its layer only when the formula reads one."""
+        by_layer = "layer" in self.formula.reads or ("layer", "h") in self.formula.parameters.values()
+        return ("layer", layer) if by_layer else ()
+
+    def logit_bias(self, layer, q, q_pos, k_pos):
+        H, L = self.shape.n_head, self.shape.train_length
+
+        def compute():
+            scope = pair_scope(q_pos, k_pos, H, L, layer)
+            bias = formula_values(self.formula, scope, self.values_of(layer), layer)
+            return bias.expand(H, q_pos.numel(), k_pos.numel()).unsqueeze(0).to(torch.float32)  # (1, H, Tq, Tk)
+        return self._memoized(q_pos, k_pos, compute, self._shared_tag(layer)).to(q.dtype)
+
+    def distance_bias(self, layer, q_pos, lo, hi):
+        if not self.formula.shift_invariant():
+            return None  # reads i or j: no function of the distance alone
+
+        def compute(lo, top):
+            scope = distance_scope(lo, top, self.shape.n_head, self.shape.train_length, layer)
+            table = formula_values(self.formula, scope, self.values_of(layer), layer)
+            return table.expand(self.shape.n_head, top - lo + 1).to(torch.float32)  # (H, D)
+        return self._kept_distances(("distance", *self._shared_tag(layer)), lo, hi, compute, list(self.parameters()))
+
+    def is_shift_invariant(self) -> bool:
+        return self.formula.shift_invariant()
+
+    def check_positions(self, pos: torch.Tensor) -> None:
+        """Refuse, with words, positions at which the formula is no bias (NaN, +inf, or a query with no finite key):
+        checked once per length and parameter values, in blocks of rows. Not while training, whose loss shows it."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()) and self.training:
+            return
+        n = position_range(pos)[1] + 1
+        stamp = tuple(p._version for p in self.parameters() if not p.is_inference())
+        H, L = self.shape.n_head, self.shape.train_length
+        with torch.no_grad():
+            for layer in range(self.shape.n_layer):
+                if self._checked.get(layer, (0, None))[0] >= n and self._checked[layer][1] == stamp:
+                    continue
+                values = self.values_of(layer)
+                if self.formula.shift_invariant():
+                    table = formula_values(self.formula, distance_scope(0, n - 1, H, L, layer), values, layer)
+                    check_values(table, f" at a distance below {n:,}")
+                    first = table.expand(H, n)[:, 0]
+                    if not torch.isfinite(first).all():
+                        raise FormulaError("The bias at distance 0 is -inf: a query would see no key at all.")
+                else:
+                    rows = max(1, (1 << 22) // (H * n))
+                    keys = torch.arange(n)
+                    for r0 in range(0, n, rows):
+                        q = torch.arange(r0, min(n, r0 + rows))
+                        bias = formula_values(self.formula, pair_scope(q, keys, H, L, layer), values, layer)
+                        bias = bias.expand(H, q.numel(), n)
+                        causal = keys.view(1, -1) <= q.view(-1, 1)
+                        check_values(bias[:, causal], f" below position {n:,}")
+                        finite = torch.isfinite(bias) & causal
+                        if not finite.any(dim=-1).all():
+                            raise FormulaError(f"Some query below position {n:,} has no key with a finite bias.")
+                self._checked[layer] = (n, stamp)

@@ -1,0 +1,104 @@
+"""The Workshop's quick runs: ``python -m posviz_tools.quick_runs [--only NAME ...] [--write-only]``.
+
+Trains, with ``python -m posviz.train --quick``, the quick baselines (alibi, rope, nope: the fair comparison for a
+formula trained on the Workshop page) and the formulas docs/workshop.md discusses, each into ``runs/quick/<name>``
+(resumable: a run whose metrics.json holds its scores is not trained again). Then writes what they measured into
+``posviz/workshop/quick_runs.json`` (the page shows the baselines from it; the weights are not shipped: models/
+has no room for them under its 40 MiB) and the table between the markers of docs/workshop.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "runs" / "quick"
+DATA = ROOT / "posviz" / "workshop" / "quick_runs.json"
+DOC = ROOT / "docs" / "workshop.md"
+BEGIN, END = "<!-- quick runs: written by python -m posviz_tools.quick_runs -->", "<!-- /quick runs -->"
+
+# name -> the arguments of ``python -m posviz.train`` after --quick: baselines first, then the formulas
+RUNS_TO_TRAIN = {
+    "alibi": ["--method", "alibi"],
+    "rope": ["--method", "rope"],
+    "nope": ["--method", "nope"],
+    "alibi as a formula": ["--formula", "-(2**(-8*(h+1)/H))*d"],
+    "hard cut at 64": ["--formula", "where(d < 64, 0, -inf)"],
+    "half the heads ALiBi": ["--formula", "where(h < H/2, -(2**(-16*(h+1)/H))*d, 0)"],
+    "Gaussian window": ["--formula", "-(d / w[h])**2 / 2", "--param", "w=16:128", "--floor", "w=1"],
+}
+BASELINES = ("alibi", "rope", "nope")
+
+
+def folder_of(name: str) -> Path:
+    return RUNS / name.replace(" ", "-")
+
+
+def trained(name: str) -> dict | None:
+    path = folder_of(name) / "metrics.json"
+    if not path.is_file():
+        return None
+    metrics = json.loads(path.read_text())
+    return metrics if "eval" in metrics else None
+
+
+def train(name: str) -> None:
+    args = [sys.executable, "-m", "posviz.train", *RUNS_TO_TRAIN[name], "--quick", "--out", str(folder_of(name))]
+    print(" ".join(args[1:]), flush=True)
+    subprocess.run(args, cwd=ROOT, check=True)
+
+
+def record() -> dict:
+    out = {}
+    for name in RUNS_TO_TRAIN:
+        metrics = trained(name)
+        if metrics is None:
+            continue
+        config = json.loads((folder_of(name) / "config.json").read_text())
+        scores = {f"{m:g}": v for m, v in zip(metrics["eval"]["lengths_x_train"].values(),
+                                                metrics["eval"]["nonoverlapping_bpb"].values())}
+        out[name] = {"command": "python -m posviz.train " + " ".join(
+                         f'"{a}"' if " " in a or "*" in a or "(" in a else a for a in RUNS_TO_TRAIN[name]) + " --quick",
+                     "baseline": name in BASELINES, "bits_per_byte": scores,
+                     "eval_bytes": metrics["eval"]["eval_bytes"], "steps": metrics["steps"],
+                     "tokens": metrics["tokens"], "train_seconds": config["trained_on"]["seconds"],
+                     "cpu_threads": config["trained_on"]["cpu_threads"],
+                     "position_options": config["model"]["position_options"]}
+    return out
+
+
+def table(runs: dict) -> str:
+    lines = ["| run | command | 1× | 4× | 16× | 4× / 1× | training |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, run in runs.items():
+        bpb = run["bits_per_byte"]
+        ratio = bpb["4"] / bpb["1"] if bpb.get("4") and bpb.get("1") else None
+        lines.append(f"| {name}{' (baseline)' if run['baseline'] else ''} | `{run['command']}` | {bpb['1']:.4f} | "
+                     f"{bpb['4']:.4f} | {bpb['16']:.4f} | {ratio:.3f} | {run['train_seconds']:.0f} s |")
+    return "\n".join(lines)
+
+
+def write(runs: dict) -> None:
+    DATA.write_text(json.dumps(runs, indent=2) + "\n")
+    text = DOC.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(f"{head}{BEGIN}\n{table(runs)}\n{END}{tail}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="run names (default: all)")
+    ap.add_argument("--write-only", action="store_true", help="only write the JSON and the table from runs/quick")
+    args = ap.parse_args(argv)
+    if not args.write_only:
+        for name in RUNS_TO_TRAIN:
+            if (args.only is None or name in args.only) and trained(name) is None:
+                train(name)
+    write(record())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""The Workshop's position method (issue #47): a logit bias written as a formula, through the interface every method
+implements; its checkpoints, its KV cache verdicts read off the syntax tree, and its training (``--formula``,
+``--quick``, the page's progress and cancel, the hosted demo's time cap).
+
+The language itself (the whitelist, the hostile inputs) is tested in test_core_bad_input; the formulas' values
+against ALiBi's and KERPLE's in test_bias_methods.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY, tiny_model
+from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
+
+from posviz.config import ModelConfig
+from posviz.errors import ConfigError, PosvizError
+from posviz.labs import kv_cache
+from posviz.models.attention import reference_attention
+from posviz.models.byte_gpt import GPT
+from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint
+from posviz.models.interface import open_model
+from posviz.models.shipped import as_lab_model
+from posviz.positions import POSITION_METHODS, VISITOR_METHODS, ModelShape, build_position_method, method_names
+from posviz.training.train import TrainConfig, TrainingCancelled, formula_options, main, train
+from posviz.workshop.formula import FormulaError
+
+ALIBI = "-(2**(-8*(h+1)/H))*d"  # ALiBi's slopes for a power-of-two head count, as the issue writes it
+KERPLE = "-a[layer, h] * log(1 + b[layer, h] * d)"
+KERPLE_PARAMS = {"a": {"init": [0, 2], "floor": 0.01}, "b": {"init": [0, 1], "floor": 0.01}}  # the authors' draws
+SHAPE = ModelShape(n_layer=2, n_head=4, head_dim=8, n_embd=32, train_length=32)
+
+
+def formula_model(formula: str, parameters: dict | None = None, seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    options = {"formula": formula, "parameters": parameters or {}}
+    return GPT(ModelConfig(position="formula", position_options=options, **{**TINY, **overrides})).eval()
+
+
+def causal_part(bias: torch.Tensor) -> torch.Tensor:
+    T = bias.shape[-1]
+    return bias.expand(-1, SHAPE.n_head, T, T)[..., torch.ones(T, T, dtype=torch.bool).tril()]
+
+
+def test_a_formula_is_a_visitors_method_on_no_page():
+    """Built by name like any method, but not among the literature's: no page lists it, no shipped checkpoint."""
+    assert "formula" in VISITOR_METHODS and "formula" not in POSITION_METHODS and "formula" not in method_names()
+    assert build_position_method("formula", SHAPE, {"formula": "-d"}).name == "formula"
+
+
+def test_alibi_as_a_formula_method_is_alibi():
+    """Its bias on every causal pair, its per-distance shortcut, and a whole model's logits with the same weights."""
+    formula, alibi = (build_position_method(m, SHAPE, o) for m, o in (("formula", {"formula": ALIBI}), ("alibi", None)))
+    pos, q = torch.arange(40), torch.zeros(1, 4, 40, 8)
+    assert torch.equal(causal_part(formula.logit_bias(1, q, pos, pos)), causal_part(alibi.logit_bias(1, q, pos, pos)))
+    assert torch.equal(formula.distance_bias(0, pos, 0, 39), alibi.distance_bias(0, pos, 0, 39))
+
+    ours, theirs = formula_model(ALIBI), tiny_model("alibi")
+    ours.load_state_dict(theirs.state_dict())
+    idx = torch.randint(0, 256, (2, 70), generator=torch.Generator().manual_seed(1))  # past train_length too
+    with torch.no_grad():
+        torch.testing.assert_close(ours(idx).logits, theirs(idx).logits, rtol=0, atol=1e-6)
+        with reference_attention():  # the (H, Tq, Tk) path as well as the per-distance one
+            torch.testing.assert_close(ours(idx).logits, theirs(idx).logits, rtol=0, atol=1e-6)
+
+
+def test_kerple_log_as_a_formula_method_at_kerples_values_is_kerple():
+    torch.manual_seed(2)
+    kerple = build_position_method("kerple", SHAPE)
+    formula = build_position_method("formula", SHAPE, {"formula": KERPLE, "parameters": KERPLE_PARAMS})
+    assert formula.param_a.shape == formula.param_b.shape == kerple.r1.shape == (2, 4)  # (n_layer, H)
+    with torch.no_grad():
+        kerple.r1[0, 0] = -3.0  # below the floor: both use 0.01
+        formula.param_a.copy_(kerple.r1)
+        formula.param_b.copy_(kerple.r2)
+    pos, q = torch.arange(30), torch.zeros(1, 4, 30, 8)
+    for layer in (0, 1):
+        torch.testing.assert_close(causal_part(formula.logit_bias(layer, q, pos, pos)),
+                                   causal_part(kerple.logit_bias(layer, q, pos, pos)), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(formula.distance_bias(layer, pos, 0, 29), kerple.distance_bias(layer, pos, 0, 29),
+                                   rtol=1e-6, atol=1e-6)
+    formula.after_optimizer_step()  # the stored value is kept at its floor, as KERPLE's own step does
+    assert float(formula.param_a[0, 0].detach()) == pytest.approx(0.01)
+
+
+def test_learned_parameters_take_their_initial_values_and_learn():
+    method = build_position_method("formula", SHAPE, {"formula": "-m[h] * d - c[layer, h] * (d > 4)",
+                                                      "parameters": {"m": {"init": 0.5}, "c": {"init": [1, 3]}}})
+    assert torch.equal(method.param_m, torch.full((4,), 0.5)) and method.param_c.shape == (2, 4)
+    assert bool(((method.param_c >= 1) & (method.param_c <= 3)).all())
+    assert method.options.parameters == {"c": {"init": [1.0, 3.0], "floor": None}, "m": {"init": 0.5, "floor": None}}
+    net = formula_model("-m[h] * d", {"m": {"init": 0.5}}).train()
+    net(torch.randint(0, 256, (1, 20))).logits.sum().backward()
+    assert net.position.param_m.grad is not None and bool(net.position.param_m.grad.abs().sum() > 0)
+
+
+@pytest.mark.parametrize("options,words", [
+    ({"formula": KERPLE}, "need an initial value"),
+    ({"formula": "-d", "parameters": {"a": {"init": 1}}}, "not in the formula"),
+    ({"formula": "-a[h] * d", "parameters": {"a": {"init": "one"}}}, "init must be a number or a range"),
+    ({"formula": "-a[h] * d", "parameters": {"a": {"init": 1, "flor": 0}}}, "expected {'init'"),
+    ({"formula": "-a[h] * d", "parameters": {"a": {"init": [2, 1]}}}, "init must be a number or a range"),
+    ({"formula": "-log(L / 2 - d)"}, "NaN"),  # no bias within the trained context: said when it is built
+    ({"formula": "__import__('os')"}, "not allowed"),
+    ({}, "formula"),
+])
+def test_a_bad_formula_method_is_refused_with_words(options, words):
+    with pytest.raises((ConfigError, FormulaError)) as err:
+        build_position_method("formula", SHAPE, options)
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("formula,words", [
+    ("-log(L + 1 - d)", "NaN on some causal pair at a distance below 64"),  # fine within L, NaN past it
+    ("where(i > 40, -inf, 0)", "no key with a finite bias"),
+])
+def test_a_formula_that_breaks_past_the_trained_length_says_where(formula, words):
+    net = formula_model(formula)
+    with torch.no_grad():
+        assert torch.isfinite(net(torch.zeros(1, 32, dtype=torch.long)).logits).all()
+        with pytest.raises(FormulaError, match=words):
+            net(torch.zeros(1, 64, dtype=torch.long))
+
+
+@pytest.mark.parametrize("formula,shift_invariant", [("-0.3 * log(1 + d)", True), ("-0.05 * d * (1 + i / L)", False)])
+def test_kv_cache_verdicts_come_from_the_syntax_tree(formula, shift_invariant, text_ids):
+    """A formula of d alone is shift-invariant: a cached window equals re-encoding it in one layer. One that reads i
+    is not, and the lab says so. Cached decoding equals the full pass either way."""
+    model = as_lab_model(sharp(formula_model(formula, n_layer=1)), name="yours")
+    assert model.is_shift_invariant() is shift_invariant
+    verdict = kv_cache.strategy_verdict(model, "cached_window")
+    assert verdict.startswith("Correct") if shift_invariant else "also reads each query's true position" in verdict
+    cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
+    reencode = kv_cache.sliding_score(model, text_ids, 8, "reencode", 40)
+    gap = np.abs(cached.id_bits - reencode.id_bits).max()
+    assert (gap < 2e-4) if shift_invariant else (gap > 1e-3), gap
+    check = kv_cache.cache_check(model, text_ids, 32)
+    assert check["max_abs_diff"] < 1e-4 * max(1.0, check["logit_scale"])
+
+
+def tiny_recipe(**changes) -> TrainConfig:
+    return TrainConfig(**{"method": "formula", "position_options": {"formula": KERPLE, "parameters": KERPLE_PARAMS},
+                          "n_layer": 1, "n_embd": 32, "train_length": 32, "batch_size": 4, "tokens": 4 * 32 * 6,
+                          "eval_bytes": 4096, "warmup_steps": 2, "log_every": 1, **changes})
+
+
+def test_a_formula_checkpoint_holds_its_formula_and_loads_like_a_shipped_one(tmp_path):
+    train(tiny_recipe(), tmp_path / "yours", progress=False)
+    config = json.loads((tmp_path / "yours" / "config.json").read_text())
+    assert config["model"]["position"] == "formula"
+    assert config["model"]["position_options"] == {"formula": KERPLE, "parameters": {
+        "a": {"init": [0.0, 2.0], "floor": 0.01}, "b": {"init": [0.0, 1.0], "floor": 0.01}}}
+    net = load_checkpoint(tmp_path / "yours")
+    assert float(net.position.param_a.detach().min()) >= 0.01  # the floors held through training
+    lab = open_model(tmp_path / "yours", device="cpu")
+    ids = torch.randint(0, 256, (1, 50), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(lab.net(ids).logits, net(ids).logits)
+    assert lab.name == "yours" and lab.acts_on == "logits" and lab.is_shift_invariant()
+
+
+def test_training_reports_each_step_cancels_and_keeps_to_its_time_cap(tmp_path):
+    seen = []
+    with pytest.raises(TrainingCancelled, match="cancelled at step 3 of 6"):
+        train(tiny_recipe(), tmp_path / "cancelled", progress=False,
+              on_step=lambda done, steps, seconds: seen.append((done, steps)) or done == 3)
+    assert seen == [(1, 6), (2, 6), (3, 6)] and not (tmp_path / "cancelled").exists()
+    metrics = train(tiny_recipe(), tmp_path / "capped", progress=False, max_seconds=0)
+    assert metrics["stopped_early"] == "stopped at step 1 of 6: the 0 s cap on training"
+    assert json.loads((tmp_path / "capped" / "metrics.json").read_text())["stopped_early"] == metrics["stopped_early"]
+
+
+def test_a_formula_with_no_derivative_stops_training_with_words(tmp_path):
+    """sqrt(a d) has no derivative in a at d = 0: the first step's gradient is NaN, and would make every weight NaN."""
+    with pytest.raises(PosvizError, match=r"stopped at step 0: the gradient of position\.param_a \(and \d+ more\) is not a number"):
+        train(tiny_recipe(position_options={"formula": "-sqrt(a[h] * d)", "parameters": {"a": {"init": 1.0}}}),
+              tmp_path / "nan", progress=False)
+    assert not (tmp_path / "nan").exists()
+
+
+def test_the_formula_command_line_writes_under_runs_and_scores_1_4_and_16x(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    main(["--formula", ALIBI, "--quick", "--set", "tokens=768", "n_layer=1", "n_embd=32", "train_length=32",
+          "batch_size=4", "eval_bytes=4096"])
+    (out,) = (tmp_path / "runs").iterdir()
+    assert out.name.startswith("formula-") and out.name.endswith("-quick") and not any((tmp_path / "models").iterdir())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["eval"]["lengths_x_train"] == {"32": 1.0, "128": 4.0, "512": 16.0}
+    assert all(v > 0 for v in metrics["eval"]["nonoverlapping_bpb"].values())
+    config = json.loads((out / "config.json").read_text())
+    assert config["train"]["warmup_steps"] == 30 and config["train"]["tokens"] == 768  # --quick, then --set
+    assert "bits per byte on" in capsys.readouterr().out
+
+
+def test_formula_options_from_the_command_line():
+    assert formula_options(KERPLE, ["a=0:2", "b=0.5"], ["a=0.01"]) == {
+        "formula": KERPLE, "parameters": {"a": {"init": [0.0, 2.0], "floor": 0.01}, "b": {"init": 0.5}}}
+    with pytest.raises(SystemExit, match="expected NAME=NUMBER or NAME=LOW:HIGH"):
+        formula_options(KERPLE, ["a=big"], [])
+
+
+# ------------------------------------------------------------------------------------------------
+# The queue a server trains visitors' formulas in (posviz/workshop/training.py)
+# ------------------------------------------------------------------------------------------------
+PAGE_TOKENS = 8192  # two steps of the shipped shape, scored on 4 KiB: the page's runs in tests
+PAGE_RECIPE = json.dumps({"tokens": PAGE_TOKENS, "eval_bytes": 4096})
+
+
+def test_the_trainer_runs_one_at_a_time_and_others_see_their_place(tmp_path, monkeypatch):
+    from posviz.workshop.training import Trainer
+
+    monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
+    trainer = Trainer()
+    first = trainer.submit("first", {"formula": ALIBI}, tmp_path / "first")
+    second = trainer.submit("second", {"formula": "-0.1 * d"}, tmp_path / "second")
+    assert trainer.place(second) == 1  # the first runs or waits ahead of it
+    with pytest.raises(PosvizError, match="already waiting on this server"):
+        Trainer(queue_size=0).submit("third", {"formula": "-d"}, tmp_path / "third")
+    assert trainer.wait(second, 120) and first.status == second.status == "done", (first.message, second.message)
+    assert (first.step, first.steps) == (2, 2) and set(first.scores) == {1.0, 4.0, 16.0}
+    config = json.loads((tmp_path / "first" / "config.json").read_text())
+    assert config["workshop"] == {"label": "first"} and config["train"]["tokens"] == PAGE_TOKENS
+    assert open_model(tmp_path / "first", device="cpu").name == "yours: first"
+    with pytest.raises(FormulaError):  # refused when submitted, not when its turn comes
+        trainer.submit("bad", {"formula": "import os"}, tmp_path / "bad")
+
+
+def test_a_cancelled_run_leaves_nothing(tmp_path, monkeypatch):
+    from posviz.workshop.training import Trainer
+
+    monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", json.dumps({"tokens": 4096 * 50}))
+    trainer = Trainer()
+    job = trainer.submit("cancelled", {"formula": ALIBI}, tmp_path / "cancelled")
+    while job.step < 1 and not job.finished:
+        trainer.wait(job, 0.2)
+    trainer.cancel(job)
+    assert trainer.wait(job, 60) and job.status == "cancelled" and "cancelled at step" in job.message
+    assert not (tmp_path / "cancelled").exists()
+
+
+def test_a_sessions_folder_goes_with_the_session():
+    import gc
+
+    from posviz.workshop.training import SessionFolder
+
+    folder = SessionFolder()
+    path = folder.path
+    (path / "run").mkdir()
+    assert path.is_dir()
+    del folder
+    gc.collect()
+    assert not path.exists()

@@ -1,0 +1,273 @@
+"""Workshop: write a position method as a formula of a logit bias, see it at once, train it in minutes, and find it
+in every lab as "yours: …". The formula language is posviz/workshop/formula.py, the drawing posviz/workshop/drawing.py,
+the training queue posviz/workshop/training.py; nothing is computed here.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from posviz.errors import PosvizError
+from posviz.limits import WORKSHOP_MAX_TRAIN_SECONDS, WORKSHOP_RESULTS_PER_SESSION
+from posviz.positions import ModelShape
+from posviz.training.train import QUICK_MULTIPLES, QUICK_RECIPE_WHY, TrainConfig
+from posviz.workshop import drawing
+from posviz.workshop.formula import FUNCTIONS, MAX_CHARACTERS, VARIABLES, parse_formula
+from views._bias_charts import distance_axis
+from views._charts import show_chart
+from views._matrices import show_matrix
+from views._page import error_box, page_header
+from views._url import notice_junk, qp_choice, qp_int, sync_url
+from views._workshop import JOBS_KEY, keep, results, session_folder, trainer
+
+OWN = "Your own"
+RECIPE = TrainConfig()  # the shipped shape: what a run trains, and what is drawn
+SHAPE = ModelShape(RECIPE.n_layer, RECIPE.n_head, RECIPE.n_embd // RECIPE.n_head, RECIPE.n_embd, RECIPE.train_length)
+CURVE_KEYS = 4 * RECIPE.train_length  # the curves run to 4x the trained context: where extrapolation shows
+MATRIX_SIDE = 128
+QUICK_RUNS = Path(drawing.__file__).with_name("quick_runs.json")
+
+page_header(
+    "Workshop: write your own position method",
+    "Type a logit bias as a formula of the distance, the positions and the head; see it per head at once; train it "
+    "in a few minutes with the same short recipe as three baselines; then run it through every lab as yours.")
+
+# -- the formula: from the URL, an example, or typed --------------------------------------------------------------
+names = list(drawing.EXAMPLES) + [OWN]
+
+
+def _url_params(key: str, allowed: set[str]) -> dict[str, str]:
+    """"a=0:2;b=0.5" from the URL as {"a": "0:2", "b": "0.5"}, for the formula's parameters ``allowed``; anything
+    else in it is ignored with a notice."""
+    raw = st.query_params.get(key)
+    if raw is None:
+        return {}
+    out = {}
+    for item in raw.split(";") if raw else [""]:
+        name, sep, value = item.partition("=")
+        if not sep or name.strip() not in allowed or len(value) > 40:
+            notice_junk(key, raw, "")
+            return {}
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _set_inputs(formula: str, parameters: dict) -> None:
+    st.session_state["w_formula"] = formula
+    for name, spec in parameters.items():
+        st.session_state[f"w_init_{name}"], st.session_state[f"w_floor_{name}"] = drawing.spec_text(spec)
+
+
+def _example_picked() -> None:
+    example = drawing.EXAMPLES.get(st.session_state["w_example"])
+    if example is not None:
+        _set_inputs(example.formula, example.parameters)
+
+
+def _from_link() -> None:
+    """A session's first run: the link's formula (``bias``) and parameters, else its example's, else the first."""
+    start = qp_choice("example", names[0], names)
+    raw = st.query_params.get("bias")
+    linked = None
+    if raw is not None:
+        try:
+            linked = parse_formula(raw)
+        except PosvizError:
+            notice_junk("bias", raw, drawing.EXAMPLES.get(start, drawing.EXAMPLES[names[0]]).formula)
+    allowed = set(linked.parameters) if linked is not None else set()
+    inits, floors = _url_params("init", allowed), _url_params("floor", allowed)
+    if linked is None:
+        st.session_state["w_example"] = start if start in drawing.EXAMPLES else names[0]
+        _example_picked()
+        return
+    same = [n for n, e in drawing.EXAMPLES.items() if e.formula == raw]
+    st.session_state["w_example"] = start if start in same else (same[0] if same else OWN)
+    example = drawing.EXAMPLES.get(st.session_state["w_example"])
+    _set_inputs(raw, example.parameters if example is not None else {})
+    for name in linked.parameters:  # a link that names inits or floors names them all (the page writes them so)
+        if inits:
+            st.session_state[f"w_init_{name}"] = inits.get(name, "1")
+        if floors or "floor" in st.query_params:
+            st.session_state[f"w_floor_{name}"] = floors.get(name, "")
+
+
+if "w_formula" not in st.session_state:
+    _from_link()
+layer_in_link, head_in_link = qp_int("layer", 0, 0, RECIPE.n_layer - 1), qp_int("head", 0, 0, RECIPE.n_head - 1)
+
+left, right = st.columns([2, 3])
+example = left.selectbox("Start from an example", names, key="w_example", on_change=_example_picked,
+                         help="Each fills in the formula and its parameters; edit them freely.")
+if example in drawing.EXAMPLES:
+    left.caption(drawing.EXAMPLES[example].why)
+formula = right.text_input(
+    "Logit bias (added to q·k/√d for query i and key j)", key="w_formula", max_chars=MAX_CHARACTERS,
+    help=f"Variables: {', '.join(VARIABLES)} (d = i − j, h the head, H the heads, L the trained context = "
+         f"{RECIPE.train_length}). Functions: {', '.join(FUNCTIONS)}. Numbers, + − * / **, comparisons, -inf (a hard "
+         "cut). A learned parameter is name[h] (one per head) or name[layer, h].")
+with st.expander("The language", expanded=False):
+    st.markdown(
+        f"- **Variables**: `i` the query's position, `j` the key's, `d` = i − j (0 on the diagonal), `h` the head "
+        f"(0 … H−1), `H` = {RECIPE.n_head} heads, `L` = {RECIPE.train_length} the trained context, `layer` "
+        f"(0 … {RECIPE.n_layer - 1}).\n"
+        f"- **Functions**: {', '.join(f'`{f}`' for f in FUNCTIONS)}; `where(cond, a, b)` picks a where cond holds.\n"
+        "- **Learned parameters**: `s[h]` (one per head) or `a[layer, h]` (one per layer and head), each with an "
+        "initial value (a number, or a range `0:2` drawn uniformly) and an optional floor it never goes below.\n"
+        "- Only the causal pairs (j ≤ i) are evaluated. A value that is NaN or +∞ there, or a query with no key "
+        "left, is refused with the reason. Nothing you type is run as Python: it is parsed against a whitelist.")
+
+options, method, problem = None, None, None
+try:
+    parsed = parse_formula(formula)
+    typed = {}
+    if parsed.parameters:
+        st.markdown("**Learned parameters** (initial value: a number or a range low:high; floor: optional)")
+        cells = st.columns(min(4, 2 * len(parsed.parameters)))
+        for n, (name, index) in enumerate(sorted(parsed.parameters.items())):
+            st.session_state.setdefault(f"w_init_{name}", "1")
+            st.session_state.setdefault(f"w_floor_{name}", "")
+            per = "per head" if index == ("h",) else "per layer and head"
+            init = cells[(2 * n) % len(cells)].text_input(f"{name} ({per}): initial value", key=f"w_init_{name}")
+            floor = cells[(2 * n + 1) % len(cells)].text_input(f"{name}: floor", key=f"w_floor_{name}")
+            typed[name] = (init, floor)
+    options = drawing.method_options(formula, typed)
+    method = drawing.drawn_method(options, SHAPE)
+except (PosvizError, ValueError) as exc:
+    problem = drawing.describe_error(exc)
+    error_box(PosvizError(problem), "Edit the formula above, or start again from an example.")
+
+specs = (options or {}).get("parameters", {})
+sync_url(example=example, bias=formula, init=";".join(f"{n}={drawing.spec_text(s)[0]}" for n, s in specs.items()),
+         floor=";".join(f"{n}={drawing.spec_text(s)[1]}" for n, s in specs.items() if s.get("floor") is not None))
+
+# -- drawn at once ------------------------------------------------------------------------------------------------
+if method is not None:
+    by_layer = "layer" in method.formula.reads or ("layer", "h") in method.formula.parameters.values()
+    reads = ", ".join(sorted(method.formula.reads)) or "nothing (a constant)"
+    c1, c2, c3 = st.columns(3)
+    c1.metric("reads", reads)
+    c2.metric("learned values", f"{sum(p.numel() for p in method.parameters()):,}",
+              help="One per head for name[h], one per layer and head for name[layer, h].")
+    c3.metric("KV cache window", "may start anywhere" if method.is_shift_invariant() else "reads i or j",
+              help="A formula of d alone is shift-invariant: a cached window with its true positions equals "
+                   "re-encoding it. One that reads i or j is not: the KV cache lab says so for it.")
+    layer = 0
+    if by_layer:
+        layer = st.select_slider("layer", list(range(RECIPE.n_layer)), value=layer_in_link, key="w_layer",
+                                 help="Your formula differs by layer.")
+    sync_url(layer=layer)
+    st.subheader("The bias of each head against distance")
+    curves = drawing.curves(method, layer, CURVE_KEYS)
+    chart = alt.Chart(curves).mark_line().encode(
+        x=distance_axis("distance from the query (positions, symlog scale)", CURVE_KEYS),
+        y=alt.Y("bias:Q", title="bias (logits)"), color=alt.Color("head:N", title=None),
+        tooltip=["head", alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")],
+    ).properties(height=280)
+    rule = alt.Chart(pd.DataFrame({"distance": [RECIPE.train_length]})).mark_rule(strokeDash=[4, 3], color="gray").encode(
+        x="distance:Q")
+    show_chart(chart + rule, curves, "workshop_bias_by_distance",
+               f"For the last query of a {CURVE_KEYS:,}-position context, at the parameters' initial values (a range is "
+               f"drawn with seed 0). Dashed: the trained context, {RECIPE.train_length} positions. A gap: -inf, a key "
+               "cut off." + ("" if method.is_shift_invariant() else " Your formula reads i or j, so other queries "
+                             "see other curves: the matrix below has them all."))
+    st.subheader("As a matrix: every query against every key")
+    head = st.select_slider("head", list(range(RECIPE.n_head)), value=head_in_link, key="w_head")
+    sync_url(head=head)
+    show_matrix(drawing.matrix(method, layer, head, MATRIX_SIDE), f"workshop_bias_matrix_h{head}",
+                "key position j", "query position i", "bias (logits)",
+                key=(json.dumps(options, sort_keys=True), layer, head))
+    st.caption(f"Head {head}, the first {MATRIX_SIDE} positions; blank: keys after the query (masked) or cut off (-inf).")
+
+# -- train --------------------------------------------------------------------------------------------------------
+st.header("Train it")
+st.markdown(
+    f"A run trains the shipped model shape ({RECIPE.n_layer} layers, {RECIPE.n_head} heads, {RECIPE.n_embd} wide, "
+    f"{RECIPE.train_length}-byte context) from scratch with the quick recipe: {QUICK_RECIPE_WHY}. The quick "
+    "baselines below were trained the same way, so they, not the shipped checkpoints, are the fair comparison. One "
+    f"run trains at a time on this server; others wait in line. A run stops at {WORKSHOP_MAX_TRAIN_SECONDS} s "
+    f"whatever its step. This session keeps its last {WORKSHOP_RESULTS_PER_SESSION}; nothing outlives the session "
+    "unless you download it.")
+job = st.session_state.get(JOBS_KEY)
+
+
+@st.fragment(run_every=1.0)
+def progress() -> None:
+    current = st.session_state.get(JOBS_KEY)
+    if current is None:
+        return
+    if current.finished:
+        st.session_state.pop(JOBS_KEY, None)
+        if current.status == "done":
+            keep(current)
+        else:
+            st.session_state["_workshop_last_end"] = (current.status, current.message)
+        st.rerun(scope="app")
+    ahead = trainer().place(current)
+    if current.status == "queued":
+        st.info(f"Waiting: {ahead} training{'s' if ahead != 1 else ''} ahead of yours on this server.", icon="⏳")
+    else:
+        fraction = current.step / current.steps if current.steps else 0.0
+        st.progress(min(1.0, fraction), text=f"Training {current.label}: step {current.step:,} of {current.steps:,}, "
+                                             f"{current.seconds:.0f} s")
+    if st.button("Cancel", key="w_cancel"):
+        trainer().cancel(current)
+
+
+if job is not None:
+    progress()
+else:
+    ended = st.session_state.pop("_workshop_last_end", None)
+    if ended is not None:
+        (st.warning if ended[0] == "cancelled" else st.error)(f"The last run {ended[0]}: {ended[1]}")
+    if st.button("Train (about 3 minutes)", type="primary", key="w_train", disabled=options is None):
+        label = drawing.label_for(formula, {r["label"] for r in results()},
+                                  example if example in drawing.EXAMPLES and
+                                  drawing.EXAMPLES[example].formula == formula else None)
+        try:
+            folder = session_folder() / f"run-{len(results())}-{abs(hash(label)) % 10**6}"
+            st.session_state[JOBS_KEY] = trainer().submit(label, options, folder)
+        except PosvizError as exc:
+            error_box(exc)
+        else:
+            st.rerun()
+
+# -- results ------------------------------------------------------------------------------------------------------
+baselines = {}
+if QUICK_RUNS.is_file():
+    baselines = {f"{name} (quick)": run["bits_per_byte"] for name, run in json.loads(QUICK_RUNS.read_text()).items()
+                 if run.get("baseline")}
+kept = results()
+if kept:
+    st.header("Yours")
+    multiples = [f"{m:g}" for m in QUICK_MULTIPLES]
+    rows = [{"model": f"yours: {r['label']}", **{f"{m}×": r["scores"].get(float(m)) for m in multiples}}
+            for r in reversed(kept)]
+    rows += [{"model": name, **{f"{m}×": bpb.get(m) for m in multiples}} for name, bpb in baselines.items()]
+    table = pd.DataFrame(rows)
+    st.dataframe(table, hide_index=True, width="stretch", height="content",
+                 column_config={f"{m}×": st.column_config.NumberColumn(f"bits/byte {m}×", format="%.3f")
+                                for m in multiples})
+    st.caption("Bits per byte (lower is better) on the same 32 KiB of held-out text, at 1×, 4× and 16× the trained "
+               "context. The quick baselines: `python -m posviz_tools.quick_runs`.")
+    from posviz.workshop.training import checkpoint_zip
+
+    for r in reversed(kept):
+        with st.container(border=True):
+            st.markdown(f"**yours: {r['label']}**")
+            st.code(r["formula"], language=None)
+            if r["message"]:
+                st.warning(r["message"], icon="⏱️")
+            row = st.container(horizontal=True, vertical_alignment="center")
+            folder = Path(r["folder"])
+            if (folder / "config.json").is_file():
+                row.download_button("Download (safetensors + config.json)", lambda f=folder: checkpoint_zip(f),
+                                    file_name=f"{folder.name}.zip", mime="application/zip", key=f"zip-{folder.name}",
+                                    width="content", on_click="ignore")
+            row.page_link("views/extrapolation.py", label="Open in the Extrapolation lab", icon="📈",
+                          query_params={"models": f"alibi,rope,nope,yours: {r['label']}"})
+    st.caption("Every lab (Extrapolation, KV cache, Retrieval, Generation, Compare) lists these as \"yours: …\" "
+               "beside the shipped checkpoints, for this session.")
