@@ -1,5 +1,5 @@
-"""Command line: ``python -m posviz.train`` (see ``posviz.training.train``)."""
-from posviz.training.train import main
+"""Command line: ``python -m posviz.train`` (see ``posviz.training.command_line``)."""
+from posviz.training.command_line import main
 
 if __name__ == "__main__":
     main()

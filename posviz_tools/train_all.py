@@ -29,7 +29,8 @@ from pathlib import Path
 from posviz.config import strict_from_dict
 from posviz.errors import PosvizError
 from posviz.positions import method_names
-from posviz.training.train import STATE_JSON, TrainConfig, as_recorded, parse_pairs, recipe_differences, state_dir_for
+from posviz.training.command_line import parse_pairs
+from posviz.training.train import STATE_JSON, TrainConfig, as_recorded, recipe_differences, state_dir_for
 
 
 @dataclasses.dataclass

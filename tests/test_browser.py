@@ -19,6 +19,7 @@ the real models/ folder. The other bad-input cases are in test_bad_input_browser
 """
 from __future__ import annotations
 
+import os
 import urllib.parse
 
 import pytest
@@ -47,9 +48,14 @@ def test_app_pages_are_read_from_the_menu():
     assert not (ROOT / "pages").exists(), "a pages/ folder beside menu.py breaks deep links on a new server"
 
 
+# The Workshop's runs on this server: two steps of training, scored on 4 KiB (the page's recipe is the quick one)
+WORKSHOP_RECIPE = '{"tokens": 8192, "eval_bytes": 4096}'
+
+
 @pytest.fixture(scope="module")
 def tiny_server(tiny_models_dir):
-    with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-browser-tiny.log") as server:
+    env = {**os.environ, "POSVIZ_WORKSHOP_RECIPE": WORKSHOP_RECIPE}
+    with StreamlitServer(models=tiny_models_dir, env=env, log=OUTPUT / "server-browser-tiny.log") as server:
         yield server
 
 
@@ -162,3 +168,31 @@ def test_home_on_the_shipped_models(browser):
             screenshot_main(tab, "home-shipped-models")
         finally:
             tab.context.close()
+
+
+def test_the_workshop_trains_a_formula_that_the_extrapolation_lab_then_runs(tiny_server, browser):
+    """A visitor's whole path: a formula drawn from a link, Train, its scores, and the Extrapolation lab with it."""
+    tab = new_tab(browser, 1366, 768)
+    console = ConsoleWatch(tab)
+    try:
+        tab.goto(tiny_server.url + "/workshop?example=Hard+cut+at+64")
+        wait_rendered(tab)
+        assert not exception_texts(tab) and not alert_texts(tab), alert_texts(tab)
+        assert look_at(tab, 1366, 768).charts_with_data >= 1
+        tab.get_by_role("button", name="Train (about 3 minutes)").click()
+        tab.get_by_text("Open in the Extrapolation lab").wait_for(timeout=120_000)
+        wait_rendered(tab)
+        assert "yours: Hard cut at 64" in main_text(tab)
+        screenshot_main(tab, "workshop-trained")
+        tab.get_by_text("Open in the Extrapolation lab").click()
+        tab.wait_for_url("**/extrapolation**")
+        wait_rendered(tab, timeout_ms=120_000)
+        assert not exception_texts(tab), exception_texts(tab)
+        chips = tab.locator(f'{MAIN} [data-testid="stMultiSelect"]').first.inner_text()
+        assert "yours: Hard cut at 64" in chips, chips
+        seen = look_at(tab, 1366, 768)
+        assert not seen.error_boxes and seen.charts_with_data >= 1, (seen.error_boxes, seen.charts)
+        assert not console.errors, console.errors
+        screenshot_main(tab, "workshop-in-extrapolation")
+    finally:
+        tab.context.close()

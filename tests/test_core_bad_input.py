@@ -21,7 +21,8 @@ from posviz.labs.probes import copy_probe
 from posviz.models.byte_gpt import GPT
 from posviz.models.kv_cache import KVCache
 from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
-from posviz.training.train import TrainConfig, main as train_main
+from posviz.training.command_line import main as train_main
+from posviz.training.train import TrainConfig
 
 TEXT = encode_text("def f(x):\n    return x * 2\n" * 20)
 N = TEXT.numel()  # 540 bytes

@@ -8,6 +8,7 @@ against ALiBi's and KERPLE's in test_bias_methods.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,11 +21,12 @@ from posviz.errors import ConfigError, PosvizError
 from posviz.labs import kv_cache
 from posviz.models.attention import reference_attention
 from posviz.models.byte_gpt import GPT
-from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint
+from posviz.models.checkpoint_files import load_checkpoint
 from posviz.models.interface import open_model
 from posviz.models.shipped import as_lab_model
 from posviz.positions import POSITION_METHODS, VISITOR_METHODS, ModelShape, build_position_method, method_names
-from posviz.training.train import TrainConfig, TrainingCancelled, formula_options, main, train
+from posviz.training.command_line import formula_options, main
+from posviz.training.train import TrainConfig, TrainingCancelled, train
 from posviz.workshop.formula import FormulaError
 
 ALIBI = "-(2**(-8*(h+1)/H))*d"  # ALiBi's slopes for a power-of-two head count, as the issue writes it
@@ -253,3 +255,102 @@ def test_a_sessions_folder_goes_with_the_session():
     del folder
     gc.collect()
     assert not path.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# The Workshop page (views/workshop.py), in the app's menu
+# ------------------------------------------------------------------------------------------------
+def workshop_page(tiny_models, **params):
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=90)
+    at.run()
+    at.switch_page("views/workshop.py")
+    at.query_params = {k: str(v) for k, v in params.items()}
+    return shown(at)
+
+
+def shown(at):
+    at = at.run()  # an AppTest, or a widget of one (whose run() reruns the app and returns it)
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def curve_data(at):
+    import pyarrow as pa
+
+    frames = [pa.ipc.open_stream(ds.data.data).read_pandas() for chart in at.get("vega_lite_chart")
+              for ds in chart.proto.datasets]
+    (curves,) = [f for f in frames if {"head", "distance", "bias"} <= set(f.columns)]
+    return curves
+
+
+def test_the_workshop_draws_alibi_per_head_and_a_hard_cut(tiny_models):
+    from posviz.positions.alibi import alibi_slopes
+
+    at = workshop_page(tiny_models)
+    assert at.selectbox(key="w_example").value == "ALiBi" and not at.error
+    curves = curve_data(at)
+    slopes = alibi_slopes(4).double().numpy()
+    for h in range(4):
+        head = curves[curves["head"] == f"head {h}"]
+        assert np.allclose(head["bias"], -slopes[h] * head["distance"], rtol=1e-6)
+    assert {m.label: m.value for m in at.metric}["shift-invariant"] == "yes"
+    assert at.query_params["bias"] == ALIBI and at.query_params["example"] == "ALiBi"
+
+    shown(at.selectbox(key="w_example").set_value("Hard cut at 64"))
+    curves = curve_data(at)
+    assert (curves[curves["distance"] < 64]["bias"] == 0).all() and curves[curves["distance"] >= 64]["bias"].isna().all()
+    shown(at.text_input(key="w_formula").set_value("-0.01 * d * i / L"))
+    assert {m.label: m.value for m in at.metric}["shift-invariant"] == "no: reads i or j"
+    assert at.query_params["bias"] == "-0.01 * d * i / L"
+
+
+def test_a_link_reproduces_the_drawing_with_its_parameters(tiny_models):
+    at = workshop_page(tiny_models, bias="-a[layer, h] * log(1 + b[layer, h] * d)", init="a=0.5;b=0:1",
+                       floor="a=0.01;b=0.01", layer=2, head=1)
+    assert at.selectbox(key="w_example").value == "KERPLE-log"
+    assert at.text_input(key="w_init_a").value == "0.5" and at.text_input(key="w_init_b").value == "0:1"
+    options = {"formula": "-a[layer, h] * log(1 + b[layer, h] * d)",
+               "parameters": {"a": {"init": 0.5, "floor": 0.01}, "b": {"init": [0.0, 1.0], "floor": 0.01}}}
+    from posviz.workshop import drawing
+    method = drawing.drawn_method(options, SHAPE_SHIPPED)  # the same draw (seed 0) as the page's
+    want = method.bias_by_distance(2, 4 * 256).numpy()
+    curves = curve_data(at)
+    for h in range(4):
+        assert np.allclose(curves[curves["head"] == f"head {h}"]["bias"], want[h], rtol=1e-6)
+    assert at.select_slider(key="w_layer").value == 2 and at.select_slider(key="w_head").value == 1
+
+
+SHAPE_SHIPPED = ModelShape(n_layer=4, n_head=4, head_dim=32, n_embd=128, train_length=256)
+
+
+def test_a_hostile_formula_gets_words_and_no_training(tiny_models):
+    at = workshop_page(tiny_models)
+    shown(at.text_input(key="w_formula").set_value("().__class__"))
+    assert "is not allowed" in at.error[0].value and at.button(key="w_train").disabled
+    shown(at.text_input(key="w_formula").set_value("-log(L / 2 - d)"))  # no bias within the trained context
+    assert "NaN" in at.error[0].value and at.button(key="w_train").disabled
+
+
+def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, monkeypatch):
+    import time
+
+    monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
+    at = workshop_page(tiny_models)
+    shown(at.button(key="w_train").click())
+    deadline = time.monotonic() + 120
+    while not any(h.value == "Yours" for h in at.header) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        shown(at)
+    assert any(h.value == "Yours" for h in at.header), [e.value for e in at.error + at.warning]
+    (table,) = [d.value for d in at.dataframe if "model" in d.value.columns]
+    ours = table[table["model"] == "yours: ALiBi"].iloc[0]
+    (result,) = at.session_state["_workshop_results"]
+    metrics = json.loads((Path(result["folder"]) / "metrics.json").read_text())
+    assert ours["1×"] == metrics["eval"]["nonoverlapping_bpb"]["256"] and ours["16×"] == metrics["eval"]["nonoverlapping_bpb"]["4096"]
+    at.switch_page("views/extrapolation.py")
+    shown(at)
+    assert "yours: ALiBi" in at.multiselect(key="w_models").options

@@ -14,7 +14,8 @@ import streamlit as st
 from posviz.errors import PosvizError
 from posviz.limits import WORKSHOP_MAX_TRAIN_SECONDS, WORKSHOP_RESULTS_PER_SESSION
 from posviz.positions import ModelShape
-from posviz.training.train import QUICK_MULTIPLES, QUICK_RECIPE_WHY, TrainConfig
+from posviz.training.quick import QUICK_MULTIPLES, QUICK_RECIPE_WHY
+from posviz.training.train import TrainConfig
 from posviz.workshop import drawing
 from posviz.workshop.formula import FUNCTIONS, MAX_CHARACTERS, VARIABLES, parse_formula
 from views._bias_charts import distance_axis
@@ -134,8 +135,9 @@ try:
             init = cells[(2 * n) % len(cells)].text_input(f"{name} ({per}): initial value", key=f"w_init_{name}")
             floor = cells[(2 * n + 1) % len(cells)].text_input(f"{name}: floor", key=f"w_floor_{name}")
             typed[name] = (init, floor)
-    options = drawing.method_options(formula, typed)
-    method = drawing.drawn_method(options, SHAPE)
+    typed_options = drawing.method_options(formula, typed)
+    method = drawing.drawn_method(typed_options, SHAPE)  # refuses a formula that is no bias within the context
+    options = typed_options
 except (PosvizError, ValueError) as exc:
     problem = drawing.describe_error(exc)
     error_box(PosvizError(problem), "Edit the formula above, or start again from an example.")
@@ -152,9 +154,10 @@ if method is not None:
     c1.metric("reads", reads)
     c2.metric("learned values", f"{sum(p.numel() for p in method.parameters()):,}",
               help="One per head for name[h], one per layer and head for name[layer, h].")
-    c3.metric("KV cache window", "may start anywhere" if method.is_shift_invariant() else "reads i or j",
-              help="A formula of d alone is shift-invariant: a cached window with its true positions equals "
-                   "re-encoding it. One that reads i or j is not: the KV cache lab says so for it.")
+    c3.metric("shift-invariant", "yes" if method.is_shift_invariant() else "no: reads i or j",
+              help="A formula of d alone is shift-invariant: a KV cache's window may start anywhere, and a cached "
+                   "window with its true positions equals re-encoding it. One that reads i or j is not: the KV cache "
+                   "lab says so for it.")
     layer = 0
     if by_layer:
         layer = st.select_slider("layer", list(range(RECIPE.n_layer)), value=layer_in_link, key="w_layer",
@@ -164,7 +167,7 @@ if method is not None:
     curves = drawing.curves(method, layer, CURVE_KEYS)
     chart = alt.Chart(curves).mark_line().encode(
         x=distance_axis("distance from the query (positions, symlog scale)", CURVE_KEYS),
-        y=alt.Y("bias:Q", title="bias (logits)"), color=alt.Color("head:N", title=None),
+        y=alt.Y("bias:Q", title="bias (logits)", axis=alt.Axis(format=",.3~g")), color=alt.Color("head:N", title=None),
         tooltip=["head", alt.Tooltip("distance:Q", format=","), alt.Tooltip("bias:Q", format=".3f")],
     ).properties(height=280)
     rule = alt.Chart(pd.DataFrame({"distance": [RECIPE.train_length]})).mark_rule(strokeDash=[4, 3], color="gray").encode(
@@ -172,8 +175,9 @@ if method is not None:
     show_chart(chart + rule, curves, "workshop_bias_by_distance",
                f"For the last query of a {CURVE_KEYS:,}-position context, at the parameters' initial values (a range is "
                f"drawn with seed 0). Dashed: the trained context, {RECIPE.train_length} positions. A gap: -inf, a key "
-               "cut off." + ("" if method.is_shift_invariant() else " Your formula reads i or j, so other queries "
-                             "see other curves: the matrix below has them all."))
+               "cut off." + (" Every head has the same bias: their lines overlap." if drawing.heads_alike(curves) else "")
+               + ("" if method.is_shift_invariant() else " Your formula reads i or j, so other queries "
+                  "see other curves: the matrix below has them all."))
     st.subheader("As a matrix: every query against every key")
     head = st.select_slider("head", list(range(RECIPE.n_head)), value=head_in_link, key="w_head")
     sync_url(head=head)

@@ -1,4 +1,4 @@
-"""Train one checkpoint: ``python -m posviz.train --method rope [--tokens N] [--out models/rope]``.
+"""Train one checkpoint with the shared recipe (the command line is ``posviz.training.command_line``).
 
 One recipe for every method: the same dims, seed, data order, token budget and schedule, so that the
 position method is the only difference between the shipped checkpoints. Runs on CPU or CUDA and,
@@ -7,9 +7,7 @@ each rank takes its slice of the same global batch, so the data order does not d
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -24,11 +22,11 @@ from tqdm.auto import tqdm
 
 from safetensors.torch import load_file, save_file
 
-from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint, write_metrics
-from posviz.config import ModelConfig, require, strict_from_dict
+from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint
+from posviz.config import ModelConfig, require
 from posviz.training.data import batch_offsets, begin_rows, get_batch, load_corpus, plant_repeats
 from posviz.errors import PosvizError
-from posviz.training.evaluate import bits_per_byte, eval_tables
+from posviz.training.evaluate import bits_per_byte
 from posviz.limits import resolve_device
 from posviz.models.byte_gpt import GPT, pinned_config
 from posviz.labs.probes import copy_check
@@ -390,123 +388,3 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         dist.barrier()
         dist.destroy_process_group()
     return result
-
-
-def parse_pairs(items: list[str]) -> dict:
-    """KEY=VALUE strings to a dict; values are JSON where they parse (numbers, true, null), else text."""
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
-
-
-# --quick: the Workshop's short recipe, the shared recipe with fewer bytes (see QUICK_RECIPE_WHY), run for every
-# quick checkpoint alike (a formula and the quick baselines alibi, rope, nope), so they compare with each other and
-# not with the shipped set.
-QUICK_RECIPE = {"tokens": 2_000_000, "warmup_steps": 30, "eval_bytes": 1 << 15, "checkpoint_every": 1_000_000}
-QUICK_RECIPE_WHY = ("2 M bytes from scratch (488 steps), a 30-step warm-up and 32 KiB of validation: about 3 minutes on "
-                    "2 CPU threads; docs/workshop.md has the measurements behind it")
-QUICK_MULTIPLES = (1, 4, 16)  # the lengths a quick checkpoint is scored at after training, as multiples of its context
-
-
-def quick_eval(folder: str | Path, cfg: TrainConfig, multiples=QUICK_MULTIPLES, progress: bool = False) -> dict:
-    """bits per byte of ``folder``'s stored weights at each multiple of the training length, on the recipe's
-    validation text: the "eval" block a quick checkpoint's metrics.json holds (the shipped set's evaluate_all keys)."""
-    model = load_checkpoint(folder)
-    data = load_corpus(cfg.corpus).eval_stream(max(cfg.eval_bytes, max(multiples) * cfg.train_length + 1))
-    lengths = [m * cfg.train_length for m in multiples]
-    table, _ = eval_tables(model, data, lengths, progress=progress)
-    return {"nonoverlapping_bpb": table, "lengths_x_train": {str(n): float(m) for n, m in zip(lengths, multiples)},
-            "eval_bytes": int(len(data))}
-
-
-def formula_options(formula: str, params: list[str], floors: list[str]) -> dict:
-    """The formula method's options from the command line: --param a=1.0 (or a range a=0:2), --floor a=0.01."""
-    specs: dict = {}
-    for item in params:
-        name, sep, raw = item.partition("=")
-        low, colon, high = raw.partition(":")
-        try:
-            specs[name.strip()] = {"init": [float(low), float(high)] if colon else float(raw)}
-        except ValueError:
-            raise SystemExit(f"error: --param {item!r}: expected NAME=NUMBER or NAME=LOW:HIGH") from None
-        if not sep:
-            raise SystemExit(f"error: --param {item!r}: expected NAME=NUMBER or NAME=LOW:HIGH")
-    for item in floors:
-        name, sep, raw = item.partition("=")
-        try:
-            specs.setdefault(name.strip(), {})["floor"] = float(raw)
-        except ValueError:
-            raise SystemExit(f"error: --floor {item!r}: expected NAME=NUMBER") from None
-    return {"formula": formula, "parameters": specs}
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="Train one posviz checkpoint with the shared recipe.")
-    what = ap.add_mutually_exclusive_group(required=True)
-    what.add_argument("--method", help="position method name, e.g. rope, alibi, t5")
-    what.add_argument("--formula", help='a logit bias written as a formula, e.g. "-(2**(-8*(h+1)/H))*d" (the Workshop\'s '
-                                       "language: posviz/workshop/formula.py)")
-    ap.add_argument("--param", nargs="*", default=[], metavar="NAME=INIT",
-                    help="a learned parameter's initial value, a number or a uniform range LOW:HIGH, e.g. a=1.0 b=0:2")
-    ap.add_argument("--floor", nargs="*", default=[], metavar="NAME=MIN", help="a learned parameter's floor, e.g. a=0.01")
-    ap.add_argument("--quick", action="store_true", help=f"the Workshop's short recipe: {QUICK_RECIPE_WHY}")
-    ap.add_argument("--out", default=None,
-                    help="output folder (default models/<method>; a formula or --quick run: runs/<name>, never models/)")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="override a recipe field, e.g. tokens=100000 n_embd=64 (unknown keys are an error)")
-    ap.add_argument("--option", nargs="*", default=[], metavar="KEY=VALUE", help="position method option")
-    ap.add_argument("--resume", action="store_true",
-                    help="continue from the state a stopped run left in runs/<out name>.state (saved every checkpoint_every steps)")
-    args = ap.parse_args(_formula_joined(sys.argv[1:] if argv is None else list(argv)))
-    if (args.param or args.floor) and not args.formula:
-        raise SystemExit("error: --param and --floor set a formula's learned parameters; give --formula")
-    values = {**(QUICK_RECIPE if args.quick else {}), "method": args.method or "formula", **parse_pairs(args.set)}
-    values["position_options"] = (formula_options(args.formula, args.param, args.floor) if args.formula
-                                  else parse_pairs(args.option))
-    try:
-        cfg = strict_from_dict(TrainConfig, values, "training recipe")
-        GPT(cfg.model_config())  # unknown method, bad shape, option or formula: say so before loading any data
-        out = args.out or default_out(cfg, args.quick)
-        metrics = train(cfg, out, resume=args.resume)
-        if (args.quick or args.formula) and "stopped_at_step" not in metrics:
-            metrics["eval"] = quick_eval(out, cfg)
-            write_metrics(out, metrics)
-            scores = ", ".join(f"{m:g}x {v:.4f}" if v is not None else f"{m:g}x -" for m, v in
-                               zip(metrics["eval"]["lengths_x_train"].values(), metrics["eval"]["nonoverlapping_bpb"].values()))
-            print(f"bits per byte on {metrics['eval']['eval_bytes']:,} validation bytes: {scores}")
-    except PosvizError as exc:  # a message for the person at the terminal, not a traceback
-        raise SystemExit(f"error: {exc}") from None
-
-
-def _formula_joined(argv: list[str]) -> list[str]:
-    """``--formula -a*d`` as ``--formula=-a*d``: argparse would take a formula that starts with a minus for an option."""
-    out, k = [], 0
-    while k < len(argv):
-        if argv[k] == "--formula" and k + 1 < len(argv):
-            out.append(f"--formula={argv[k + 1]}")
-            k += 2
-        else:
-            out.append(argv[k])
-            k += 1
-    return out
-
-
-def default_out(cfg: TrainConfig, quick: bool) -> str:
-    """models/<method> for the shipped recipe; a formula or a quick run never writes into models/: runs/<name>."""
-    if cfg.method != "formula" and not quick:
-        return f"models/{cfg.method}"
-    if cfg.method == "formula":
-        digest = hashlib.sha1(json.dumps(cfg.position_options, sort_keys=True).encode()).hexdigest()[:8]
-        return f"runs/formula-{digest}{'-quick' if quick else ''}"
-    return f"runs/quick/{cfg.method}"
-
-
-if __name__ == "__main__":
-    main()

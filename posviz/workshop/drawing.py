@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from posviz.config import require
 from posviz.errors import ConfigError
 from posviz.positions import ModelShape, build_position_method
 from posviz.workshop.formula import FormulaError, parse_formula
@@ -101,6 +100,12 @@ def curves(method, layer: int, n_keys: int) -> pd.DataFrame:
     return df
 
 
+def heads_alike(curves: pd.DataFrame) -> bool:
+    """Whether every head's curve is the same (a formula that does not read h): the chart's lines overlap."""
+    table = curves.pivot(index="distance", columns="head", values="bias")
+    return bool(table.apply(lambda col: col.equals(table.iloc[:, 0])).all())
+
+
 def matrix(method, layer: int, head: int, n: int) -> np.ndarray:
     """(n, n) the bias of one head for queries and keys 0..n-1; NaN above the diagonal (masked keys)."""
     with torch.no_grad():
@@ -124,7 +129,3 @@ def label_for(formula: str, taken: set[str], example: str | None = None) -> str:
     while label in taken:
         label, k = f"{base} ({k})", k + 1
     return label
-
-
-def check_shape(shape: ModelShape) -> None:
-    require(shape.n_head >= 1 and shape.n_layer >= 1, "the shape needs a head and a layer")

@@ -1,7 +1,7 @@
 """Training a visitor's formula on the server (the Workshop page): one run at a time, the rest queued.
 
 A ``Trainer`` is one per server process: it keeps a queue of ``Job`` s and a worker thread that runs them in order
-with the quick recipe (``posviz.training.train.QUICK_RECIPE``), reporting each step to the job, stopping when the
+with the quick recipe (``posviz.training.quick.QUICK_RECIPE``), reporting each step to the job, stopping when the
 job is cancelled, and ending early at ``WORKSHOP_MAX_TRAIN_SECONDS``. A finished job's checkpoint lies in its
 session's ``SessionFolder``, removed when the session's state is collected or the server exits: a visitor's formula
 and checkpoint never outlive the session unless downloaded. No Streamlit here.
@@ -48,7 +48,8 @@ class SessionFolder:
 def page_recipe(position_options: dict):
     """The recipe of a run the page starts: the quick recipe, with ``$POSVIZ_WORKSHOP_RECIPE`` laid over it."""
     from posviz.config import strict_from_dict
-    from posviz.training.train import QUICK_RECIPE, TrainConfig
+    from posviz.training.quick import QUICK_RECIPE
+    from posviz.training.train import TrainConfig
 
     try:
         changes = json.loads(os.environ.get(RECIPE_ENV) or "{}")
@@ -146,7 +147,8 @@ class Trainer:
                     self._lock.notify_all()
 
     def _run(self, job: Job) -> None:
-        from posviz.training.train import TrainingCancelled, quick_eval, train
+        from posviz.training.quick import quick_eval
+        from posviz.training.train import TrainingCancelled, train
 
         cfg = page_recipe(job.options)
         job.steps = cfg.steps
