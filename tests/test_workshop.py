@@ -354,3 +354,8 @@ def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, mo
     at.switch_page("views/extrapolation.py")
     shown(at)
     assert "yours: ALiBi" in at.multiselect(key="w_models").options
+    for lab in ("kv_cache", "retrieval", "generation", "compare"):  # every lab's picker lists it, for this session
+        at.switch_page(f"views/{lab}.py")
+        shown(at)
+        pickers = [w.options for w in list(at.multiselect) + list(at.selectbox)]
+        assert any(any(str(o).startswith("yours: ALiBi") for o in options) for options in pickers), (lab, pickers)
