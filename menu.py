@@ -34,6 +34,8 @@ PAGES = {
         st.Page("views/retrieval.py", title="Far-context retrieval", icon="🔎", url_path="retrieval"),
         st.Page("views/generation.py", title="Generation lab", icon="✍️", url_path="generation"),
         st.Page("views/compare.py", title="Compare", icon="⚖️", url_path="compare"),
+    ],
+    "Your method": [  # a visitor's own position method, trained on the server: not one of the shipped checkpoints
         st.Page("views/workshop.py", title="Workshop", icon="🛠️", url_path="workshop"),
     ],
     "About": [
@@ -44,6 +46,7 @@ PAGES = {
 
 # What the server opens by itself, once, to have every default view ready: the labs first (their default
 # views are the computations a visitor would wait for), then the rest.
+# The Workshop is not warmed: a formula is drawn in a fraction of a second, and a training is each visitor's own.
 WARM_ORDER = tuple(p.url_path for p in PAGES["Live labs"] + PAGES["Explore"] + PAGES["About"] if p.url_path != "home")
 
 page = st.navigation(PAGES, expanded=True)  # every page listed: past ten, Streamlit folds the rest under "View more"

@@ -127,7 +127,7 @@ def measure_first_render(models_dir: str | None, repeats: int = 3, timeout_s: fl
 NEW_SETTING = {"home": "present=true", "absolute": "len=200", "rope": "dmax=2000", "biases": "ctx=2048", "content": "head=2",
                "extrapolation": "L=2048", "kv-cache": "n=300", "context-extension": "factor=8.0",
                "retrieval": "chunks=6", "generation": "seed=7", "compare": "layer=1", "about": "present=true",
-               "scoreboard": "rows=remap"}
+               "scoreboard": "rows=remap", "workshop": "example=Hard+cut+at+64"}
 COLD_GOALS = {"explore_complete": 3.0, "lab_first": 3.0, "lab_complete": 5.0, "new_setting": 2.0}
 
 
