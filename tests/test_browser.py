@@ -48,8 +48,8 @@ def test_app_pages_are_read_from_the_menu():
     assert not (ROOT / "pages").exists(), "a pages/ folder beside menu.py breaks deep links on a new server"
 
 
-# The Workshop's runs on this server: two steps of training, scored on 4 KiB (the page's recipe is the quick one)
-WORKSHOP_RECIPE = '{"tokens": 8192, "eval_bytes": 4096}'
+# The Workshop's runs on this server: one step of training, scored on 4 KiB (the page's recipe is the quick one)
+WORKSHOP_RECIPE = '{"tokens": 4096, "eval_bytes": 4096}'
 
 
 @pytest.fixture(scope="module")
@@ -175,15 +175,13 @@ def test_the_workshop_trains_a_formula_that_the_extrapolation_lab_then_runs(tiny
     tab = new_tab(browser, 1366, 768)
     console = ConsoleWatch(tab)
     try:
-        tab.goto(tiny_server.url + "/workshop?example=Hard+cut+at+64")
+        tab.goto(tiny_server.url + "/workshop?example=Hard+cut+at+64")  # drawn: the test above, at the defaults
         wait_rendered(tab)
         assert not exception_texts(tab) and not alert_texts(tab), alert_texts(tab)
-        assert look_at(tab, 1366, 768).charts_with_data >= 1
         tab.get_by_role("button", name="Train (about 3 minutes)").click()
         tab.get_by_text("Open in the Extrapolation lab").wait_for(timeout=120_000)
         wait_rendered(tab)
-        assert "yours: Hard cut at 64" in main_text(tab)
-        screenshot_main(tab, "workshop-trained")
+        assert "yours: Hard cut at 64" in main_text(tab) and not alert_texts(tab), alert_texts(tab)
         tab.get_by_text("Open in the Extrapolation lab").click()
         tab.wait_for_url("**/extrapolation**")
         wait_rendered(tab, timeout_ms=120_000)

@@ -207,7 +207,7 @@ def test_formula_options_from_the_command_line():
 # ------------------------------------------------------------------------------------------------
 # The queue a server trains visitors' formulas in (posviz/workshop/training.py)
 # ------------------------------------------------------------------------------------------------
-PAGE_TOKENS = 8192  # two steps of the shipped shape, scored on 4 KiB: the page's runs in tests
+PAGE_TOKENS = 4096  # one step of the shipped shape, scored on 4 KiB: the page's runs in tests
 PAGE_RECIPE = json.dumps({"tokens": PAGE_TOKENS, "eval_bytes": 4096})
 
 
@@ -221,8 +221,10 @@ def test_the_trainer_runs_one_at_a_time_and_others_see_their_place(tmp_path, mon
     assert trainer.place(second) == 1  # the first runs or waits ahead of it
     with pytest.raises(PosvizError, match="already waiting on this server"):
         Trainer(queue_size=0).submit("third", {"formula": "-d"}, tmp_path / "third")
-    assert trainer.wait(second, 120) and first.status == second.status == "done", (first.message, second.message)
-    assert (first.step, first.steps) == (2, 2) and set(first.scores) == {1.0, 4.0, 16.0}
+    trainer.cancel(second)  # still waiting: it leaves the line at once, and never runs
+    assert second.status == "cancelled" and second.message == "cancelled before it started"
+    assert trainer.wait(first, 120) and first.status == "done", first.message
+    assert (first.step, first.steps) == (1, 1) and set(first.scores) == {1.0, 4.0, 16.0}
     config = json.loads((tmp_path / "first" / "config.json").read_text())
     assert config["workshop"] == {"label": "first"} and config["train"]["tokens"] == PAGE_TOKENS
     assert open_model(tmp_path / "first", device="cpu").name == "yours: first"

@@ -29,7 +29,7 @@ OWN = "Your own"
 RECIPE = TrainConfig()  # the shipped shape: what a run trains, and what is drawn
 SHAPE = ModelShape(RECIPE.n_layer, RECIPE.n_head, RECIPE.n_embd // RECIPE.n_head, RECIPE.n_embd, RECIPE.train_length)
 CURVE_KEYS = 4 * RECIPE.train_length  # the curves run to 4x the trained context: where extrapolation shows
-MATRIX_SIDE = 128
+MATRIX_SIDE = 96  # past the hard-cut example's 64, and a heatmap light enough to draw at once (9,216 cells)
 QUICK_RUNS = Path(drawing.__file__).with_name("quick_runs.json")
 
 page_header(
