@@ -262,14 +262,18 @@ def test_a_sessions_folder_goes_with_the_session():
 # ------------------------------------------------------------------------------------------------
 # The Workshop page (views/workshop.py), in the app's menu
 # ------------------------------------------------------------------------------------------------
-def workshop_page(tiny_models, **params):
+def workshop_page(tiny_models, in_menu: bool = False, **params):
+    """The Workshop page run with ``params`` as its link: alone, or in the app's menu (to switch to the labs after)."""
     from streamlit.testing.v1 import AppTest
 
     from conftest import ROOT
 
-    at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=90)
-    at.run()
-    at.switch_page("views/workshop.py")
+    if in_menu:
+        at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=90)
+        at.run()
+        at.switch_page("views/workshop.py")
+    else:
+        at = AppTest.from_file(str(ROOT / "views" / "workshop.py"), default_timeout=90)
     at.query_params = {k: str(v) for k, v in params.items()}
     return shown(at)
 
@@ -341,7 +345,7 @@ def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, mo
     import time
 
     monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
-    at = workshop_page(tiny_models)
+    at = workshop_page(tiny_models, in_menu=True)
     shown(at.button(key="w_train").click())
     deadline = time.monotonic() + 120
     while not any(h.value == "Yours" for h in at.header) and time.monotonic() < deadline:
@@ -361,3 +365,13 @@ def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, mo
         shown(at)
         pickers = [w.options for w in list(at.multiselect) + list(at.selectbox)]
         assert any(any(str(o).startswith("yours: ALiBi") for o in options) for options in pickers), (lab, pickers)
+
+
+def test_what_a_visitor_typed_is_quoted_never_rendered(tiny_models):
+    """A string in a formula is refused, and the refusal quotes it with every Markdown character escaped: no image, no
+    link, no emphasis comes from the text."""
+    at = workshop_page(tiny_models)
+    shown(at.text_input(key="w_formula").set_value("'![x](/x.png)' + __import__"))
+    (box,) = at.error
+    assert "Only numbers are allowed as constants" in box.value
+    assert r"\!\[x\]\(/x\.png\)" in box.value and "![x](" not in box.value and at.button(key="w_train").disabled

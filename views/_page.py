@@ -74,6 +74,15 @@ def usable_checkpoints(read) -> tuple[dict, dict]:
     return checkpoints, facts
 
 
+MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~:$"
+
+
+def plain(text: str) -> str:
+    """``text`` with every Markdown character escaped, for words that quote what a visitor typed (a formula's
+    names, a string in it): shown as typed, never as emphasis, a link or an image."""
+    return "".join("\\" + c if c in MARKDOWN_SPECIAL else c for c in str(text))
+
+
 def error_box(exc: Exception, what_next: str | None = None) -> None:
     """A bad-input message on the page; the app keeps running."""
     st.error(f"{exc}" + (f"\n\n{what_next}" if what_next else ""), icon="🚫")

@@ -21,7 +21,7 @@ from posviz.workshop.formula import FUNCTIONS, MAX_CHARACTERS, VARIABLES, parse_
 from views._bias_charts import distance_axis
 from views._charts import show_chart
 from views._matrices import show_matrix
-from views._page import error_box, page_header
+from views._page import error_box, page_header, plain
 from views._url import notice_junk, qp_choice, qp_int, sync_url
 from views._workshop import JOBS_KEY, keep, results, session_folder, trainer
 
@@ -140,7 +140,7 @@ try:
     options = typed_options
 except (PosvizError, ValueError) as exc:
     problem = drawing.describe_error(exc)
-    error_box(PosvizError(problem), "Edit the formula above, or start again from an example.")
+    error_box(PosvizError(plain(problem)), "Edit the formula above, or start again from an example.")
 
 specs = (options or {}).get("parameters", {})
 sync_url(example=example, bias=formula, init=";".join(f"{n}={drawing.spec_text(s)[0]}" for n, s in specs.items()),
@@ -226,7 +226,7 @@ if job is not None:
 else:
     ended = st.session_state.pop("_workshop_last_end", None)
     if ended is not None:
-        (st.warning if ended[0] == "cancelled" else st.error)(f"The last run {ended[0]}: {ended[1]}")
+        (st.warning if ended[0] == "cancelled" else st.error)(f"The last run {ended[0]}: {plain(ended[1])}")
     if st.button("Train (about 3 minutes)", type="primary", key="w_train", disabled=options is None):
         label = drawing.label_for(formula, {r["label"] for r in results()},
                                   example if example in drawing.EXAMPLES and
@@ -261,7 +261,7 @@ if kept:
 
     for r in reversed(kept):
         with st.container(border=True):
-            st.markdown(f"**yours: {r['label']}**")
+            st.markdown(f"**yours: {plain(r['label'])}**")
             st.code(r["formula"], language=None)
             if r["message"]:
                 st.warning(r["message"], icon="⏱️")
