@@ -284,6 +284,12 @@ def shown(at):
     return at
 
 
+def drawing_module():
+    from posviz.workshop import drawing
+
+    return drawing
+
+
 def curve_data(at):
     import pyarrow as pa
 
@@ -305,6 +311,11 @@ def test_the_workshop_draws_alibi_per_head_and_a_hard_cut(tiny_models):
         assert np.allclose(head["bias"], -slopes[h] * head["distance"], rtol=1e-6)
     assert {m.label: m.value for m in at.metric}["shift-invariant"] == "yes"
     assert at.query_params["bias"] == ALIBI and at.query_params["example"] == "ALiBi"
+    (table,) = [d.value for d in at.dataframe if "model" in d.value.columns]  # before any run: the quick baselines
+    runs = json.loads((Path(drawing_module().__file__).with_name("quick_runs.json")).read_text())
+    for name in ("alibi", "rope", "nope"):
+        row = table[table["model"] == f"{name} (quick)"].iloc[0]
+        assert [row["1×"], row["4×"], row["16×"]] == [runs[name]["bits_per_byte"][m] for m in ("1", "4", "16")]
 
     shown(at.selectbox(key="w_example").set_value("Hard cut at 64"))
     curves = curve_data(at)

@@ -191,7 +191,7 @@ st.header("Train it")
 st.markdown(
     f"A run trains the shipped model shape ({RECIPE.n_layer} layers, {RECIPE.n_head} heads, {RECIPE.n_embd} wide, "
     f"{RECIPE.train_length}-byte context) from scratch with the quick recipe: {QUICK_RECIPE_WHY}. The quick "
-    "baselines below were trained the same way, so they, not the shipped checkpoints, are the fair comparison. One "
+    "baselines in the table were trained the same way, so they, not the shipped checkpoints, are the fair comparison. One "
     f"run trains at a time on this server; others wait in line. A run stops at {WORKSHOP_MAX_TRAIN_SECONDS} s "
     f"whatever its step. This session keeps its last {WORKSHOP_RESULTS_PER_SESSION}; nothing outlives the session "
     "unless you download it.")
@@ -245,18 +245,19 @@ if QUICK_RUNS.is_file():
     baselines = {f"{name} (quick)": run["bits_per_byte"] for name, run in json.loads(QUICK_RUNS.read_text()).items()
                  if run.get("baseline")}
 kept = results()
+multiples = [f"{m:g}" for m in QUICK_MULTIPLES]
+rows = [{"model": f"yours: {r['label']}", **{f"{m}×": r["scores"].get(float(m)) for m in multiples}}
+        for r in reversed(kept)]
+rows += [{"model": name, **{f"{m}×": bpb.get(m) for m in multiples}} for name, bpb in baselines.items()]
 if kept:
     st.header("Yours")
-    multiples = [f"{m:g}" for m in QUICK_MULTIPLES]
-    rows = [{"model": f"yours: {r['label']}", **{f"{m}×": r["scores"].get(float(m)) for m in multiples}}
-            for r in reversed(kept)]
-    rows += [{"model": name, **{f"{m}×": bpb.get(m) for m in multiples}} for name, bpb in baselines.items()]
-    table = pd.DataFrame(rows)
-    st.dataframe(table, hide_index=True, width="stretch", height="content",
+if rows:  # before any run of yours: what the baselines score, so a visitor knows what to expect
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height="content",
                  column_config={f"{m}×": st.column_config.NumberColumn(f"bits/byte {m}×", format="%.3f")
                                 for m in multiples})
     st.caption("Bits per byte (lower is better) on the same 32 KiB of held-out text, at 1×, 4× and 16× the trained "
                "context. The quick baselines: `python -m posviz_tools.quick_runs`.")
+if kept:
     from posviz.workshop.training import checkpoint_zip
 
     for r in reversed(kept):
