@@ -5,6 +5,7 @@ A session's checkpoints live in its ``SessionFolder`` (removed with the session'
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import streamlit as st
@@ -12,7 +13,7 @@ import streamlit as st
 from posviz.limits import WORKSHOP_RESULTS_PER_SESSION
 
 RESULTS_KEY = "_workshop_results"  # [{"label", "folder", "formula", "scores", "message"}], oldest first
-JOBS_KEY = "_workshop_job"  # the session's queued or running job, if any
+JOB_KEY = "_workshop_job"  # the session's queued or running job, if any
 FOLDER_KEY = "_workshop_folder"  # the session's SessionFolder: removed when the session's state is
 
 
@@ -30,6 +31,26 @@ def session_folder() -> Path:
     if FOLDER_KEY not in st.session_state:
         st.session_state[FOLDER_KEY] = SessionFolder()
     return st.session_state[FOLDER_KEY].path
+
+
+@st.cache_data(show_spinner=False)
+def quick_baselines(stamp: int) -> dict[str, dict]:
+    """{"alibi (quick)": {multiple: bits per byte}} of the quick baselines (posviz/workshop/quick_runs.json), read
+    once per version of the file (``stamp``: its mtime), not on every rerun of the page."""
+    from posviz.workshop import drawing
+
+    path = Path(drawing.__file__).with_name("quick_runs.json")
+    if not path.is_file():
+        return {}
+    return {f"{name} (quick)": run["bits_per_byte"] for name, run in json.loads(path.read_text()).items()
+            if run.get("baseline")}
+
+
+def quick_baselines_stamp() -> int:
+    from posviz.workshop import drawing
+
+    path = Path(drawing.__file__).with_name("quick_runs.json")
+    return path.stat().st_mtime_ns if path.is_file() else 0
 
 
 def results() -> list[dict]:

@@ -23,14 +23,13 @@ from views._charts import show_chart
 from views._matrices import show_matrix
 from views._page import error_box, page_header, plain
 from views._url import notice_junk, qp_choice, qp_int, sync_url
-from views._workshop import JOBS_KEY, keep, results, session_folder, trainer
+from views._workshop import JOB_KEY, keep, quick_baselines, quick_baselines_stamp, results, session_folder, trainer
 
 OWN = "Your own"
 RECIPE = TrainConfig()  # the shipped shape: what a run trains, and what is drawn
 SHAPE = ModelShape(RECIPE.n_layer, RECIPE.n_head, RECIPE.n_embd // RECIPE.n_head, RECIPE.n_embd, RECIPE.train_length)
 CURVE_KEYS = 4 * RECIPE.train_length  # the curves run to 4x the trained context: where extrapolation shows
 MATRIX_SIDE = 96  # past the hard-cut example's 64, and a heatmap light enough to draw at once (9,216 cells)
-QUICK_RUNS = Path(drawing.__file__).with_name("quick_runs.json")
 
 page_header(
     "Workshop: write your own position method",
@@ -195,16 +194,16 @@ st.markdown(
     f"run trains at a time on this server; others wait in line. A run stops at {WORKSHOP_MAX_TRAIN_SECONDS} s "
     f"whatever its step. This session keeps its last {WORKSHOP_RESULTS_PER_SESSION}; nothing outlives the session "
     "unless you download it.")
-job = st.session_state.get(JOBS_KEY)
+job = st.session_state.get(JOB_KEY)
 
 
 @st.fragment(run_every=1.0)
 def progress() -> None:
-    current = st.session_state.get(JOBS_KEY)
+    current = st.session_state.get(JOB_KEY)
     if current is None:
         return
     if current.finished:
-        st.session_state.pop(JOBS_KEY, None)
+        st.session_state.pop(JOB_KEY, None)
         if current.status == "done":
             keep(current)
         else:
@@ -233,17 +232,14 @@ else:
                                   drawing.EXAMPLES[example].formula == formula else None)
         try:
             folder = session_folder() / f"run-{len(results())}-{abs(hash(label)) % 10**6}"
-            st.session_state[JOBS_KEY] = trainer().submit(label, options, folder)
+            st.session_state[JOB_KEY] = trainer().submit(label, options, folder)
         except PosvizError as exc:
             error_box(exc)
         else:
             st.rerun()
 
 # -- results ------------------------------------------------------------------------------------------------------
-baselines = {}
-if QUICK_RUNS.is_file():
-    baselines = {f"{name} (quick)": run["bits_per_byte"] for name, run in json.loads(QUICK_RUNS.read_text()).items()
-                 if run.get("baseline")}
+baselines = quick_baselines(quick_baselines_stamp())
 kept = results()
 multiples = [f"{m:g}" for m in QUICK_MULTIPLES]
 rows = [{"model": f"yours: {r['label']}", **{f"{m}×": r["scores"].get(float(m)) for m in multiples}}

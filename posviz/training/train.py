@@ -311,19 +311,18 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         with autocast:
             logits = ddp_model(x).logits
         loss = torch.nn.functional.cross_entropy(logits.float().view(-1, 256), y.reshape(-1))
-        if not torch.isfinite(loss):  # one sync per step; a diverged run must not go on to save NaN weights
-            raise PosvizError(f"training diverged at step {step:,}: the loss is {loss.item()}. A formula method: its "
-                              "bias may have no derivative somewhere (sqrt or log of 0, a parameter times -inf); "
-                              "otherwise lower lr")
         optim.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if not torch.isfinite(norm):  # a NaN gradient would turn every weight NaN in this step: stop before it
+        # one host sync a step: a NaN or infinite loss makes the norm one too, and a NaN gradient would turn
+        # every weight NaN in this step: stop before it
+        if not torch.isfinite(norm):
             bad = sorted((n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()),
                          key=lambda n: not n.startswith("position."))  # where it began, most often: the bias's own
-            raise PosvizError(f"training stopped at step {step:,}: the gradient of {bad[0]}"
-                              f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} is not a number. A formula method: its bias has no derivative on some pair (sqrt(x) or log(x) "
-                              "at x = 0, a parameter times -inf); keep it smooth there, e.g. sqrt(a[h] * d + 1e-6)")
+            which = f"{bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}" if bad else "the weights"
+            raise PosvizError(f"training stopped at step {step:,}: the gradient of {which} is not a number. A formula "
+                              "method: its bias has no derivative on some pair (sqrt(x) or log(x) at x = 0, a parameter "
+                              "times -inf); keep it smooth there, e.g. sqrt(a[h] * d + 1e-6). Otherwise lower lr")
         optim.step()
         model.position.after_optimizer_step()  # a method's own constraint on its stored parameters
         tokens_seen += cfg.batch_size * cfg.train_length

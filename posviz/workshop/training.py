@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import io
-import itertools
 import json
 import os
 import shutil
@@ -39,10 +38,7 @@ class SessionFolder:
     def __init__(self):
         _ROOT.mkdir(parents=True, exist_ok=True)
         self.path = Path(tempfile.mkdtemp(dir=_ROOT, prefix="session-"))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), True)
-
-    def remove(self) -> None:
-        self._finalizer()
+        weakref.finalize(self, shutil.rmtree, str(self.path), True)
 
 
 def page_recipe(position_options: dict):
@@ -65,7 +61,6 @@ class Job:
     label: str  # what the labs list it as, after "yours: "
     options: dict  # the formula method's options
     folder: Path  # where its checkpoint is written
-    id: int = 0
     status: str = "queued"  # queued, running, done, cancelled, failed
     step: int = 0
     steps: int = 0
@@ -87,7 +82,6 @@ class Trainer:
         self._lock = threading.Condition()
         self._waiting: list[Job] = []
         self._running: list[Job] = []
-        self._ids = itertools.count(1)
         self._workers = [threading.Thread(target=self._work, daemon=True, name=f"workshop-trainer-{n}")
                          for n in range(WORKSHOP_TRAININGS_AT_ONCE)]
         for worker in self._workers:
@@ -104,7 +98,7 @@ class Trainer:
             if len(self._waiting) >= self.queue_size:
                 raise PosvizError(f"{len(self._waiting)} trainings are already waiting on this server (the most it "
                                   "queues); try again in a few minutes.")
-            job = Job(label, options, Path(folder), id=next(self._ids))
+            job = Job(label, options, Path(folder))
             self._waiting.append(job)
             self._lock.notify_all()
         return job
@@ -185,7 +179,3 @@ def checkpoint_zip(folder: str | Path) -> bytes:
         for name in (WEIGHTS, CONFIG, METRICS):
             archive.write(folder / name, f"{folder.name}/{name}")
     return buffer.getvalue()
-
-
-def formula_of(folder: str | Path) -> str:
-    return read_config(folder)["model"]["position_options"]["formula"]
