@@ -21,8 +21,7 @@ from torch import nn
 
 from posviz.config import require
 from posviz.positions.base import PositionMethod, at_least, position_range
-from posviz.workshop.formula import (FormulaError, check_values, distance_scope, evaluate, formula_values, pair_scope,
-                                     parse_formula)
+from posviz.workshop.formula import check_formula, distance_scope, formula_values, pair_pieces, pair_scope, parse_formula
 
 SPEC_KEYS = ("init", "floor")
 
@@ -79,9 +78,8 @@ class FormulaBias(PositionMethod):
             value = torch.full(size, init) if isinstance(init, float) else torch.empty(size).uniform_(*init)
             self.register_parameter(f"param_{name}", nn.Parameter(value))
             self.floors[name] = spec["floor"]
-        self._checked = {}  # (positions, layer) -> the parameter versions its values were checked at
-        for layer in range(shape.n_layer):  # a formula that is no bias within the trained context: say so now
-            evaluate(self.formula, shape.train_length, shape.n_head, shape.train_length, layer, self.values_of(layer))
+        self._checked = {}  # layer -> (positions checked, the parameter versions they were checked at)
+        self.check_up_to(shape.train_length)  # a formula that is no bias within the trained context: say so now
 
     def values_of(self, layer: int) -> dict:
         """name -> the parameter as the forward pass uses it: at least its floor (straight through, as KERPLE's)."""
@@ -98,18 +96,30 @@ class FormulaBias(PositionMethod):
             if floor is not None:
                 getattr(self, f"param_{name}").clamp_(min=floor)
 
+    @property
+    def by_layer(self) -> bool:
+        """Whether the bias differs by layer: the formula reads ``layer`` or a name[layer, h] parameter."""
+        return "layer" in self.formula.reads or ("layer", "h") in self.formula.parameters.values()
+
     def _shared_tag(self, layer: int) -> tuple:
         """What the bias depends on beyond the positions: its layer only when the formula reads one."""
-        by_layer = "layer" in self.formula.reads or ("layer", "h") in self.formula.parameters.values()
-        return ("layer", layer) if by_layer else ()
+        return ("layer", layer) if self.by_layer else ()
 
     def logit_bias(self, layer, q, q_pos, k_pos):
         H, L = self.shape.n_head, self.shape.train_length
 
         def compute():
-            scope = pair_scope(q_pos, k_pos, H, L, layer)
-            bias = formula_values(self.formula, scope, self.values_of(layer), layer)
-            return bias.expand(H, q_pos.numel(), k_pos.numel()).unsqueeze(0).to(torch.float32)  # (1, H, Tq, Tk)
+            values = self.values_of(layer)
+            if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+                bias = formula_values(self.formula, pair_scope(q_pos, k_pos, H, L, layer), values, layer)  # autograd
+                return bias.expand(H, q_pos.numel(), k_pos.numel()).unsqueeze(0).to(torch.float32)  # (1, H, Tq, Tk)
+            # no gradient: walked in pieces into one float32 block, so a long context's walk is bounded in memory
+            out = None
+            for r0, r1, piece in pair_pieces(self.formula, q_pos, k_pos, H, L, layer, values):
+                if out is None:  # (1, H or 1, Tq, Tk): a formula that does not read h is one block for every head
+                    out = torch.empty(1, piece.shape[0], q_pos.numel(), k_pos.numel(), device=q_pos.device)
+                out[0, :, r0:r1] = piece
+            return out.expand(1, H, q_pos.numel(), k_pos.numel())
         return self._memoized(q_pos, k_pos, compute, self._shared_tag(layer)).to(q.dtype)
 
     def distance_bias(self, layer, q_pos, lo, hi):
@@ -126,34 +136,20 @@ class FormulaBias(PositionMethod):
         return self.formula.shift_invariant()
 
     def check_positions(self, pos: torch.Tensor) -> None:
-        """Refuse, with words, positions at which the formula is no bias (NaN, +inf, or a query with no finite key):
-        checked once per length and parameter values, in blocks of rows. Not while training, whose loss shows it."""
+        """Refuse, with words, positions at which the formula is no bias (NaN, +inf, too large for float32, or a query
+        with no finite key): ``check_up_to`` the longest. Not while training, whose loss shows it."""
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()) and self.training:
             return
-        n = position_range(pos)[1] + 1
+        self.check_up_to(position_range(pos)[1] + 1)
+
+    def check_up_to(self, n: int) -> None:
+        """``check_formula`` for every position below ``n``, once per length and parameter values: for one layer when
+        the bias is the same in every layer, else for each."""
         stamp = tuple(p._version for p in self.parameters() if not p.is_inference())
         H, L = self.shape.n_head, self.shape.train_length
         with torch.no_grad():
-            for layer in range(self.shape.n_layer):
+            for layer in range(self.shape.n_layer if self.by_layer else 1):
                 if self._checked.get(layer, (0, None))[0] >= n and self._checked[layer][1] == stamp:
                     continue
-                values = self.values_of(layer)
-                if self.formula.shift_invariant():
-                    table = formula_values(self.formula, distance_scope(0, n - 1, H, L, layer), values, layer)
-                    check_values(table, f" at a distance below {n:,}")
-                    first = table.expand(H, n)[:, 0]
-                    if not torch.isfinite(first).all():
-                        raise FormulaError("The bias at distance 0 is -inf: a query would see no key at all.")
-                else:
-                    rows = max(1, (1 << 22) // (H * n))
-                    keys = torch.arange(n)
-                    for r0 in range(0, n, rows):
-                        q = torch.arange(r0, min(n, r0 + rows))
-                        bias = formula_values(self.formula, pair_scope(q, keys, H, L, layer), values, layer)
-                        bias = bias.expand(H, q.numel(), n)
-                        causal = keys.view(1, -1) <= q.view(-1, 1)
-                        check_values(bias[:, causal], f" below position {n:,}")
-                        finite = torch.isfinite(bias) & causal
-                        if not finite.any(dim=-1).all():
-                            raise FormulaError(f"Some query below position {n:,} has no key with a finite bias.")
+                check_formula(self.formula, n, H, L, layer, self.values_of(layer))
                 self._checked[layer] = (n, stamp)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import sys
+from pathlib import Path
 
 from posviz.config import strict_from_dict
 from posviz.errors import PosvizError
 from posviz.models.byte_gpt import GPT
 from posviz.models.checkpoint_files import write_metrics
-from posviz.training.quick import QUICK_RECIPE, QUICK_RECIPE_WHY, quick_eval
+from posviz.training.quick import QUICK_RECIPE, QUICK_RECIPE_WHY, check_scored_lengths, quick_eval
 from posviz.training.train import TrainConfig, train
 
 
@@ -74,19 +76,26 @@ def main(argv=None) -> None:
     values = {**(QUICK_RECIPE if args.quick else {}), "method": args.method or "formula", **parse_pairs(args.set)}
     values["position_options"] = (formula_options(args.formula, args.param, args.floor) if args.formula
                                   else parse_pairs(args.option))
+    out, made = None, False
     try:
         cfg = strict_from_dict(TrainConfig, values, "training recipe")
-        GPT(cfg.model_config())  # unknown method, bad shape, option or formula: say so before loading any data
+        net = GPT(cfg.model_config())  # unknown method, bad shape, option or formula: say so before loading any data
+        scored = args.quick or args.formula
+        if scored:  # and a method that breaks at a length the run is scored at, before any step
+            check_scored_lengths(net.position, cfg)
         out = args.out or default_out(cfg, args.quick)
+        made = not Path(out).exists()
         metrics = train(cfg, out, resume=args.resume)
-        if (args.quick or args.formula) and "stopped_at_step" not in metrics:
+        if scored and "stopped_at_step" not in metrics:
             metrics["eval"] = quick_eval(out, cfg)
             write_metrics(out, metrics)
             scores = ", ".join(f"{m:g}x {v:.4f}" if v is not None else f"{m:g}x -" for m, v in
                                zip(metrics["eval"]["lengths_x_train"].values(), metrics["eval"]["nonoverlapping_bpb"].values()))
             print(f"bits per byte on {metrics['eval']['eval_bytes']:,} validation bytes: {scores}")
-    except PosvizError as exc:  # a message for the person at the terminal, not a traceback
-        raise SystemExit(f"error: {exc}") from None
+    except PosvizError as exc:  # one line for the person at the terminal, not a traceback, and no half-made folder
+        if made and out is not None:
+            shutil.rmtree(out, ignore_errors=True)
+        raise SystemExit("error: " + " ".join(str(exc).split())) from None
 
 
 def _formula_joined(argv: list[str]) -> list[str]:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
+from posviz.errors import PositionLimitError, PosvizError
 from posviz.models.checkpoint_files import load_checkpoint
 from posviz.training.data import load_corpus
 from posviz.training.evaluate import eval_tables
@@ -26,3 +29,28 @@ def quick_eval(folder: str | Path, cfg: TrainConfig, multiples=QUICK_MULTIPLES, 
     table, _ = eval_tables(model, data, lengths, progress=progress)
     return {"nonoverlapping_bpb": table, "lengths_x_train": {str(n): float(m) for n, m in zip(lengths, multiples)},
             "eval_bytes": int(len(data))}
+
+
+def scored_length(cfg: TrainConfig, multiples=QUICK_MULTIPLES) -> int:
+    """The longest text a quick checkpoint is scored on (16x its context): what its method is checked up to first."""
+    return max(multiples) * cfg.train_length
+
+
+def check_scored_lengths(position, cfg: TrainConfig) -> None:
+    """Refuse, before any training step, a method that is no bias at some length a run will be scored at (a formula
+    that is NaN, infinite or too large for float32 only past 4x): the scoring would fail after the whole run, and the
+    server's one training slot would have been spent on nothing. ``position``: the run's position method, as built.
+    A learned table's end is no refusal: its longer lengths are scored as not measurable."""
+    n = scored_length(cfg)
+    was_training = position.training
+    position.eval()
+    try:
+        with torch.no_grad():
+            position.check_positions(torch.arange(n))
+    except PositionLimitError:
+        pass
+    except PosvizError as exc:  # the same words, and why a length past the context is checked now
+        raise type(exc)(f"{exc} A run is scored up to {n:,} positions ({max(QUICK_MULTIPLES)}x its trained context), "
+                        "so this is checked before training.") from None
+    finally:
+        position.train(was_training)

@@ -9,18 +9,26 @@ KERPLE-log reads ``-a[layer, h] * log(1 + b[layer, h] * d)``.
 The text is parsed by Python's ``ast`` into a tree whose every node kind is on a whitelist; the tree is then walked
 with torch operations on the causal pairs (j <= i) only. Anything else (an attribute, an import, a lambda, a
 comprehension, a string, a call or subscript of another name, more than ``MAX_CHARACTERS`` characters) is refused
-with words that name it, and so is a value that overflows or is NaN on the causal pairs, or a row with no finite key.
+with words that name it, and so is a formula past the caps on its size (``posviz.limits``), a number that does not fit
+float32, and a value on the causal pairs that is NaN, +inf or too large for the precision attention runs in, or a row
+with no finite key; each refusal names the first pair where it happens.
+
+Cost: a walk makes one tensor of the scope's shape per operation and keeps a nested operation's operands alive until
+it is done; the caps on the tree's nodes and depth bound both, and ``walk_pairs`` goes over a long context's pairs in
+pieces of ``WORKSHOP_WALK_ELEMENTS``, so no shape of formula holds more than (2 * depth + 1) pieces at once.
 No plotting and no Streamlit here.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
-from typing import Mapping
+import math
+from typing import Callable, Mapping
 
 import torch
 
 from posviz.errors import PosvizError
+from posviz.limits import WORKSHOP_FORMULA_DEPTH, WORKSHOP_FORMULA_NODES, WORKSHOP_WALK_ELEMENTS
 
 MAX_CHARACTERS = 300  # a formula, not a program: also bounds the nesting the walk recurses through
 VARIABLES = ("i", "j", "d", "h", "H", "L", "layer")
@@ -35,6 +43,13 @@ FUNCTIONS = {  # name -> (argument counts allowed, the torch operation)
 BINARY = {ast.Add: torch.add, ast.Sub: torch.sub, ast.Mult: torch.mul, ast.Div: torch.div, ast.Pow: torch.pow}
 COMPARE = {ast.Lt: torch.lt, ast.LtE: torch.le, ast.Gt: torch.gt, ast.GtE: torch.ge, ast.Eq: torch.eq, ast.NotEq: torch.ne}
 INDEXES = {("h",), ("layer", "h")}  # a learned parameter is one value per head, or per layer and head
+# The walk runs in float32, the precision attention adds the bias in: what is checked is what the model computes, an
+# overflow included (float64 held values that turned infinite when cast, and its pow is 2-4x slower). Under a GPU's
+# autocast the bias is cast to bfloat16, whose largest number is a little smaller: a finite value past it is refused.
+WALK_DTYPE = torch.float32
+BIAS_DTYPES = (torch.float32, torch.bfloat16)
+LARGEST_BIAS = min(torch.finfo(dtype).max for dtype in BIAS_DTYPES)
+_TOKENS = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop)  # parts of a node, not nodes of the walk
 
 
 class FormulaError(PosvizError):
@@ -74,6 +89,7 @@ def parse_formula(text: str) -> Formula:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise FormulaError(f"The formula is not an expression: {getattr(exc, 'msg', None) or exc}.") from None
+    _check_size(tree)
     parameters, reads = {}, set()
     index_tuples = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Tuple)}
     for node in ast.walk(tree):
@@ -90,6 +106,7 @@ def parse_formula(text: str) -> Formula:
         if isinstance(node, ast.Constant):
             if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
                 raise FormulaError(f"Only numbers are allowed as constants, not {node.value!r}.")
+            _check_number(node, text)
             continue
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
@@ -126,12 +143,43 @@ def parse_formula(text: str) -> Formula:
     return Formula(text, tree, parameters, frozenset(reads))
 
 
+def _check_size(tree: ast.Expression) -> None:
+    """Refuse a tree past the caps on its nodes and its depth (``posviz.limits``: they bound a walk's time and memory)."""
+    nodes = sum(1 for n in ast.walk(tree.body) if not isinstance(n, _TOKENS))
+    if nodes > WORKSHOP_FORMULA_NODES:
+        raise FormulaError(f"The formula has {nodes} parts (names, numbers, operations, calls); at most "
+                           f"{WORKSHOP_FORMULA_NODES} are allowed, so that checking and training it stays quick.")
+    deepest, stack = 0, [(tree.body, 1)]
+    while stack:  # not recursive: a deep tree must be refused, not crash the check
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node) if not isinstance(child, _TOKENS))
+    if deepest > WORKSHOP_FORMULA_DEPTH:
+        raise FormulaError(f"The formula is nested {deepest} levels deep; at most {WORKSHOP_FORMULA_DEPTH} are allowed "
+                           "(each level keeps a value of every pair alive while it is computed).")
+
+
+def _check_number(node: ast.Constant, text: str) -> None:
+    """Refuse a number that is no float32 (the precision attention runs in): too large, or written as infinite."""
+    shown = (ast.get_source_segment(text.strip(), node) or "a number")
+    shown = shown if len(shown) <= 24 else shown[:23] + "…"
+    try:
+        value = float(node.value)
+    except OverflowError:  # an integer past float64 (e.g. 0x followed by 257 f's)
+        value = LARGEST_BIAS * 2
+    if not math.isfinite(value):
+        raise FormulaError(f"The number {shown} is infinite as a float; write inf (or -inf, a hard cut) for that.")
+    if abs(value) > LARGEST_BIAS:
+        raise FormulaError(f"The number {shown} does not fit float32, the precision attention runs in "
+                           f"(at most {LARGEST_BIAS:.3g} in size).")
+
+
 def _is_indexed(tree: ast.AST, name: ast.Name) -> bool:
     return any(isinstance(n, ast.Subscript) and n.value is name for n in ast.walk(tree))
 
 
 def formula_values(formula: Formula, scope: Mapping[str, torch.Tensor], parameters: Mapping[str, torch.Tensor],
-                   layer: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+                   layer: int, dtype: torch.dtype = WALK_DTYPE) -> torch.Tensor:
     """The formula walked with torch over ``scope`` (variable -> a tensor, broadcastable together; the head index
     ``h`` on the first axis), with autograd: what a forward pass trains through. ``parameters``: name -> (H,) or
     (n_layer, H) values; this layer's row of each is read. No check of the values: ``evaluate`` checks them."""
@@ -175,7 +223,7 @@ def formula_values(formula: Formula, scope: Mapping[str, torch.Tensor], paramete
 
 
 def pair_scope(q_pos: torch.Tensor, k_pos: torch.Tensor, H: int, L: int, layer: int,
-               dtype: torch.dtype = torch.float64) -> dict:
+               dtype: torch.dtype = WALK_DTYPE) -> dict:
     """The variables for queries at ``q_pos`` (Tq,) and keys at ``k_pos`` (Tk,), shapes (1, Tq, Tk) and h (H, 1, 1).
     A key after its query (masked by attention anyway) is read as the query's own position, so that no value the
     model computes comes from outside the causal pairs (a log of a negative distance would be NaN, and its
@@ -188,7 +236,7 @@ def pair_scope(q_pos: torch.Tensor, k_pos: torch.Tensor, H: int, L: int, layer: 
             "layer": torch.tensor(float(layer), dtype=dtype)}
 
 
-def distance_scope(lo: int, hi: int, H: int, L: int, layer: int, dtype: torch.dtype = torch.float64,
+def distance_scope(lo: int, hi: int, H: int, L: int, layer: int, dtype: torch.dtype = WALK_DTYPE,
                    device=None) -> dict:
     """The variables of a formula of the distance alone, for distances lo..hi: d (1, D) and h (H, 1)."""
     return {"d": torch.arange(lo, hi + 1, dtype=dtype, device=device).view(1, -1),
@@ -197,28 +245,97 @@ def distance_scope(lo: int, hi: int, H: int, L: int, layer: int, dtype: torch.dt
             "layer": torch.tensor(float(layer), dtype=dtype)}
 
 
-def check_values(bias: torch.Tensor, where: str = "") -> None:
-    """Refuse a bias (H, ...) with a NaN or +inf value: only -inf (a hard cut) is allowed."""
-    if torch.isnan(bias).any():
-        raise FormulaError(f"The formula is NaN on some causal pair{where} (a log or sqrt of a negative number, "
-                           "0/0, ...).")
-    if torch.isposinf(bias).any():
-        raise FormulaError(f"The formula overflows to +inf on some causal pair{where}; only -inf (a hard cut) is "
-                           "allowed.")
+def pair_pieces(formula: Formula, q_pos: torch.Tensor, k_pos: torch.Tensor, H: int, L: int, layer: int,
+                parameters: Mapping[str, torch.Tensor], dtype: torch.dtype = WALK_DTYPE):
+    """Yield (r0, r1, values) for the queries ``q_pos[r0:r1]`` against every key of ``k_pos``: the formula walked over
+    pieces of at most ``WORKSHOP_WALK_ELEMENTS`` pairs of every head, so that a long context's walk never holds more
+    than (2 * depth + 1) pieces at once. ``values``: (H or 1, r1 - r0, Tk) (1 when the formula does not read h)."""
+    rows = max(1, WORKSHOP_WALK_ELEMENTS // max(1, H * k_pos.numel()))
+    for r0 in range(0, q_pos.numel(), rows):
+        r1 = min(q_pos.numel(), r0 + rows)
+        scope = pair_scope(q_pos[r0:r1], k_pos, H, L, layer, dtype)
+        yield r0, r1, _heads_first(formula_values(formula, scope, parameters, layer, dtype), (r1 - r0, k_pos.numel()))
+
+
+def _heads_first(values: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """``values`` (a number, or broadcastable with the head first) as (H or 1, *shape): 1 when it does not read h."""
+    heads = values.shape[0] if values.dim() == len(shape) + 1 else 1
+    return torch.broadcast_to(values, (heads, *shape))
+
+
+def check_values(bias: torch.Tensor, where: str = "", place: Callable[[tuple], str] | None = None,
+                 checked: torch.Tensor | None = None) -> None:
+    """Refuse a bias (H or 1, ...) that is no bias where attention uses it: NaN, +inf, or a finite value too large for
+    the precision attention runs in (float32; bfloat16 under a GPU's autocast). Only -inf (a hard cut) is allowed.
+    ``checked``: which entries are causal pairs (broadcastable; None: all); ``place(index)`` names an entry."""
+
+    # one pass for the common case: every value is a number within range, or -inf (NaN compares false)
+    bad = ~(bias <= LARGEST_BIAS) | ((bias < -LARGEST_BIAS) & (bias != float("-inf")))
+    if checked is not None:
+        bad &= checked
+    if not bad.any():
+        return
+
+    def refuse(bad: torch.Tensor, message: str) -> None:
+        if checked is not None:
+            bad = bad & checked
+        if bad.any():
+            index = tuple(int(k) for k in torch.nonzero(bad)[0])
+            located = f", first {place(index)}" if place is not None else ""
+            raise FormulaError(message.format(where=where + located))
+
+    refuse(torch.isnan(bias), "The formula is NaN on some causal pair{where} (a log or sqrt of a negative number, 0/0, "
+                              "...).")
+    refuse(torch.isposinf(bias), "The formula overflows to +inf on some causal pair{where}, in float32 (the precision "
+                                 "attention runs in, at most 3.4e38); only -inf (a hard cut) is allowed.")
+    large = torch.isfinite(bias) & (bias.abs() > LARGEST_BIAS)
+    value = float(bias[large].abs().max())  # the largest, masked pairs included: a size, not a place
+    refuse(large, f"The formula reaches {value:.3g} in size on some causal pair{{where}}: more than bfloat16, the "
+                  f"precision attention runs in on a GPU, holds ({LARGEST_BIAS:.3g}). Write -inf for a hard cut, or "
+                  "bound it, e.g. max(..., -1e4).")
+
+
+def _head(h: int, heads: int) -> str:
+    return f" (head {h})" if heads > 1 else ""
+
+
+def check_formula(formula: Formula, n: int, H: int, L: int, layer: int = 0,
+                  parameters: Mapping[str, torch.Tensor] | None = None) -> None:
+    """Refuse, with words that name the first pair, a formula that is no bias at some causal pair of an ``n``-position
+    context (``check_values``), or leaves a query with no finite key. A formula of the distance alone is checked once
+    per distance (n values a head); one that reads i or j, over its causal pairs in pieces (``pair_pieces``)."""
+    parameters = dict(parameters or {})
+    with torch.no_grad():
+        if formula.shift_invariant():
+            table = _heads_first(formula_values(formula, distance_scope(0, n - 1, H, L, layer), parameters, layer), (n,))
+            check_values(table, f" at a distance below {n:,}",
+                         lambda k: f"at distance {k[-1]:,}{_head(k[0], table.shape[0])}")
+            if not torch.isfinite(table[:, 0]).all():
+                raise FormulaError("The bias at distance 0 is -inf: the first query, which sees only itself, has no key with a "
+                                   "finite bias.")
+            return
+        rows = max(1, WORKSHOP_WALK_ELEMENTS // (H * n))
+        for q0 in range(0, n, rows):  # the queries q0..q1-1 see the keys 0..q1-1: the causal pairs, and few others
+            q1 = min(n, q0 + rows)
+            keys = torch.arange(q1)
+            for r0, r1, values in pair_pieces(formula, torch.arange(q0, q1), keys, H, L, layer, parameters):
+                causal = keys.view(1, -1) <= torch.arange(q0 + r0, q0 + r1).view(-1, 1)  # (rows, keys)
+                check_values(values, f" below position {n:,}",
+                             lambda k, v=values, a=q0 + r0: f"at query position {a + k[1]:,}, key position {k[2]:,}"
+                                                              f"{_head(k[0], v.shape[0])}", causal)
+                if not ((values > float("-inf")) & causal).any(dim=-1).all():  # NaN was refused just above
+                    raise FormulaError(f"Some query below position {n:,} has no key with a finite bias.")
 
 
 def evaluate(formula: Formula, T: int, H: int, L: int, layer: int = 0,
              parameters: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
-    """(H, T, T) float64: the bias of every causal pair (j <= i) of a T-position context, -inf above the diagonal.
-    ``parameters``: name -> (H,) or (n_layer, H) values. Refused (FormulaError) when a causal value is NaN or +inf, or
-    a row has no finite key."""
+    """(H, T, T) float32: the bias of every causal pair (j <= i) of a T-position context, -inf above the diagonal.
+    ``parameters``: name -> (H,) or (n_layer, H) values. Refused (``check_formula``) when a causal value is NaN, +inf
+    or too large for float32, or a row has no finite key."""
+    check_formula(formula, T, H, L, layer, parameters)
     pos = torch.arange(T)
     with torch.no_grad():
         bias = formula_values(formula, pair_scope(pos, pos, H, L, layer), dict(parameters or {}), layer)
         bias = bias.expand(H, T, T).clone()
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    check_values(bias[:, causal])
-    bias[:, ~causal] = float("-inf")
-    if (~torch.isfinite(bias).any(dim=-1)).any():
-        raise FormulaError("Some query has no key with a finite bias: every row needs at least one key it may attend.")
+    bias[:, ~torch.ones(T, T, dtype=torch.bool).tril()] = float("-inf")
     return bias
