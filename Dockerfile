@@ -37,7 +37,8 @@ COPY --chown=user models ./models
 # Every page's default view computed once, here, into the result files (.posviz-store/, JSON + npz): the
 # Space's first visitor, a talk's link on a restarted Space, gets them read back instead of computed (on the
 # free CPU the labs' defaults took 10–25 s each). Built as the user the Space runs as, on the image's own
-# files, so that the checkpoints' stamps in the keys are the ones the server sees.
+# files, so that the checkpoints' stamps in the keys are the ones the server sees. The Workshop's six examples
+# are trained into its store of runs there too (about 3 minutes each), so a visitor's Train on one answers at once.
 RUN chown user /home/user/app
 USER user
 RUN python -m views._warm --defaults-only

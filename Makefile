@@ -20,7 +20,8 @@ app: $(APP_STAMP)
 
 # Every page's default view, and the slider stops the warm-up goes on to, computed ahead into the result files
 # (.posviz-store/, or $$POSVIZ_STORE): a server started after it answers each page's link without computing
-# it. A server also fills them itself, with its first start's warm-up; the Docker image builds them.
+# it. A server also fills them itself, with its first start's warm-up; the Docker image builds them. Then the
+# Workshop's six examples are trained into its store of runs (about 3 minutes each), so their results show at once.
 store: $(APP_STAMP)
 	$(PY) -m views._warm
 

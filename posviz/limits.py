@@ -55,7 +55,7 @@ EFFECTIVE_LENGTH_TRIALS = 8  # names per depth and length: rows of up to 16x the
 
 # The Workshop (posviz/workshop): a visitor's formula trained on the server, one run at a time. Each run trains the
 # shipped shape (about 0.8 M parameters, ~3 MB in fp32 while training, 1.6 MB on disk) with the quick recipe; these
-# cap the rest. Nothing a visitor trains outlives their session (posviz.workshop.training.SessionFolder).
+# cap the rest. A finished run is kept in the server's store of runs (posviz.workshop.training.RunStore), shared by all.
 WORKSHOP_TRAININGS_AT_ONCE = 1  # one training uses every core through torch's threads; more only slow each other
 WORKSHOP_QUEUE = 8  # runs waiting behind it; past this a visitor is told to try again later
 WORKSHOP_MAX_TRAIN_SECONDS = 300  # the quick recipe takes about 3 minutes on 2 cores; past this a run stops early
@@ -69,3 +69,6 @@ WORKSHOP_FORMULA_DEPTH = 16  # nesting: operands alive at once in the walk
 # Elements of one piece of a walk (float32): a formula of i and j is walked over its pairs in pieces of at most this
 # many, so at most (2 * depth + 1) pieces are alive at once: 33 x 4 MB = 132 MB in the worst case under the caps.
 WORKSHOP_WALK_ELEMENTS = 1 << 20
+# Visitors' Workshop runs the server keeps, shared by everyone who trains the same formula (about 1.7 MB each): the
+# least recently used goes first. The six examples trained ahead are kept besides.
+WORKSHOP_STORED_RUNS = 64

@@ -1,7 +1,8 @@
 """The Workshop's server-wide trainer and a session's trained formulas, which every lab lists as "yours: …".
 
-A session's checkpoints live in its ``SessionFolder`` (removed with the session's state); the list of them is
-``yours()`` ({label: folder}), read by ``views._models.usable_models`` so the labs pick them like shipped ones.
+A session's runs live in the server's store of runs (``posviz.workshop.training.RunStore``, shared by every visitor
+who trains the same formula); the list of this session's is ``yours()`` ({label: folder}), read by
+``views._models.usable_models`` so the labs pick them like shipped ones.
 """
 from __future__ import annotations
 
@@ -14,23 +15,25 @@ from posviz.limits import WORKSHOP_RESULTS_PER_SESSION
 
 RESULTS_KEY = "_workshop_results"  # [{"label", "folder", "formula", "scores", "message"}], oldest first
 JOB_KEY = "_workshop_job"  # the session's queued or running job, if any
-FOLDER_KEY = "_workshop_folder"  # the session's SessionFolder: removed when the session's state is
+RUNS_FOLDER = "workshop-runs"  # the store of runs, inside the result files' edition (the code, torch, the device)
 
 
 @st.cache_resource(show_spinner=False)
 def trainer():
-    """The server's one training queue (``WORKSHOP_TRAININGS_AT_ONCE`` at a time)."""
+    """The server's one training queue (``WORKSHOP_TRAININGS_AT_ONCE`` at a time) and its store of finished runs."""
     from posviz.workshop.training import Trainer
 
-    return Trainer()
+    return Trainer(run_store())
 
 
-def session_folder() -> Path:
-    from posviz.workshop.training import SessionFolder
+def run_store():
+    """The finished runs, beside the labs' result files: in their edition, so a change of the code, of torch or of
+    the device starts afresh; in a temporary folder when results are kept in memory only (``POSVIZ_STORE=0``)."""
+    from posviz.workshop.training import RunStore
+    from views._serving import result_files
 
-    if FOLDER_KEY not in st.session_state:
-        st.session_state[FOLDER_KEY] = SessionFolder()
-    return st.session_state[FOLDER_KEY].path
+    files = result_files()
+    return RunStore(None if files is None else files.folder / RUNS_FOLDER)
 
 
 @st.cache_data(show_spinner=False)
@@ -58,16 +61,24 @@ def results() -> list[dict]:
 
 
 def keep(job) -> None:
-    """A finished job's checkpoint among the session's results; past the cap the oldest is removed, files too."""
-    import shutil
-
-    kept = results()
+    """A finished job's checkpoint among the session's results (once: a run trained again is the same run); past the
+    cap the oldest leaves the list. Its files stay in the server's store, which other visitors may be reading."""
+    kept = [r for r in results() if r["folder"] != str(job.folder)]
     kept.append({"label": job.label, "folder": str(job.folder), "formula": job.options["formula"],
                  "scores": dict(job.scores), "message": job.message})
-    while len(kept) > WORKSHOP_RESULTS_PER_SESSION:
-        shutil.rmtree(kept.pop(0)["folder"], ignore_errors=True)
+    st.session_state[RESULTS_KEY] = kept[-WORKSHOP_RESULTS_PER_SESSION:]
 
 
 def yours() -> dict[str, str]:
     """{"yours: <label>": folder} of this session's trained formulas whose files are still there."""
     return {f"yours: {r['label']}": r["folder"] for r in results() if (Path(r["folder"]) / "config.json").is_file()}
+
+
+def train_examples_ahead() -> int:
+    """The six examples' quick runs trained into this server's store of runs (``make store``, the Docker build), so a
+    visitor who presses Train on one gets its result at once; 0 when every one is stored."""
+    from posviz.workshop.drawing import EXAMPLES
+    from posviz.workshop.training import train_examples
+
+    jobs = train_examples(run_store(), EXAMPLES)
+    return 0 if all(job.status == "done" for job in jobs) else 1
