@@ -89,6 +89,16 @@ def _untimed(text: str) -> str:
     return TIMED_TEXT.sub("<t>", text)
 
 
+# A Markdown character after a backslash: how views._page.plain quotes a model's name ("rope\-neox") in a
+# caption, a metric's label or an error box, where the visitor reads "rope-neox".
+MARKDOWN_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()<>#+\-.!|~:$])")
+
+
+def as_shown(text: str) -> str:
+    """Markdown text as a visitor reads it: its backslash escapes removed."""
+    return MARKDOWN_ESCAPE.sub(r"\1", text)
+
+
 def fingerprint_of(at) -> dict:
     """Everything drawn on an AppTest page that does not depend on the wall clock."""
     charts = [_frame_summary(pa.ipc.open_stream(ds.data.data).read_pandas())
@@ -100,11 +110,11 @@ def fingerprint_of(at) -> dict:
             heading = str(node.value)
         elif kind == "Dataframe" and not TIMED.search(heading):
             tables.append(_frame_summary(node.value))
-    metrics = {m.label: _untimed(str(m.value)) for m in at.metric if not TIMED.search(m.label)}
+    metrics = {as_shown(m.label): _untimed(str(m.value)) for m in at.metric if not TIMED.search(m.label)}
     code = [str(c.value) for c in at.code]
     html = [_html_summary(h.proto.body) for h in at.get("html")]
-    captions = [_untimed(str(c.value)) for c in at.caption]
-    errors = [str(e.value) for e in at.error] + [str(w.value) for w in at.warning]
+    captions = [_untimed(as_shown(str(c.value))) for c in at.caption]
+    errors = [as_shown(str(e.value)) for e in at.error] + [as_shown(str(w.value)) for w in at.warning]
     return {"charts": charts, "tables": tables, "metrics": metrics, "code": code, "html": html,
             "captions": captions, "errors": errors}
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 import torch
 from conftest import tiny_lab
+from default_views import as_shown
 from streamlit.testing.v1 import AppTest
 
 from posviz.models.interface import open_model
@@ -50,7 +51,8 @@ def chart_frames(at: AppTest) -> list[pd.DataFrame]:
 
 
 def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
+    """{label: value} of every metric, each label as shown (a model's name in it is quoted: "p\\_rope")."""
+    return {as_shown(m.label): m.value for m in at.metric}
 
 
 def texts(elements) -> str:

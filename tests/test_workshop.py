@@ -212,51 +212,37 @@ PAGE_RECIPE = json.dumps({"tokens": PAGE_TOKENS, "eval_bytes": 4096})
 
 
 def test_the_trainer_runs_one_at_a_time_and_others_see_their_place(tmp_path, monkeypatch):
-    from posviz.workshop.training import Trainer
+    from posviz.workshop.training import RunStore, Trainer
 
     monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
-    trainer = Trainer()
-    first = trainer.submit("first", {"formula": ALIBI}, tmp_path / "first")
-    second = trainer.submit("second", {"formula": "-0.1 * d"}, tmp_path / "second")
+    trainer = Trainer(RunStore(tmp_path / "runs"))
+    first = trainer.submit("first", {"formula": ALIBI})
+    second = trainer.submit("second", {"formula": "-0.1 * d"})
     assert trainer.place(second) == 1  # the first runs or waits ahead of it
     with pytest.raises(PosvizError, match="already waiting on this server"):
-        Trainer(queue_size=0).submit("third", {"formula": "-d"}, tmp_path / "third")
+        Trainer(RunStore(tmp_path / "other"), queue_size=0).submit("third", {"formula": "-d"})
     trainer.cancel(second)  # still waiting: it leaves the line at once, and never runs
     assert second.status == "cancelled" and second.message == "cancelled before it started"
     assert trainer.wait(first, 120) and first.status == "done", first.message
     assert (first.step, first.steps) == (1, 1) and set(first.scores) == {1.0, 4.0, 16.0}
-    config = json.loads((tmp_path / "first" / "config.json").read_text())
+    config = json.loads((first.folder / "config.json").read_text())
     assert config["workshop"] == {"label": "first"} and config["train"]["tokens"] == PAGE_TOKENS
-    assert open_model(tmp_path / "first", device="cpu").name == "yours: first"
+    assert open_model(first.folder, device="cpu").name == "yours: first"
     with pytest.raises(FormulaError):  # refused when submitted, not when its turn comes
-        trainer.submit("bad", {"formula": "import os"}, tmp_path / "bad")
+        trainer.submit("bad", {"formula": "import os"})
 
 
 def test_a_cancelled_run_leaves_nothing(tmp_path, monkeypatch):
-    from posviz.workshop.training import Trainer
+    from posviz.workshop.training import RunStore, Trainer
 
     monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", json.dumps({"tokens": 4096 * 50}))
-    trainer = Trainer()
-    job = trainer.submit("cancelled", {"formula": ALIBI}, tmp_path / "cancelled")
+    trainer = Trainer(RunStore(tmp_path / "runs"))
+    job = trainer.submit("cancelled", {"formula": ALIBI})
     while job.step < 1 and not job.finished:
         trainer.wait(job, 0.2)
     trainer.cancel(job)
     assert trainer.wait(job, 60) and job.status == "cancelled" and "cancelled at step" in job.message
-    assert not (tmp_path / "cancelled").exists()
-
-
-def test_a_sessions_folder_goes_with_the_session():
-    import gc
-
-    from posviz.workshop.training import SessionFolder
-
-    folder = SessionFolder()
-    path = folder.path
-    (path / "run").mkdir()
-    assert path.is_dir()
-    del folder
-    gc.collect()
-    assert not path.exists()
+    assert not any((tmp_path / "runs").iterdir())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -362,7 +348,7 @@ def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, mo
     while not any(h.value == "Yours" for h in at.header) and time.monotonic() < deadline:
         time.sleep(0.5)
         shown(at)
-    assert any(h.value == "Yours" for h in at.header), [e.value for e in at.error + at.warning]
+    assert any(h.value == "Yours" for h in at.header), [e.value for e in list(at.error) + list(at.warning)]
     (table,) = [d.value for d in at.dataframe if "model" in d.value.columns]
     ours = table[table["model"] == "yours: ALiBi"].iloc[0]
     (result,) = at.session_state["_workshop_results"]
@@ -386,3 +372,142 @@ def test_what_a_visitor_typed_is_quoted_never_rendered(tiny_models):
     (box,) = at.error
     assert "Only numbers are allowed as constants" in box.value
     assert r"\!\[x\]\(/x\.png\)" in box.value and "![x](" not in box.value and at.button(key="w_train").disabled
+
+
+# ------------------------------------------------------------------------------------------------
+# What a visitor types on the Workshop page, and the labels its runs get, everywhere they are shown
+# ------------------------------------------------------------------------------------------------
+def test_an_initial_value_is_read_by_splitting_and_refused_past_40_characters(tiny_models):
+    """A range was matched by a regular expression that backtracked for seconds on a long run of dots: the box
+    holds 40 characters, and a longer value is refused with words before anything reads it."""
+    from posviz.errors import ConfigError
+
+    drawing = drawing_module()
+    assert [drawing.parse_init(t, "a") for t in ("0:2", "0..2", "-1:1", "1e-3:2", "1.5", " 2 ")] == [
+        [0.0, 2.0], [0.0, 2.0], [-1.0, 1.0], [0.001, 2.0], 1.5, 2.0]
+    assert drawing.parse_floor("", "a") is None and drawing.parse_floor("0.01", "a") == 0.01
+    with pytest.raises(ConfigError, match=r"write its initial value as a number \(1\.5\) or a range \(0:2\)"):
+        drawing.parse_init("1" + "." * 38 + "x", "a")  # 40 characters: read, and refused
+    for parse, what in ((drawing.parse_init, "initial value"), (drawing.parse_floor, "floor")):
+        with pytest.raises(ConfigError, match=f"parameter a: its {what} has 30,002 characters; at most 40 are allowed"):
+            parse("1" + "." * 30_000 + "x", "a")
+
+    at = workshop_page(tiny_models, example="KERPLE-log")
+    assert at.text_input(key="w_init_a").max_chars == at.text_input(key="w_floor_a").max_chars == 40
+    shown(at.text_input(key="w_init_a").set_value("1" + "." * 30_000 + "x"))  # the box keeps its first 40
+    assert len(at.text_input(key="w_init_a").value) == 40
+    (box,) = at.error
+    assert r"parameter a\: write its initial value as a number" in box.value and at.button(key="w_train").disabled
+
+
+def test_the_pages_own_link_reopens_it_without_a_notice(tiny_models):
+    """The page wrote init= and floor= empty for a formula without parameters, and its own link then warned
+    "Ignored URL parameter init=''". It leaves them out, and an empty one names none."""
+    def notices(at) -> list[str]:
+        return [w.value for w in at.warning if "Ignored URL parameter" in w.value]
+
+    at = workshop_page(tiny_models)  # ALiBi: no learned parameter
+    link = {k: v for k, v in at.query_params.items()}
+    assert "init" not in link and "floor" not in link, link
+    assert not notices(workshop_page(tiny_models, **link))
+    again = workshop_page(tiny_models, bias=ALIBI, init="", floor="")
+    assert not notices(again) and again.text_input(key="w_formula").value == ALIBI
+
+    # KERPLE with its floors cleared: the link names the inits and no floor, and reopens with none
+    at = workshop_page(tiny_models, example="KERPLE-log")
+    at.text_input(key="w_floor_a").set_value("")
+    shown(at.text_input(key="w_floor_b").set_value(""))
+    link = {k: v for k, v in at.query_params.items()}
+    assert link["init"] == "a=0:2;b=0:1" and "floor" not in link, link
+    again = workshop_page(tiny_models, **link)
+    assert not notices(again)
+    assert [again.text_input(key=f"w_{part}_{p}").value for part in ("init", "floor") for p in "ab"] == [
+        "0:2", "0:1", "", ""]
+
+
+def test_a_runs_label_holds_no_comma_bracket_or_markdown():
+    """A label is a model's name in every lab: in the Extrapolation lab's link (models=, comma-separated) and in
+    Markdown. It is the formula as its tree writes it back (a # comment gone), in a safe alphabet."""
+    drawing = drawing_module()
+    hostile = "max(-d,-9)#**yours** [x](//e.vil), <script>`_|~$\\"
+    labels = {f: drawing.label_for(f, set()) for f in ("where(d < 64, 0, -inf)", KERPLE, hostile)}
+    assert list(labels.values()) == ["where(d < 64; 0; -inf)", "-a(layer; h) · log(1 + …", "max(-d; -9)"]
+    for label in labels.values():
+        assert not set(label) & set(",[]*#`_|~$\\"), label
+        assert drawing.lab_link_models(label).split(",") == ["alibi", "rope", "nope", f"yours: {label}"]
+    assert drawing.label_for(ALIBI, set()) == "-2 ^ (-8 · (h + 1) / H)…"
+    assert drawing.label_for(ALIBI, {"ALiBi", "ALiBi (2)"}, "ALiBi") == "ALiBi (3)"
+    assert drawing.safe_label("a_b [x](y), **z** #1 `c`\n$d$ <i>") == "ab (x)(y); ^z^ 1 c d <i>"
+
+
+def test_a_formula_with_a_comma_opens_in_the_extrapolation_lab(tiny_models, monkeypatch):
+    """Trained on the page, a formula with a comma (max(-d, -9)) is one model in its link to the lab, and the lab
+    opens with it picked."""
+    import time
+    from urllib.parse import parse_qs
+
+    monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
+    at = workshop_page(tiny_models, in_menu=True, bias="max(-d, -9)")
+    assert at.selectbox(key="w_example").value == "Your own"
+    shown(at.button(key="w_train").click())
+    deadline = time.monotonic() + 120
+    while not any(h.value == "Yours" for h in at.header) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        shown(at)
+    assert any(h.value == "Yours" for h in at.header), [e.value for e in list(at.error) + list(at.warning)]
+    (link,) = [e.proto for e in at.get("page_link") if e.proto.label == "Open in the Extrapolation lab"]
+    models = parse_qs(link.query_string)["models"][0]
+    assert models.split(",") == ["alibi", "rope", "nope", "yours: max(-d; -9)"]
+    at.query_params = {"models": models}
+    at.switch_page("views/extrapolation.py")
+    shown(at)
+    assert at.multiselect(key="w_models").value == ["alibi", "rope", "nope", "yours: max(-d; -9)"]
+
+
+HOSTILE_LABEL = "**bold** [x](y) #h, <script>"  # as a label made before labels were safe (or a config.json) holds it
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory) -> Path:
+    """A tiny trained formula whose config.json names it HOSTILE_LABEL, as the Workshop's trainer names its runs."""
+    folder = tmp_path_factory.mktemp("hostile") / "run"
+    train(tiny_recipe(), folder, progress=False)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "workshop": {"label": HOSTILE_LABEL}}))
+    return folder
+
+
+def test_every_lab_quotes_a_models_name_in_markdown(tiny_models, hostile_run):
+    """A model's name goes into headings, captions, metric labels, expanders and message boxes as Markdown: every
+    lab quotes it (views._page.plain), so no link, emphasis or tag comes from it. The label here was never made
+    safe (``drawing.label_for``): what is tested is each lab's quoting."""
+    import re
+
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+    from views._page import plain
+
+    name = f"yours: {HOSTILE_LABEL}"
+    at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=90)
+    at.session_state["_workshop_results"] = [{"label": HOSTILE_LABEL, "folder": str(hostile_run), "formula": KERPLE,
+                                              "scores": {}, "message": ""}]
+    shown(at)
+    # each lab with the model picked (a link cannot: its models= splits on the comma), and as little else as can be
+    picks = {"extrapolation": ("w_models", [name]), "kv_cache": ("w_models", [name]), "retrieval": ("w_models", [name]),
+             "generation": ("w_models", [name]), "compare": ("w_a", name)}
+    quoted = {}
+    for lab, (key, value) in picks.items():  # first opened on one shipped model (and 16 bytes to write): light
+        at.query_params = {"models": "alibi", "n": "16"} if lab != "compare" else {"a": "alibi", "b": "nope", "L": "32"}
+        at.switch_page(f"views/{lab}.py")
+        shown(at)
+        widget = at.multiselect(key=key) if key == "w_models" else at.selectbox(key=key)
+        shown(widget.set_value(value))
+        texts = [e.value for kind in ("markdown", "caption", "subheader", "header", "title", "error", "warning", "info",
+                                      "success") for e in getattr(at, kind)] + [m.label for m in at.metric] + [
+                     e.label for e in at.expander]
+        for text in (re.sub(r"`[^`]*`", "", t) for t in texts):  # a code span shows its text as it is
+            assert "[x](y)" not in text and "**bold**" not in text and "<script>" not in text, (lab, text)
+        quoted[lab] = [t for t in texts if plain(name) in t]
+    # the KV cache lab names a model in its progress bars only, gone once the numbers are in
+    assert all(quoted[lab] for lab in ("extrapolation", "retrieval", "generation", "compare")), quoted

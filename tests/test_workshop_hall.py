@@ -285,3 +285,32 @@ def test_the_examples_are_trained_ahead_and_kept(tmp_path, monkeypatch):
         trainer.wait(trainer.submit(f"run {k}", {"formula": f"-0.{k + 1} * d"}), 60)
     kept = sorted(store.get(p.name)["label"] for p in store.root.iterdir() if store.get(p.name))
     assert kept == ["ALiBi", "KERPLE-log", "run 2"]
+
+
+def test_a_formula_of_the_pairs_that_differs_by_layer_is_capped_by_its_walks():
+    """It is walked once per layer in every forward pass and check: its parts times the layers are capped."""
+    big = "-abs(j * h - i) * 0.01 * " + " * ".join(["(layer + 1)"] * 4)  # 21 parts, 4 layers: 84 walked
+    with pytest.raises(FormulaError, match="computed for each of the 2 layers: at most 32 parts"):
+        build_position_method("formula", SHAPE, {"formula": big + " * (layer + 1) * (layer + 1) * (layer + 1)"})
+    build_position_method("formula", SHAPE, {"formula": big})  # 21 x 2 layers = 42: within the cap
+    build_position_method("formula", SHAPE, {"formula": big.replace("j * h - i", "d * h")})  # of d: walked per distance
+
+
+def test_a_parse_that_cpythons_shared_depth_count_failed_is_parsed_again(monkeypatch):
+    """Streamlit runs each session in a thread of its own, and CPython 3.11's tree conversion counts its depth in state
+    the threads share: one of twenty visitors at once saw "SystemError: AST constructor recursion depth mismatch
+    (before=63, after=39)" as a traceback on the page."""
+    import ast
+
+    from posviz.workshop import formula as language
+
+    real, failures = ast.parse, []
+
+    def flaky(*args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise SystemError("AST constructor recursion depth mismatch (before=63, after=39)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(language.ast, "parse", flaky)
+    assert parse_formula("-0.5 * d").reads == {"d"} and failures == [1]

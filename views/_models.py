@@ -19,7 +19,7 @@ from posviz.errors import PosvizError
 from posviz.models.hf.settings import any_model_allowed, deployer_models, download_size
 from posviz.limits import max_eval_length
 from posviz.models.interface import LabModel
-from views._page import error_box, usable_checkpoints
+from views._page import error_box, plain, usable_checkpoints
 
 ADD_KEY = "w_add_model"
 LABELS_KEY = "_model_labels"  # {name: label} as this session's pickers first showed them
@@ -174,7 +174,9 @@ def add_yours(listing: ModelList) -> None:
         try:
             model = listing.read(folder)
         except PosvizError as exc:
-            error_box(PosvizError(f"Your Workshop model {name!r} cannot be opened: {exc}"), "Train it again there.")
+            # its name is the label a visitor's formula made: quoted, as every lab quotes it
+            error_box(PosvizError(f"Your Workshop model {plain(repr(name))} cannot be opened: {exc}"),
+                      "Train it again there.")
             continue
         listing.refs[name], listing.models[name] = folder, model
         listing.yours.append(name)

@@ -72,6 +72,8 @@ class Answer:
     seconds: float  # from the request to the end of the run
     status: str  # "ok" or Streamlit's status name
     exceptions: list[str] = field(default_factory=list)  # texts of exception boxes drawn
+    texts: list[str] = field(default_factory=list)  # what the run wrote: headings, Markdown, captions, alerts
+    alerts: list[str] = field(default_factory=list)  # of which the error boxes
     messages: int = 0  # ForwardMsgs received
     bytes: int = 0  # their size on the wire
 
@@ -127,9 +129,25 @@ class ProtocolSession:
             state.string_value = str(value)
         elif widget.kind == "checkbox":
             state.bool_value = bool(value)
+        elif widget.kind == "text_input":
+            state.string_value = str(value)
+        elif widget.kind == "button":  # a press: a trigger that is true for this one run
+            state.trigger_value = True
         else:
             raise ValueError(f"moving a {widget.kind} is not supported")
         return self._run(request)
+
+    def press(self, label_start: str) -> Answer:
+        """Press the button whose label starts with ``label_start``, as a click does."""
+        labels = [label for label, w in self.widgets.items() if w.kind == "button" and label.startswith(label_start)]
+        if not labels:
+            raise KeyError(f"no button labelled {label_start!r}… on {self.page!r}; seen: {sorted(self.widgets)}")
+        return self.move(labels[0], True)
+
+    def rerun(self, fragment_id: str = "") -> Answer:
+        """Run the page again with nothing changed, or only the fragment ``fragment_id`` (as its timer does in a
+        browser)."""
+        return self._run(self._request(fragment_id))
 
     # ---------------------------------------------------------------------------------------------
     def _request(self, fragment_id: str = ""):
@@ -182,6 +200,12 @@ class ProtocolSession:
         if kind == "exception":
             answer.exceptions.append(f"{element.exception.type}: {element.exception.message}")
             return
+        if kind in ("markdown", "heading", "alert"):
+            answer.texts.append(getattr(element, kind).body)
+        elif kind == "progress":
+            answer.texts.append(element.progress.text)
+            if kind == "alert" and element.alert.format == element.alert.ERROR:
+                answer.alerts.append(element.alert.body)
         inner = getattr(element, kind, None) if kind else None
         widget_id = getattr(inner, "id", "") if inner is not None else ""
         if widget_id and _label(inner):

@@ -10,7 +10,7 @@ from views._charts import method_scales, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._serving import compute_once, shared
 from views._models import usable_models
-from views._page import error_box, page_header
+from views._page import error_box, page_header, plain
 from views._text import choose_text
 from views._url import qp_choice, qp_int, sync_url
 from posviz.labs import compare, extrapolation, inputs as lab_inputs
@@ -31,7 +31,8 @@ def one_loss(model: LabModel, text: bytes, length: int) -> dict:
         s = extrapolation.score_at_length(model, model.tokenize(text).ids, length)
         return {"position_bits": s.position_bits, "bpb": s.bpb}
 
-    return compute_once("compare-loss", model.key + (text, length), compute, f"{model.name} at {length:,} {model.unit}s…")
+    return compute_once("compare-loss", model.key + (text, length), compute,
+                        f"{plain(model.name)} at {length:,} {model.unit}s…")
 
 
 def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length: int, layer: int, head: int,
@@ -39,7 +40,7 @@ def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length:
     return compute_once("compare-methods-attention", model_a.key + model_b.key + (text, length, layer, head, log_scale),
                         lambda progress: compare.attention_difference(model_a, model_b, model_a.tokenize(text).ids, length,
                                                                       layer, head, log_scale=log_scale),
-                        f"Attention of {model_a.name} and {model_b.name}…")
+                        f"Attention of {plain(model_a.name)} and {plain(model_b.name)}…")
 
 
 def methods_attention_apart(model_a: LabModel, length_a: int, model_b: LabModel, length_b: int, text: bytes, layer: int,
@@ -50,20 +51,20 @@ def methods_attention_apart(model_a: LabModel, length_a: int, model_b: LabModel,
                         lambda progress: compare.attention_pair(model_a, model_a.tokenize(text).ids, length_a, model_b,
                                                                 model_b.tokenize(text).ids, length_b, layer, head,
                                                                 log_scale=log_scale),
-                        f"Attention of {model_a.name} and {model_b.name}…")
+                        f"Attention of {plain(model_a.name)} and {plain(model_b.name)}…")
 
 
 def lengths_losses(model: LabModel, text: bytes, length: int) -> dict:
     return compute_once("compare-lengths", model.key + (text, length),
                         lambda progress: compare.compare_lengths(model, model.tokenize(text).ids, length),
-                        f"{model.name} at {length:,} and {2 * length:,} {model.unit}s…")
+                        f"{plain(model.name)} at {length:,} and {2 * length:,} {model.unit}s…")
 
 
 def lengths_attention(model: LabModel, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
     return compute_once("compare-lengths-attention", model.key + (text, length, layer, head, log_scale),
                         lambda progress: compare.length_attention_difference(model, model.tokenize(text).ids, length, layer,
                                                                              head, log_scale=log_scale),
-                        f"Attention of {model.name} at {length:,} and {2 * length:,} {model.unit}s…")
+                        f"Attention of {plain(model.name)} at {length:,} and {2 * length:,} {model.unit}s…")
 
 
 SCALES = {"log": "log₁₀ probability", "prob": "probability"}
@@ -85,6 +86,7 @@ shipped_names = catalog.shipped  # the defaults: published models are picked on 
 
 def map_panel(matrix: np.ndarray, block: int, length: int, name: str, title: str, value_title: str, scheme: str,
               marks: list[int], unit: str = "byte") -> None:
+    title = plain(title)  # shown as Markdown either way, and it names a model, maybe a visitor's: quoted
     if block == 1 and length <= 128:
         st.markdown(f"**{title}**")
         show_matrix(matrix, name, f"key {unit}", f"query {unit}", value_title, scheme=scheme, marks=marks,
@@ -134,12 +136,13 @@ def methods_apart(a: str, b: str, where) -> None:
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(a=a, b=b, M=f"{multiple:g}", layer=layer, head=head)
     lengths = {n: extrapolation.length_at_multiple(models[n], multiple) for n in (a, b)}
-    st.caption(f"{a} and {b} read the text as different ids (bytes or tokens) or were trained on different contexts: "
-               f"each runs at {multiple:g}× its own trained context ({a}: {lengths[a]:,} {ma.unit}s of {ma.train_length:,}; "
-               f"{b}: {lengths[b]:,} {mb.unit}s of {mb.train_length:,}). Bits per byte compare; positions are drawn as "
+    qa, qb = plain(a), plain(b)  # the names as Markdown quotes them, for the words below
+    st.caption(f"{qa} and {qb} read the text as different ids (bytes or tokens) or were trained on different contexts: "
+               f"each runs at {multiple:g}× its own trained context ({qa}: {lengths[a]:,} {ma.unit}s of {ma.train_length:,}; "
+               f"{qb}: {lengths[b]:,} {mb.unit}s of {mb.train_length:,}). Bits per byte compare; positions are drawn as "
                "fractions of each model's context, with no position-by-position difference.")
 
-    st.subheader(f"Loss at each position: {a} vs {b} at {multiple:g}× their trained contexts")
+    st.subheader(f"Loss at each position: {qa} vs {qb} at {multiple:g}× their trained contexts")
     curves = {}
     for name in (a, b):
         problem = extrapolation.cannot_run_at(models[name], lengths[name], id_count(name))
@@ -148,15 +151,15 @@ def methods_apart(a: str, b: str, where) -> None:
                 raise PosvizError(problem)
             curves[name] = one_loss(models[name], text_bytes, lengths[name])
         except PosvizError as exc:
-            error_box(exc, f"{name} cannot run at {multiple:g}× its trained context; the other model is still shown.")
+            error_box(exc, f"{plain(name)} cannot run at {multiple:g}× its trained context; the other model is still shown.")
     if not curves:
         st.stop()
     metric_cols = st.columns(3)
     for col, name in zip(metric_cols, (a, b)):
         if name in curves:
-            col.metric(f"{name}: bits/byte", f"{curves[name]['bpb']:.3f}")
+            col.metric(f"{plain(name)}: bits/byte", f"{curves[name]['bpb']:.3f}")
     if len(curves) == 2:
-        metric_cols[2].metric(f"{b} − {a}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
+        metric_cols[2].metric(f"{qb} − {qa}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
     rows = []
     for name, c in curves.items():
         smoothed = lab_inputs.moving_average(c["position_bits"], max(1, lengths[name] // 64))
@@ -177,7 +180,7 @@ def methods_apart(a: str, b: str, where) -> None:
                       "checkpoint, per token for a tokenized model; the dashed line: the trained context.")
     if len(curves) < 2:
         return
-    st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
+    st.subheader(f"Attention, layer {layer} head {head}: {qa} vs {qb}")
     try:
         with st.spinner("Extracting attention maps…"):
             maps = methods_attention_apart(ma, lengths[a], mb, lengths[b], text_bytes, layer, head, log_scale)
@@ -230,18 +233,19 @@ def methods_section() -> None:
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(a=a, b=b, L=length, layer=layer, head=head)
     marks = [train_length] if train_length < length else []
+    qa, qb = plain(a), plain(b)  # the names as Markdown quotes them, for the words below
 
-    st.subheader(f"Loss at each position: {a} vs {b} at {length:,} {unit}s")
+    st.subheader(f"Loss at each position: {qa} vs {qb} at {length:,} {unit}s")
     curves = {}
     smooth = max(1, length // 64)
     first_curve = st.empty()  # A's curve while B runs: the first chart does not wait for both models
-    with st.spinner(f"Running {a} and {b} at {length:,} {unit}s…"):
-        bar = st.progress(0.0, text=f"{a}…")
+    with st.spinner(f"Running {qa} and {qb} at {length:,} {unit}s…"):
+        bar = st.progress(0.0, text=f"{qa}…")
         for i, name in enumerate((a, b)):
             try:
                 curves[name] = one_loss(models[name], text_bytes, length)
             except PosvizError as exc:
-                error_box(exc, f"{name} cannot run at {length:,} bytes; the other model is still shown.")
+                error_box(exc, f"{plain(name)} cannot run at {length:,} bytes; the other model is still shown.")
             if i == 0 and name in curves and b != a:
                 alone = pd.DataFrame({"model": a, "position": np.arange(length),
                                       "bits": lab_inputs.moving_average(curves[a]["position_bits"], smooth)}).dropna()
@@ -251,7 +255,7 @@ def methods_section() -> None:
                     alt.Color("model:N", title=None, scale=method_scales([a])[0]),
                     tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260),
                     width="stretch")
-            bar.progress((i + 1) / 2, text=f"{b}…")
+            bar.progress((i + 1) / 2, text=f"{qb}…")
         bar.empty()
     first_curve.empty()
     if not curves:
@@ -261,11 +265,11 @@ def methods_section() -> None:
     metric_cols = st.columns(3)
     for col, name in zip(metric_cols, (a, b)):
         if name in curves:
-            col.metric(f"{name}: bits/byte", f"{curves[name]['bpb']:.3f}")
+            col.metric(f"{plain(name)}: bits/byte", f"{curves[name]['bpb']:.3f}")
     if len(curves) == 2 and a != b:
         diff = lab_inputs.moving_average(curves[b]["position_bits"] - curves[a]["position_bits"], smooth)
         rows += [{"model": f"{b} − {a}", "position": p, "bits": float(v)} for p, v in enumerate(diff) if np.isfinite(v)]
-        metric_cols[2].metric(f"{b} − {a}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
+        metric_cols[2].metric(f"{qb} − {qa}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
     df = pd.DataFrame(rows)
     # one x domain for both stacked charts, so a position sits at the same place in each
     x = alt.X("position:Q", title="position in the window", scale=alt.Scale(domain=[0, int(df["position"].max())], nice=False))
@@ -286,7 +290,7 @@ def methods_section() -> None:
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
                           lambda: (alt.vconcat(top, bottom), df), f"compare-loss-{a}-{b}-L{length}",
                           "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")
-                   + f". Below: {b} minus {a}; below 0, {b} predicts better.")
+                   + f". Below: {qb} minus {qa}; below 0, {qb} predicts better.")
     else:
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
                           lambda: (top, df), f"compare-loss-{a}-{b}-L{length}")
@@ -294,7 +298,7 @@ def methods_section() -> None:
             st.info("Pick two different methods to see a difference.")
 
     if len(curves) == 2 and a != b:
-        st.subheader(f"Attention, layer {layer} head {head}: {a} vs {b}")
+        st.subheader(f"Attention, layer {layer} head {head}: {qa} vs {qb}")
         try:
             with st.spinner("Extracting attention maps…"):
                 maps = methods_attention(models[a], models[b], text_bytes, length,
@@ -312,7 +316,7 @@ def methods_section() -> None:
         with cols[2]:
             map_panel(maps["diff"], maps["block"], length, f"attention-diff-{a}-{b}-l{layer}-h{head}-L{length}",
                       f"{b} − {a}", "probability difference", "redblue", marks, unit)
-        st.caption(f"Largest single difference: {maps['max_abs_diff']:.3f}. Red: {b} attends more; blue: {a} attends more. "
+        st.caption(f"Largest single difference: {maps['max_abs_diff']:.3f}. Red: {qb} attends more; blue: {qa} attends more. "
                    "Layers and heads are not aligned across separately trained models: compare patterns (how far, how "
                    "sharp), not head numbers.")
 
@@ -343,7 +347,7 @@ def lengths_section() -> None:
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(model=model_name, L=length, layer=layer, head=head)
 
-    st.subheader(f"{model_name}: the same {unit}s with L = {length:,} vs 2L = {2 * length:,} {unit}s of window")
+    st.subheader(f"{plain(model_name)}: the same {unit}s with L = {length:,} vs 2L = {2 * length:,} {unit}s of window")
     try:
         with st.spinner("Scoring at L and 2L…"):
             result = lengths_losses(model, text_bytes, length)

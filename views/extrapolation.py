@@ -13,7 +13,7 @@ from views import _extrapolation_charts as charts
 from views._charts import RedrawClock, cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._models import usable_models
-from views._page import error_box, page_header
+from views._page import error_box, page_header, plain
 from views._serving import compute_once, shared
 from views._text import choose_text, coloured_html
 from views._url import qp_choice, qp_int, qp_multi, sync_url
@@ -46,9 +46,9 @@ def live_score(name: str, length: int, inspected: bool = False, layer: int = 0, 
     model = models[name]
     if stride is not None:
         return run_job(extrapolation.stride_job(model, text_bytes, length, stride),
-                       f"Running {name} at {length:,} {model.unit}s, stride {stride:,}…")
+                       f"Running {plain(name)} at {length:,} {model.unit}s, stride {stride:,}…")
     job = extrapolation.scoring_job(model, text_bytes, length, inspected, layer, log_scale)
-    label = f"Running {name} at {length:,} {model.unit}s…"
+    label = f"Running {plain(name)} at {length:,} {model.unit}s…"  # a progress bar's text is Markdown
     try:
         result = run_job(job, label)
     except PositionLimitError:
@@ -66,7 +66,7 @@ def live_view(name: str, length: int, layer: int, log_scale: bool) -> attention_
     one_window = extrapolation.single_window(length, n_ids[name], models[name].length_cap)
     job = (extrapolation.inspect_job if one_window else extrapolation.attention_job)(
         models[name], text_bytes, length, layer, log_scale)
-    result = run_job(job, f"Extracting layer {layer} attention of {name} at {length:,} {models[name].unit}s…")
+    result = run_job(job, f"Extracting layer {layer} attention of {plain(name)} at {length:,} {models[name].unit}s…")
     return result[1] if job.name == "extrapolation-inspect" else result
 
 
@@ -143,9 +143,9 @@ def at_this_length() -> None:
         lengths = {n: extrapolation.length_at_multiple(models[n], multiple) for n in chosen}
         blocked = {n: problem for n in chosen
                    if (problem := extrapolation.cannot_run_at(models[n], lengths[n], n_ids[n]))}
-        st.caption(" · ".join(f"{n}: {lengths[n]:,} {models[n].unit}s (trained on {models[n].train_length:,})"
+        st.caption(" · ".join(f"{plain(n)}: {lengths[n]:,} {models[n].unit}s (trained on {models[n].train_length:,})"
                               for n in chosen) + f". Caps on this device ({device_label()}): "
-                   + ", ".join(f"{n} {models[n].length_cap:,}" for n in chosen) + ".")
+                   + ", ".join(f"{plain(n)} {models[n].length_cap:,}" for n in chosen) + ".")
     else:
         length = st.select_slider(
             f"Evaluation length ({unit}s)", options, value=int(qp_choice("L", str(default_length), [str(o) for o in options])),
@@ -221,12 +221,13 @@ def at_this_length() -> None:
     planned_log = planned("w_scale", "scale", ["log", "prob"], "log") == "log"
 
     def metric_of(name: str) -> dict:
-        """The st.metric arguments of one model's live result (or of its failure)."""
+        """The st.metric arguments of one model's live result (or of its failure); a metric's label is Markdown,
+        and a model's name may be a visitor's (a Workshop label, a folder): quoted."""
         if name not in scores:
-            return dict(label=name, value="—", help="Cannot run at this length: see the message below.")
+            return dict(label=plain(name), value="—", help="Cannot run at this length: see the message below.")
         ref = dict(extrapolation.shipped_bpb_curve(models[name])).get(models[name].train_length)
         where = (f" ({lengths[name]:,} {models[name].unit}s, {multiple:g}× its trained context)" if mixed else "")
-        return dict(label=name, value=f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
+        return dict(label=plain(name), value=f"{scores[name]['bpb']:.3f}", delta=None if ref is None else f"{scores[name]['bpb'] - ref:+.3f}",
                     delta_color="inverse", help=f"Bits per byte on this text at this length{where}." + (
                         "" if ref is None else " The small number: the difference from the shipped bits per byte at "
                         f"the training length ({models[name].train_length:,})."))
@@ -279,10 +280,10 @@ def at_this_length() -> None:
                        + (" Each model at the same multiple of its own trained context, in its own units; bits per byte "
                           "compare across byte-level and tokenized models." if mixed else ""))
     for name, message in errors.items():
-        st.error(f"**{name}** — {message}", icon="🚫")
+        st.error(f"**{plain(name)}** — {message}", icon="🚫")
         table = models[name].max_positions
         if table is not None and lengths[name] > table:
-            st.caption(f"Why {name} stops: its positions are rows of a trained table, and the table has "
+            st.caption(f"Why {plain(name)} stops: its positions are rows of a trained table, and the table has "
                        f"{table:,} rows. A sinusoidal model can *compute* position {lengths[name] - 1:,} (it has just "
                        "never seen it); a learned table has nothing to look up. The other checkpoints keep going.")
 
@@ -337,7 +338,7 @@ def at_this_length() -> None:
         L, u, T = lengths[inspect], model.unit, model.train_length
         short = lab_inputs.UNIT_SHORT.get(u, u)
 
-        with st.expander(f"The text, coloured by {inspect}'s loss at length {L:,}", expanded=True):
+        with st.expander(f"The text, coloured by {plain(inspect)}'s loss at length {L:,}", expanded=True):
             s = scores[inspect]
             encoded = model.tokenize(text_bytes)
             # the ids covering the first 4,096 bytes (a byte model's first 4,096 bytes)
@@ -357,7 +358,7 @@ def at_this_length() -> None:
             return
         value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
         marks = [T] if T < L else []
-        st.markdown(f"**Attention of {inspect}, layer {layer}, at {L:,} {u}s** "
+        st.markdown(f"**Attention of {plain(inspect)}, layer {layer}, at {L:,} {u}s** "
                     f"(computed in {view.seconds:.2f} s)")
         if head == "all":
             cols = st.columns(min(n_head, 4))
@@ -403,7 +404,7 @@ def at_this_length() -> None:
                               f"attention-entropy-{inspect}-l{layer}",
                               "−Σⱼ p log₂ p: 0 = one key; log₂(i+1) = uniform over all keys so far.")
         if model.max_positions is not None and model.max_positions < L:
-            st.caption(f"{inspect} stops at {model.max_positions:,} {u}s (its table has no later positions).")
+            st.caption(f"{plain(inspect)} stops at {model.max_positions:,} {u}s (its table has no later positions).")
 
 
     inside_one_model()

@@ -14,7 +14,7 @@ import streamlit as st
 
 from views._charts import method_scales, show_cached_chart
 from views._models import usable_models
-from views._page import error_box, page_header
+from views._page import error_box, page_header, plain
 from views._serving import compute_once, heavy_turn, shared, store_result, stored_result
 from views._text import choose_text, coloured_html
 from views._url import qp_choice, qp_float, qp_int, qp_multi, sync_url
@@ -62,7 +62,7 @@ with left:
     cap = min((min(bound) for bound in bounds.values()), default=generation.max_new_bytes(train_length, default_device()))
     multiple = generation.max_new_bytes(1, default_device())
     binding = min(bounds, key=lambda n: min(bounds[n]), default=None)  # the model whose bound is the cap
-    capped_by = (f"{binding}'s length cap on this device" if binding is not None and bounds[binding][1] < bounds[binding][0]
+    capped_by = (f"{plain(binding)}'s length cap on this device" if binding is not None and bounds[binding][1] < bounds[binding][0]
                  else f"{multiple} × the training length")
     new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {capped_by})",
                         16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
@@ -164,7 +164,7 @@ for start in range(0, len(chosen), per_row):
     cols = st.columns(per_row)
     for col, name in zip(cols, chosen[start:start + per_row]):
         with col:
-            st.markdown(f"**{name}**")
+            st.markdown(f"**{plain(name)}**")
             slots[name] = {"stats": st.empty(), "note": st.empty(), "text": st.empty()}
 
 pending = [name for name in chosen if name not in results]
@@ -180,7 +180,7 @@ if pending:
     REFRESH = 64
     written = 0
     started = time.perf_counter()
-    with heavy_turn(f"Writing with {', '.join(decoders)}…"):  # the server's work queue: one heavy job at a time
+    with heavy_turn(f"Writing with {', '.join(map(plain, decoders))}…"):  # the server's work queue: one heavy job at a time
         while any(not d.done for d in decoders.values()):
             for name, decoder in decoders.items():
                 decoder.step()
@@ -206,7 +206,7 @@ for name in chosen:
     slots[name]["stats"].caption(f"{len(r.ids):,} {units_of(name)} · {rate} · {own}"
                                  + ("" if r.strategy == strategy else " · true positions (not an absolute method)"))
     if r.error:
-        slots[name]["note"].warning(f"**{name}** stopped: {r.error}", icon="⚠️")
+        slots[name]["note"].warning(f"**{plain(name)}** stopped: {r.error}", icon="⚠️")
 
     def coloured(r=r, name=name) -> str:
         chars, mark = generation.coloured_characters(r, r.surprisal if colour_by == "surprisal" else r.entropy)
@@ -247,7 +247,7 @@ if from_document and real:
         try:
             forced = compute_once(
                 "teacher_forced", model.key + (bytes(prompt), what, strategy),
-                lambda progress, name=name: score_real(name), f"{name}: scoring the real continuation…")
+                lambda progress, name=name: score_real(name), f"{plain(name)}: scoring the real continuation…")
         except PosvizError as exc:
             error_box(exc)
             continue
@@ -255,7 +255,7 @@ if from_document and real:
         rows.append({"checkpoint": name, "bits/byte, its own text": done[name].bits_per_byte,
                      "bits/byte, the real continuation": forced.bits_per_byte, "bytes scored": forced.n_bytes})
         if forced.error:  # below the table, whole: a table cell cut it off
-            notes.append(f"**{name}**: {forced.error}")
+            notes.append(f"**{plain(name)}**: {forced.error}")
     if rows:
         table = pd.DataFrame(rows).set_index("checkpoint")
         numbers = ["bits/byte, its own text", "bits/byte, the real continuation"]

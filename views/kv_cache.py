@@ -7,7 +7,7 @@ import streamlit as st
 
 from views._charts import metric_rows, show_cached_chart, show_chart
 from views._models import usable_models
-from views._page import error_box, page_header
+from views._page import error_box, page_header, plain
 from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_int, qp_multi, sync_url
@@ -117,9 +117,9 @@ def sink_section() -> None:
             shares = compute_once("first_id_share", model.key + (text_bytes,),
                                   lambda progress, model=model: kv_cache.first_id_share(
                                       model, model.tokenize(text_bytes).ids, progress=progress),
-                                  f"{name}: attention on the first {model.unit}, layer by layer…")
+                                  f"{plain(name)}: attention on the first {model.unit}, layer by layer…")
         except PosvizError as exc:
-            st.warning(f"**{name}**: {exc}", icon="⚠️")
+            st.warning(f"**{plain(name)}**: {exc}", icon="⚠️")
             continue
         rows += [{"model": name, **r} for r in shares]
     if not rows:
@@ -258,7 +258,7 @@ def scoring_section() -> None:
             try:
                 with working:
                     r = compute_once("sliding", sliding_key(model, strategy), compute,
-                                     f"{name}: {TITLES[strategy].lower()} over {n_scored:,} {model.unit}s…")
+                                     f"{plain(name)}: {TITLES[strategy].lower()} over {n_scored:,} {model.unit}s…")
             except PosvizError as exc:
                 r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
             rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
@@ -292,7 +292,7 @@ def scoring_section() -> None:
 
     for _, r in results.iterrows():
         if pd.isna(r[BPB]):
-            notes.warning(f"**{r['checkpoint']} · {r['how']}** — {r['note']}", icon="⚠️")
+            notes.warning(f"**{plain(r['checkpoint'])} · {r['how']}** — {r['note']}", icon="⚠️")
 
 
 scoring_section()
@@ -329,7 +329,7 @@ def cache_check_section() -> None:
         check = compute_once(
             "cache_check", model.key + (text_bytes, check_length),
             lambda progress: kv_cache.cache_check(model, model.tokenize(text_bytes).ids, check_length, progress=progress),
-            f"{check_model}: cached vs full forward over {check_length:,} {u}s…")
+            f"{plain(check_model)}: cached vs full forward over {check_length:,} {u}s…")
     except PosvizError as exc:
         error_box(exc, f"Choose fewer {u}s, or a model that can represent this many positions.")
     else:

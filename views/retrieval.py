@@ -9,7 +9,7 @@ import streamlit as st
 
 from views._charts import cached_spec, draw_spec, legend_for, method_scales, show_cached_chart, show_chart, split_title
 from views._models import usable_models
-from views._page import error_box, page_header
+from views._page import error_box, page_header, plain
 from views._serving import compute_once
 from views._text import choose_text
 from views._url import qp_bool, qp_choice, qp_float, qp_int, qp_multi, sync_url
@@ -94,9 +94,9 @@ shipped = pd.DataFrame(retrieval.shipped_rows(metrics))
 published = [n for n in names if not metrics[n]]  # no stored results (published models): they run live only
 missing = [n for n in names if n not in published and (shipped.empty or n not in set(shipped["model"]))]
 if missing:
-    st.info(f"No stored probe results for {', '.join(missing)}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
+    st.info(f"No stored probe results for {', '.join(map(plain, missing))}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
 if published:
-    st.info(f"{', '.join(published)}: published models come without stored probe results; run the probes on them "
+    st.info(f"{', '.join(map(plain, published))}: published models come without stored probe results; run the probes on them "
             "live at the bottom of the page (in their own tokens).", icon="ℹ️")
 measure = st.radio("Show", list(MEASURES), format_func=lambda m: MEASURES[m][0], horizontal=True,
                    index=list(MEASURES).index(qp_choice("measure", "gain", list(MEASURES))), key="w_measure")
@@ -113,8 +113,8 @@ if not shipped.empty:
     if len(at_zero) >= 2:  # a best and a worst need two checkpoints
         best = at_zero["ratio"].idxmin()
         worst = at_zero["ratio"].idxmax()
-        st.markdown(f"Right after the chunk (gap 0), **{best}** copies best (ratio {at_zero.loc[best, 'ratio']:.2f}) and "
-                    f"**{worst}** least ({at_zero.loc[worst, 'ratio']:.2f}): a ratio near 1 means the model does not copy "
+        st.markdown(f"Right after the chunk (gap 0), **{plain(best)}** copies best (ratio {at_zero.loc[best, 'ratio']:.2f}) and "
+                    f"**{plain(worst)}** least ({at_zero.loc[worst, 'ratio']:.2f}): a ratio near 1 means the model does not copy "
                     "even what sits right before it, so no position method can show retrieval through it.")
 
 st.subheader("When copying formed during training")
@@ -310,7 +310,7 @@ for name in chosen:
     short.setdefault((models[name].unit, encoded[name].numel()), []).append(name)
 for (text_unit, n_ids), holders in short.items():
     gaps = gaps_for[holders[0]]
-    the_text = "The text" if len(short) == 1 else f"For {', '.join(holders)}, the text"
+    the_text = "The text" if len(short) == 1 else f"For {', '.join(map(plain, holders))}, the text"
     if len(gaps) < len(wanted):
         st.info(f"{the_text} has {n_ids:,} {text_unit}s: gaps past {max(gaps, default=0):,} need more text, "
                 "so they are left out.", icon="ℹ️")
@@ -335,9 +335,9 @@ def live_probe(probe: str, what: str, run) -> tuple[pd.DataFrame, object]:
                 probe + "_probe", model.key + (tuple(gaps), chunks, text_key),
                 lambda progress, model=model, gaps=gaps, name=name: retrieval.results_rows(
                     name, probe, run(model, encoded[name], gaps, progress), gaps),
-                f"{name}: {what} at {len(gaps)} gaps…")
+                f"{plain(name)}: {what} at {len(gaps)} gaps…")
         except PosvizError as exc:
-            error_box(exc, f"{name} is skipped; the others keep going.")
+            error_box(exc, f"{plain(name)} is skipped; the others keep going.")
             continue
         rows += [{**r, "model": name} for r in found]
         if rows and name != runnable[-1]:  # the chart alone for now: its download button (a keyed widget) is drawn once, below

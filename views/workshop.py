@@ -18,12 +18,13 @@ from posviz.training.quick import QUICK_MULTIPLES, QUICK_RECIPE_WHY
 from posviz.training.train import TrainConfig
 from posviz.workshop import drawing
 from posviz.workshop.formula import FUNCTIONS, MAX_CHARACTERS, VARIABLES, parse_formula
+from posviz.workshop.training import check_before_training, page_recipe, run_key
 from views._bias_charts import distance_axis
 from views._charts import show_chart
 from views._matrices import show_matrix
 from views._page import error_box, page_header, plain
 from views._url import notice_junk, qp_choice, qp_int, sync_url
-from views._workshop import JOB_KEY, keep, quick_baselines, quick_baselines_stamp, results, session_folder, trainer
+from views._workshop import JOB_KEY, keep, quick_baselines, quick_baselines_stamp, results, trainer
 
 OWN = "Your own"
 RECIPE = TrainConfig()  # the shipped shape: what a run trains, and what is drawn
@@ -42,14 +43,14 @@ names = list(drawing.EXAMPLES) + [OWN]
 
 def _url_params(key: str, allowed: set[str]) -> dict[str, str]:
     """"a=0:2;b=0.5" from the URL as {"a": "0:2", "b": "0.5"}, for the formula's parameters ``allowed``; anything
-    else in it is ignored with a notice."""
+    else in it is ignored with a notice. Empty (``init=``) names none, as absent does: no notice."""
     raw = st.query_params.get(key)
-    if raw is None:
+    if raw is None or not raw.strip():
         return {}
     out = {}
-    for item in raw.split(";") if raw else [""]:
+    for item in raw.split(";"):
         name, sep, value = item.partition("=")
-        if not sep or name.strip() not in allowed or len(value) > 40:
+        if not sep or name.strip() not in allowed or len(value) > drawing.MAX_VALUE_CHARACTERS:
             notice_junk(key, raw, "")
             return {}
         out[name.strip()] = value.strip()
@@ -88,10 +89,12 @@ def _from_link() -> None:
     st.session_state["w_example"] = start if start in same else (same[0] if same else OWN)
     example = drawing.EXAMPLES.get(st.session_state["w_example"])
     _set_inputs(raw, example.parameters if example is not None else {})
-    for name in linked.parameters:  # a link that names inits or floors names them all (the page writes them so)
+    # A link that names the inits is the page's own: it names them all, and every floor there is (it leaves out
+    # an empty floor=), so a parameter whose floor it does not name has none.
+    for name in linked.parameters:
         if inits:
             st.session_state[f"w_init_{name}"] = inits.get(name, "1")
-        if floors or "floor" in st.query_params:
+        if floors or inits:
             st.session_state[f"w_floor_{name}"] = floors.get(name, "")
 
 
@@ -131,19 +134,30 @@ try:
             st.session_state.setdefault(f"w_init_{name}", "1")
             st.session_state.setdefault(f"w_floor_{name}", "")
             per = "per head" if index == ("h",) else "per layer and head"
-            init = cells[(2 * n) % len(cells)].text_input(f"{name} ({per}): initial value", key=f"w_init_{name}")
-            floor = cells[(2 * n + 1) % len(cells)].text_input(f"{name}: floor", key=f"w_floor_{name}")
+            init = cells[(2 * n) % len(cells)].text_input(f"{name} ({per}): initial value", key=f"w_init_{name}",
+                                                          max_chars=drawing.MAX_VALUE_CHARACTERS)
+            floor = cells[(2 * n + 1) % len(cells)].text_input(f"{name}: floor", key=f"w_floor_{name}",
+                                                               max_chars=drawing.MAX_VALUE_CHARACTERS)
             typed[name] = (init, floor)
     typed_options = drawing.method_options(formula, typed)
     method = drawing.drawn_method(typed_options, SHAPE)  # refuses a formula that is no bias within the context
+    with st.spinner(f"Checking your formula at every length a run is scored at (to {max(QUICK_MULTIPLES)}× the "
+                    "context)…", show_time=True):
+        check_before_training(typed_options)  # and one that breaks only past it: before anyone's minutes go to it
     options = typed_options
-except (PosvizError, ValueError) as exc:
+except PosvizError as exc:  # every refusal of the formula path; anything else is a bug, shown as one
     problem = drawing.describe_error(exc)
     error_box(PosvizError(plain(problem)), "Edit the formula above, or start again from an example.")
 
 specs = (options or {}).get("parameters", {})
-sync_url(example=example, bias=formula, init=";".join(f"{n}={drawing.spec_text(s)[0]}" for n, s in specs.items()),
-         floor=";".join(f"{n}={drawing.spec_text(s)[1]}" for n, s in specs.items() if s.get("floor") is not None))
+sync_url(example=example, bias=formula)
+for key, value in (("init", ";".join(f"{n}={drawing.spec_text(s)[0]}" for n, s in specs.items())),
+                   ("floor", ";".join(f"{n}={drawing.spec_text(s)[1]}" for n, s in specs.items()
+                                      if s.get("floor") is not None))):
+    if value:
+        sync_url(**{key: value})
+    else:  # none to name: the key leaves the link (an empty init= read as junk once, and says nothing)
+        st.query_params.pop(key, None)
 
 # -- drawn at once ------------------------------------------------------------------------------------------------
 if method is not None:
@@ -192,8 +206,9 @@ st.markdown(
     f"{RECIPE.train_length}-byte context) from scratch with the quick recipe: {QUICK_RECIPE_WHY}. The quick "
     "baselines in the table were trained the same way, so they, not the shipped checkpoints, are the fair comparison. One "
     f"run trains at a time on this server; others wait in line. A run stops at {WORKSHOP_MAX_TRAIN_SECONDS} s "
-    f"whatever its step. This session keeps its last {WORKSHOP_RESULTS_PER_SESSION}; nothing outlives the session "
-    "unless you download it.")
+    "whatever its step. A finished run is kept on this server and shared: whoever trains the same formula, with the "
+    "same initial values and floors, gets the same run at once (the examples are trained ahead). This session lists "
+    f"its last {WORKSHOP_RESULTS_PER_SESSION}.")
 job = st.session_state.get(JOB_KEY)
 
 
@@ -210,12 +225,14 @@ def progress() -> None:
             st.session_state["_workshop_last_end"] = (current.status, current.message)
         st.rerun(scope="app")
     ahead = trainer().place(current)
+    others = current.visitors - 1
+    shared = f" ({others} other visitor{'s' if others != 1 else ''} asked for the same run)" if others > 0 else ""
     if current.status == "queued":
-        st.info(f"Waiting: {ahead} training{'s' if ahead != 1 else ''} ahead of yours on this server.", icon="⏳")
+        st.info(f"Waiting: {ahead} training{'s' if ahead != 1 else ''} ahead of yours on this server{shared}.", icon="⏳")
     else:
         fraction = current.step / current.steps if current.steps else 0.0
-        st.progress(min(1.0, fraction), text=f"Training {current.label}: step {current.step:,} of {current.steps:,}, "
-                                             f"{current.seconds:.0f} s")
+        st.progress(min(1.0, fraction), text=f"Training {plain(current.label)}: step {current.step:,} of "
+                                             f"{current.steps:,}, {current.seconds:.0f} s{shared}")
     if st.button("Cancel", key="w_cancel"):
         trainer().cancel(current)
 
@@ -226,15 +243,16 @@ else:
     ended = st.session_state.pop("_workshop_last_end", None)
     if ended is not None:
         (st.warning if ended[0] == "cancelled" else st.error)(f"The last run {ended[0]}: {plain(ended[1])}")
-    if st.button("Train (about 3 minutes)", type="primary", key="w_train", disabled=options is None):
+    stored = options is not None and trainer().store.get(run_key(page_recipe(options))) is not None
+    if st.button("Show its run (trained already on this server)" if stored else "Train (about 3 minutes)",
+                 type="primary", key="w_train", disabled=options is None):
         label = drawing.label_for(formula, {r["label"] for r in results()},
                                   example if example in drawing.EXAMPLES and
                                   drawing.EXAMPLES[example].formula == formula else None)
         try:
-            folder = session_folder() / f"run-{len(results())}-{abs(hash(label)) % 10**6}"
-            st.session_state[JOB_KEY] = trainer().submit(label, options, folder)
+            st.session_state[JOB_KEY] = trainer().submit(label, options)
         except PosvizError as exc:
-            error_box(exc)
+            error_box(PosvizError(plain(str(exc))))
         else:
             st.rerun()
 
@@ -269,6 +287,6 @@ if kept:
                                     file_name=f"{folder.name}.zip", mime="application/zip", key=f"zip-{folder.name}",
                                     width="content", on_click="ignore")
             row.page_link("views/extrapolation.py", label="Open in the Extrapolation lab", icon="📈",
-                          query_params={"models": f"alibi,rope,nope,yours: {r['label']}"})
+                          query_params={"models": drawing.lab_link_models(r["label"])})
     st.caption("Every lab (Extrapolation, KV cache, Retrieval, Generation, Compare) lists these as \"yours: …\" "
                "beside the shipped checkpoints, for this session.")

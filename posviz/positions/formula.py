@@ -21,7 +21,9 @@ from torch import nn
 
 from posviz.config import require
 from posviz.positions.base import PositionMethod, at_least, position_range
-from posviz.workshop.formula import check_formula, distance_scope, formula_values, pair_pieces, pair_scope, parse_formula
+from posviz.limits import WORKSHOP_FORMULA_NODES
+from posviz.workshop.formula import (FormulaError, check_formula, distance_scope, formula_values, pair_pieces, pair_scope,
+                                     parse_formula)
 
 SPEC_KEYS = ("init", "floor")
 
@@ -70,6 +72,12 @@ class FormulaBias(PositionMethod):
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
         self.formula = parse_formula(self.options.formula)
+        walks = shape.n_layer if self.by_layer else 1
+        if not self.formula.shift_invariant() and self.formula.size * walks > WORKSHOP_FORMULA_NODES:
+            # a bias of the pairs is walked once per layer when it differs by layer: the cap is on the walks' parts
+            raise FormulaError(f"A formula of i or j that differs by layer is computed for each of the {walks} layers: "
+                               f"at most {WORKSHOP_FORMULA_NODES // walks} parts are allowed (this one has "
+                               f"{self.formula.size}). Drop layer, or write it with d alone.")
         self.floors = {}
         for name, index in sorted(self.formula.parameters.items()):
             size = (shape.n_head,) if index == ("h",) else (shape.n_layer, shape.n_head)

@@ -6,16 +6,16 @@ parameters' initial values (a range is drawn with seed 0, as noted on the page).
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
-import re
 
 import numpy as np
 import pandas as pd
 import torch
 
-from posviz.errors import ConfigError
+from posviz.errors import ConfigError, PosvizError
 from posviz.positions import ModelShape, build_position_method
-from posviz.workshop.formula import FormulaError, parse_formula
+from posviz.workshop.formula import parse_formula
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,28 +41,42 @@ EXAMPLES = {
     "None (NoPE)": Example("0", {}, "No bias at all: positions only through the causal mask."),
 }
 
-_RANGE = re.compile(r"^\s*(-?[\d.eE+-]+)\s*(?::|\.\.)\s*(-?[\d.eE+-]+)\s*$")
+MAX_VALUE_CHARACTERS = 40  # an initial value or a floor: a number or two, never more than this
+
+
+def _typed_value(text: str, name: str, what: str, example: str) -> str:
+    """``text`` stripped, refused with words past ``MAX_VALUE_CHARACTERS``: nothing longer is ever parsed."""
+    text = (text or "").strip()
+    if len(text) > MAX_VALUE_CHARACTERS:
+        raise ConfigError(f"parameter {name}: its {what} has {len(text):,} characters; at most "
+                          f"{MAX_VALUE_CHARACTERS} are allowed ({example}).")
+    return text
 
 
 def parse_init(text: str, name: str):
-    """A parameter's initial value as typed: a number ("1.5") or a uniform range ("0:2")."""
-    text = (text or "").strip()
-    match = _RANGE.match(text)
+    """A parameter's initial value as typed: a number ("1.5") or a uniform range ("0:2" or "0..2").
+
+    Split with ``str.partition`` and read with ``float``, both linear in the text: a regular expression for the
+    range took seconds to refuse a long run of dots."""
+    text = _typed_value(text, name, "initial value", "a number like 1.5 or a range like 0:2")
+    low, sep, high = text.partition(":")
+    if not sep:
+        low, sep, high = text.partition("..")
     try:
-        return [float(match.group(1)), float(match.group(2))] if match else float(text)
+        return [float(low), float(high)] if sep else float(text)
     except ValueError:
         raise ConfigError(f"parameter {name}: write its initial value as a number (1.5) or a range (0:2), "
-                          f"not {text[:40]!r}") from None
+                          f"not {text!r}") from None
 
 
 def parse_floor(text: str, name: str):
-    text = (text or "").strip()
+    text = _typed_value(text, name, "floor", "a number like 0.01, or empty")
     if not text:
         return None
     try:
         return float(text)
     except ValueError:
-        raise ConfigError(f"parameter {name}: its floor is a number (0.01) or empty, not {text[:40]!r}") from None
+        raise ConfigError(f"parameter {name}: its floor is a number (0.01) or empty, not {text!r}") from None
 
 
 def spec_text(spec: dict) -> tuple[str, str]:
@@ -119,13 +133,43 @@ def matrix(method, layer: int, head: int, n: int) -> np.ndarray:
 
 
 def describe_error(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, (FormulaError, ConfigError)) else f"{type(exc).__name__}: {exc}"
+    """A refusal's words as they are; anything else (a bug) with its kind, so that it is reported as one."""
+    return str(exc) if isinstance(exc, PosvizError) else f"{type(exc).__name__}: {exc}"
+
+
+LABEL_CHARACTERS = 24  # a label's length before "…": the labs' pickers and the results table show it whole
+LABEL_PUNCTUATION = frozenset(".+-/^·()<>=!;…")  # "…": a truncated label is safe as it is
+
+
+def safe_label(text: str) -> str:
+    """``text`` in the alphabet a run's label may use: letters, digits, single spaces and ``.+-/^·()<>=!;…``.
+
+    A label is a model's name in every lab, and there it goes into a link's comma-separated ``models=`` and into
+    Markdown: so no comma (";" instead), no square bracket ("a[layer, h]" is "a(layer; h)"), ``**`` as "^" and
+    ``*`` as "·", any run of white space as one space, and every other character (Markdown's other marks among
+    them: underscores, backquotes, #, |, ~, backslashes, $) dropped."""
+    text = str(text).replace("**", "^").replace("*", "·").replace(",", ";").replace("[", "(").replace("]", ")")
+    kept = "".join(c if c.isalnum() or c in LABEL_PUNCTUATION else " " if c.isspace() else "" for c in text)
+    return " ".join(kept.split())
 
 
 def label_for(formula: str, taken: set[str], example: str | None = None) -> str:
-    """A short name for a run, unique in the session: the example's name, else the formula's start."""
-    base = example or (formula if len(formula) <= 24 else formula[:23] + "…")
+    """A short name for a run, unique in the session: the example's name, else the formula's start.
+
+    The formula as its parsed tree writes it back (``ast.unparse``): spacing made regular and any ``# comment``
+    gone, so a label can only hold the formula itself, never text a visitor hid after it; then ``safe_label``."""
+    text = safe_label(example if example else ast.unparse(parse_formula(formula).tree))
+    base = text if len(text) <= LABEL_CHARACTERS else text[:LABEL_CHARACTERS - 1] + "…"
     label, k = base, 2
     while label in taken:
         label, k = f"{base} ({k})", k + 1
     return label
+
+
+LAB_LINK_MODELS = ("alibi", "rope", "nope")  # beside a run in the Extrapolation lab: the quick baselines' methods
+
+
+def lab_link_models(label: str) -> str:
+    """The ``models=`` of the link that opens a run in the Extrapolation lab: comma-separated, which is why a
+    label never holds a comma (``safe_label``)."""
+    return ",".join([*LAB_LINK_MODELS, f"yours: {label}"])

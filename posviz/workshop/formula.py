@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import threading
 from typing import Callable, Mapping
 
 import torch
@@ -49,6 +50,11 @@ INDEXES = {("h",), ("layer", "h")}  # a learned parameter is one value per head,
 WALK_DTYPE = torch.float32
 BIAS_DTYPES = (torch.float32, torch.bfloat16)
 LARGEST_BIAS = min(torch.finfo(dtype).max for dtype in BIAS_DTYPES)
+# CPython's conversion of a parsed tree into ast objects keeps its recursion depth in state that threads share: with
+# twenty visitors at once (Python 3.11.7), one session's parse raised "SystemError: AST constructor recursion depth
+# mismatch". Our parses go one at a time (a parse of 300 characters takes microseconds), and one that fails so anyway
+# (Streamlit compiling a page in another thread shares the state too) is parsed again.
+_PARSING = threading.Lock()
 _TOKENS = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop)  # parts of a node, not nodes of the walk
 
 
@@ -62,6 +68,7 @@ class Formula:
     tree: ast.Expression
     parameters: dict  # name -> ("h",) or ("layer", "h"): how it is indexed
     reads: frozenset  # the variables it reads
+    size: int = 0  # its syntax tree's nodes: what one walk costs, per value walked
 
     def shift_invariant(self) -> bool:
         """Whether the bias depends on the distance alone (no i or j): a KV cache's window may then start anywhere."""
@@ -86,10 +93,10 @@ def parse_formula(text: str) -> Formula:
     if "\x00" in text:
         raise FormulaError("The formula contains a NUL byte; type it again without control characters.")
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = _parse(text.strip())
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise FormulaError(f"The formula is not an expression: {getattr(exc, 'msg', None) or exc}.") from None
-    _check_size(tree)
+    size = _check_size(tree)
     parameters, reads = {}, set()
     index_tuples = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Tuple)}
     for node in ast.walk(tree):
@@ -140,11 +147,23 @@ def parse_formula(text: str) -> Formula:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in parameters and not _is_indexed(tree, node):
             raise FormulaError(f"The parameter {node.id} must be indexed: {node.id}[h] or {node.id}[layer, h].")
-    return Formula(text, tree, parameters, frozenset(reads))
+    return Formula(text, tree, parameters, frozenset(reads), size)
 
 
-def _check_size(tree: ast.Expression) -> None:
-    """Refuse a tree past the caps on its nodes and its depth (``posviz.limits``: they bound a walk's time and memory)."""
+def _parse(text: str) -> ast.Expression:
+    """``ast.parse`` one at a time, and once more if CPython's shared depth count failed it (see ``_PARSING``)."""
+    with _PARSING:
+        try:
+            return ast.parse(text, mode="eval")
+        except SystemError as exc:
+            if "recursion depth mismatch" not in str(exc):
+                raise
+            return ast.parse(text, mode="eval")
+
+
+def _check_size(tree: ast.Expression) -> int:
+    """Refuse a tree past the caps on its nodes and its depth (``posviz.limits``: they bound a walk's time and memory);
+    its number of nodes."""
     nodes = sum(1 for n in ast.walk(tree.body) if not isinstance(n, _TOKENS))
     if nodes > WORKSHOP_FORMULA_NODES:
         raise FormulaError(f"The formula has {nodes} parts (names, numbers, operations, calls); at most "
@@ -157,6 +176,7 @@ def _check_size(tree: ast.Expression) -> None:
     if deepest > WORKSHOP_FORMULA_DEPTH:
         raise FormulaError(f"The formula is nested {deepest} levels deep; at most {WORKSHOP_FORMULA_DEPTH} are allowed "
                            "(each level keeps a value of every pair alive while it is computed).")
+    return nodes
 
 
 def _check_number(node: ast.Constant, text: str) -> None:
