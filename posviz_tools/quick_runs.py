@@ -52,10 +52,15 @@ def train(name: str) -> None:
 
 
 def record() -> dict:
+    """What each run measured: from its folder in runs/quick where it is there, else as quick_runs.json recorded it
+    (``--only`` retrains some runs; the others keep their entries)."""
+    recorded = json.loads(DATA.read_text()) if DATA.is_file() else {}
     out = {}
     for name in RUNS_TO_TRAIN:
         metrics = trained(name)
         if metrics is None:
+            if name in recorded:
+                out[name] = recorded[name]
             continue
         config = json.loads((folder_of(name) / "config.json").read_text())
         scores = {f"{m:g}": v for m, v in zip(metrics["eval"]["lengths_x_train"].values(),

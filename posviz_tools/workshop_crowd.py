@@ -1,14 +1,14 @@
 """A hall of visitors on the Workshop (issue #55): twenty sessions open the page at once, each by a link to one of
 three formulas picked at random, and press Train together; then one more visitor, with a formula no one else typed.
 
-    python -m posviz_tools.workshop_crowd [--sessions 20] [--seed 0] [--recipe '{"tokens": 81920, ...}']
+    python -m posviz_tools.workshop_crowd [--sessions 20] [--seed 0] [--recipe '{"tokens": 81920, ...}'] [--write]
 
 Each visitor speaks Streamlit's own WebSocket protocol (``views._warm.ProtocolSession``, the load driver's sessions:
 they draw nothing, so the server is measured, not a browser) and polls its progress once a second, as the page's
 fragment does in a browser. The server runs the README's command on a fresh store, without its warm-up, with a short
 recipe laid over the quick one (``$POSVIZ_WORKSHOP_RECIPE``). Printed: the trainings the server ran (one per
 distinct formula, if runs are shared), and for each visitor the answers it got, the seconds from its press to its
-result, and any error it saw.
+result, and any error it saw. ``--write`` puts the report in BENCHMARKS.md between its markers.
 """
 from __future__ import annotations
 
@@ -146,9 +146,23 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--recipe", default=json.dumps(SHORT_RECIPE), help="recipe fields laid over the quick recipe")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--write", action="store_true", help="put the report in BENCHMARKS.md")
     args = parser.parse_args(argv)
-    result = crowd(args.sessions, args.seed, json.loads(args.recipe), args.timeout)
-    print(report(result))
+    recipe = json.loads(args.recipe)
+    result = crowd(args.sessions, args.seed, recipe, args.timeout)
+    text = report(result)
+    print(text)
+    if args.write:
+        from posviz_tools.bench_report import write_marked
+
+        head = ["## A hall on the Workshop: twenty visitors press Train at once (protocol sessions, no browser)", "",
+                f"`python -m posviz_tools.workshop_crowd --write`: {args.sessions} sessions open `/workshop` by a link to "
+                f"one of {len(FORMULAS)} formulas (seed {args.seed}) and press Train together; a new server on an empty "
+                f"store, without its warm-up; the recipe `{json.dumps(recipe)}` laid over the quick one; each session "
+                f"polls its progress every {POLL_S:g} s, as the page's fragment does. Then one more visitor, 2 s later, "
+                "with a formula no one else typed. Seconds from the press to the result on the page.", ""]
+        write_marked(Path(__file__).resolve().parent.parent / "BENCHMARKS.md", "workshop-crowd",
+                     "\n".join(head) + text)
 
 
 if __name__ == "__main__":

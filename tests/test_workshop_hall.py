@@ -314,3 +314,54 @@ def test_a_parse_that_cpythons_shared_depth_count_failed_is_parsed_again(monkeyp
 
     monkeypatch.setattr(language.ast, "parse", flaky)
     assert parse_formula("-0.5 * d").reads == {"d"} and failures == [1]
+
+
+def test_every_hostile_formula_on_the_page(tiny_models):
+    """The page (AppTest): each refusal in an error box, its words quoted, and no Train button; each bias drawn with
+    one. The page's model is the shipped shape (a 256-byte context, scored to 4,096), so where the list's words name
+    a length (512) only the words before it are looked for."""
+    import re
+
+    from test_workshop import shown, workshop_page
+
+    from posviz.workshop.formula import MAX_CHARACTERS
+
+    at = workshop_page(tiny_models)
+    for formula, words in HOSTILE:
+        at = shown(at.text_input(key="w_formula").set_value(formula))
+        errors = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]  # as the box shows it: Markdown unescaped
+        if len(formula) > MAX_CHARACTERS:  # the box itself keeps no more: what it keeps is refused for what it is
+            assert len(at.text_input(key="w_formula").value) == MAX_CHARACTERS and len(errors) == 1
+            assert at.button(key="w_train").disabled
+        elif words is ACCEPTED:
+            assert not errors and not at.button(key="w_train").disabled, (formula, errors)
+        else:
+            generic = re.split(r" at a distance below| below position|, first", words)[0]
+            assert len(errors) == 1 and generic in errors[0] and at.button(key="w_train").disabled, (formula, errors)
+
+
+@pytest.mark.parametrize("formula,words", [
+    (HUGE_INT, "does not fit float32"),  # defect 1: a traceback on the page
+    ("1e39", "does not fit float32"),  # defect 2: NaN logits drawn as gaps, Train enabled
+    ("where(d == 3, 1e39, 0)", "does not fit float32"),
+    ("exp(3 * d)", "overflows to +inf on some causal pair at a distance below 256, first at distance 30"),
+    ("exp(d / 6)", "first at distance 533"),  # breaks past 2x only
+    ("where(d > 2000, log(-1), 0)", "first at distance 2,001"),  # defect 3: past 4x only
+])
+def test_the_defects_on_the_page_are_refused_before_train(tiny_models, formula, words):
+    from test_workshop import shown, workshop_page
+
+    at = shown(workshop_page(tiny_models).text_input(key="w_formula").set_value(formula))
+    (box,) = at.error
+    assert words.replace(".", "\\.").replace("(", "\\(").replace(")", "\\)").replace("+", "\\+") in box.value
+    assert at.button(key="w_train").disabled and not at.get("vega_lite_chart")
+
+
+def test_the_server_refuses_a_formula_that_breaks_past_4x_before_it_queues(tmp_path, monkeypatch):
+    from posviz.workshop.training import RunStore, Trainer
+
+    monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", TINY_RECIPE)
+    trainer = Trainer(RunStore(tmp_path / "runs"))
+    with pytest.raises(PosvizError, match="first at distance 201.*scored up to 512 positions"):
+        trainer.submit("late NaN", {"formula": "where(d > 200, log(-1), 0)"})
+    assert trainer.runs_started == 0

@@ -140,11 +140,11 @@ try:
                                                                max_chars=drawing.MAX_VALUE_CHARACTERS)
             typed[name] = (init, floor)
     typed_options = drawing.method_options(formula, typed)
-    method = drawing.drawn_method(typed_options, SHAPE)  # refuses a formula that is no bias within the context
+    drawn = drawing.drawn_method(typed_options, SHAPE)  # refuses a formula that is no bias within the context
     with st.spinner(f"Checking your formula at every length a run is scored at (to {max(QUICK_MULTIPLES)}× the "
                     "context)…", show_time=True):
         check_before_training(typed_options)  # and one that breaks only past it: before anyone's minutes go to it
-    options = typed_options
+    method, options = drawn, typed_options  # drawn only once it is a bias everywhere a run goes: no gaps that lie
 except PosvizError as exc:  # every refusal of the formula path; anything else is a bug, shown as one
     problem = drawing.describe_error(exc)
     error_box(PosvizError(plain(problem)), "Edit the formula above, or start again from an example.")
