@@ -365,3 +365,25 @@ def test_the_server_refuses_a_formula_that_breaks_past_4x_before_it_queues(tmp_p
     with pytest.raises(PosvizError, match="first at distance 201.*scored up to 512 positions"):
         trainer.submit("late NaN", {"formula": "where(d > 200, log(-1), 0)"})
     assert trainer.runs_started == 0
+
+
+def test_cancel_on_the_page_leaves_a_shared_run_once(tiny_models, monkeypatch):
+    """A visitor's Cancel takes only their own wait away: the run goes on for another who asked for it, and a second
+    press cannot take that visitor's wait too (the button goes with the first)."""
+    from test_workshop import shown, workshop_page
+
+    import views._workshop as workshop
+    from posviz.workshop.training import RECIPE_ENV
+
+    monkeypatch.setenv(RECIPE_ENV, LONG_RECIPE)
+    at = shown(workshop_page(tiny_models).text_input(key="w_formula").set_value("-0.37 * d"))
+    at = shown(at.button(key="w_train").click())
+    job = at.session_state["_workshop_job"]
+    try:
+        assert workshop.trainer().submit("another visitor", {"formula": "-0.37*d"}) is job and job.visitors == 2
+        at = shown(at.button(key="w_cancel").click())
+        assert "_workshop_job" not in at.session_state and job.visitors == 1 and not job.cancel_requested
+        assert "goes on for the 1 other visitor who asked" in at.warning[0].value and not at.button(key="w_train").disabled
+    finally:
+        workshop.trainer().cancel(job)
+    assert workshop.trainer().wait(job, 60) and job.status == "cancelled"

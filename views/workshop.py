@@ -234,7 +234,13 @@ def progress() -> None:
         st.progress(min(1.0, fraction), text=f"Training {plain(current.label)}: step {current.step:,} of "
                                              f"{current.steps:,}, {current.seconds:.0f} s{shared}")
     if st.button("Cancel", key="w_cancel"):
-        trainer().cancel(current)
+        trainer().cancel(current)  # this visitor no longer waits: once, so a second press cannot cancel another's wait
+        st.session_state.pop(JOB_KEY, None)
+        left = current.visitors if not current.cancel_requested else 0
+        st.session_state["_workshop_last_end"] = (
+            "cancelled", f"you left it; it goes on for the {left} other visitor{'s' if left != 1 else ''} who asked for "
+                         "the same run" if left else "cancelled")
+        st.rerun(scope="app")
 
 
 if job is not None:

@@ -146,6 +146,7 @@ class Job:
     example: bool = False  # one of the page's examples: kept in the store for good
     visitors: int = 1  # sessions waiting on it; it is cancelled when the last one cancels
     cancel_requested: bool = False
+    deterministic: bool = False  # failed for a reason the same run would meet again (told at once to the next visitor)
     queued_at: float = dataclasses.field(default_factory=time.monotonic)
     ended_at: float | None = None
 
@@ -268,7 +269,7 @@ class Trainer:
                 with self._lock:
                     job.ended_at = time.monotonic()
                     self._running.remove(job)
-                    if job.status == "failed":
+                    if job.status == "failed" and job.deterministic:  # the same run would fail the same way
                         self._failed[job.key] = job
                         while len(self._failed) > self.FAILED_KEPT:
                             self._failed.pop(next(iter(self._failed)))
@@ -307,6 +308,7 @@ class Trainer:
             shutil.rmtree(scratch, ignore_errors=True)
         except Exception as exc:  # noqa: BLE001: a visitor's run must never take the worker down
             job.status, job.message = "failed", str(exc) if isinstance(exc, PosvizError) else f"{type(exc).__name__}: {exc}"
+            job.deterministic = isinstance(exc, PosvizError)  # a refusal in words; not a full disk, which may pass
             shutil.rmtree(scratch, ignore_errors=True)
 
 
