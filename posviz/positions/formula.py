@@ -128,7 +128,9 @@ class FormulaBias(PositionMethod):
                     out = torch.empty(1, piece.shape[0], q_pos.numel(), k_pos.numel(), device=q_pos.device)
                 out[0, :, r0:r1] = piece
             return out.expand(1, H, q_pos.numel(), k_pos.numel())
-        return self._memoized(q_pos, k_pos, compute, self._shared_tag(layer)).to(q.dtype)
+        if self.by_layer:  # no other layer can use it: kept, each layer's block would stay alive to the pass's end
+            return compute().to(q.dtype)
+        return self._memoized(q_pos, k_pos, compute).to(q.dtype)  # the same block in every layer: built once
 
     def distance_bias(self, layer, q_pos, lo, hi):
         if not self.formula.shift_invariant():
