@@ -28,7 +28,14 @@ def default_device() -> torch.device:
 
 def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
     """A device from a command line's ``--device``: "auto" (or None) is the GPU when there is one, as in the app."""
-    return default_device() if name is None or name == "auto" else torch.device(name)
+    if name is None or name == "auto":
+        return default_device()
+    try:
+        return torch.device(name)
+    except (RuntimeError, TypeError):
+        from posviz.errors import ConfigError
+
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}") from None
 
 
 def add_device_argument(parser) -> None:

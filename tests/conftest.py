@@ -21,7 +21,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the
 # The servers and pages under test keep their result files (posviz.result_files) in a folder of this run's
 # own: never the checkout's .posviz-store, whose stale editions a test's server would otherwise remove,
 # and never results an earlier run computed.
-os.environ.setdefault("POSVIZ_STORE", __import__("tempfile").mkdtemp(prefix="posviz-test-store-"))
+# One folder per pytest-xdist worker: each test empties it when it ends (fresh_shared_results), and the other
+# worker's test would lose what it wrote meanwhile (a Workshop run's folder, between two of its page switches).
+if "posviz-test-store-" in os.environ.get("POSVIZ_STORE", "posviz-test-store-"):  # unset, or the controller's
+    os.environ["POSVIZ_STORE"] = __import__("tempfile").mkdtemp(prefix="posviz-test-store-")
 # The servers the tests start do not warm themselves up (views/_serving.warm_the_store): each warm-up is up
 # to 90 s of background work on the 2 cores the whole suite shares, which made the browser tests beside it
 # slower and the suite longer than its 10 minutes. tests/test_warm.py starts its server with the warm-up on.

@@ -213,7 +213,7 @@ def test_train_config_rejects_unknown_keys_and_bad_values():
         ({"tokens": 0}, r"tokens must be a positive integer, got 0"),
         ({"tokens": "lots"}, r"tokens must be a positive integer, got 'lots'"),
         ({"log_every": 0}, r"log_every must be a positive integer, got 0"),  # used to divide by zero in training
-        ({"lr": -1}, r"lr must be a positive number, got -1"),
+        ({"lr": -1}, r"lr must be a number in \(0, 10\], got -1"),
         ({"warmup_steps": -1}, r"warmup_steps must be a non-negative integer"),
         ({"eval_bytes": 100, "train_length": 256}, r"eval_bytes \(100\) must hold at least one train_length \(256\)"),
         ({"train_length": 16, "eval_bytes": 1024}, r"repeat_min_bytes \(16\) is too long for train_length 16.*<= 8"),

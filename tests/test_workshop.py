@@ -338,17 +338,22 @@ def test_a_hostile_formula_gets_words_and_no_training(tiny_models):
     assert "NaN" in at.error[0].value and at.button(key="w_train").disabled
 
 
-def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, monkeypatch):
+def trained_on_the_page(at) -> None:
+    """Press Train and rerun as the page's progress fragment does, until the run's result is on the page."""
     import time
 
-    monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
-    at = workshop_page(tiny_models, in_menu=True)
     shown(at.button(key="w_train").click())
     deadline = time.monotonic() + 120
     while not any(h.value == "Yours" for h in at.header) and time.monotonic() < deadline:
         time.sleep(0.5)
         shown(at)
     assert any(h.value == "Yours" for h in at.header), [e.value for e in list(at.error) + list(at.warning)]
+
+
+def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, monkeypatch):
+    monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
+    at = workshop_page(tiny_models, in_menu=True)
+    trained_on_the_page(at)
     (table,) = [d.value for d in at.dataframe if "model" in d.value.columns]
     ours = table[table["model"] == "yours: ALiBi"].iloc[0]
     (result,) = at.session_state["_workshop_results"]
@@ -443,18 +448,12 @@ def test_a_runs_label_holds_no_comma_bracket_or_markdown():
 def test_a_formula_with_a_comma_opens_in_the_extrapolation_lab(tiny_models, monkeypatch):
     """Trained on the page, a formula with a comma (max(-d, -9)) is one model in its link to the lab, and the lab
     opens with it picked."""
-    import time
     from urllib.parse import parse_qs
 
     monkeypatch.setenv("POSVIZ_WORKSHOP_RECIPE", PAGE_RECIPE)
     at = workshop_page(tiny_models, in_menu=True, bias="max(-d, -9)")
     assert at.selectbox(key="w_example").value == "Your own"
-    shown(at.button(key="w_train").click())
-    deadline = time.monotonic() + 120
-    while not any(h.value == "Yours" for h in at.header) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        shown(at)
-    assert any(h.value == "Yours" for h in at.header), [e.value for e in list(at.error) + list(at.warning)]
+    trained_on_the_page(at)
     (link,) = [e.proto for e in at.get("page_link") if e.proto.label == "Open in the Extrapolation lab"]
     models = parse_qs(link.query_string)["models"][0]
     assert models.split(",") == ["alibi", "rope", "nope", "yours: max(-d; -9)"]

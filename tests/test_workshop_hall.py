@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -387,3 +388,106 @@ def test_cancel_on_the_page_leaves_a_shared_run_once(tiny_models, monkeypatch):
     finally:
         workshop.trainer().cancel(job)
     assert workshop.trainer().wait(job, 60) and job.status == "cancelled"
+
+
+# -- what the red team found (a hostile visitor's second look) ------------------------------------------------------
+def test_a_parameter_past_float16_is_refused_not_stored_as_inf():
+    """Checkpoints store float16 (largest 65,504): an initial value of 70,000 trained as itself and was scored as inf."""
+    with pytest.raises(PosvizError, match="within ±60000 \\(a checkpoint stores it in float16\\)"):
+        build_position_method("formula", SHAPE, {"formula": "-d / w[h] * 7e4", "parameters": {"w": {"init": 7e4}}})
+    with pytest.raises(PosvizError, match="floor must be a number within ±60000"):
+        build_position_method("formula", SHAPE, {"formula": "-d * w[h]", "parameters": {"w": {"init": 1, "floor": 99999}}})
+
+
+def test_a_run_cut_short_by_the_time_cap_is_trained_again_by_the_next_visitor(tmp_path, monkeypatch):
+    from posviz.workshop.training import RECIPE_ENV, RunStore, Trainer
+
+    monkeypatch.setenv(RECIPE_ENV, json.dumps({**json.loads(TINY_RECIPE), "tokens": 128 * 3}))
+    store = RunStore(tmp_path / "runs")
+    capped = Trainer(store, max_seconds=0).submit("slow server", {"formula": "-0.4 * d"})
+    deadline = time.monotonic() + 60
+    while not capped.finished and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert capped.status == "done" and capped.message.startswith("stopped at step 1 of 3")
+    assert store.get(capped.key)["complete"] is False
+    trainer = Trainer(store)
+    again = trainer.submit("next visitor", {"formula": "-0.4 * d"})
+    assert again is not capped and trainer.wait(again, 60) and again.status == "done" and not again.message
+    assert trainer.runs_started == 1 and store.get(again.key)["complete"] is True and again.folder == capped.folder
+
+
+def test_the_check_before_a_run_checks_the_runs_own_initial_values(monkeypatch):
+    """A range is drawn by the run with its seed: the check used to draw its own, and passed a run that then failed."""
+    from posviz.training.train import initial_model
+    from posviz.workshop.training import RECIPE_ENV, check_before_training, page_recipe
+
+    monkeypatch.setenv(RECIPE_ENV, TINY_RECIPE)
+    for low in (-0.3, -0.2, -0.1, -0.05):
+        options = {"formula": "-d * sqrt(a[h])", "parameters": {"a": {"init": [low, 1.0]}}}
+        with torch.random.fork_rng():
+            try:  # the run's own draw: is some head's a below 0 (then sqrt is NaN, and building refuses it)?
+                negative = bool((initial_model(page_recipe(options)).position.param_a < 0).any())
+            except PosvizError:
+                negative = True
+        torch.manual_seed(int(-low * 100))  # whatever the server's random state: the verdict is the run's
+        try:
+            check_before_training(options)
+            refused = False
+        except PosvizError as exc:
+            refused = "NaN" in str(exc)
+        assert refused == negative, (low, negative)
+
+
+def test_one_formula_written_two_ways_is_one_run():
+    from posviz.workshop.training import page_recipe, run_key
+
+    def key(formula, parameters=None):
+        return run_key(page_recipe({"formula": formula, "parameters": parameters or {}}))
+
+    assert key("-1*d") == key("-1.0 * d") == key("(-1.) * d  # the same")
+    assert key("-a[h]*d", {"a": {"init": 1}}) == key("-a[h,]*d", {"a": {"init": 1.0}})
+    assert key("-d") != key("-2*d") and key("-a[h]*d", {"a": {"init": 1}}) != key("-a[h]*d", {"a": {"init": [1, 1]}})
+
+
+def test_a_chain_of_comparisons_is_each_pair_of_them():
+    from posviz.workshop.formula import evaluate
+
+    bias = evaluate(parse_formula("-5 * (2 <= d < 6 != 4)"), 10, 1, 16)[0, 9]  # the last query: distances 9..0
+    want = [-5.0 if 2 <= d < 6 and 6 != 4 else 0.0 for d in range(9, -1, -1)]
+    assert [float(v) + 0.0 for v in bias] == want
+
+
+def test_the_command_line_says_a_bad_recipe_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for setting, words in (("seed=abc", "seed must be"), ("seed=1e400", "seed must be"), ("device=nope", "device must be"),
+                           ("lr=1e300", "lr must be"), ("lr=Infinity", "lr must be"), ("grad_clip=NaN", "grad_clip must"),
+                           ("weight_decay=NaN", "weight_decay must")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--formula", "-d", "--quick", "--set", setting])
+        said = exit_info.value.code
+        assert isinstance(said, str) and said.startswith("error: ") and "\n" not in said and words in said, (setting, said)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_repeated_options_add_up():
+    """--floor a=0.5 --floor b=0.1 kept only the last: a trained with no floor."""
+    import posviz.training.command_line as command_line
+
+    seen = {}
+    real = command_line.formula_options
+    try:
+        command_line.formula_options = lambda f, params, floors: seen.update(params=params, floors=floors) or real(f, params, floors)
+        with pytest.raises(SystemExit):  # stops at the recipe: what matters is what it was handed
+            main(["--formula", "-a[h]*b[h]*d", "--param", "a=1", "--param", "b=2", "--floor", "a=0.5", "--floor", "b=0.1",
+                  "--set", "seed=x"])
+    finally:
+        command_line.formula_options = real
+    assert seen == {"params": ["a=1", "b=2"], "floors": ["a=0.5", "b=0.1"]}
+
+
+def test_a_parameters_name_is_quoted_in_its_inputs_label(tiny_models):
+    from test_workshop import shown, workshop_page
+
+    at = shown(workshop_page(tiny_models).text_input(key="w_formula").set_value("-\u2118__x__[h] * d"))
+    labels = [w.label for w in at.text_input if w.key and w.key.startswith("w_")]
+    assert any("\\_\\_x\\_\\_" in label for label in labels) and not any("__x__" in label for label in labels), labels

@@ -134,9 +134,9 @@ try:
             st.session_state.setdefault(f"w_init_{name}", "1")
             st.session_state.setdefault(f"w_floor_{name}", "")
             per = "per head" if index == ("h",) else "per layer and head"
-            init = cells[(2 * n) % len(cells)].text_input(f"{name} ({per}): initial value", key=f"w_init_{name}",
+            init = cells[(2 * n) % len(cells)].text_input(f"{plain(name)} ({per}): initial value", key=f"w_init_{name}",
                                                           max_chars=drawing.MAX_VALUE_CHARACTERS)
-            floor = cells[(2 * n + 1) % len(cells)].text_input(f"{name}: floor", key=f"w_floor_{name}",
+            floor = cells[(2 * n + 1) % len(cells)].text_input(f"{plain(name)}: floor", key=f"w_floor_{name}",
                                                                max_chars=drawing.MAX_VALUE_CHARACTERS)
             typed[name] = (init, floor)
     typed_options = drawing.method_options(formula, typed)

@@ -26,6 +26,9 @@ from posviz.workshop.formula import (FormulaError, check_formula, distance_scope
                                      parse_formula)
 
 SPEC_KEYS = ("init", "floor")
+# A learned value's size: a checkpoint stores its weights in float16, whose largest number is 65,504; training moves a
+# value by about lr x steps (1.5 in the quick recipe), so this leaves room for it.
+LARGEST_PARAMETER = 60_000
 
 
 def parameter_spec(name: str, spec) -> dict:
@@ -34,12 +37,14 @@ def parameter_spec(name: str, spec) -> dict:
             f"parameter {name}: expected {{'init': number or [low, high], 'floor': number or null}}, got {spec!r}")
     init, floor = spec["init"], spec.get("floor")
 
-    def number(x) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < 1e6
+    def number(x) -> bool:  # stored in float16 (checkpoint_files.STORAGE_DTYPE): a larger value is saved as inf
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) <= LARGEST_PARAMETER
 
     uniform = isinstance(init, (list, tuple)) and len(init) == 2 and all(number(x) for x in init) and init[0] <= init[1]
-    require(number(init) or uniform, f"parameter {name}: init must be a number or a range [low, high], got {init!r}")
-    require(floor is None or number(floor), f"parameter {name}: floor must be a number or null, got {floor!r}")
+    require(number(init) or uniform, f"parameter {name}: init must be a number or a range [low, high] of numbers within "
+                                     f"±{LARGEST_PARAMETER:g} (a checkpoint stores it in float16), got {init!r}")
+    require(floor is None or number(floor), f"parameter {name}: floor must be a number within ±{LARGEST_PARAMETER:g} "
+                                            f"or null, got {floor!r}")
     # an initial value below the floor is allowed: KERPLE's reference draws r1 ~ U(0, 2) and floors it at 0.01
     return {"init": [float(init[0]), float(init[1])] if uniform else float(init),
             "floor": None if floor is None else float(floor)}

@@ -10,12 +10,14 @@ import shutil
 import sys
 from pathlib import Path
 
+import torch
+
 from posviz.config import strict_from_dict
 from posviz.errors import PosvizError
 from posviz.models.byte_gpt import GPT
 from posviz.models.checkpoint_files import write_metrics
 from posviz.training.quick import QUICK_RECIPE, QUICK_RECIPE_WHY, check_scored_lengths, quick_eval
-from posviz.training.train import TrainConfig, train
+from posviz.training.train import TrainConfig, initial_model, train
 
 
 def parse_pairs(items: list[str]) -> dict:
@@ -59,15 +61,15 @@ def main(argv=None) -> None:
     what.add_argument("--method", help="position method name, e.g. rope, alibi, t5")
     what.add_argument("--formula", help='a logit bias written as a formula, e.g. "-(2**(-8*(h+1)/H))*d" (the Workshop\'s '
                                        "language: posviz/workshop/formula.py)")
-    ap.add_argument("--param", nargs="*", default=[], metavar="NAME=INIT",
+    ap.add_argument("--param", nargs="*", default=[], action="extend", metavar="NAME=INIT",
                     help="a learned parameter's initial value, a number or a uniform range LOW:HIGH, e.g. a=1.0 b=0:2")
-    ap.add_argument("--floor", nargs="*", default=[], metavar="NAME=MIN", help="a learned parameter's floor, e.g. a=0.01")
+    ap.add_argument("--floor", nargs="*", default=[], action="extend", metavar="NAME=MIN", help="a learned parameter's floor, e.g. a=0.01")
     ap.add_argument("--quick", action="store_true", help=f"the Workshop's short recipe: {QUICK_RECIPE_WHY}")
     ap.add_argument("--out", default=None,
                     help="output folder (default models/<method>; a formula or --quick run: runs/<name>, never models/)")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--set", nargs="*", default=[], action="extend", metavar="KEY=VALUE",
                     help="override a recipe field, e.g. tokens=100000 n_embd=64 (unknown keys are an error)")
-    ap.add_argument("--option", nargs="*", default=[], metavar="KEY=VALUE", help="position method option")
+    ap.add_argument("--option", nargs="*", default=[], action="extend", metavar="KEY=VALUE", help="position method option")
     ap.add_argument("--resume", action="store_true",
                     help="continue from the state a stopped run left in runs/<out name>.state (saved every checkpoint_every steps)")
     args = ap.parse_args(_formula_joined(sys.argv[1:] if argv is None else list(argv)))
@@ -79,10 +81,11 @@ def main(argv=None) -> None:
     out, made = None, False
     try:
         cfg = strict_from_dict(TrainConfig, values, "training recipe")
-        net = GPT(cfg.model_config())  # unknown method, bad shape, option or formula: say so before loading any data
+        GPT(cfg.model_config())  # unknown method, bad shape, option or formula: say so before loading any data
         scored = args.quick or args.formula
-        if scored:  # and a method that breaks at a length the run is scored at, before any step
-            check_scored_lengths(net.position, cfg)
+        if scored:  # and a method that breaks at a length the run is scored at, before any step: the run's own draw
+            with torch.random.fork_rng():
+                check_scored_lengths(initial_model(cfg).position, cfg)
         out = args.out or default_out(cfg, args.quick)
         made = not Path(out).exists()
         metrics = train(cfg, out, resume=args.resume)

@@ -85,7 +85,15 @@ class TrainConfig:
             require(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
         require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
                 f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
-        require(isinstance(self.lr, (int, float)) and self.lr > 0, f"lr must be a positive number, got {self.lr!r}")
+        require(isinstance(self.lr, (int, float)) and 0 < self.lr <= 10, f"lr must be a number in (0, 10], got {self.lr!r}")
+        require(isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63,
+                f"seed must be a non-negative integer, got {self.seed!r}")
+        for name in ("grad_clip", "weight_decay", "min_lr_ratio"):
+            value = getattr(self, name)  # NaN or infinite: every weight NaN after the first step
+            require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0,
+                    f"{name} must be a finite number >= 0, got {value!r}")
+        require(self.grad_clip > 0 and self.min_lr_ratio <= 1, f"grad_clip must be > 0 and min_lr_ratio at most 1, got "
+                                                               f"{self.grad_clip!r} and {self.min_lr_ratio!r}")
         require(self.first_byte is None or (isinstance(self.first_byte, int) and 0 <= self.first_byte < 256),
                 f"first_byte must be a byte (0..255) or None, got {self.first_byte!r}")
         require(isinstance(self.repeat_probability, (int, float)) and 0 <= self.repeat_probability <= 1,
@@ -238,6 +246,15 @@ def recipe_differences(saved: dict, cfg: TrainConfig) -> list[str]:
     return sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
 
 
+def initial_model(cfg: TrainConfig) -> GPT:
+    """The model a run with ``cfg`` starts from, its random draws included: the method's options pinned (which draws
+    its parameters once, before the seed, so the model's own draws stay the recipe's), then the seed, then the model.
+    The checks before a run (``quick.check_scored_lengths``) check this very model, not another draw of it."""
+    model_config = pinned_config(cfg.model_config())
+    torch.manual_seed(cfg.seed)
+    return GPT(model_config)
+
+
 class TrainingCancelled(PosvizError):
     """The ``on_step`` callback asked training to stop (the Workshop's Cancel): nothing is saved."""
 
@@ -264,9 +281,7 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     # every position option written out as built (a preset's layers, code defaults): the checkpoint stores these,
     # so a later edit of a preset or a default never changes what it loads. Before the seed: building the
     # method alone draws its parameters, and the model's own draws must stay those of the recipe.
-    model_config = pinned_config(cfg.model_config())
-    torch.manual_seed(cfg.seed)
-    model = GPT(model_config)
+    model = initial_model(cfg)
     if cfg.finetune_from is not None:
         start = load_checkpoint(cfg.finetune_from)  # checked: a damaged folder says so here
         require(start.config.position == cfg.method, f"fine-tuning a {start.config.position!r} checkpoint "

@@ -227,14 +227,14 @@ def formula_values(formula: Formula, scope: Mapping[str, torch.Tensor], paramete
             return -walk(node.operand) if isinstance(node.op, ast.USub) else walk(node.operand)
         if isinstance(node, ast.BinOp):
             return BINARY[type(node.op)](walk(node.left), walk(node.right))
-        if isinstance(node, ast.Compare):
+        if isinstance(node, ast.Compare):  # a chain a < b < c: booleans combined, cast once (a byte a value)
             left, out = walk(node.left), None
             for op, comparator in zip(node.ops, node.comparators):
                 right = walk(comparator)
-                step = COMPARE[type(op)](left, right).to(dtype)
-                out = step if out is None else out * step
+                step = COMPARE[type(op)](left, right)
+                out = step if out is None else out & step
                 left = right
-            return out
+            return out.to(dtype)
         if isinstance(node, ast.Call):
             return FUNCTIONS[node.func.id][1](*[walk(a) for a in node.args])
         raise FormulaError(f"{_describe(node)} is not allowed in a formula.")  # parse_formula let nothing else through

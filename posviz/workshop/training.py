@@ -28,6 +28,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import torch
+
 from posviz.errors import PosvizError
 from posviz.limits import (WORKSHOP_MAX_TRAIN_SECONDS, WORKSHOP_QUEUE, WORKSHOP_STORED_RUNS,
                            WORKSHOP_TRAININGS_AT_ONCE)
@@ -63,9 +65,23 @@ def run_key(cfg) -> str:
 
     options = FormulaOptions(**cfg.position_options)  # normalised: "1" and 1.0 are one initial value
     recipe = dataclasses.asdict(cfg)
-    recipe["position_options"] = {"formula": ast.dump(parse_formula(options.formula).tree),
+    recipe["position_options"] = {"formula": ast.dump(_Canonical().visit(parse_formula(options.formula).tree)),
                                   "parameters": options.parameters}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class _Canonical(ast.NodeTransformer):
+    """A parsed formula written one way where the walk reads it one way: every number as a float (-1 * d is -1.0 * d)
+    and a one-name index as that name (a[h,] is a[h])."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
+        return ast.Constant(float(node.value))
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.Subscript:
+        index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        names = [ast.Name(n.id, ast.Load()) for n in index]
+        return ast.Subscript(ast.Name(node.value.id, ast.Load()), names[0] if len(names) == 1 else
+                             ast.Tuple(names, ast.Load()), ast.Load())
 
 
 class RunStore:
@@ -110,9 +126,11 @@ class RunStore:
         (scratch / RUN).write_text(json.dumps(record, indent=2) + "\n")
         with self._lock:
             target = self.folder(key)
-            if target.exists():  # the same key finished twice (two servers on one store): keep the first
+            earlier = self.get(key)
+            if earlier is not None and earlier.get("complete", True):  # finished twice (two servers, one store)
                 shutil.rmtree(scratch, ignore_errors=True)
-            else:
+            else:  # new, or in place of a run the time cap cut short
+                shutil.rmtree(target, ignore_errors=True)
                 os.replace(scratch, target)
             self._prune()
         return self.get(key) or {**record, "folder": str(target)}
@@ -155,8 +173,11 @@ class Job:
         return self.status in ("done", "cancelled", "failed")
 
     def record(self) -> dict:
+        # complete: not cut short by the time cap, which a busy server's speed decides, not the run: the next visitor
+        # of the key trains it again, and the whole run takes this one's place
         return {"label": self.label, "formula": self.options["formula"], "scores": {f"{m:g}": v for m, v in self.scores.items()},
-                "message": self.message, "example": self.example, "seconds": round(self.seconds, 1)}
+                "message": self.message, "example": self.example, "seconds": round(self.seconds, 1),
+                "complete": not self.message}
 
     @classmethod
     def from_store(cls, key: str, record: dict) -> "Job":
@@ -200,7 +221,7 @@ class Trainer:
             if key in self._failed:
                 return self._failed[key]
         stored = self.store.get(key)
-        if stored is not None:
+        if stored is not None and stored.get("complete", True):
             return Job.from_store(key, stored)
         check_before_training(options, cfg)  # said now, not when its turn comes or after the whole run
         with self._lock:
@@ -322,6 +343,9 @@ def _unique(label: str, taken: set[str]) -> str:
 
 _CHECKED: dict[str, str | None] = {}  # run_key -> None (fine) or the refusal: one check per formula and recipe
 _CHECKED_LOCK = threading.Lock()
+# A check of a formula of i and j at 4,096 positions takes up to a few seconds of one core (BENCHMARKS.md): one at a
+# time, as the server's heavy work is (HEAVY_SLOTS), so many visitors' checks queue instead of slowing every session.
+_CHECKING = threading.Lock()
 CHECKS_KEPT = 256
 
 
@@ -329,23 +353,28 @@ def check_before_training(options: dict, cfg=None) -> None:
     """Refuse, with words, options a run cannot train or score: a bad formula or option, or one that is no bias at
     some length up to the longest the run is scored at (``check_scored_lengths``). Remembered by run key, so the page's
     reruns and a crowd's submits of one formula check it once."""
-    from posviz.models.byte_gpt import GPT
     from posviz.training.quick import check_scored_lengths
+    from posviz.training.train import initial_model
 
     cfg = cfg or page_recipe(options)
     key = run_key(cfg)
     with _CHECKED_LOCK:
         known = _CHECKED.get(key, "")
     if known == "":
-        try:
-            check_scored_lengths(GPT(cfg.model_config()).position, cfg)
-            known = None
-        except PosvizError as exc:
-            known = str(exc)
-        with _CHECKED_LOCK:
-            _CHECKED[key] = known
-            while len(_CHECKED) > CHECKS_KEPT:
-                _CHECKED.pop(next(iter(_CHECKED)))
+        with _CHECKING:  # one check at a time on the server: twenty tabs typing formulas wait, not thrash the cores
+            with _CHECKED_LOCK:
+                known = _CHECKED.get(key, "")  # another visitor's check of the same run may have just finished
+            if known == "":
+                try:
+                    with torch.random.fork_rng():  # the run's own initial values (a range's draw), not another draw
+                        check_scored_lengths(initial_model(cfg).position, cfg)
+                    known = None
+                except PosvizError as exc:
+                    known = str(exc)
+                with _CHECKED_LOCK:
+                    _CHECKED[key] = known
+                    while len(_CHECKED) > CHECKS_KEPT:
+                        _CHECKED.pop(next(iter(_CHECKED)))
     if known is not None:
         raise PosvizError(known)
 
