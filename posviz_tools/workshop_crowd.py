@@ -123,8 +123,11 @@ def report(result: dict) -> str:
     by_formula = {}
     for visitor, pick in zip(visitors, result["picks"]):
         by_formula.setdefault(pick, []).append(visitor)
-    runs = ", ".join(f"{t['label']} {t['seconds']:.0f} s" for t in result["trained"])
-    lines = [f"Trainings run: {len(result['trained'])} ({runs})", "",
+    crowd_runs = [t for t in result["trained"] if t["formula"] in FORMULAS.values()]
+    late_runs = [t for t in result["trained"] if t["formula"] == late.formula]
+    runs = ", ".join(f"{t['label']} {t['seconds']:.0f} s" for t in crowd_runs)
+    lines = [f"Trainings the server ran for the {len(visitors)} visitors: {len(crowd_runs)} ({runs} of training each); "
+             f"for the late visitor: {len(late_runs)}. Runs in the store: {len(result['trained'])}.", "",
              "| formula | visitors | answers each (min–max) | seconds to result (min / median / max) | errors |",
              "|---|---:|---:|---:|---:|"]
     for pick, group in sorted(by_formula.items()):
