@@ -414,6 +414,7 @@ def test_a_run_cut_short_by_the_time_cap_is_trained_again_by_the_next_visitor(tm
     again = trainer.submit("next visitor", {"formula": "-0.4 * d"})
     assert again is not capped and trainer.wait(again, 60) and again.status == "done" and not again.message
     assert trainer.runs_started == 1 and store.get(again.key)["complete"] is True and again.folder == capped.folder
+    assert again.label == capped.label == "slow server"  # the listing a session kept still names it right
 
 
 def test_the_check_before_a_run_checks_the_runs_own_initial_values(monkeypatch):

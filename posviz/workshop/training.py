@@ -234,7 +234,10 @@ class Trainer:
                 raise PosvizError(f"{len(self._waiting)} trainings are already waiting on this server (the most it "
                                   f"queues); try again in about {minutes} minute{'s' if minutes != 1 else ''}, when "
                                   "the queue has room.")
-            taken = self.store.labels() | {j.label for j in self._running + self._waiting}
+            if stored is not None:  # trained again in place of a run the time cap cut short: under its own name
+                label, taken = stored["label"], set()
+            else:
+                taken = self.store.labels() | {j.label for j in self._running + self._waiting}
             job = Job(_unique(label, taken), options, key, cfg, example=example)
             self._waiting.append(job)
             self._lock.notify_all()
