@@ -470,19 +470,16 @@ def test_the_command_line_says_a_bad_recipe_in_one_line(tmp_path, monkeypatch):
     assert not (tmp_path / "runs").exists()
 
 
-def test_repeated_options_add_up():
+def test_repeated_options_add_up(monkeypatch):
     """--floor a=0.5 --floor b=0.1 kept only the last: a trained with no floor."""
     import posviz.training.command_line as command_line
 
-    seen = {}
-    real = command_line.formula_options
-    try:
-        command_line.formula_options = lambda f, params, floors: seen.update(params=params, floors=floors) or real(f, params, floors)
-        with pytest.raises(SystemExit):  # stops at the recipe: what matters is what it was handed
-            main(["--formula", "-a[h]*b[h]*d", "--param", "a=1", "--param", "b=2", "--floor", "a=0.5", "--floor", "b=0.1",
-                  "--set", "seed=x"])
-    finally:
-        command_line.formula_options = real
+    seen, real = {}, command_line.formula_options
+    monkeypatch.setattr(command_line, "formula_options",
+                        lambda f, params, floors: seen.update(params=params, floors=floors) or real(f, params, floors))
+    with pytest.raises(SystemExit):  # stops at the recipe: what matters is what it was handed
+        main(["--formula", "-a[h]*b[h]*d", "--param", "a=1", "--param", "b=2", "--floor", "a=0.5", "--floor", "b=0.1",
+              "--set", "seed=x"])
     assert seen == {"params": ["a=1", "b=2"], "floors": ["a=0.5", "b=0.1"]}
 
 

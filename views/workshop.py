@@ -146,8 +146,7 @@ try:
         check_before_training(typed_options)  # and one that breaks only past it: before anyone's minutes go to it
     method, options = drawn, typed_options  # drawn only once it is a bias everywhere a run goes: no gaps that lie
 except PosvizError as exc:  # every refusal of the formula path; anything else is a bug, shown as one
-    problem = drawing.describe_error(exc)
-    error_box(PosvizError(plain(problem)), "Edit the formula above, or start again from an example.")
+    error_box(PosvizError(plain(str(exc))), "Edit the formula above, or start again from an example.")
 
 specs = (options or {}).get("parameters", {})
 sync_url(example=example, bias=formula)
@@ -249,7 +248,7 @@ else:
     ended = st.session_state.pop("_workshop_last_end", None)
     if ended is not None:
         (st.warning if ended[0] == "cancelled" else st.error)(f"The last run {ended[0]}: {plain(ended[1])}")
-    stored = options is not None and trainer().store.get(run_key(page_recipe(options))) is not None
+    stored = options is not None and trainer().store.get(run_key(page_recipe(options)), touch=False) is not None
     if st.button("Show its run (trained already on this server)" if stored else "Train (about 3 minutes)",
                  type="primary", key="w_train", disabled=options is None):
         label = drawing.label_for(formula, {r["label"] for r in results()},

@@ -14,7 +14,6 @@ import torch
 
 from posviz.config import strict_from_dict
 from posviz.errors import PosvizError
-from posviz.models.byte_gpt import GPT
 from posviz.models.checkpoint_files import write_metrics
 from posviz.training.quick import QUICK_RECIPE, QUICK_RECIPE_WHY, check_scored_lengths, quick_eval
 from posviz.training.train import TrainConfig, initial_model, train
@@ -81,11 +80,13 @@ def main(argv=None) -> None:
     out, made = None, False
     try:
         cfg = strict_from_dict(TrainConfig, values, "training recipe")
-        GPT(cfg.model_config())  # unknown method, bad shape, option or formula: say so before loading any data
+        # unknown method, bad shape, option or formula: said before loading any data; and a run scored past its
+        # context is checked at every length it is scored at, before any step, on the run's own initial draw
         scored = args.quick or args.formula
-        if scored:  # and a method that breaks at a length the run is scored at, before any step: the run's own draw
-            with torch.random.fork_rng():
-                check_scored_lengths(initial_model(cfg).position, cfg)
+        with torch.random.fork_rng():
+            net = initial_model(cfg)
+        if scored:
+            check_scored_lengths(net.position, cfg)
         out = args.out or default_out(cfg, args.quick)
         made = not Path(out).exists()
         metrics = train(cfg, out, resume=args.resume)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from posviz.errors import ConfigError, PosvizError
+from posviz.errors import ConfigError
 from posviz.positions import ModelShape, build_position_method
 from posviz.workshop.formula import parse_formula
 
@@ -130,11 +130,6 @@ def matrix(method, layer: int, head: int, n: int) -> np.ndarray:
     out[np.triu_indices(n, 1)] = np.nan
     out[np.isneginf(out)] = np.nan
     return out
-
-
-def describe_error(exc: Exception) -> str:
-    """A refusal's words as they are; anything else (a bug) with its kind, so that it is reported as one."""
-    return str(exc) if isinstance(exc, PosvizError) else f"{type(exc).__name__}: {exc}"
 
 
 LABEL_CHARACTERS = 24  # a label's length before "…": the labs' pickers and the results table show it whole

@@ -97,15 +97,17 @@ class RunStore:
     def folder(self, key: str) -> Path:
         return self.root / key
 
-    def get(self, key: str) -> dict | None:
-        """The stored run's record (``RUN``), with its folder, or None."""
+    def get(self, key: str, touch: bool = True) -> dict | None:
+        """The stored run's record (``RUN``), with its folder, or None; ``touch``: count it as used (a visitor gets
+        it), not only looked at (the page's button label, on every rerun)."""
         try:
             record = json.loads((self.folder(key) / RUN).read_text())
         except (OSError, ValueError):
             return None
         if not isinstance(record, dict) or not (self.folder(key) / CONFIG).is_file():
             return None
-        os.utime(self.folder(key) / RUN)  # used: the last to go
+        if touch:
+            os.utime(self.folder(key) / RUN)  # used: the last to go
         return {**record, "folder": str(self.folder(key))}
 
     def labels(self) -> set[str]:
@@ -214,21 +216,17 @@ class Trainer:
         cfg = page_recipe(options)
         key = run_key(cfg)
         with self._lock:
-            for job in self._running + self._waiting:
-                if job.key == key and not job.cancel_requested:
-                    job.visitors += 1
-                    return job
-            if key in self._failed:
-                return self._failed[key]
+            joined = self._join(key) or self._failed.get(key)
+            if joined is not None:
+                return joined
         stored = self.store.get(key)
         if stored is not None and stored.get("complete", True):
             return Job.from_store(key, stored)
         check_before_training(options, cfg)  # said now, not when its turn comes or after the whole run
         with self._lock:
-            for job in self._running + self._waiting:  # asked for while this one was checked
-                if job.key == key and not job.cancel_requested:
-                    job.visitors += 1
-                    return job
+            joined = self._join(key)  # asked for while this one was checked
+            if joined is not None:
+                return joined
             if len(self._waiting) >= self.queue_size:
                 minutes = max(1, round(self._seconds_until_free() / 60))
                 raise PosvizError(f"{len(self._waiting)} trainings are already waiting on this server (the most it "
@@ -242,6 +240,14 @@ class Trainer:
             self._waiting.append(job)
             self._lock.notify_all()
         return job
+
+    def _join(self, key: str) -> Job | None:
+        """Under the lock: the queued or running job of ``key``, with one more visitor waiting on it, or None."""
+        for job in self._running + self._waiting:
+            if job.key == key and not job.cancel_requested:
+                job.visitors += 1
+                return job
+        return None
 
     def _seconds_until_free(self) -> float:
         """About how long until the first place in the queue frees up: what the running runs have left."""
