@@ -8,6 +8,7 @@ this menu and without the wide layout.
 import streamlit as st
 
 from views._serving import visitor_run, warm_the_store
+from views._slide import finish as finish_slide, install_widget_notes
 
 st.set_page_config(page_title="posviz — positional encodings, visualised", page_icon="🧭", layout="wide")
 
@@ -51,5 +52,9 @@ WARM_ORDER = tuple(p.url_path for p in PAGES["Live labs"] + PAGES["Explore"] + P
 
 page = st.navigation(PAGES, expanded=True)  # every page listed: past ten, Streamlit folds the rest under "View more"
 warm_the_store(WARM_ORDER)  # once per server, in the background, behind every visitor's computations
+install_widget_notes()  # what each widget shows, noted for a slide's settings line (presentation mode only)
 with visitor_run():  # the warm-up opens its next page only once no visitor's page is running or drawing
-    page.run()
+    try:
+        page.run()
+    finally:  # also after st.stop(): the slide states the settings its page was drawn at
+        finish_slide()

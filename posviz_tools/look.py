@@ -206,6 +206,48 @@ def output_fingerprint(page) -> dict[str, str]:
     return page.evaluate(FINGERPRINT_JS)
 
 
+SLIDE_JS = r"""
+() => {
+  const shown = el => { const r = el.getBoundingClientRect(); const s = getComputedStyle(el);
+    return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; };
+  const sidebar = document.querySelector('[data-testid="stSidebar"]');
+  const charts = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stVegaLiteChart"], '
+                                              + '[data-testid="stMain"] [data-testid="stImage"] img')].filter(shown);
+  const boxes = charts.map(c => c.getBoundingClientRect()).sort((a, b) => a.top - b.top);
+  const first = boxes[0];
+  // a chart drawn as views one under the other counts as one: the views that touch the first one's column
+  const views = first ? boxes.filter(b => b.left < first.right && b.right > first.left && b.top < first.bottom + 400) : [];
+  const bottom = views.reduce((m, b) => Math.max(m, b.bottom), first ? first.bottom : 0);
+  return {sidebar: !!sidebar && shown(sidebar) && sidebar.getBoundingClientRect().width > 40,
+          charts: charts.length, top: first ? first.top + window.scrollY : null,
+          width: first ? first.width : 0, height: first ? bottom - first.top : 0};
+}
+"""
+
+
+@dataclasses.dataclass
+class Slide:
+    """Presentation mode as a visitor sees it: whether the sidebar shows, and the first chart's box (px, from the top
+    of the page; a chart drawn as views one under the other counts as one)."""
+
+    sidebar: bool
+    charts: int
+    top: float | None
+    width: float
+    height: float
+
+    def covers(self, width: int, height: int) -> float:
+        """The share of a ``width``×``height`` screen the first chart covers, where it lies on the first screen."""
+        if self.top is None:
+            return 0.0
+        seen = max(0.0, min(self.height, height - self.top))
+        return min(self.width, width) * seen / (width * height)
+
+
+def slide_seen(page) -> Slide:
+    return Slide(**page.evaluate(SLIDE_JS))
+
+
 # Streamlit's frontend first looks for its health and host-config endpoints under the page's own path
 # (/rope/_stcore/health) and falls back to the root: two 404s in the console on every deep link,
 # from Streamlit itself, not from the app.

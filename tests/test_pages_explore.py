@@ -23,7 +23,7 @@ from conftest import ROOT
 from posviz.explore import attention_biases, home, rope, sinusoidal_learned
 from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints
 from posviz.errors import PositionLimitError
-from posviz.positions import POSITION_METHODS, method_names
+from posviz.positions import OPENING_SET, POSITION_METHODS, method_names
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 HOME, ABSOLUTE, ROPE, BIASES, ABOUT = ("views/home.py", "views/sinusoidal_learned.py", "views/rope.py",
@@ -110,10 +110,15 @@ def test_home_table_chart_and_links(tiny_models):
             assert row["extrapolates"] == ("yes" if worse <= 0.05 else "partly" if worse <= 0.5 else "no")
 
     assert table.set_index("method").loc["learned", "KV-cacheable"] == "yes (≤ 32)"
-    curve = frame_with(at, "checkpoint", "length", "bpb")
+    # the chart opens on one method of each family (eight lines), and draws every checkpoint one click away
     expected = {(name, int(n)): v for name in method_names()
                 for n, v in read_metrics(tiny_models / name)["eval"]["nonoverlapping_bpb"].items() if v is not None}
-    got = {(r.checkpoint, int(r.length)): r.bpb for r in curve.itertuples()}
+    got = {(r.checkpoint, int(r.length)): r.bpb for r in frame_with(at, "checkpoint", "length", "bpb").itertuples()}
+    assert {name for name, _ in got} == set(OPENING_SET) and len(OPENING_SET) == 8
+    assert got == pytest.approx({k: v for k, v in expected.items() if k[0] in OPENING_SET})
+    at.toggle(key="w_all").set_value(True).run()
+    assert at.query_params["all"] == "1"
+    got = {(r.checkpoint, int(r.length)): r.bpb for r in frame_with(at, "checkpoint", "length", "bpb").itertuples()}
     assert got == pytest.approx(expected)
     assert ("learned", 64) not in got and ("alibi", 512) in got
     specs = json.dumps([spec for spec, _ in chart_frames(at)])
@@ -181,7 +186,9 @@ def test_home_on_the_shipped_checkpoints(monkeypatch):
             assert table.loc[name, "extrapolates"].startswith("unknown")
     if plotted:
         curve = frame_with(at, "checkpoint", "length", "bpb")
-        assert set(curve["checkpoint"]) == plotted
+        assert set(curve["checkpoint"]) == plotted & set(OPENING_SET)
+        at.toggle(key="w_all").set_value(True).run()
+        assert set(frame_with(at, "checkpoint", "length", "bpb")["checkpoint"]) == plotted
 
 
 # -- sinusoidal & learned ------------------------------------------------------------------------------------

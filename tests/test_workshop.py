@@ -309,6 +309,12 @@ def test_the_workshop_draws_alibi_per_head_and_a_hard_cut(tiny_models):
     shown(at.text_input(key="w_formula").set_value("-0.01 * d * i / L"))
     assert {m.label: m.value for m in at.metric}["shift-invariant"] == "no: reads i or j"
     assert at.query_params["bias"] == "-0.01 * d * i / L"
+    # the picker and its caption follow what was typed: no longer the hard cut's, and back to ALiBi when it is ALiBi's
+    assert at.selectbox(key="w_example").value == "Your own" and at.query_params["example"] == "Your own"
+    captions = [c.value for c in at.caption]
+    assert "Your own formula" in " ".join(captions) and drawing_module().EXAMPLES["Hard cut at 64"].why not in captions
+    shown(at.text_input(key="w_formula").set_value(ALIBI))
+    assert at.selectbox(key="w_example").value == "ALiBi"
 
 
 def test_a_link_reproduces_the_drawing_with_its_parameters(tiny_models):

@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from views import _slide as slide
 from views._serving import shared
 
 
@@ -20,22 +21,52 @@ def csv_file(data: pd.DataFrame, index: bool = False):
     return lambda: data.to_csv(index=index).encode()
 
 
-def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None) -> None:
+def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None,
+               says: str | None = None) -> None:
+    """``chart`` with its data as CSV and a Slide button; on a slide (``views._slide``) the chart alone, large.
+    ``says``: one sentence, from the data, of what the chart shows (a slide's line under it; else ``caption``)."""
     # Streamlit stretches every view of a vertically concatenated chart to the column's width and then
     # adds its axis and legend, so the chart spills past the column's right edge and its legend is cut
     # off. Each view is drawn as a chart of its own instead, one under the other; a y-axis of a fixed
     # minimum width keeps their x-axes aligned.
     parts = chart.vconcat if isinstance(chart, alt.VConcatChart) else [chart]
-    for part in parts:
-        st.altair_chart(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, width="stretch")
+    if slide.claims(name):
+        specs = [_spec_and_data(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, None)[0]
+                 for part in parts]
+        _draw_slide(specs, name, says or caption)
+        return
+    with st.container(key=slide.container_key(name)):
+        for part in parts:
+            st.altair_chart(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, width="stretch")
+        _chart_row(csv_file(data), name, caption)
+
+
+def _chart_row(csv, name: str, caption: str | None) -> None:
     # A row that wraps (not fixed columns): in a narrow column a fifth of the width cut the button's label.
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv",
+    row.download_button("Data (CSV)", csv, file_name=f"{name}.csv",
                         mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
+    row.button("Slide", key=f"to-slide-{name}", on_click=slide.enter, args=(name,), type="tertiary",
+               help="This chart alone, large, as a slide for a talk (presentation mode), with its PNG at "
+                    "1920×1080 and 1280×720.")
     row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
 
 
-def show_cached_chart(key: tuple, build, name: str, caption: str | None = None, width: str = "stretch") -> None:
+def _draw_slide(specs: list[dict], name: str, sentence: str | None, width: str = "stretch") -> None:
+    """The slide's chart: its views large with fonts a hall can read, the sentence under it, and the slide's PNG
+    buttons in the slide's head."""
+    from views._page import plain
+
+    with st.container(key=slide.container_key(name)):
+        for spec in specs:
+            draw_spec(slide.slide_spec(spec, len(specs)), width)
+        if sentence:
+            st.markdown(plain(sentence))
+    slide.offer_png(specs, name, sentence)
+
+
+def show_cached_chart(key: tuple, build, name: str, caption: str | None = None, width: str = "stretch",
+                      says: str | None = None) -> None:
     """``show_chart`` of the (chart, data) that ``build()`` makes, built once per server for ``key``.
 
     ``key`` must hold everything the chart depends on. Building an Altair chart and writing its
@@ -45,12 +76,20 @@ def show_cached_chart(key: tuple, build, name: str, caption: str | None = None, 
     Its data is kept as the CSV the download button offers (a plain value the result files can hold).
     """
     specs, csv = shared("chart", key, lambda: _specs_of(*build()))
-    for spec in specs:
-        draw_spec(spec, width)
-    row = st.container(horizontal=True, vertical_alignment="center")
-    row.download_button("Data (CSV)", csv, file_name=f"{name}.csv",
-                        mime="text/csv", key=f"csv-{name}", width="content", on_click="ignore")
-    row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
+    show_specs(specs, csv, name, caption, width, says)
+
+
+def show_specs(specs: list[dict], csv, name: str, caption: str | None = None, width: str = "stretch",
+               says: str | None = None) -> None:
+    """Vega-Lite specs drawn one under the other with their CSV (bytes, or a function that writes it) and a Slide
+    button; on a slide, drawn large alone (see ``show_chart``)."""
+    if slide.claims(name):
+        _draw_slide(specs, name, says or caption, width)
+        return
+    with st.container(key=slide.container_key(name)):
+        for spec in specs:
+            draw_spec(spec, width)
+        _chart_row(csv, name, caption)
 
 
 def _specs_of(chart: alt.TopLevelMixin, data: pd.DataFrame) -> tuple[list[dict], bytes]:

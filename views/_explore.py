@@ -20,10 +20,10 @@ def kept(view: str, what: str, key: tuple, build):
     return shared(f"explore-{view}-{what}", key, build)
 
 
-def chart(view: str, key: tuple, build, name: str, caption: str | None = None) -> None:
+def chart(view: str, key: tuple, build, name: str, caption: str | None = None, says: str | None = None) -> None:
     """``show_cached_chart`` of ``build()`` -> (chart, data), kept under the view's key: moving a widget
     back to a setting seen before draws the kept Vega-Lite spec, without Altair."""
-    show_cached_chart((f"explore-{view}",) + tuple(key), build, name, caption)
+    show_cached_chart((f"explore-{view}",) + tuple(key), build, name, caption, says=says)
 
 
 def rerun_page_if_changed(what: str, value) -> None:

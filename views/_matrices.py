@@ -31,8 +31,9 @@ def _colour_legend(scheme: str, lo: float, hi: float) -> str:
     return f"blue below 0, white at 0, red above (range {lo:.3g} to {hi:.3g})"
 
 
-def _colorize(matrix: np.ndarray, scheme: str = "viridis") -> np.ndarray:
-    """(h, w) floats to (h, w, 3) uint8 with a perceptual colour ramp; NaN (masked) is light grey."""
+def _colorize(matrix: np.ndarray, scheme: str = "viridis", domain: tuple[float, float] | None = None) -> np.ndarray:
+    """(h, w) floats to (h, w, 3) uint8 with a perceptual colour ramp; NaN (masked) is light grey. ``domain``: the
+    values the ramp's ends stand for (two maps meant to be compared share one), else the matrix's own range."""
     ramps = {
         "viridis": [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)],
         "redblue": [(33, 102, 172), (146, 197, 222), (247, 247, 247), (244, 165, 130), (178, 24, 43)],
@@ -40,9 +41,11 @@ def _colorize(matrix: np.ndarray, scheme: str = "viridis") -> np.ndarray:
     stops = np.array(ramps[scheme], dtype=float)
     finite = np.isfinite(matrix)
     lo, hi = (np.nanmin(matrix[finite]), np.nanmax(matrix[finite])) if finite.any() else (0.0, 1.0)
+    if domain is not None:
+        lo, hi = domain
     if scheme == "redblue":  # diverging: white is 0, so the sign of a difference or weight reads at a glance
         lo, hi = -max(abs(lo), abs(hi)), max(abs(lo), abs(hi))
-    t = np.zeros_like(matrix, dtype=float) if hi == lo else (np.nan_to_num(matrix, nan=lo) - lo) / (hi - lo)
+    t = np.zeros_like(matrix, dtype=float) if hi == lo else np.clip((np.nan_to_num(matrix, nan=lo) - lo) / (hi - lo), 0, 1)
     x = t * (len(stops) - 1)
     i = np.clip(x.astype(int), 0, len(stops) - 2)
     frac = (x - i)[..., None]
@@ -67,7 +70,8 @@ def downsample(matrix: np.ndarray, max_side: int) -> tuple[np.ndarray, int]:
 
 
 def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value_title: str,
-                scheme: str = "viridis", marks: Sequence[int] = (), mark_label: str = "", key: tuple | None = None) -> None:
+                scheme: str = "viridis", marks: Sequence[int] = (), mark_label: str = "", key: tuple | None = None,
+                says: str | None = None) -> None:
     """A matrix as an Altair heatmap with tooltips when small, else as a downsampled image.
 
     Altair in the browser takes minutes at 2048² and fails at 4096², so large matrices are
@@ -80,10 +84,10 @@ def show_matrix(matrix: np.ndarray, name: str, x_title: str, y_title: str, value
     h, w = matrix.shape
     if h * w <= ALTAIR_MAX_CELLS and key is not None:
         show_cached_chart(("matrix", name, scheme, x_title, y_title, value_title) + tuple(key),
-                          lambda: _heatmap(matrix, x_title, y_title, value_title, scheme), name)
+                          lambda: _heatmap(matrix, x_title, y_title, value_title, scheme), name, says=says)
         return
     if h * w <= ALTAIR_MAX_CELLS:
-        show_chart(*_heatmap(matrix, x_title, y_title, value_title, scheme), name)
+        show_chart(*_heatmap(matrix, x_title, y_title, value_title, scheme), name, says=says)
         return
     args = (x_title, y_title, value_title, scheme, tuple(marks), mark_label)
     png, caption, small = (shared("matrix-png", ("png", name) + args + tuple(key), lambda: _picture(matrix, *args))
@@ -142,7 +146,7 @@ def _heatmap(matrix: np.ndarray, x_title: str, y_title: str, value_title: str, s
 def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, int], name: str, x_title: str,
                        y_title: str, value_title: str, scheme: str = "viridis", marks: Sequence[int] = (),
                        mark_label: str = "", side: int = 512, title: str | None = None, compact: bool = False,
-                       key: tuple | None = None) -> None:
+                       key: tuple | None = None, domain: tuple[float, float] | None = None) -> None:
     """A matrix already block-averaged by ``block`` (from a ``full_shape`` one) drawn as a PNG.
 
     For maps too large to send whole (e.g. a 4,096² attention map): the caption states the real axes,
@@ -152,7 +156,7 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
     under it, where without one the PNG is cached by the map's values (hashing a 256x256 map on every run).
     """
     h, w = full_shape
-    args = (np.asarray(pooled, dtype=float), full_shape, scheme, tuple(marks), side)
+    args = (np.asarray(pooled, dtype=float), full_shape, scheme, tuple(marks), side, domain)
     png, lo, hi = shared("pooled-png", key + args[2:], lambda: _pooled_picture(*args)) if key is not None else \
         _cached_picture(*args)
     caption = (f"{y_title} (rows, 0–{h - 1:,}, top to bottom) × {x_title} (columns, 0–{w - 1:,}, left to right); "
@@ -173,18 +177,19 @@ def show_pooled_matrix(pooled: np.ndarray, block: int, full_shape: tuple[int, in
 
 @st.cache_data(max_entries=4 * CACHE_ENTRIES, show_spinner=False)
 def _cached_picture(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, marks: tuple[int, ...],
-                    side: int) -> tuple[bytes, float, float]:
+                    side: int, domain: tuple[float, float] | None = None) -> tuple[bytes, float, float]:
     """``_pooled_picture`` once per server for every visitor of the same map."""
-    return _pooled_picture(pooled, full_shape, scheme, marks, side)
+    return _pooled_picture(pooled, full_shape, scheme, marks, side, domain)
 
 
 def _pooled_picture(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str, marks: tuple[int, ...],
-                    side: int) -> tuple[bytes, float, float]:
-    """(the PNG of a pooled map, its lowest and highest finite value)."""
+                    side: int, domain: tuple[float, float] | None = None) -> tuple[bytes, float, float]:
+    """(the PNG of a pooled map, the values its colour ramp's ends stand for: ``domain``, else its own lowest and
+    highest finite value)."""
     from PIL import Image, ImageDraw
 
     h, w = full_shape
-    rgb = _colorize(pooled, scheme)
+    rgb = _colorize(pooled, scheme, domain)
     scale = max(1, side // max(rgb.shape[:2]))
     image = Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
     draw = ImageDraw.Draw(image)
@@ -197,4 +202,6 @@ def _pooled_picture(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str
     image.save(buf, format="PNG")
     finite = np.isfinite(pooled)
     lo, hi = (float(np.nanmin(pooled)), float(np.nanmax(pooled))) if finite.any() else (float("nan"), float("nan"))
+    if domain is not None:
+        lo, hi = domain
     return buf.getvalue(), lo, hi

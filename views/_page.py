@@ -11,41 +11,26 @@ from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label
 from views._checkpoints import checkpoint_summary
-from views._url import qp_bool, show_url_notices, sync_url
+from views import _slide as slide
+from views._url import show_url_notices
 
-# Larger prose in the main area only (st.markdown's paragraphs and lists): enlarging every text also
-# cut the sidebar's menu entries, widget options and metric labels in their columns.
-PRESENTATION_CSS = """
-<style>
-[data-testid="stMain"] [data-testid="stMarkdown"] p,
-[data-testid="stMain"] [data-testid="stMarkdown"] li { font-size: 1.25rem !important; }
-[data-testid="stMain"] h1 { font-size: 3rem !important; } [data-testid="stMain"] h2 { font-size: 2.2rem !important; }
-[data-testid="stToolbar"], [data-testid="stDecoration"], footer { display: none !important; }
-</style>
-"""
-
-
-def page_header(title: str, intro: str) -> None:
-    """Title, intro, the shared sidebar, presentation mode and any URL notices."""
+def page_header(title: str, intro: str, headline: str | None = None) -> None:
+    """Title, intro, the shared sidebar, presentation mode (the page as a slide, ``views._slide``) and any URL
+    notices. ``headline``: the start of the name of the chart the page's slide shows (else its first chart)."""
     st.session_state.pop("_url_notice_slot", None)  # the previous run's slot is gone
-    presentation = st.sidebar.toggle("Presentation mode", value=qp_bool("present", False),
-                                     help="Larger fonts and less chrome, for screenshots and talks.")
-    sync_url(present=presentation)
-    if presentation:
-        st.html(PRESENTATION_CSS)  # our own constant stylesheet, never user text
-    st.sidebar.markdown(f"**Device:** {device_label()}")
-    summary = checkpoint_summary()
-    if summary.empty:
-        st.sidebar.warning("No checkpoints found in models/. Run `make checkpoints` to train them.")
-    else:
-        st.sidebar.markdown("**Shipped checkpoints**")
-        # Short header: the sidebar's default width cut the full one to "val bits/byte @ train lengt".
-        st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch", height="content",
-                             column_config={"val bits/byte @ train length": st.column_config.NumberColumn(
-                                 "val bits/byte", format="%.3f",
-                                 help="Validation bits per byte at the training length (lower is better).")})
-    st.title(title)
-    if not presentation:
+    if not slide.begin(title, intro, headline):
+        st.sidebar.markdown(f"**Device:** {device_label()}")
+        summary = checkpoint_summary()
+        if summary.empty:
+            st.sidebar.warning("No checkpoints found in models/. Run `make checkpoints` to train them.")
+        else:
+            st.sidebar.markdown("**Shipped checkpoints**")
+            # Short header: the sidebar's default width cut the full one to "val bits/byte @ train lengt".
+            st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch", height="content",
+                                 column_config={"val bits/byte @ train length": st.column_config.NumberColumn(
+                                     "val bits/byte", format="%.3f",
+                                     help="Validation bits per byte at the training length (lower is better).")})
+        st.title(title)
         st.caption(intro)
     show_url_notices()
 

@@ -26,6 +26,7 @@ page_header(
     "Attention biases: ALiBi, T5, KERPLE, FIRE, Shaw, NEZHA, Transformer-XL",
     "These methods leave the token vectors alone and add a number to each attention logit that depends on how far "
     "the key is from the query. The size of that number decides what a head can still see far away.",
+    headline="max_weight_comparison",
 )
 
 # -- what "largest weight" means -------------------------------------------------------------------
@@ -58,10 +59,14 @@ page = BiasPage(
     n_layer=int(shipped.get("n_layer", 4)), n_head=int(shipped.get("n_head", 8)))
 page.summary["no bias (NoPE)"] = page.no_bias
 
+# The summary opens the page (a long page's answer first); it is drawn once the sections below have filled it.
+side_by_side = st.container()
+st.header("Each method's bias, one by one")
 for section, method in sections_for("biases"):
     section.draw(page, method)
 
 # -- side by side -----------------------------------------------------------------------------------------------
+side_by_side.__enter__()
 st.header(f"Side by side: a relevant key at distance {far:,}")
 metric_rows([dict(label=name, value=f"{np.exp(lw[far]):.3g}",
                   help=f"Largest weight at distance {far:,} with n = {n_keys:,} and Δ = {margin:g}.")
@@ -80,4 +85,6 @@ def comparison():
 digest = tuple((name, float(lw.sum()), float(lw[0]), float(lw[-1])) for name, lw in summary.items())
 chart(VIEW, ("comparison", n_keys, margin, far) + digest, comparison, f"max_weight_comparison_n{n_keys}",
       "Exponential fall = the method forgets; flat = the method dilutes but can still find a far key when its "
-      "content stands out. Missing lines: that checkpoint is not available.")
+      "content stands out. Missing lines: that checkpoint is not available.",
+      says=attention_biases.comparison_sentence(summary, far, n_keys, margin))
+side_by_side.__exit__(None, None, None)

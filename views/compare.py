@@ -85,7 +85,7 @@ shipped_names = catalog.shipped  # the defaults: published models are picked on 
 
 
 def map_panel(matrix: np.ndarray, block: int, length: int, name: str, title: str, value_title: str, scheme: str,
-              marks: list[int], unit: str = "byte") -> None:
+              marks: list[int], unit: str = "byte", domain: tuple[float, float] | None = None) -> None:
     title = plain(title)  # shown as Markdown either way, and it names a model, maybe a visitor's: quoted
     if block == 1 and length <= 128:
         st.markdown(f"**{title}**")
@@ -93,7 +93,7 @@ def map_panel(matrix: np.ndarray, block: int, length: int, name: str, title: str
                     mark_label="the training length")
     else:
         show_pooled_matrix(matrix, block, (length, length), name, f"key {unit}", f"query {unit}", value_title, scheme=scheme,
-                           marks=marks, mark_label="the training length", side=384, title=title)
+                           marks=marks, mark_label="the training length", side=384, title=title, domain=domain)
 
 
 modes = ["methods", "lengths"]
@@ -188,12 +188,13 @@ def methods_apart(a: str, b: str, where) -> None:
         error_box(exc, "Choose a shorter length to see the maps.")
         return
     cols = st.columns(2)
+    domain = compare.shared_range(maps["a"], maps["b"])  # one colour scale: the two maps are read side by side
     for col, key, name in ((cols[0], "a", a), (cols[1], "b", b)):
         model, length = models[name], lengths[name]
         with col:
             map_panel(maps[key], maps[f"block_{key}"], length, f"attention-{name}-l{layer}-h{head}-M{multiple:g}",
                       f"{name} ({length:,} {model.unit}s)", map_title, "viridis",
-                      [model.train_length] if model.train_length < length else [], model.unit)
+                      [model.train_length] if model.train_length < length else [], model.unit, domain)
     st.caption("Each map over its own model's ids: rows are queries, columns keys; the line marks the trained context. "
                "Layers and heads are not aligned across separately trained models: compare patterns (how far, how "
                "sharp), not head numbers.")
@@ -205,9 +206,12 @@ def methods_apart(a: str, b: str, where) -> None:
 def methods_section() -> None:
     c1, c2, c3 = st.columns(3)
     label_a, label_b = catalog.say("Method A", "Model A"), catalog.say("Method B", "Model B")
-    a = c1.selectbox(label_a, names, index=names.index(qp_choice("a", shipped_names[0], names)), key="w_a",
+    # Opens on a pair worth comparing: rotary against a linear bias (the one fails past its training length where
+    # the other goes on), where both are shipped.
+    first_a, first_b = compare.opening_pair(shipped_names)
+    a = c1.selectbox(label_a, names, index=names.index(qp_choice("a", first_a, names)), key="w_a",
                      format_func=catalog.label)
-    b = c2.selectbox(label_b, names, index=names.index(qp_choice("b", shipped_names[-1], names)), key="w_b",
+    b = c2.selectbox(label_b, names, index=names.index(qp_choice("b", first_b, names)), key="w_b",
                      format_func=catalog.label)
     if len(catalog.ready(list(dict.fromkeys((a, b))))) < len({a, b}):  # a published model loads now, under a bar
         st.stop()
@@ -307,12 +311,13 @@ def methods_section() -> None:
             error_box(exc, "Choose a shorter L to see the maps.")
             st.stop()
         cols = st.columns(3)
+        domain = compare.shared_range(maps["a"], maps["b"])  # one colour scale for the two maps read side by side
         with cols[0]:
             map_panel(maps["a"], maps["block"], length, f"attention-{a}-l{layer}-h{head}-L{length}", a,
-                      map_title, "viridis", marks, unit)
+                      map_title, "viridis", marks, unit, domain)
         with cols[1]:
             map_panel(maps["b"], maps["block"], length, f"attention-{b}-l{layer}-h{head}-L{length}", b,
-                      map_title, "viridis", marks, unit)
+                      map_title, "viridis", marks, unit, domain)
         with cols[2]:
             map_panel(maps["diff"], maps["block"], length, f"attention-diff-{a}-{b}-l{layer}-h{head}-L{length}",
                       f"{b} − {a}", "probability difference", "redblue", marks, unit)
@@ -393,12 +398,14 @@ def lengths_section() -> None:
         error_box(exc, "Choose a shorter L, or another method.")
         st.stop()
     cols = st.columns(3)
+    domain = compare.shared_range(maps["short"], maps["long"])  # one colour scale for the two maps read side by side
     with cols[0]:
         map_panel(maps["short"], maps["block"], length, f"attention-{model_name}-short-L{length}",
-                  f"alone (positions 0–{length - 1:,})", map_title, "viridis", [], unit)
+                  f"alone (positions 0–{length - 1:,})", map_title, "viridis", [], unit, domain)
     with cols[1]:
         map_panel(maps["long"], maps["block"], length, f"attention-{model_name}-long-L{length}",
-                  f"after {length:,} {unit}s (positions {length:,}–{2 * length - 1:,})", map_title, "viridis", [], unit)
+                  f"after {length:,} {unit}s (positions {length:,}–{2 * length - 1:,})", map_title, "viridis", [], unit,
+                  domain)
     with cols[2]:
         map_panel(maps["diff"], maps["block"], length, f"attention-{model_name}-lendiff-L{length}",
                   "after − alone", "probability difference", "redblue", [], unit)

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from views import _extrapolation_charts as charts
+from posviz.slides import extremes_sentence, length_words
 from views._charts import RedrawClock, cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._models import usable_models
@@ -278,7 +279,9 @@ def at_this_length() -> None:
                        "Dashed: the shipped curves (131 kB of validation text). Big dots: live, on this text at this length. "
                        "A different text gives a different level, so compare a dot with its own curve's shape."
                        + (" Each model at the same multiple of its own trained context, in its own units; bits per byte "
-                          "compare across byte-level and tokenized models." if mixed else ""))
+                          "compare across byte-level and tokenized models." if mixed else ""),
+                       says=None if mixed else extremes_sentence(live, "model", "length", "bits/byte",
+                                                                "bits per byte on this text", length_words(train_length, unit)))
     for name, message in errors.items():
         st.error(f"**{plain(name)}** — {message}", icon="🚫")
         table = models[name].max_positions

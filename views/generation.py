@@ -12,6 +12,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from posviz.slides import extremes_sentence
 from views._charts import method_scales, show_cached_chart
 from views._models import usable_models
 from views._page import error_box, page_header, plain
@@ -291,7 +292,9 @@ if rows:
     show_cached_chart(("generation-entropy",) + tuple(keys[n] for n in done) + (width,),
                       lambda: (alt.layer(lines, rule).properties(height=300), df), f"generation-entropy-{strategy}-n{new_ids}",
                       f"Grey line: the training length ({lengths}). A model that no longer knows where it is "
-                      "usually becomes unsure (entropy up) or stuck in a loop (entropy down to 0).")
+                      "usually becomes unsure (entropy up) or stuck in a loop (entropy down to 0).",
+                      says=extremes_sentence(df, "checkpoint", "position", "mean", "entropy in the last window (bits)",
+                                             lambda p: f"position {int(p):,}", digits=2))
 
 # ------------------------------------------------------------------------------------------------
 # Export

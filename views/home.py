@@ -3,13 +3,14 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from posviz.slides import extremes_sentence, length_words
 from views._charts import legend_for, method_scales
 from views._checkpoints import shipped_checkpoint_json
 from views._explore import chart
 from views._page import page_header
-from views._url import qp_choice, sync_url
+from views._url import qp_bool, qp_choice, sync_url
 from posviz.explore import home
-from posviz.positions import POSITION_METHODS, method_names
+from posviz.positions import POSITION_METHODS, method_names, opening_set
 
 page_header(
     "posviz — how a transformer knows where each token is",
@@ -96,10 +97,16 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
     order = [n for n in method_names() if n in set(curve["checkpoint"])]
     # Up to 4x the methods that extrapolate sit close together: a closer look separates them.
     ranges = {"all": "every length measured", "4": "up to 4× the training length"}
-    shown_range = st.radio("Lengths", list(ranges), format_func=ranges.get, horizontal=True, key="w_range",
-                           index=list(ranges).index(qp_choice("range", "all", list(ranges))))
-    sync_url(range=shown_range)
+    left, right = st.columns([3, 1])
+    shown_range = left.radio("Lengths", list(ranges), format_func=ranges.get, horizontal=True, key="w_range",
+                             index=list(ranges).index(qp_choice("range", "all", list(ranges))))
+    # Eight lines a room can tell apart (one method of each family); every checkpoint one click away.
+    every = right.toggle(f"All {len(order)} checkpoints", value=qp_bool("all", False), key="w_all",
+                         help="Off: one method of each family (" + ", ".join(opening_set(order)) + ").")
+    sync_url(range=shown_range, all=every)
+    order = order if every else opening_set(order)
     shown = curve if shown_range == "all" else curve[curve["multiple"] <= float(shown_range)]
+    shown = shown[shown["checkpoint"].isin(order)]
 
     def build():
         lengths = sorted(set(shown["length"].tolist()))
@@ -127,7 +134,9 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
     rows = tuple(map(tuple, curve[["checkpoint", "length", "bpb"]].itertuples(index=False)))
     chart("home", ("bpb-vs-length", shown_range, tuple(train_lengths), tuple(order)) + rows, build, "bpb_vs_length",
           "Non-overlapping windows of the evaluation length over the same held-out bytes. A line that stops "
-          "means the method cannot run at longer lengths (the learned table has no rows past it).")
+          "means the method cannot run at longer lengths (the learned table has no rows past it).",
+          says=extremes_sentence(shown, "checkpoint", "length", "bpb", "validation bits per byte",
+                                 length_words(train_lengths[0] if len(train_lengths) == 1 else None)))
 
 
 st.header("Bits per byte vs evaluation length")

@@ -95,7 +95,8 @@ def two_pass_section() -> None:
                f"Window of {diagram_window} bytes, passes t = {t} and t + 1 = {t + 1}. Big number: the position attention "
                "uses for that byte in that pass. Small @p: the position the byte's cached key and value were computed at. "
                "Red cells are where the shifted cache lies: fine for methods that add position only at attention time "
-               "(ALiBi, T5, Shaw, NoPE), wrong for methods that bake it into the keys (learned, sinusoidal, RoPE).")
+               "(ALiBi, T5, Shaw, NoPE), wrong for methods that bake it into the keys (learned, sinusoidal, RoPE).",
+               says=kv_cache.diagram_sentence(kv_cache.two_pass_diagram(diagram_window)))
 
 
 two_pass_section()

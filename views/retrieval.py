@@ -7,6 +7,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from posviz.positions import opening_set
+from posviz.slides import extremes_sentence
 from views._charts import cached_spec, draw_spec, legend_for, method_scales, show_cached_chart, show_chart, split_title
 from views._models import usable_models
 from views._page import error_box, page_header, plain
@@ -61,8 +63,10 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320, u
     data = df[df["probe"] == probe].dropna(subset=["ratio"]).assign(gap1=lambda d: d["gap"].clip(lower=1))
     x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2),
               title=f"gap between the copies ({unit_note(unit)}, log scale; 0 drawn at 1)")
-    legend = legend_for(len(COLOURS.domain))  # the legend lists the scale's whole domain
-    colour = alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=legend)
+    drawn = [n for n in names if n in set(data["model"])] + sorted(set(data["model"]) - set(names))
+    colours, dashes = method_scales(drawn)  # the legend lists what the chart draws, in the page's colours
+    legend = legend_for(len(drawn))
+    colour = alt.Color("model:N", scale=colours, title="checkpoint", legend=legend)
     tips = ["model", "gap", alt.Tooltip("first_bits:Q", format=".3f", title="first (bits)"),
             alt.Tooltip("second_bits:Q", format=".3f", title="second (bits)"),
             alt.Tooltip("control_bits:Q", format=".3f", title="no-copy control (bits)"),
@@ -81,7 +85,7 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320, u
         line = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=40)).encode(
             x, alt.Y(f"{field}:Q", title=split_title(MEASURES["ratio" if field == "ratio" else "gain"][1]),
                      scale=alt.Scale(domainMin=0)),
-            colour, alt.StrokeDash("model:N", scale=DASHES, title="checkpoint", legend=legend), tooltip=tips)  # one merged legend
+            colour, alt.StrokeDash("model:N", scale=dashes, title="checkpoint", legend=legend), tooltip=tips)  # one merged legend
         one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(y="y:Q")
         layers = [layer for layer in (band, line, one) if layer is not None]
     train = alt.Chart(pd.DataFrame({"gap1": train_lengths or [train_length]})).mark_rule(
@@ -101,10 +105,21 @@ if published:
 measure = st.radio("Show", list(MEASURES), format_func=lambda m: MEASURES[m][0], horizontal=True,
                    index=list(MEASURES).index(qp_choice("measure", "gain", list(MEASURES))), key="w_measure")
 if not shipped.empty:
+    # Eight lines a room can tell apart (one method of each family); the others one click away in the picker.
+    stored = [n for n in names if n in set(shipped["model"])]
+    drawn = st.multiselect("Checkpoints drawn", stored, default=qp_multi("shown", opening_set(stored), stored),
+                           key="w_shown", help="The charts open on one method of each family; add any other here.")
+    sync_url(shown=drawn)
+    shipped = shipped[shipped["model"].isin(drawn)]
+if not shipped.empty:
     st.markdown("**Repeat probe** (16 chunks per gap; band: 10th–90th percentile of the ratio)")
     show_chart(probe_chart(shipped, measure, "repeat"), shipped[shipped["probe"] == "repeat"], f"repeat-probe-shipped-{measure}",
                f"Dotted vertical line: the training length ({train_length:,} bytes). A missing point: the method "
-               "cannot represent that many positions.")
+               "cannot represent that many positions.",
+               says=extremes_sentence(shipped[shipped["probe"] == "repeat"], "model", "gap",
+                                      "gain" if measure == "gain" else "ratio" if measure == "ratio" else "second_bits",
+                                      MEASURES[measure][1].split(" (")[0], lambda g: f"a gap of {int(g):,} bytes",
+                                      at=train_length))
     st.markdown("**Key–value probe** (16 names per gap, 5-digit values)")
     show_chart(probe_chart(shipped, measure, "key_value"), shipped[shipped["probe"] == "key_value"],
                f"key-value-probe-shipped-{measure}", "Loss on the value's digits when the name comes back, over its loss "

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from views._charts import DASHED_LEGEND, cached_spec, csv_file, draw_spec, method_scales, metric_rows, show_chart
+from views._charts import DASHED_LEGEND, cached_spec, csv_file, draw_spec, method_scales, metric_rows, show_chart, show_specs
 from views._explore import chart, kept, rerun_page_if_changed
 from views._checkpoints import shipped_checkpoint_json
 from views._matrices import show_matrix
@@ -30,6 +30,7 @@ page_header(
     "RoPE — rotary position embedding",
     "RoPE (Su et al. 2021) adds nothing to the tokens. It turns each pair of query and key features by an angle "
     "proportional to the position, so a query–key score can only depend on how far apart they are.",
+    headline="rope_frequencies",
 )
 
 # What the shipped rope checkpoint uses, as defaults (the page works without it).
@@ -71,10 +72,7 @@ def show_square(key: tuple, build, name: str, caption: str) -> None:
     geometry is the point, so it must not stretch."""
     spec, data = kept(VIEW, "square", key, lambda: (cached_spec(("explore-rope", "square") + key, lambda: build()[0]),
                                                     build()[1]))
-    draw_spec(spec, width="content")
-    st.download_button("Data (CSV)", csv_file(data), file_name=f"{name}.csv", mime="text/csv",
-                       key=f"csv-{name}", on_click="ignore")
-    st.caption(caption + "  ·  Save the chart as PNG or SVG from its ⋯ menu.")
+    show_specs([spec], csv_file(data), name, caption, width="content")
 
 
 def length_marks(marks: pd.DataFrame) -> alt.LayerChart:
@@ -181,7 +179,8 @@ def frequency_chart():
 
 chart(VIEW, ("frequencies", head_dim, base, train_length), frequency_chart, f"rope_frequencies_d{head_dim}",
       f"θᵢ = base^(−2i/d). Pairs above the dashed line (training length {train_length:,}) never complete a turn "
-      "during training: at longer lengths they reach angles the model has never seen.")
+      "during training: at longer lengths they reach angles the model has never seen.",
+      says=rope.frequency_sentence(freqs, train_length))
 st.dataframe(freqs.rename(columns={"theta": "θ (rad/position)", "wavelength": "wavelength (positions)",
                                    "turns_in_training": f"turns in {train_length:,} positions"}),
              hide_index=True, height="content")

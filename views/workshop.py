@@ -69,6 +69,16 @@ def _example_picked() -> None:
         _set_inputs(example.formula, example.parameters)
 
 
+def _formula_typed() -> None:
+    """The picker follows what was typed: the example whose formula it is, else "Your own" (with its own caption)."""
+    typed = st.session_state["w_formula"].strip()
+    if drawing.EXAMPLES.get(st.session_state["w_example"], None) is not None and \
+            drawing.EXAMPLES[st.session_state["w_example"]].formula == typed:
+        return
+    same = [n for n, e in drawing.EXAMPLES.items() if e.formula == typed]
+    st.session_state["w_example"] = same[0] if same else OWN
+
+
 def _from_link() -> None:
     """A session's first run: the link's formula (``bias``) and parameters, else its example's, else the first."""
     start = qp_choice("example", names[0], names)
@@ -105,10 +115,11 @@ layer_in_link, head_in_link = qp_int("layer", 0, 0, RECIPE.n_layer - 1), qp_int(
 left, right = st.columns([2, 3])
 example = left.selectbox("Start from an example", names, key="w_example", on_change=_example_picked,
                          help="Each fills in the formula and its parameters; edit them freely.")
-if example in drawing.EXAMPLES:
-    left.caption(drawing.EXAMPLES[example].why)
+left.caption(drawing.EXAMPLES[example].why if example in drawing.EXAMPLES else
+             "Your own formula: its bias per head is drawn below, checked at every length a run is scored at.")
 formula = right.text_input(
     "Logit bias (added to q·k/√d for query i and key j)", key="w_formula", max_chars=MAX_CHARACTERS,
+    on_change=_formula_typed,
     help=f"Variables: {', '.join(VARIABLES)} (d = i − j, h the head, H the heads, L the trained context = "
          f"{RECIPE.train_length}). Functions: {', '.join(FUNCTIONS)}. Numbers, + − * / **, comparisons, -inf (a hard "
          "cut). A learned parameter is name[h] (one per head) or name[layer, h].")

@@ -52,6 +52,18 @@ def max_weight_columns(log_weights: Mapping[str, np.ndarray], distances: np.ndar
 
 
 # -- ALiBi, T5, Shaw ----------------------------------------------------------------------------------
+def comparison_sentence(log_weights: Mapping[str, np.ndarray], far: int, n_keys: int, margin: float) -> str | None:
+    """What the side-by-side chart shows at the relevant key's distance ``far``, in one sentence from its curves."""
+    at = {name: float(np.exp(lw[far])) for name, lw in log_weights.items() if far < len(lw) and np.isfinite(lw[far])}
+    if not at:
+        return None
+    ranked = sorted(at, key=at.get)
+    most, least = ranked[-1], ranked[0]
+    return (f"A relevant key {far:,} positions back, among {n_keys:,} keys and ahead by a margin of {margin:g} logits, "
+            f"can get at most {at[most]:.3g} of the weight under {most} and {at[least]:.3g} under {least}, "
+            f"of {len(at)} drawn.")
+
+
 def alibi_slope_table(n_heads: int) -> Columns:
     """ALiBi slopes per head, with the distance at which each head's bias costs one logit and the
     distance at which it halves the attention a key would otherwise get (ln 2 / slope).

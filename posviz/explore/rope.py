@@ -88,6 +88,15 @@ def rope_frequency_table(head_dim: int, base: float, train_length: int) -> Colum
             "theta": theta, "wavelength": 2 * math.pi / theta, "turns_in_training": train_length * theta / (2 * math.pi)}
 
 
+def frequency_sentence(table, train_length: int) -> str:
+    """What the frequency chart shows, in one sentence from its rows (``rope_frequency_table``)."""
+    wavelength, turns = np.asarray(table["wavelength"]), np.asarray(table["turns_in_training"])
+    never = int((turns < 1).sum())
+    return (f"The fastest of the {len(wavelength)} pairs turns once every {wavelength.min():,.1f} positions, the slowest "
+            f"once every {wavelength.max():,.0f}; {never} of them never complete a turn in the {train_length:,} positions "
+            "of training.")
+
+
 def pairs_beside_rope(inv_freq, plain_inv_freq, train_length: int) -> Columns:
     """A rotary method's pairs next to RoPE's with the same θ (p-RoPE: its fastest pairs turn as RoPE's, the
     rest stand still). Columns: pair, theta and wavelength (NaN for a pair that stands still: it never turns),

@@ -251,3 +251,13 @@ def published_learned_table(table, k: int = 4, max_side: int = 512) -> dict[str,
     similarity, block = position_similarity(t, max_side)
     return {"shape": t.shape, "similarity": similarity, "block": block, "neighbours": neighbour_similarity(t),
             "components": principal_components(t, k)}
+
+
+def pe_sentence(length: int, dim: int, base: float) -> str:
+    """What the sinusoidal table shows, in one sentence from its own waves: how many of its pairs repeat within the
+    positions drawn, and how many barely move there (less than a tenth of a turn)."""
+    waves = wavelengths(dim, base)
+    turns = length / waves
+    return (f"Each of the {length:,} rows is one position's {dim} values. The fastest of the {len(waves)} pairs "
+            f"repeats every {waves.min():.1f} positions; {int((turns >= 1).sum())} pairs complete a turn within these "
+            f"{length:,} positions, and {int((turns < 0.1).sum())} move less than a tenth of a turn: almost constant.")

@@ -104,3 +104,22 @@ def length_attention_difference(model: LabModel, ids, length: int, layer: int, h
     (ps, size), (pl, _), (pd_, _) = (pool_matrix(m, max_side) for m in (*shown, block - short))
     return {"short": ps, "long": pl, "diff": pd_, "block": size, "length": length,
             "far_mass": long[length:, :length].sum(-1).numpy().astype(float)}
+
+
+OPENING_PAIR = ("rope", "alibi")  # rotary vs a linear bias: one fails past its training length where the other goes on
+
+
+def opening_pair(shipped: list[str]) -> tuple[str, str]:
+    """The pair the Compare page opens on: ``OPENING_PAIR`` where both are shipped, else the first and last."""
+    if all(n in shipped for n in OPENING_PAIR):
+        return OPENING_PAIR
+    return shipped[0], shipped[-1]
+
+
+def shared_range(*maps) -> tuple[float, float] | None:
+    """The lowest and highest finite value over every map: one colour scale for maps read side by side."""
+    finite = [np.asarray(m, dtype=float)[np.isfinite(np.asarray(m, dtype=float))] for m in maps]
+    finite = [f for f in finite if f.size]
+    if not finite:
+        return None
+    return float(min(f.min() for f in finite)), float(max(f.max() for f in finite))

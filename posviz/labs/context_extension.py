@@ -248,3 +248,17 @@ def rope_wavelengths(model: LabModel, factor: float, seq_len: int | None = None,
             rows.append({"scaling": scaling, "pair": i, "wavelength": 2 * math.pi / theta,
                          "attention_factor": float(attention)})
     return rows
+
+
+def wavelength_sentence(rows, train_length: int, factor: float) -> str | None:
+    """What the wavelength chart shows, in one sentence from its rows (``rope_wavelengths``): for each scaling, how
+    many pairs turn slower than the training length allows, at the stretched length s × L."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["scaling"], []).append(r["wavelength"])
+    if not by:
+        return None
+    said = ", ".join(f"{sum(w > train_length for w in waves)} with {name}" for name, waves in by.items())
+    pairs = len(next(iter(by.values())))
+    return (f"At s = {factor:g}, of the {pairs} rotary pairs, those slower than one turn per training length "
+            f"({train_length:,} positions), never seen whole in training: {said}.")

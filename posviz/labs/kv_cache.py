@@ -380,6 +380,19 @@ def two_pass_diagram(window: int, t: int | None = None, sinks: int = STREAMING_S
     return rows
 
 
+def diagram_sentence(rows: list[dict]) -> str:
+    """What the two-pass diagram shows, in one sentence from its rows: in pass t+1, how many of each strategy's
+    bytes attention reads from a key computed at another position than the one it now uses."""
+    later = [r for r in rows if r["pass"] == "t+1"]
+    window = sum(r["strategy"] == STRATEGIES[0] for r in later)
+    wrong = {s: sum(not r["recomputed"] and not r["consistent"] for r in later if r["strategy"] == s) for s in STRATEGIES}
+    lying = [s for s in STRATEGIES if wrong[s]]
+    said = "; ".join(f"“{STRATEGY_TITLES[s]}” reads {wrong[s]} of its {window} bytes from keys computed at another "
+                     "position" for s in lying) or "No strategy reads a key computed at another position"
+    return (f"In pass t + 1: {said}; the other {len(STRATEGIES) - len(lying)} strategies read every byte at the "
+            "position its key was computed at.")
+
+
 @torch.inference_mode()
 def cache_check(model: LabModel, ids, length: int, time_reencode: bool = True,
                 progress: Progress = _no_progress, reencode_samples: int | None = REENCODE_TIMED_STEPS) -> dict:

@@ -47,6 +47,17 @@ DISPLAY_ORDER = ["nope", "sinusoidal", "learned", "shaw", "nezha", "transformer_
                  "rope", "p_rope", "irope", "local_global", "rope_sinks", "fox", "cope", "stick_breaking"]
 
 
+# What a chart of every checkpoint opens with: one of each family (none, absolute, learned table, bucketed bias,
+# linear bias, learned bias function, rotary, from content). Eight lines a room can tell apart; the rest one click away.
+OPENING_SET = ("nope", "sinusoidal", "learned", "t5", "alibi", "fire", "rope", "fox")
+
+
+def opening_set(names) -> list[str]:
+    """``names`` (in their order) that belong to ``OPENING_SET``; all of them when none does."""
+    picked = [n for n in names if n in OPENING_SET]
+    return picked or list(names)
+
+
 def method_names() -> list[str]:
     known = [n for n in DISPLAY_ORDER if n in POSITION_METHODS]
     return known + sorted(set(POSITION_METHODS) - set(known))
@@ -55,11 +66,13 @@ def method_names() -> list[str]:
 _discover()
 
 __all__ = [
+    "OPENING_SET",
     "POSITION_METHODS",
     "VISITOR_METHODS",
     "ModelShape",
     "PositionMethod",
     "build_position_method",
     "method_names",
+    "opening_set",
     "relative_distance",
 ]

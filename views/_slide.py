@@ -1,0 +1,305 @@
+"""Presentation mode is a slide: one chart of the page, large, under the page's title and one line stating
+the settings, with one sentence under it saying what it shows, and its PNG at 1920×1080 and 1280×720.
+
+``?present=1`` (the sidebar's toggle, or a chart's "Slide" button) turns a page into its slide; ``slide=<chart>``
+says which chart (the name of its CSV file), else the page's first. The page still runs whole, at the link's
+settings: every element that is neither the slide's head, its chart, a progress bar nor an error or warning is
+hidden by one stylesheet, so no page knows it is drawn as a slide. A chart is a slide's chart by sitting in a
+container keyed ``slide-<name>`` (``views._charts`` draws every chart in one).
+
+The settings line is what the page's widgets show (their labels and formatted values, in the order the page
+drew them): each widget Streamlit draws is noted by ``note_widget``, which ``install_widget_notes`` hooks into
+Streamlit's widget functions once per process. Nothing is noted outside presentation mode.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from dataclasses import dataclass, field
+
+import streamlit as st
+
+from views._url import notice_junk, qp_bool, sync_url
+
+PRESENT_KEY = "w_present"  # the sidebar toggle's key: the Slide buttons and "Leave the slide" set it
+SLIDE_PARAM = "slide"  # the URL parameter naming the slide's chart
+RUN_KEY = "_slide_run"  # this run's SlideRun, in the session state
+CHART_NAME = re.compile(r"[A-Za-z0-9_.-]{1,120}")
+# The plot area's height on a slide (px): with the title and the settings line above it, the axis and the
+# sentence under it, the slide fills a 1920×1080 screen without scrolling.
+SLIDE_PLOT_HEIGHT = 640
+# Fonts of a chart on a slide, scaled as the captions are (Vega-Lite's defaults are 10-11 px: unreadable from a hall)
+SLIDE_CHART_CONFIG = {
+    "axis": {"labelFontSize": 17, "titleFontSize": 19, "titlePadding": 12},
+    "legend": {"labelFontSize": 17, "titleFontSize": 18, "symbolSize": 180, "labelLimit": 420, "rowPadding": 6},
+    "header": {"labelFontSize": 18, "titleFontSize": 19},
+    "title": {"fontSize": 22},
+    "text": {"fontSize": 15},
+}
+
+# What is hidden on a slide: in every block of the main area, each element that is not the head, a chart's
+# slide container, something that holds one or sits in one, a progress bar, a spinner, an error or a warning.
+KEEP = ('.st-key-slidehead', '.st-key-slidehead *', ':has(.st-key-slidehead)', '[class*="st-key-slide-"]', '[class*="st-key-slide-"] *',
+        ':has([class*="st-key-slide-"])', ':has([data-testid="stAlertContentError"])',
+        ':has([data-testid="stAlertContentWarning"])', ':has([data-testid="stProgress"])',
+        ':has([data-testid="stSpinner"])')
+BLOCKS = ':is([data-testid="stVerticalBlock"], [data-testid="stHorizontalBlock"])'
+SLIDE_CSS = f"""
+<style>
+section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"],
+header[data-testid="stHeader"], [data-testid="stToolbar"], [data-testid="stDecoration"], footer {{ display: none !important; }}
+[data-testid="stMainBlockContainer"] {{ padding: 1.2rem 2.5rem 0.5rem !important; max-width: 100% !important; }}
+[data-testid="stMainBlockContainer"] {BLOCKS} > :not({", ".join(KEEP)}) {{ display: none !important; }}
+[data-testid="stMain"] h1 {{ font-size: 2.6rem !important; padding: 0 0 0.2rem !important; }}
+.st-key-slidehead [data-testid="stCaptionContainer"] p {{ font-size: 1.15rem !important; }}
+[class*="st-key-slide-"] [data-testid="stMarkdown"] p {{ font-size: 1.5rem !important; line-height: 1.4 !important; }}
+[class*="st-key-slide-"] img {{ max-height: 66vh; width: auto !important; }}
+</style>
+"""
+
+
+def _only_chart_css(name: str) -> str:
+    """The stylesheet that leaves the chart ``name`` alone on the slide: every other chart's container, and each
+    block holding one but not ``name``'s, is hidden; a column holding it takes the whole width."""
+    me = ".st-key-slide-" + re.sub(r"[^a-zA-Z0-9_-]", "-", name)
+    return f"""<style>
+[data-testid="stMainBlockContainer"] {BLOCKS} > :is([class*="st-key-slide-"], :has([class*="st-key-slide-"])):not({me}, :has({me})) {{ display: none !important; }}
+[data-testid="stMainBlockContainer"] [data-testid="stColumn"]:has({me}) {{ width: 100% !important; flex: 1 1 100% !important; max-width: 100% !important; }}
+</style>"""
+
+
+@dataclass
+class SlideRun:
+    """One run of a page in presentation mode: which chart is the slide's, and what the widgets showed."""
+
+    title: str
+    wanted: str | None  # the chart the link names
+    headline: str | None = None  # without one: the first chart whose name starts with this (the page's own choice)
+    chosen: str | None = None  # the chart drawn as the slide, once drawn
+    settings: list[tuple[str, str]] = field(default_factory=list)
+    settings_slot: object = None
+    png_slot: object = None
+
+
+def current() -> SlideRun | None:
+    """This run's slide, or None outside presentation mode."""
+    return st.session_state.get(RUN_KEY)
+
+
+def begin(title: str, intro: str, headline: str | None = None) -> bool:
+    """The presentation-mode toggle and, when on, the slide's head (title, settings line, buttons) and its
+    stylesheet; returns whether the page is a slide. Called by ``page_header`` before anything else. ``headline``:
+    the start of the name of the chart the page's slide shows when the link names none (else its first chart)."""
+    st.session_state[RUN_KEY] = None
+    presentation = st.sidebar.toggle("Presentation mode", value=qp_bool("present", False), key=PRESENT_KEY,
+                                     help="The page as a slide: one chart, large, for screenshots and talks.")
+    sync_url(present=presentation)
+    if not presentation:
+        if SLIDE_PARAM in st.query_params:
+            del st.query_params[SLIDE_PARAM]
+        return False
+    wanted = st.query_params.get(SLIDE_PARAM)
+    if wanted is not None and not CHART_NAME.fullmatch(wanted):
+        notice_junk(SLIDE_PARAM, wanted, None)
+        wanted = None
+    run = SlideRun(title=title, wanted=wanted, headline=headline)
+    st.session_state[RUN_KEY] = run
+    st.html(SLIDE_CSS)  # our own constant stylesheet, never visitor text
+    head = st.container(key="slidehead")
+    head.title(title)
+    line = head.container(horizontal=True, vertical_alignment="center")
+    run.settings_slot = line.empty()
+    run.png_slot = line.container(horizontal=True, width="content")
+    line.button("Leave the slide", key="w_leave_slide", on_click=_leave, type="tertiary")
+    return True
+
+
+def _leave() -> None:
+    st.session_state[PRESENT_KEY] = False
+
+
+def enter(name: str) -> None:
+    """A chart's Slide button: presentation mode, on that chart."""
+    st.session_state[PRESENT_KEY] = True
+    st.query_params[SLIDE_PARAM] = name
+
+
+def claims(name: str) -> bool:
+    """Whether the chart ``name``, about to be drawn, is this slide's chart (the one the link names, else the
+    first one drawn). The first claim also hides every other chart."""
+    run = current()
+    if run is None:
+        return False
+    if run.chosen is not None:
+        return run.chosen == name
+    if run.wanted is not None and run.wanted != name:
+        return False
+    if run.wanted is None and run.headline and not name.startswith(run.headline):
+        return False
+    run.chosen = name
+    st.html(_only_chart_css(name))
+    return True
+
+
+def finish() -> None:
+    """After the page's script: the settings line, from what its widgets showed (menu.py calls it)."""
+    run = current()
+    if run is None or run.settings_slot is None:
+        return
+    shown = settings_line()
+    from views._page import plain  # the line quotes what a visitor typed: shown as typed, never as Markdown
+
+    run.settings_slot.caption(plain(shown) if shown else "At its default settings.")
+
+
+def settings_line() -> str:
+    """The settings line of this run's slide ("" outside presentation mode)."""
+    run = current()
+    return settings_of(run) if run else ""
+
+
+# ---- what the widgets show, for the settings line -------------------------------------------------------------
+
+WIDGETS = ("slider", "select_slider", "selectbox", "radio", "multiselect", "toggle", "checkbox", "number_input",
+           "text_input", "segmented_control", "pills")
+MAX_SHOWN = 80  # characters of one widget's value on the settings line (a long pasted text is cut)
+
+
+def _shown(value, format_func) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple)) and format_func is not None:
+        return ", ".join(str(format_func(v)) for v in value)
+    if format_func is not None:
+        return str(format_func(value))
+    if isinstance(value, (list, tuple)):
+        return " – ".join(_shown(v, None) for v in value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return str(value)
+
+
+def note_widget(kind: str, label, value, format_func=None, key=None) -> None:
+    """Note what a widget shows for the slide's settings line (in presentation mode only)."""
+    run = current()
+    if run is None or key in (PRESENT_KEY, "w_leave_slide"):
+        return
+    try:
+        text = _shown(value, format_func)
+    except Exception:  # a format_func that cannot format its own value: the line leaves it out, the page shows why
+        return
+    text = " ".join(text.split())
+    if len(text) > MAX_SHOWN:
+        text = text[: MAX_SHOWN - 1] + "…"
+    label = " ".join(str(label or "").split())
+    run.settings.append((label, f"“{text}”" if kind == "text_input" else text))
+
+
+def install_widget_notes() -> None:
+    """Wrap Streamlit's widget functions (``st.slider`` and every container's ``.slider``, ...) so each notes
+    what it shows; once per process. A wrapper returns exactly what the widget returned."""
+    from streamlit.delta_generator import DeltaGenerator
+
+    if getattr(DeltaGenerator, "_posviz_notes", False):
+        return
+    for kind in WIDGETS:
+        original = getattr(DeltaGenerator, kind)
+
+        def noted(self, label, *args, _original=original, _kind=kind, **kwargs):
+            value = _original(self, label, *args, **kwargs)
+            note_widget(_kind, label, value, kwargs.get("format_func"), kwargs.get("key"))
+            return value
+
+        functools.update_wrapper(noted, original)
+        setattr(DeltaGenerator, kind, noted)
+        # st.slider and the others are methods bound to the main area when streamlit is imported
+        setattr(st, kind, getattr(st._main, kind))
+    DeltaGenerator._posviz_notes = True
+
+
+# ---- the slide's chart and its PNG ----------------------------------------------------------------------------
+
+def container_key(name: str) -> str:
+    """The key of the container a chart is drawn in: what the slide's stylesheet finds it by."""
+    return "slide-" + re.sub(r"[^a-zA-Z0-9_-]", "-", name)
+
+
+def _resized(view: dict, height: float) -> None:
+    """``view``'s plot area ``height`` px tall (a fixed width keeps its aspect: a square stays square)."""
+    if "hconcat" in view:
+        for part in view["hconcat"]:
+            _resized(part, height)
+    elif "vconcat" in view:
+        for part in view["vconcat"]:
+            _resized(part, height / len(view["vconcat"]))
+    elif "spec" in view:  # a facet: its cells share the height with their headers
+        _resized(view["spec"], height * 0.85)
+    else:
+        old_w, old_h = view.get("width"), view.get("height")
+        view["height"] = round(height)
+        if isinstance(old_w, (int, float)) and isinstance(old_h, (int, float)) and old_h:
+            view["width"] = round(height * old_w / old_h)
+
+
+def slide_spec(spec: dict, parts: int = 1) -> dict:
+    """A chart's spec as a slide draws it: its plot area a ``parts``-th of the slide's height and every font scaled
+    with the captions (``SLIDE_CHART_CONFIG`` over the chart's own settings)."""
+    out = copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"})
+    _resized(out, SLIDE_PLOT_HEIGHT / parts)
+    config = out.setdefault("config", {})
+    for group, values in SLIDE_CHART_CONFIG.items():
+        config[group] = {**config.get(group, {}), **values}
+    if "datasets" in spec:
+        out["datasets"] = spec["datasets"]
+    return out
+
+
+# The slide's PNG: (button label, width, height); the PNG is drawn at 1920×1080 and scaled for the smaller one
+PNG_SIZES = (("PNG 1920×1080", 1920, 1080), ("PNG 1280×720", 1280, 720))
+
+
+def offer_png(specs: list[dict], name: str, sentence: str | None) -> None:
+    """The PNG buttons in the slide's head; each PNG is drawn when its button is pressed, with the settings line
+    the run has written by then."""
+    run = current()
+    if run is None or run.png_slot is None:
+        return
+    for label, width, height in PNG_SIZES:
+        run.png_slot.download_button(
+            label, functools.partial(_png_now, specs, run, sentence, width, height),
+            file_name=f"{name}-{width}x{height}.png", mime="image/png", key=f"png-slide-{width}",
+            on_click="ignore", type="tertiary")
+
+
+def _png_now(specs, run: SlideRun, sentence, width: int, height: int) -> bytes:
+    from posviz.slides import slide_png
+
+    return slide_png([_json_datasets(slide_spec(s, len(specs))) for s in specs], run.title, settings_of(run),
+                     sentence, width, height, SLIDE_CHART_CONFIG)
+
+
+def settings_of(run: SlideRun) -> str:
+    return "  ·  ".join(f"{label}: {value}" for label, value in run.settings if value)
+
+
+def _json_datasets(spec: dict) -> dict:
+    """``spec`` with its datasets as rows (Streamlit's copies hold them as Arrow streams)."""
+    import math
+
+    import pyarrow as pa
+
+    out = dict(spec)
+    datasets = {}
+    for name, values in spec.get("datasets", {}).items():
+        if isinstance(values, (bytes, bytearray)):
+            values = pa.ipc.open_stream(values).read_all().to_pylist()
+        datasets[name] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+                          for row in values]
+    if datasets:
+        out["datasets"] = datasets
+    return out
