@@ -2,10 +2,11 @@
 
 ``python -m posviz_tools.screenshots [--out docs/screenshots] [--width 1920 --height 1080] [--pages home rope]``
 starts ``streamlit run app.py`` on 127.0.0.1 with the shipped checkpoints, opens every page of
-app.py's menu in headless Chromium in presentation mode (``?present=1``) at 1920×1080, waits until
-the page has run and its charts are drawn, and saves what the window shows as
-``<out>/<url_path>.png`` and the whole page (its main area, at most 6,000 px tall) as
-``<out>/<url_path>-full.png`` (256-colour PNGs: tens to a few hundred KB each). It also reads each page as
+app.py's menu in headless Chromium in presentation mode (``?present=1``: the page as a slide, its headline chart
+large) at 1920×1080, waits until the page has run and its charts are drawn, and saves the slide as
+``<out>/<url_path>.png``, the same slide at 1280×720 as ``<out>/<url_path>-1280x720.png``, and the whole page
+out of presentation mode (its main area, at most 6,000 px tall) as ``<out>/<url_path>-full.png`` (256-colour
+PNGs: tens to a few hundred KB each). It also reads each page as
 ``posviz_tools.look`` does and reports anything cut off, any error box and any browser console error;
 it exits with 1 when there is one, so a screenshot is never taken of a broken page unnoticed.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from .loadtest import (ROOT, StreamlitServer, app_pages, exception_texts, launch_chromium, screenshot_whole_main,
                        wait_rendered)
-from .look import ConsoleWatch, look_at
+from .look import ConsoleWatch, look_at, settle
 
 OUT = ROOT / "docs" / "screenshots"
 MAX_FULL_HEIGHT = 6000  # px: the whole-page shot of the longest pages stops here
@@ -74,10 +75,17 @@ def take(out: Path, width: int, height: int, only: list[str] | None = None, mode
                 tab.wait_for_timeout(1000)  # charts draw after the script has finished
                 name = f"{entry.url_path}-published" if published else entry.url_path
                 size = save_png(tab.screenshot(), out / f"{name}.png")
-                # the whole page too (a lab's results are below its controls), at the same width
+                seen = look_at(tab, width, height)  # the whole page, not only what the window shows
+                if not published:  # the slide on a smaller projector
+                    tab.set_viewport_size({"width": 1280, "height": 720})
+                    settle(tab)
+                    size += save_png(tab.screenshot(), out / f"{name}-1280x720.png")
+                    tab.set_viewport_size({"width": width, "height": height})
+                # the whole page too (a lab's results are below its controls), at the same width, as a visitor opens it
+                tab.goto(server.url + entry.url + "?present=0" + (f"&{query}" if query else ""))
+                wait_rendered(tab, 180_000, quiet_ms=1500)
                 size += save_png(screenshot_whole_main(tab, MAX_FULL_HEIGHT, settle_ms=1500),
                                  out / f"{name}-full.png")
-                seen = look_at(tab, width, height)  # the whole page, not only what the window shows
                 found = ([f"exception: {e[:200]}" for e in exception_texts(tab)]
                          + [f"error box: {e}" for e in seen.error_boxes] + seen.cut_off() + console.errors)
                 print(f"{entry.url_path:>18}: {time.monotonic() - start:5.1f} s, {size / 1024:4.0f} KB, "

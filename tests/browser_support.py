@@ -5,6 +5,7 @@ says what to install (CI installs Debian's chromium in .ci/run).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from pathlib import Path
@@ -77,8 +78,10 @@ def wait_for_output_change(tab, before: dict, timeout_s: float = 30) -> dict:
 
 
 def menu_sections(tab) -> list[str]:
-    """The headings of the app's navigation menu in the sidebar."""
-    return [h.inner_text().strip() for h in tab.query_selector_all('[data-testid="stNavSectionHeader"]')]
+    """The headings of the app's navigation menu in the sidebar (read from the page, also under a slide's closed sidebar)."""
+    # text_content, not inner_text: a slide's closed sidebar draws nothing; minus the name of the fold icon it holds
+    return [re.sub(r"expand_(more|less)$", "", h.text_content().strip()).strip()
+            for h in tab.query_selector_all('[data-testid="stNavSectionHeader"]')]
 
 
 def copy_models(source: Path, target: Path) -> Path:

@@ -11,7 +11,8 @@ touching this file. Each page, on the tiny checkpoints of conftest.py (fast), as
    or an image), not only the URL;
 3. survives a link with junk in every query parameter it keeps in its URL: no exception, no
    markup or script from the link, the defaults, and a notice naming each ignored parameter;
-4. in presentation mode (larger fonts), nothing cut off at either size.
+4. in presentation mode, a slide: at 1920×1080 the sidebar closed, the first chart starting on the first screen and
+   covering at least a third of it; nothing cut off at either size.
 
 A deep link with settings as the very first request of a new server opens inside the app (its menu,
 its wide layout, the link's settings), and /home opens the Home page. The home page also runs once on
@@ -30,6 +31,7 @@ from browser_support import (MAIN, OUTPUT, ROOT, ConsoleWatch, StreamlitServer, 
                              wait_rendered)
 from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz_tools.loadtest import move_a_widget
+from posviz_tools.look import slide_seen
 
 pytestmark = pytest.mark.browser
 PAGES = app_pages()
@@ -109,11 +111,15 @@ def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browse
         unmentioned = [key for key in junk if f"parameter {key}=" not in notices]
         assert not unmentioned, f"{entry.title}: no notice for junk in {unmentioned}; notices: {notices[:500]}"
 
-        # 4. presentation mode: larger fonts, still nothing cut off
+        # 4. presentation mode is a slide: the chart first and large, the sidebar closed; still nothing cut off
         tab.goto(tiny_server.url + entry.url + "?present=1")
         wait_rendered(tab)
         assert not exception_texts(tab), f"{entry.title} in presentation mode: {exception_texts(tab)}"
         assert_seen_whole(tab, f"{entry.title} in presentation mode", SIZES[::-1])
+        slide = slide_seen(tab)  # assert_seen_whole leaves the window at 1920×1080
+        assert not slide.sidebar, f"{entry.title}: the sidebar shows on a slide"
+        assert slide.top is not None and slide.top < 1080, f"{entry.title}: the slide's chart starts at {slide.top} px"
+        assert slide.covers(1920, 1080) >= 1 / 3, f"{entry.title}: the slide's chart covers {slide.covers(1920, 1080):.0%} of the screen ({slide})"
         assert not console.errors, f"{entry.title}: {console.errors}"
         assert tiny_server.healthy()
     finally:
@@ -137,8 +143,7 @@ def test_a_deep_link_as_a_new_servers_first_request_opens_inside_the_app(tiny_mo
             position = tab.locator(f'{MAIN} [data-testid="stSlider"]').filter(has_text="position m").first
             assert position.locator('input[type="range"], [role="slider"]').first.evaluate(
                 "e => e.value || e.getAttribute('aria-valuenow')") == "10", "the link's m=10 was not applied"
-            toggle = tab.locator('[data-testid="stSidebar"] input[type="checkbox"]').first
-            assert toggle.is_checked(), "the link's present=1 was not applied"
+            assert not slide_seen(tab).sidebar, "the link's present=1 was not applied: the sidebar shows"
             assert "m=10" in tab.url and "present=1" in tab.url
 
             # /home is the Home page's name: it opens Home (served at /) with the link's settings
@@ -149,7 +154,7 @@ def test_a_deep_link_as_a_new_servers_first_request_opens_inside_the_app(tiny_mo
             assert tab.locator('[role="dialog"]').count() == 0, "a 'Page not found' dialog opened"
             home = next(p for p in PAGES if p.default)
             assert menu_sections(tab) == sections
-            assert tab.locator('[data-testid="stSidebarNav"] a[aria-current="page"]').inner_text().strip().endswith(home.title)
+            assert tab.locator('[data-testid="stSidebarNav"] a[aria-current="page"]').text_content().strip().endswith(home.title)
         finally:
             tab.context.close()
 

@@ -187,7 +187,13 @@ def _shown(value, format_func) -> str:
 def note_widget(kind: str, label, value, format_func=None, key=None) -> None:
     """Note what a widget shows for the slide's settings line (in presentation mode only)."""
     run = current()
-    if run is None or key in (PRESENT_KEY, "w_leave_slide"):
+    if run is not None:
+        note(run, kind, label, value, format_func, key)
+
+
+def note(run: SlideRun, kind: str, label, value, format_func=None, key=None) -> None:
+    """Add what a widget shows (its label, its value as it shows it) to ``run``'s settings line."""
+    if key in (PRESENT_KEY, "w_leave_slide"):
         return
     try:
         text = _shown(value, format_func)
@@ -244,6 +250,11 @@ def _resized(view: dict, height: float) -> None:
         view["height"] = round(height)
         if isinstance(old_w, (int, float)) and isinstance(old_h, (int, float)) and old_h:
             view["width"] = round(height * old_w / old_h)
+        for part in view.get("layer", []):  # a layer's own size would win over its chart's: the same size for all
+            if "height" in part or "width" in part:
+                _resized(part, height)
+                if "width" in view:
+                    part["width"] = view["width"]
 
 
 def slide_spec(spec: dict, parts: int = 1) -> dict:
@@ -251,6 +262,9 @@ def slide_spec(spec: dict, parts: int = 1) -> dict:
     with the captions (``SLIDE_CHART_CONFIG`` over the chart's own settings)."""
     out = copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"})
     _resized(out, SLIDE_PLOT_HEIGHT / parts)
+    # room for the larger axis titles inside the chart's own box (the default 5 px cut them by 3 px); an object, as
+    # Streamlit adds to it
+    out["padding"] = {"left": 12, "right": 5, "top": 5, "bottom": 5}
     config = out.setdefault("config", {})
     for group, values in SLIDE_CHART_CONFIG.items():
         config[group] = {**config.get(group, {}), **values}

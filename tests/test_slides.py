@@ -1,0 +1,123 @@
+"""Presentation mode is a slide (issue #56): one chart of the page, large, under its title and one line stating the
+settings, a sentence from the data under it, its PNG at exactly 1920×1080 and 1280×720; a Slide button beside each
+chart. What a person sees of it in a browser (the sidebar closed, the chart on the first screen and covering a
+third of it) is checked for every page in test_browser.py; the pages' sentences are read here against the numbers.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from test_pages_explore import ROPE, chart_frames, open_page
+
+from posviz.labs import kv_cache
+from posviz.slides import extremes_sentence, length_words, slide_png
+from views import _slide
+
+
+def slide_charts(at) -> list[dict]:
+    """The specs drawn at a slide's size (the slide's own chart): every other chart keeps its page size."""
+    return [spec for spec, _ in chart_frames(at) if spec.get("height") == _slide.SLIDE_PLOT_HEIGHT]
+
+
+def styles(at) -> str:
+    return " ".join(h.proto.body for h in at.get("html"))
+
+
+def texts(at) -> list[str]:
+    return [m.value for m in at.markdown] + [c.value for c in at.caption]
+
+
+def test_the_rope_page_as_a_slide_shows_its_headline_chart_with_the_settings_and_a_sentence(tiny_models):
+    at = open_page(ROPE, present="1", hd="32", rbase="10000")
+    assert at.title[0].value.startswith("RoPE")
+    # the slide's chart: the frequencies (the page's headline), drawn large with fonts a hall reads, alone
+    (spec,) = slide_charts(at)
+    assert spec["config"]["axis"]["labelFontSize"] >= 16 and spec["config"]["legend"]["labelFontSize"] >= 16
+    assert ".st-key-slide-rope_frequencies_d32" in styles(at) and "stSidebar" in styles(at)
+    # the settings line states what the widgets show, as they show it
+    line = _slide.settings_of(at.session_state[_slide.RUN_KEY])
+    assert "head dimension d: 32" in line and "base: 10,000" in line, line
+    # the sentence from the table: pair i turns at θ_i = 10000^(-2i/32); a pair never completes a turn in training
+    # when its wavelength 2π/θ_i exceeds the training length (32 positions on the tiny checkpoints)
+    wavelengths = [2 * math.pi / 10000 ** (-2 * i / 32) for i in range(16)]
+    never = sum(w > 32 for w in wavelengths)
+    sentence = [t for t in texts(at) if "fastest of the 16 pairs" in t]
+    assert len(sentence) == 1 and f"{never} of them never complete a turn" in sentence[0], texts(at)
+    assert f"{min(wavelengths):,.1f}" in sentence[0].replace("\\", "") and f"{max(wavelengths):,.0f}" in sentence[0].replace("\\", "")
+    assert not at.sidebar.markdown  # no device line or checkpoint table under a closed sidebar
+
+
+def test_a_link_names_the_slides_chart_and_junk_in_it_is_refused_with_a_notice(tiny_models):
+    at = open_page(ROPE, present="1", slide="rope_frequencies_d64", hd="64")
+    assert ".st-key-slide-rope_frequencies_d64" in styles(at)
+    at = open_page(ROPE, present="1", slide="<b>x</b>")
+    assert any("Ignored URL parameter slide=" in w.value for w in at.warning)
+    assert len(slide_charts(at)) == 1  # the headline instead
+
+
+def test_the_slide_button_turns_the_page_into_that_charts_slide_and_back(tiny_models):
+    at = open_page(ROPE, hd="32")
+    assert not slide_charts(at) and at.query_params["present"] == "0"
+    at.button(key="to-slide-rope_frequencies_d32").click().run()
+    assert at.query_params["present"] == "1" and at.query_params["slide"] == "rope_frequencies_d32"
+    assert len(slide_charts(at)) == 1
+    at.button(key="w_leave_slide").click().run()
+    assert at.query_params["present"] == "0" and "slide" not in at.query_params and not slide_charts(at)
+
+
+@pytest.mark.parametrize("width, height", [(1920, 1080), (1280, 720)])
+def test_a_slides_png_is_exactly_its_size_with_title_chart_and_sentence(width, height):
+    data = pd.DataFrame({"x": [1, 2, 3, 1, 2, 3], "y": [1.0, 2.0, 3.0, 3.0, 2.0, 1.0], "c": list("aaabbb")})
+    view = {"data": {"values": data.to_dict("records")}, "mark": "line",
+            "encoding": {"x": {"field": "x", "type": "quantitative"}, "y": {"field": "y", "type": "quantitative"},
+                         "color": {"field": "c", "type": "nominal"}}, "height": _slide.SLIDE_PLOT_HEIGHT}
+    png = slide_png([view], "A title", "length: 4,096", "A sentence under the chart.", width, height,
+                    _slide.SLIDE_CHART_CONFIG)
+    picture = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+    assert picture.shape == (height, width)
+    dark = picture < 128
+    assert dark[: height // 10].any(), "no title drawn at the top"
+    assert dark[height // 5: height * 4 // 5].sum() > 500, "no chart drawn in the middle"
+    blank = slide_png([view], "A title", "length: 4,096", None, width, height, _slide.SLIDE_CHART_CONFIG)
+    assert blank != png  # the sentence is drawn
+
+
+def test_the_sentence_names_the_lowest_and_highest_at_the_longest_length_drawn():
+    rows = pd.DataFrame({"model": ["a", "b", "c", "a", "b", "c"], "length": [256, 256, 256, 1024, 1024, 1024],
+                         "bpb": [1.0, 1.1, 1.2, 3.0, 1.5, np.nan]})
+    said = extremes_sentence(rows, "model", "length", "bpb", "bits per byte", length_words(256))
+    # c has no value at 1,024 (it cannot run there): of the two drawn, b is lowest, a highest
+    assert said == ("At 1,024 bytes (4× the training length), b has the lowest bits per byte (1.50) and a the highest "
+                    "(3.00), of 2 drawn.")
+    assert "256 bytes (1×" in extremes_sentence(rows, "model", "length", "bpb", "bits per byte", length_words(256), at=512)
+    assert extremes_sentence(rows.iloc[:0], "model", "length", "bpb", "x", str) is None
+
+
+def test_the_kv_diagrams_sentence_counts_the_shifted_caches_stale_keys():
+    # In pass t+1 of a window of W, the shifted cache recomputes only the newest byte; every other key was
+    # computed at W-1 and now sits at W-2, W-3, ...: all W-1 are read at another position. The others: none.
+    for window in (4, 8, 16):
+        said = kv_cache.diagram_sentence(kv_cache.two_pass_diagram(window))
+        assert f"“{kv_cache.STRATEGY_TITLES['shifted_cache']}” reads {window - 1} of its {window} bytes" in said
+        assert "the other 3 strategies" in said
+
+
+def test_the_settings_line_says_what_each_widget_shows():
+    run = _slide.SlideRun(title="t", wanted=None)
+    _slide.note(run, "select_slider", "base", 10000, lambda b: f"{b:,}")
+    _slide.note(run, "multiselect", "Checkpoints", ["rope", "alibi"], str.upper)
+    _slide.note(run, "toggle", "All checkpoints", False)
+    _slide.note(run, "text_input", "Formula", "-d*" + "x" * 200)
+    _slide.note(run, "slider", "length", (16, 2048))
+    _slide.note(run, "toggle", "Presentation mode", True, key=_slide.PRESENT_KEY)
+    shown = dict(run.settings)
+    assert shown["base"] == "10,000" and shown["Checkpoints"] == "ROPE, ALIBI" and shown["All checkpoints"] == "off"
+    assert shown["Formula"].startswith("“-d*x") and len(shown["Formula"]) <= _slide.MAX_SHOWN + 2
+    assert shown["length"] == "16 – 2,048" and "Presentation mode" not in shown
+    assert json.dumps(run.settings)  # plain strings
