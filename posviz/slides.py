@@ -125,3 +125,30 @@ def length_words(train_length: int | None, unit: str = "byte"):
         multiple = f" ({float(length) / train_length:g}× the training length)" if train_length else ""
         return f"{int(length):,} {unit}s{multiple}"
     return words
+
+
+def means_sentence(data: pd.DataFrame, series: str, y: str, what: str, names=lambda s: s, digits: int = 2) -> str | None:
+    """"Averaged over the chart, a reads 1.23 <what> and b 1.45: a is lower by 0.22", from the chart's own rows."""
+    if data.empty or not {series, y} <= set(data.columns):
+        return None
+    means = data[[series, y]].dropna().groupby(series, sort=False)[y].mean()
+    if len(means) < 2:
+        return None
+    said = ", ".join(f"{names(s)} {_number(v, digits)}" for s, v in means.items())
+    low, high = means.idxmin(), means.idxmax()
+    return (f"Averaged over the chart, {what}: {said}; {names(low)} is lower than {names(high)} by "
+            f"{_number(means[high] - means[low], digits)}.")
+
+
+def ranking_sentence(data: pd.DataFrame, series: str, y: str, what: str, lower_is_better: bool = True,
+                     names=lambda s: s, digits: int = 3) -> str | None:
+    """"<best> has the lowest <what> (v) and <worst> the highest (v), of n", from the chart's own rows."""
+    if data.empty or not {series, y} <= set(data.columns):
+        return None
+    values = data[[series, y]].dropna().groupby(series, sort=False)[y].mean().sort_values()
+    if len(values) < 2:
+        return None
+    best, worst = (values.index[0], values.index[-1]) if lower_is_better else (values.index[-1], values.index[0])
+    low, high = ("lowest", "highest") if lower_is_better else ("highest", "lowest")
+    return (f"{names(best)} has the {low} {what} ({_number(values[best], digits)}) and {names(worst)} the {high} "
+            f"({_number(values[worst], digits)}), of {len(values)} drawn.")

@@ -39,7 +39,7 @@ def test_the_rope_page_as_a_slide_shows_its_headline_chart_with_the_settings_and
     # the slide's chart: the frequencies (the page's headline), drawn large with fonts a hall reads, alone
     (spec,) = slide_charts(at)
     assert spec["config"]["axis"]["labelFontSize"] >= 16 and spec["config"]["legend"]["labelFontSize"] >= 16
-    assert ".st-key-slide-rope_frequencies_d32" in styles(at) and "stSidebar" in styles(at)
+    assert "stSidebar" in styles(at) and "wavelength" in json.dumps(spec)
     # the settings line states what the widgets show, as they show it
     line = _slide.settings_of(at.session_state[_slide.RUN_KEY])
     assert "head dimension d: 32" in line and "base: 10,000" in line, line
@@ -54,8 +54,9 @@ def test_the_rope_page_as_a_slide_shows_its_headline_chart_with_the_settings_and
 
 
 def test_a_link_names_the_slides_chart_and_junk_in_it_is_refused_with_a_notice(tiny_models):
-    at = open_page(ROPE, present="1", slide="rope_frequencies_d64", hd="64")
-    assert ".st-key-slide-rope_frequencies_d64" in styles(at)
+    at = open_page(ROPE, present="1", slide="rope_one_pair")
+    (spec,) = slide_charts(at)  # the link's chart, not the headline: a square, kept square
+    assert spec["width"] == spec["height"] == _slide.SLIDE_PLOT_HEIGHT and "wavelength" not in json.dumps(spec)
     at = open_page(ROPE, present="1", slide="<b>x</b>")
     assert any("Ignored URL parameter slide=" in w.value for w in at.warning)
     assert len(slide_charts(at)) == 1  # the headline instead

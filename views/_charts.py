@@ -35,10 +35,9 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | N
                  for part in parts]
         _draw_slide(specs, name, says or caption)
         return
-    with st.container(key=slide.container_key(name)):
-        for part in parts:
-            st.altair_chart(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, width="stretch")
-        _chart_row(csv_file(data), name, caption)
+    for part in parts:
+        st.altair_chart(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, width="stretch")
+    _chart_row(csv_file(data), name, caption)
 
 
 def _chart_row(csv, name: str, caption: str | None) -> None:
@@ -86,10 +85,9 @@ def show_specs(specs: list[dict], csv, name: str, caption: str | None = None, wi
     if slide.claims(name):
         _draw_slide(specs, name, says or caption, width)
         return
-    with st.container(key=slide.container_key(name)):
-        for spec in specs:
-            draw_spec(spec, width)
-        _chart_row(csv, name, caption)
+    for spec in specs:
+        draw_spec(spec, width)
+    _chart_row(csv, name, caption)
 
 
 def _specs_of(chart: alt.TopLevelMixin, data: pd.DataFrame) -> tuple[list[dict], bytes]:

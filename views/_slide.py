@@ -4,8 +4,8 @@ the settings, with one sentence under it saying what it shows, and its PNG at 19
 ``?present=1`` (the sidebar's toggle, or a chart's "Slide" button) turns a page into its slide; ``slide=<chart>``
 says which chart (the name of its CSV file), else the page's first. The page still runs whole, at the link's
 settings: every element that is neither the slide's head, its chart, a progress bar nor an error or warning is
-hidden by one stylesheet, so no page knows it is drawn as a slide. A chart is a slide's chart by sitting in a
-container keyed ``slide-<name>`` (``views._charts`` draws every chart in one).
+hidden by one stylesheet, so no page knows it is drawn as a slide. The slide's chart is drawn in a container keyed
+``slide-<name>``, which the stylesheet keeps (``views._charts`` asks ``claims`` before drawing each chart).
 
 The settings line is what the page's widgets show (their labels and formatted values, in the order the page
 drew them): each widget Streamlit draws is noted by ``note_widget``, which ``install_widget_notes`` hooks into
@@ -38,8 +38,8 @@ SLIDE_CHART_CONFIG = {
     "text": {"fontSize": 15},
 }
 
-# What is hidden on a slide: in every block of the main area, each element that is not the head, a chart's
-# slide container, something that holds one or sits in one, a progress bar, a spinner, an error or a warning.
+# What is hidden on a slide: in every block of the main area, each element that is not the head, the slide's chart
+# container, something that holds it or sits in it, a progress bar, a spinner, an error or a warning.
 KEEP = ('.st-key-slidehead', '.st-key-slidehead *', ':has(.st-key-slidehead)', '[class*="st-key-slide-"]', '[class*="st-key-slide-"] *',
         ':has([class*="st-key-slide-"])', ':has([data-testid="stAlertContentError"])',
         ':has([data-testid="stAlertContentWarning"])', ':has([data-testid="stProgress"])',
@@ -55,18 +55,9 @@ header[data-testid="stHeader"], [data-testid="stToolbar"], [data-testid="stDecor
 .st-key-slidehead [data-testid="stCaptionContainer"] p {{ font-size: 1.15rem !important; }}
 [class*="st-key-slide-"] [data-testid="stMarkdown"] p {{ font-size: 1.5rem !important; line-height: 1.4 !important; }}
 [class*="st-key-slide-"] img {{ max-height: 66vh; width: auto !important; }}
+[data-testid="stColumn"]:has([class*="st-key-slide-"]) {{ width: 100% !important; flex: 1 1 100% !important; max-width: 100% !important; }}
 </style>
 """
-
-
-def _only_chart_css(name: str) -> str:
-    """The stylesheet that leaves the chart ``name`` alone on the slide: every other chart's container, and each
-    block holding one but not ``name``'s, is hidden; a column holding it takes the whole width."""
-    me = ".st-key-slide-" + re.sub(r"[^a-zA-Z0-9_-]", "-", name)
-    return f"""<style>
-[data-testid="stMainBlockContainer"] {BLOCKS} > :is([class*="st-key-slide-"], :has([class*="st-key-slide-"])):not({me}, :has({me})) {{ display: none !important; }}
-[data-testid="stMainBlockContainer"] [data-testid="stColumn"]:has({me}) {{ width: 100% !important; flex: 1 1 100% !important; max-width: 100% !important; }}
-</style>"""
 
 
 @dataclass
@@ -126,8 +117,8 @@ def enter(name: str) -> None:
 
 
 def claims(name: str) -> bool:
-    """Whether the chart ``name``, about to be drawn, is this slide's chart (the one the link names, else the
-    first one drawn). The first claim also hides every other chart."""
+    """Whether the chart ``name``, about to be drawn, is this slide's chart (the one the link names, else the page's
+    headline, else the first one drawn): it alone is drawn in a container the slide's stylesheet keeps."""
     run = current()
     if run is None:
         return False
@@ -138,7 +129,6 @@ def claims(name: str) -> bool:
     if run.wanted is None and run.headline and not name.startswith(run.headline):
         return False
     run.chosen = name
-    st.html(_only_chart_css(name))
     return True
 
 

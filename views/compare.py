@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from posviz.slides import means_sentence
 from views._charts import method_scales, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._serving import compute_once, shared
@@ -177,7 +178,8 @@ def methods_apart(a: str, b: str, where) -> None:
     show_cached_chart(("compare", text_bytes) + ma.key + mb.key + (f"compare-loss-{a}-{b}-M{multiple:g}",),
                       lambda: (alt.layer(*layers), df), f"compare-loss-{a}-{b}-M{multiple:g}",
                       "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a byte-level "
-                      "checkpoint, per token for a tokenized model; the dashed line: the trained context.")
+                      "checkpoint, per token for a tokenized model; the dashed line: the trained context.",
+                      says=means_sentence(df, "model", "bits", "the mean loss per id (bits)"))
     if len(curves) < 2:
         return
     st.subheader(f"Attention, layer {layer} head {head}: {qa} vs {qb}")

@@ -125,6 +125,8 @@ def sink_section() -> None:
         rows += [{"model": name, **r} for r in shares]
     if not rows:
         return
+    verdict = kv_cache.sink_sentence(rows, one)
+    st.markdown(f"**{plain(verdict)}**")  # the chart's answer in words (names may be a visitor's: quoted)
     shares = pd.DataFrame(rows)
     shares["share %"] = 100 * shares["share"]
     uniform = 100 * shares["uniform"].max()
@@ -134,7 +136,8 @@ def sink_section() -> None:
         tooltip=["model", "layer", "head", alt.Tooltip("share %:Q", format=".1f")],
     ).properties(width=150, height=120).facet(facet=alt.Facet("model:N", sort=chosen, title=None), columns=4)
     show_chart(chart, shares.drop(columns=["share"]), "first-id-share",
-               f"Spread evenly over the keys it sees, a head would put {uniform:.1f} % on the first {one} (for a full layer).")
+               f"Spread evenly over the keys it sees, a head would put {uniform:.1f} % on the first {one} (for a full layer).",
+               says=verdict)
 
 
 sink_section()

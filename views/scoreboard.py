@@ -9,6 +9,7 @@ import streamlit as st
 from posviz.labs import scoreboard
 from posviz.labs.key_value import EFFECTIVE_KEEP
 from posviz.models.interface import open_model
+from posviz.slides import ranking_sentence
 from views._charts import csv_file, show_chart
 from views._page import page_header, usable_checkpoints
 from views._url import qp_choice, sync_url
@@ -70,4 +71,5 @@ chart = alt.Chart(points).mark_point(filled=True, size=90).encode(
 ).properties(height=340)
 show_chart(chart, points, "posviz-scoreboard-points",
            "A model low on this chart but at the left reads 16× its context well and recalls little of it: its flat "
-           "curve comes from the near text.")
+           "curve comes from the near text.",
+           says=ranking_sentence(points, "model", "bpb 16×", "bits per byte at 16× its context"))

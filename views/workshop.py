@@ -20,6 +20,7 @@ from posviz.workshop import drawing
 from posviz.workshop.formula import FUNCTIONS, MAX_CHARACTERS, VARIABLES, parse_formula
 from posviz.workshop.training import check_before_training, page_recipe, run_key
 from views._bias_charts import distance_axis
+from posviz.slides import extremes_sentence
 from views._charts import show_chart
 from views._matrices import show_matrix
 from views._page import error_box, page_header, plain
@@ -200,7 +201,9 @@ if method is not None:
                f"drawn with seed 0). Dashed: the trained context, {RECIPE.train_length} positions. A gap: -inf, a key "
                "cut off." + (" Every head has the same bias: their lines overlap." if drawing.heads_alike(curves) else "")
                + ("" if method.is_shift_invariant() else " Your formula reads i or j, so other queries "
-                  "see other curves: the matrix below has them all."))
+                  "see other curves: the matrix below has them all."),
+               says=extremes_sentence(curves, "head", "distance", "bias", "bias in logits",
+                                      lambda d: f"distance {int(d):,}", lower_is_better=False))
     st.subheader("As a matrix: every query against every key")
     head = st.select_slider("head", list(range(RECIPE.n_head)), value=head_in_link, key="w_head")
     sync_url(head=head)

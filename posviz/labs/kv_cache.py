@@ -380,6 +380,31 @@ def two_pass_diagram(window: int, t: int | None = None, sinks: int = STREAMING_S
     return rows
 
 
+# A head is a sink when it puts at least this share of its attention on the first id, and at least SINK_OVER_EVEN
+# times what attention spread evenly over the keys would (StreamingLLM's sink heads put most of theirs there).
+SINK_SHARE, SINK_OVER_EVEN = 0.10, 10.0
+
+
+def sink_sentence(rows: list[dict], unit: str = "byte") -> str | None:
+    """The sink chart's answer in words, from its rows ({model, layer, head, share, uniform}): which models have sink
+    heads, and how many; or that none has one, with the largest share seen."""
+    if not rows:
+        return None
+    sinks = {}
+    for r in rows:
+        if r["share"] >= SINK_SHARE and r["share"] >= SINK_OVER_EVEN * r["uniform"]:
+            sinks[r["model"]] = sinks.get(r["model"], 0) + 1
+    top = max(rows, key=lambda r: r["share"])
+    if not sinks:
+        return (f"No head is a sink: none puts {SINK_SHARE:.0%} of its attention on the first {unit} (the most is "
+                f"{top['share']:.1%}, {top['model']} layer {top['layer']} head {top['head']}), so a sliding window "
+                "loses nothing by evicting it.")
+    heads = {m: sum(r["model"] == m for r in rows) for m in sinks}
+    said = ", ".join(f"{m} ({n} of {heads[m]} heads)" for m, n in sinks.items())
+    return (f"Sink heads (at least {SINK_SHARE:.0%} of their attention on the first {unit}): {said}; a window that "
+            f"evicts it changes what they attend to.")
+
+
 def diagram_sentence(rows: list[dict]) -> str:
     """What the two-pass diagram shows, in one sentence from its rows: in pass t+1, how many of each strategy's
     bytes attention reads from a key computed at another position than the one it now uses."""
