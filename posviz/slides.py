@@ -119,10 +119,18 @@ def extremes_sentence(data: pd.DataFrame, series: str, x: str, y: str, what: str
             f"{names(worst)} the {high} ({_number(last[worst], digits)}), of {len(last)} drawn.")
 
 
+def multiple_words(multiple: float) -> str:
+    """A multiple of the training length as a person writes it: "4×", "1.5×", "1/64×" (not "0.015625×")."""
+    if multiple >= 1 or multiple <= 0:
+        return f"{multiple:g}×"
+    inverse = 1 / multiple
+    return f"1/{round(inverse)}×" if abs(inverse - round(inverse)) < 1e-9 else f"{multiple:.2g}×"
+
+
 def length_words(train_length: int | None, unit: str = "byte"):
     """``x_words`` for an axis of lengths: "4,096 bytes (16× the training length)"."""
     def words(length) -> str:
-        multiple = f" ({float(length) / train_length:g}× the training length)" if train_length else ""
+        multiple = f" ({multiple_words(float(length) / train_length)} the training length)" if train_length else ""
         return f"{int(length):,} {unit}s{multiple}"
     return words
 

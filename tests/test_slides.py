@@ -122,3 +122,38 @@ def test_the_settings_line_says_what_each_widget_shows():
     assert shown["Formula"].startswith("“-d*x") and len(shown["Formula"]) <= _slide.MAX_SHOWN + 2
     assert shown["length"] == "16 – 2,048" and "Presentation mode" not in shown
     assert json.dumps(run.settings)  # plain strings
+
+
+def test_a_multiple_of_the_training_length_is_written_as_a_person_writes_it():
+    from posviz.slides import multiple_words
+
+    assert [multiple_words(m) for m in (4, 1, 1.5, 1 / 64, 0.5, 0.3)] == ["4×", "1×", "1.5×", "1/64×", "1/2×", "0.3×"]
+
+
+def test_the_decay_sentence_reads_the_bound_at_both_ends():
+    from posviz.explore import rope
+
+    # at distance 0 every S_j = j, so the relative bound (1/(d/2)) Σ_{j=1}^{d/2} |S_j| is (d/2 + 1) / 2: 8.5 for d = 32
+    said = rope.decay_sentence(rope.rope_decay_bound(32, 10_000, 1024))
+    assert said.startswith("The bound on a query–key score starts at 8.50") and "distance 1,024" in said
+
+
+def test_two_maps_compared_share_one_colour_scale():
+    from posviz.labs.compare import opening_pair, shared_range
+    from views._matrices import _colorize
+
+    a, b = np.array([[-3.5, -1.0], [0.0, np.nan]]), np.array([[-6.0, -1.0], [0.0, -3.5]])
+    domain = shared_range(a, b)
+    assert domain == (-6.0, 0.0)
+    ca, cb = _colorize(a, domain=domain), _colorize(b, domain=domain)
+    assert (ca[0, 0] == cb[1, 1]).all() and (ca[0, 1] == cb[0, 1]).all()  # -3.5 and -1.0: one colour in both maps
+    assert not (_colorize(a)[0, 0] == _colorize(b)[1, 1]).all()  # each on its own range, they differed
+    assert opening_pair(["nope", "alibi", "rope", "fox"]) == ("rope", "alibi")
+    assert opening_pair(["nope", "fox"]) == ("nope", "fox")
+
+
+def test_the_sink_sentence_says_none_in_words_or_names_the_sink_heads():
+    rows = [{"model": "rope", "layer": 0, "head": h, "share": s, "uniform": 0.004} for h, s in enumerate((0.001, 0.003))]
+    assert kv_cache.sink_sentence(rows).startswith("No head is a sink") and "0.3%" in kv_cache.sink_sentence(rows)
+    rows.append({"model": "alibi", "layer": 1, "head": 0, "share": 0.62, "uniform": 0.004})
+    assert "alibi (1 of 1 heads)" in kv_cache.sink_sentence(rows) and "rope" not in kv_cache.sink_sentence(rows)

@@ -34,8 +34,8 @@ st.header("Can a far but relevant token still get attention?")
 st.markdown(
     "For one query with **n** visible keys, suppose the relevant key's content score q·k/√d beats every other key "
     "by at most a **margin** Δ (in logits). The largest softmax weight it can then get is reached when all other "
-    "keys score exactly Δ lower, and equals **1 / (1 + e^(−Δ) · Σ_{j≠d} e^(b_j − b_d))**, with b the position "
-    "bias. With no bias this is 1 / (1 + e^(−Δ)(n − 1)): a far key is only diluted, never suppressed."
+    r"keys score exactly Δ lower, and equals $\dfrac{1}{1 + e^{-\Delta} \sum_{j \neq d} e^{b_j - b_d}}$, with b the "
+    r"position bias. With no bias this is $\dfrac{1}{1 + e^{-\Delta}(n - 1)}$: a far key is only diluted, never suppressed."
 )
 c1, c2, c3 = st.columns(3)
 n_keys = c1.select_slider("visible keys n (context length)", CONTEXTS,

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from views import _extrapolation_charts as charts
-from posviz.slides import extremes_sentence, length_words
+from posviz.slides import extremes_sentence, length_words, multiple_words
 from views._charts import RedrawClock, cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
 from views._models import usable_models
@@ -151,7 +151,7 @@ def at_this_length() -> None:
         length = st.select_slider(
             f"Evaluation length ({unit}s)", options, value=int(qp_choice("L", str(default_length), [str(o) for o in options])),
             key="w_L",
-            format_func=lambda n: f"{n:,} ({n / train_length:g}× train)",
+            format_func=lambda n: f"{n:,} ({multiple_words(n / train_length)} train)",
             help=f"Each model scores non-overlapping windows of this many {unit}s over the first "
                  f"{cap:,} {unit}s of the text (fewer if the text is shorter).",
         )

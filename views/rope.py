@@ -239,9 +239,10 @@ def decay_section(head_dim: int, base: float) -> None:
     sync_url(dmax=max_distance)
     chart(VIEW, ("decay", head_dim, base, max_distance), lambda: decay_chart(head_dim, base, max_distance),
           f"rope_decay_d{head_dim}",
-          "Sⱼ = Σ_{k<j} e^{i(m−n)θₖ}. Splitting q·k into pair terms hⱼ·e^{i(m−n)θⱼ}, the score is at most "
-          "max|hⱼ₊₁ − hⱼ| · Σⱼ|Sⱼ|: the envelope shrinks with distance. It is a bound on smooth content, "
-          "not a promise that attention fades — a trained head can still attend far away.")
+          r"$S_j = \sum_{k<j} e^{i(m-n)\theta_k}$. Splitting q·k into pair terms $h_j\,e^{i(m-n)\theta_j}$, the score "
+          r"is at most $\max_j |h_{j+1} - h_j| \cdot \sum_j |S_j|$: the envelope shrinks with distance. It is a bound on "
+          "smooth content, not a promise that attention fades — a trained head can still attend far away.",
+          says=rope.decay_sentence(rope.rope_decay_bound(head_dim, base, max_distance)))
 
 
 st.header("Long-term decay (RoFormer §3.4.3)")

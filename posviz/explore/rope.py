@@ -97,6 +97,14 @@ def frequency_sentence(table, train_length: int) -> str:
             "of training.")
 
 
+def decay_sentence(table) -> str:
+    """What the decay chart shows, in one sentence from its rows (``rope_decay_bound``)."""
+    distance, bound = np.asarray(table["distance"]), np.asarray(table["bound"])
+    at = int(distance[-1])
+    return (f"The bound on a query–key score starts at {bound[0]:.2f} for a key at the query's own position and is "
+            f"{bound[-1]:.2f} at distance {at:,}: {bound[-1] / bound[0]:.0%} of it.")
+
+
 def pairs_beside_rope(inv_freq, plain_inv_freq, train_length: int) -> Columns:
     """A rotary method's pairs next to RoPE's with the same θ (p-RoPE: its fastest pairs turn as RoPE's, the
     rest stand still). Columns: pair, theta and wavelength (NaN for a pair that stands still: it never turns),
