@@ -157,3 +157,19 @@ def test_the_sink_sentence_says_none_in_words_or_names_the_sink_heads():
     assert kv_cache.sink_sentence(rows).startswith("No head is a sink") and "0.3%" in kv_cache.sink_sentence(rows)
     rows.append({"model": "alibi", "layer": 1, "head": 0, "share": 0.62, "uniform": 0.004})
     assert "alibi (1 of 1 heads)" in kv_cache.sink_sentence(rows) and "rope" not in kv_cache.sink_sentence(rows)
+
+
+def test_the_png_button_draws_the_slide_from_the_charts_stored_spec():
+    """The specs a page keeps hold their datasets as Arrow streams (as Streamlit sends them): the PNG reads them
+    back as rows, NaN as a gap, and draws the slide at the size asked."""
+    import altair as alt
+
+    from views._charts import _specs_of
+
+    data = pd.DataFrame({"length": [256, 512, 1024] * 2, "bpb": [1.2, 1.3, np.nan, 1.1, 1.0, 0.9],
+                         "model": ["rope"] * 3 + ["alibi"] * 3})
+    specs, csv = _specs_of(alt.Chart(data).mark_line().encode(x="length:Q", y="bpb:Q", color="model:N"), data)
+    assert any(isinstance(v, bytes) for s in specs for v in s.get("datasets", {}).values())
+    run = _slide.SlideRun(title="Extrapolation lab", wanted=None, settings=[("Checkpoints", "RoPE, ALiBi")])
+    png = _slide._png_now(specs, run, "At 1,024 bytes, ALiBi is lowest.", 1280, 720)
+    assert Image.open(io.BytesIO(png)).size == (1280, 720) and b"length" in csv

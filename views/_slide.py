@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import threading
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -201,8 +202,16 @@ def install_widget_notes() -> None:
     what it shows; once per process. A wrapper returns exactly what the widget returned."""
     from streamlit.delta_generator import DeltaGenerator
 
-    if getattr(DeltaGenerator, "_posviz_notes", False):
-        return
+    with _INSTALLING:  # two first visitors at once would wrap each function twice
+        if getattr(DeltaGenerator, "_posviz_notes", False):
+            return
+        _install(DeltaGenerator)
+
+
+_INSTALLING = threading.Lock()
+
+
+def _install(DeltaGenerator) -> None:
     for kind in WIDGETS:
         original = getattr(DeltaGenerator, kind)
 
