@@ -29,11 +29,13 @@ STREAMING_SINKS = 4  # StreamingLLM keeps the first 4 tokens (Xiao et al. 2024, 
 # first visit of the KV cache lab 0.4 s more on 2 cores.
 REENCODE_TIMED_STEPS = 8
 REENCODE_BATCH_TOKENS = 1 << 14  # windows per batched forward pass: this many bytes in all
+# Each strategy's one name on every page (this lab's picker, table and legend, the Generation lab's picker):
+# posviz.display.display_name reads it. Its id stays in links and CSV files.
 STRATEGY_TITLES = {
-    "reencode": "Re-encode the window",
-    "shifted_cache": "Shifted KV cache",
-    "cached_window": "Cached window, true positions",
-    "streaming": "StreamingLLM: sinks + window",
+    "reencode": "re-encode the window",
+    "shifted_cache": "shifted cache",
+    "cached_window": "cached window, true positions",
+    "streaming": "StreamingLLM (sinks + window)",
 }
 STRATEGY_HOW = {
     "reencode": "Every step runs the last W bytes again with positions 0..W-1. Always correct; costs a full "
