@@ -153,3 +153,9 @@ def known_ids() -> dict[str, str]:
         if shown and shown != ident:
             out[ident] = shown
     return out
+
+
+def ids_by_name() -> dict[str, str]:
+    """{display name: id} of every registered id: how a chart whose series are shown by name finds each one's
+    colour (``posviz.palette`` is keyed on ids)."""
+    return {shown: ident for ident, shown in known_ids().items()}

@@ -150,10 +150,12 @@ def split_title(title: str, width: int = 32) -> str | list[str]:
 
 def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:
     """(colour, dash) scales for series named after methods, from ``posviz.palette`` (one colour per
-    method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}."""
+    method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}; a display name
+    (``posviz.display``: "RoPE + YaRN") finds its id's colour without one."""
     from posviz import palette
+    from posviz.display import ids_by_name
 
-    aliases = aliases or {}
+    aliases = {**ids_by_name(), **(aliases or {})}
     shown = list(dict.fromkeys(names))
     by_palette = {aliases.get(n, n): n for n in shown}
     order = [by_palette[n] for n in palette.ordered(by_palette)]

@@ -5,8 +5,9 @@ import streamlit as st
 
 from views._charts import legend_for, method_scales
 from views._explore import chart
-from views._checkpoints import shipped_checkpoint_json
-from views._page import page_header, repo_root
+from views._checkpoints import VAL_BPB_HELP, shipped_checkpoint_json
+from views._page import page_header, plain, repo_root
+from posviz.display import display_name
 from posviz.explore import about, home
 from posviz.models.checkpoint_files import models_dir
 from posviz.positions import POSITION_METHODS, method_names
@@ -18,7 +19,7 @@ page_header(
 
 st.header("The methods")
 methods = pd.DataFrame([{
-    "method": name,
+    "method": display_name(name),
     "summary": POSITION_METHODS[name].summary,
     "absolute / relative": POSITION_METHODS[name].kind,
     "learned parameters": "yes" if POSITION_METHODS[name].learned else "no",
@@ -54,9 +55,9 @@ with right:
             lines = alt.Chart(curves).mark_line().encode(
                 x=alt.X("tokens:Q", title="training tokens (bytes)"),
                 y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
-                color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint",
+                color=alt.Color("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[0], title="checkpoint",
                                 legend=legend_for(curves["checkpoint"].nunique())),
-                strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], title="checkpoint",
+                strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[1], title="checkpoint",
                                           legend=legend_for(curves["checkpoint"].nunique())),
                 tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
             ).properties(height=300)
@@ -69,7 +70,7 @@ with right:
 st.header("The shipped checkpoints")
 for name, (_, _, problem) in entries.items():
     if problem is not None:
-        st.warning(f"**{name}**: {problem}", icon="⚠️")
+        st.warning(f"**{plain(display_name(name))}**: {problem}", icon="⚠️")
 if not entries:
     st.warning(f"No checkpoints in {models_dir()}. Run `make checkpoints` to train them.", icon="⚠️")
 else:
@@ -78,10 +79,7 @@ else:
         st.dataframe(table, hide_index=True, height="content", column_config={
             "parameters": st.column_config.NumberColumn(format="localized"),
             "training tokens (bytes)": st.column_config.NumberColumn(format="localized"),
-            "val bits/byte @ train length": st.column_config.NumberColumn(
-                format="%.3f", help="Scored by the training run on held-out bytes when it finished. The charts "
-                                    "elsewhere use the larger evaluation set in metrics.json's eval block, so their "
-                                    "numbers at the training length differ slightly."),
+            about.VAL_BPB: st.column_config.NumberColumn(format="%.3f", help=VAL_BPB_HELP),
         })
         st.caption(f"From config.json and metrics.json in {models_dir()}. Weights are float16 safetensors.")
 

@@ -9,7 +9,11 @@ from views._explore import chart
 from views._page import page_header
 from views._url import qp_choice, sync_url
 from posviz.explore import home
+from posviz.display import display_name
 from posviz.positions import POSITION_METHODS, method_names
+
+# The text behind every "bits/byte @ N×" here, the Scoreboard's and the labs' stored curves (metrics.json's eval block)
+EVAL_TEXT = "the long held-out documents (the evaluation text)"
 
 page_header(
     "posviz — how a transformer knows where each token is",
@@ -41,7 +45,7 @@ if not entries:
     st.warning("No checkpoints found, so the measured columns and the chart below are empty. "
                "Run `make checkpoints` to train the shipped set (about an hour on a laptop CPU).", icon="⚠️")
 elif missing:
-    st.info(f"No checkpoint yet for: {', '.join(missing)}. Run `make checkpoints` to train the full set.", icon="ℹ️")
+    st.info(f"No checkpoint yet for: {', '.join(map(display_name, missing))}. Run `make checkpoints` to train the full set.", icon="ℹ️")
 
 st.header("The methods at a glance")
 rows = pd.DataFrame(home.method_rows(metrics)).drop(columns=["summary"])
@@ -63,6 +67,7 @@ shown = rows.copy()
 has_1x = rows["bits/byte @ 1×"].notna()
 for column in ("bits/byte @ 1×", long_col):
     shown[column] = [bpb_text(v, m, h) for v, m, h in zip(rows[column], rows["method"], has_1x)]
+shown["method"] = shown["method"].map(display_name)  # the ids stay in links; the table says each method's name
 st.dataframe(
     shown,
     hide_index=True,
@@ -76,9 +81,9 @@ st.dataframe(
                                                     "generating? Added vectors: " + home.KV_CACHE_REASON["input"]
                                                     + "; rotations: " + home.KV_CACHE_REASON["q/k"] + "; biases: "
                                                     + home.KV_CACHE_REASON["logits"] + "."),
-        "bits/byte @ 1×": st.column_config.Column(help="Validation bits per byte at the training length."),
+        "bits/byte @ 1×": st.column_config.Column(help=f"Bits per byte at the training length on {EVAL_TEXT}."),
         long_col: st.column_config.Column(
-            help=f"Validation bits per byte at {home.EXTRAPOLATION_MULTIPLE}× the training length; “cannot run”: "
+            help=f"Bits per byte at {home.EXTRAPOLATION_MULTIPLE}× the training length on {EVAL_TEXT}; “cannot run”: "
                  "the method has no representation for positions that far."),
         "extrapolates": st.column_config.TextColumn(
             help=f"yes: at most {home.EXTRAPOLATES_WITHIN_BPB} bits/byte worse at {home.EXTRAPOLATION_MULTIPLE}× "
@@ -87,13 +92,14 @@ st.dataframe(
     },
 )
 st.caption("Columns from each method's definition in `posviz/positions`; the bits/byte columns and "
-           "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method).")
+           "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method), "
+           f"on {EVAL_TEXT}. The sidebar's “val. split bits/byte” is the training run's own score on other text.")
 
 
 @st.fragment
 def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
     """The radio and the chart under it: moving it reruns this alone, and a range seen before draws its kept spec."""
-    order = [n for n in method_names() if n in set(curve["checkpoint"])]
+    order = [display_name(n) for n in method_names() if display_name(n) in set(curve["checkpoint"])]
     # Up to 4x the methods that extrapolate sit close together: a closer look separates them.
     ranges = {"all": "every length measured", "4": "up to 4× the training length"}
     shown_range = st.radio("Lengths", list(ranges), format_func=ranges.get, horizontal=True, key="w_range",
@@ -107,7 +113,7 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
             x=alt.X("length:Q", title="evaluation length (bytes, log₂ scale)",
                     scale=alt.Scale(type="log", base=2, domain=[min(lengths), max(lengths)]),
                     axis=alt.Axis(values=lengths, format=",d")),
-            y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
+            y=alt.Y("bpb:Q", title="bits per byte, held-out documents (lower is better)", scale=alt.Scale(zero=False)),
             color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint",
                             legend=legend_for(len(order))),
             strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], title="checkpoint",
@@ -132,6 +138,9 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
 
 st.header("Bits per byte vs evaluation length")
 curve = pd.DataFrame(home.bpb_vs_length_rows(metrics))
+if not curve.empty:  # the legend says names; the CSV keeps the ids beside them
+    curve.insert(0, "id", curve["checkpoint"])
+    curve["checkpoint"] = curve["id"].map(display_name)
 if curve.empty:
     st.info("No evaluated checkpoints to plot yet. Run `make checkpoints`, then reload this page.", icon="ℹ️")
 else:
@@ -149,4 +158,4 @@ for i, name in enumerate(method_names()):
     cls = POSITION_METHODS[name]
     path, title, icon = EXPLAINER.get(cls.kind) or EXPLAINER.get(cls.acts_on, ("views/extrapolation.py", "Extrapolation lab", "📈"))
     with cols[i % 2]:
-        st.page_link(path, label=f"{name} — {title}", icon=icon, help=POSITION_METHODS[name].summary)
+        st.page_link(path, label=f"{display_name(name)} — {title}", icon=icon, help=POSITION_METHODS[name].summary)

@@ -12,6 +12,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from posviz.display import display_name
+
+# metrics.json's val_bpb_at_train_length: the training run's score on the validation split, not the evaluation's
+# "bits/byte @ 1×" on the long held-out documents that Home and the Scoreboard show (views/_checkpoints.py says more).
+VAL_BPB = "validation-split bits/byte"
 Columns = dict[str, np.ndarray]
 
 
@@ -23,14 +28,14 @@ def checkpoint_rows(configs: Mapping[str, Mapping[str, Any]], metrics: Mapping[s
         trained = config.get("trained_on") or {}
         model = config.get("model") or {}
         rows.append({
-            "checkpoint": name,
+            "checkpoint": display_name(name),
             "parameters": m.get("parameters"),
             "training tokens (bytes)": m.get("tokens"),
             "steps": m.get("steps"),
             "train length": model.get("train_length"),
             "training time (min)": None if trained.get("seconds") is None else round(trained["seconds"] / 60, 1),
             "device": " · ".join(str(x) for x in (trained.get("device"), trained.get("processor")) if x),
-            "val bits/byte @ train length": m.get("val_bpb_at_train_length"),
+            VAL_BPB: m.get("val_bpb_at_train_length"),
         })
     return rows
 
@@ -52,11 +57,11 @@ def recipe_rows() -> list[dict]:
 
 
 def train_curve_rows(metrics_by_name: Mapping[str, Mapping[str, Any]]) -> Columns:
-    """Long-format training curves: checkpoint, tokens, train_bpb (from each metrics.json's train_curve)."""
+    """Long-format training curves: checkpoint (its display name), tokens, train_bpb (from each metrics.json's train_curve)."""
     out: dict[str, list] = {"checkpoint": [], "tokens": [], "train_bpb": []}
     for name, metrics in metrics_by_name.items():
         for point in metrics.get("train_curve") or []:
-            out["checkpoint"].append(name)
+            out["checkpoint"].append(display_name(name))
             out["tokens"].append(point.get("tokens"))
             out["train_bpb"].append(point.get("train_bpb"))
     return {k: np.asarray(v) for k, v in out.items()}
