@@ -72,7 +72,9 @@ def strategy_verdicts(model: LabModel) -> dict:
 
 
 def _verdict(model: LabModel, strategy: str) -> str:
-    name = model.method
+    from posviz.display import display_name
+
+    name = display_name(model.method)  # the method's name as every page says it
     if strategy == "reencode":
         return "Correct for every method: positions are always 0..W-1, as in training."
     if strategy == "shifted_cache":
