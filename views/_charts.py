@@ -148,6 +148,14 @@ def split_title(title: str, width: int = 32) -> str | list[str]:
     return [title[:cut], title[cut + 1:]]
 
 
+def named(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """``df`` with the ids in ``columns`` (methods, checkpoints, scalings, remaps, strategies) as their display names
+    (``posviz.display``): what a legend, a table or a tooltip shows. A published model's hub id stays as it is."""
+    from posviz.display import display_name
+
+    return df.assign(**{c: df[c].map(display_name) for c in columns if c in df.columns})
+
+
 def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:
     """(colour, dash) scales for series named after methods, from ``posviz.palette`` (one colour per
     method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}; a display name
