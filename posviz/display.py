@@ -44,6 +44,12 @@ def strategy_name(strategy: str) -> str | None:
     return kv_cache.STRATEGY_TITLES.get(strategy) or generation.STRATEGY_TITLES.get(strategy)
 
 
+def _own_name(ident: str) -> str | None:
+    """The name a registry keeps for ``ident`` itself (no "+" series), or None."""
+    return (method_name(ident) or checkpoint_name(ident) or remap_name(ident) or scaling_name(ident)
+            or strategy_name(ident))
+
+
 def _variant_name(variant: str) -> str | None:
     """A scaling's or a remap's name (what follows "+" in "rope+yarn")."""
     return remap_name(variant) or (scaling_name(variant) if variant not in ("none", "") else None)
@@ -106,7 +112,7 @@ def display_name(ident: str) -> str:
     (its name from its config), a series "<checkpoint or method>+<scaling or remap>"; else ``ident`` itself
     (a published model's hub id, a Workshop run's label)."""
     ident = str(ident)
-    found = method_name(ident) or checkpoint_name(ident) or _variant_name(ident) or strategy_name(ident)
+    found = _own_name(ident)
     if found:
         return found
     if "+" in ident:
@@ -146,7 +152,7 @@ def known_ids() -> dict[str, str]:
     series = [f"rope+{v}" for v in [*ROPE_SCALINGS, *ROPE_REMAPS] if v != "none"]
     out = {}
     for ident in dict.fromkeys(ids + checkpoints + series):
-        shown = method_name(ident) or checkpoint_name(ident) or _variant_name(ident) or strategy_name(ident)
+        shown = _own_name(ident)
         if shown is None and "+" in ident:
             base, _, variant = ident.rpartition("+")
             shown = display_name(base) + SEPARATOR + (_variant_name(variant) or variant)

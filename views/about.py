@@ -21,7 +21,7 @@ st.header("The methods")
 methods = pd.DataFrame([{
     "method": display_name(name),
     "summary": POSITION_METHODS[name].summary,
-    "absolute / relative": POSITION_METHODS[name].kind,
+    "absolute / relative": POSITION_METHODS[name].kind if POSITION_METHODS[name].kind != "none" else "neither",
     "learned parameters": "yes" if POSITION_METHODS[name].learned else "no",
     "acts on": home.ACTS_ON_LABEL.get(POSITION_METHODS[name].acts_on, POSITION_METHODS[name].acts_on),
     "paper": f"[paper ↗]({POSITION_METHODS[name].paper})",
@@ -74,14 +74,12 @@ for name, (_, _, problem) in entries.items():
 if not entries:
     st.warning(f"No checkpoints in {models_dir()}. Run `make checkpoints` to train them.", icon="⚠️")
 else:
-    table = pd.DataFrame(about.checkpoint_rows(configs, metrics))
+    table = pd.DataFrame(about.shown_checkpoint_rows(about.checkpoint_rows(configs, metrics)))
     if not table.empty:
         st.dataframe(table, hide_index=True, height="content", column_config={
-            "parameters": st.column_config.NumberColumn(format="localized"),
-            "training tokens (bytes)": st.column_config.NumberColumn(format="localized"),
-            about.VAL_BPB: st.column_config.NumberColumn(format="%.3f", help=VAL_BPB_HELP),
-        })
-        st.caption(f"From config.json and metrics.json in {models_dir()}. Weights are float16 safetensors.")
+            about.VAL_BPB: st.column_config.TextColumn(help=VAL_BPB_HELP)})
+        st.caption(f"From config.json and metrics.json in {models_dir()}. Weights are float16 safetensors. "
+                   f"{about.MISSING} : not in the checkpoint's files (its training run did not record it).")
 
 st.header("Rebuild them")
 st.markdown("Train every method with the shared recipe, evaluate each (bits/byte against length, the copy probe, "

@@ -18,6 +18,8 @@ from posviz.display import display_name
 # "bits/byte @ 1×" on the long held-out documents that Home and the Scoreboard show (views/_checkpoints.py says more).
 VAL_BPB = "validation-split bits/byte"
 Columns = dict[str, np.ndarray]
+NOT_SET = "not set"  # a recipe setting left at None (no fine-tuning source, no fixed first byte): words, not "None"
+MISSING = "—"  # a fact a checkpoint's files do not hold (an older run's time or device), explained under the table
 
 
 def checkpoint_rows(configs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Mapping[str, Any]]) -> list[dict]:
@@ -40,6 +42,22 @@ def checkpoint_rows(configs: Mapping[str, Mapping[str, Any]], metrics: Mapping[s
     return rows
 
 
+# How the About page's checkpoint table writes each number; every cell is text, so a missing fact reads MISSING
+# (a grid draws None and nan as they are)
+FORMATS = {"parameters": "{:,}", "training tokens (bytes)": "{:,}", "steps": "{:,}", "train length": "{:,}",
+           "training time (min)": "{:g}", VAL_BPB: "{:.3f}"}
+
+
+def shown_checkpoint_rows(rows: list[dict]) -> list[dict]:
+    """``checkpoint_rows`` as the page shows them: numbers written out, ``MISSING`` for a fact not recorded."""
+    def cell(column: str, value) -> str:
+        if value is None or value == "" or (isinstance(value, float) and np.isnan(value)):
+            return MISSING
+        return FORMATS.get(column, "{}").format(value)
+
+    return [{k: cell(k, v) for k, v in row.items()} for row in rows]
+
+
 def recipe_rows() -> list[dict]:
     """The shared training recipe: every TrainConfig field with its default (the shipped set's value)."""
     from posviz.training.train import TrainConfig
@@ -51,7 +69,7 @@ def recipe_rows() -> list[dict]:
             continue  # the one thing that differs between checkpoints
         value = getattr(recipe, f.name)
         rows.append({"setting": f.name, "value": "(standard library of this Python)" if value is None and f.name == "corpus"
-                     else str(value)})
+                     else NOT_SET if value is None else str(value)})
     rows.insert(0, {"setting": "steps", "value": str(recipe.steps)})
     return rows
 
