@@ -18,10 +18,9 @@ SEPARATOR = " + "  # a checkpoint under a scaling or a remap: "RoPE + YaRN", "Ro
 
 
 def method_name(method: str) -> str | None:
-    from posviz.positions import POSITION_METHODS, VISITOR_METHODS
+    from posviz.positions import method_display_name
 
-    cls = POSITION_METHODS.get(method) or VISITOR_METHODS.get(method)
-    return (cls.display_name or cls.name) if cls is not None else None
+    return method_display_name(method)
 
 
 def scaling_name(scaling: str) -> str | None:

@@ -19,6 +19,7 @@ from posviz.errors import PosvizError, PositionLimitError
 from posviz.labs.inputs import LN2, Progress, _no_progress
 from posviz.models.interface import LabModel
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
+from posviz.positions import method_display_name
 from posviz.positions.base import mark_run
 
 STRATEGIES = ("reencode", "shifted_cache", "cached_window", "streaming")
@@ -72,9 +73,9 @@ def strategy_verdicts(model: LabModel) -> dict:
 
 
 def _verdict(model: LabModel, strategy: str) -> str:
-    from posviz.display import display_name
-
-    name = display_name(model.method)  # the method's name as every page says it
+    # the method's name as every page says it (from its registry entry; posviz.display reads these strategies' names,
+    # so this module does not import it)
+    name = method_display_name(model.method) or model.method
     if strategy == "reencode":
         return "Correct for every method: positions are always 0..W-1, as in training."
     if strategy == "shifted_cache":

@@ -47,6 +47,13 @@ DISPLAY_ORDER = ["nope", "sinusoidal", "learned", "shaw", "nezha", "transformer_
                  "rope", "p_rope", "irope", "local_global", "rope_sinks", "fox", "cope", "stick_breaking"]
 
 
+def method_display_name(name: str) -> str | None:
+    """What the pages call method ``name`` (its class's ``display_name``, else its id); None for no method.
+    ``posviz.display.display_name`` covers every other id too (checkpoints, scalings, remaps, strategies)."""
+    cls = POSITION_METHODS.get(name) or VISITOR_METHODS.get(name)
+    return (cls.display_name or cls.name) if cls is not None else None
+
+
 def method_names() -> list[str]:
     known = [n for n in DISPLAY_ORDER if n in POSITION_METHODS]
     return known + sorted(set(POSITION_METHODS) - set(known))
@@ -60,6 +67,7 @@ __all__ = [
     "ModelShape",
     "PositionMethod",
     "build_position_method",
+    "method_display_name",
     "method_names",
     "relative_distance",
 ]
