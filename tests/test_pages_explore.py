@@ -136,8 +136,8 @@ def test_home_survives_missing_and_corrupt_checkpoints(tiny_models_dir, tmp_path
     folder = models_copy(tiny_models_dir, tmp_path / "models", drop=["shaw"], corrupt=["rope"])
     monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(folder))
     at = open_page(HOME)
-    assert "rope" in warnings(at) and "not valid JSON" in warnings(at)
-    assert any("shaw" in i.value and "make checkpoints" in i.value for i in at.info)
+    assert display_name("rope") in warnings(at) and "not valid JSON" in warnings(at)
+    assert any(display_name("shaw") in i.value and "make checkpoints" in i.value for i in at.info)
     table = table_with(at, "extrapolates")
     assert list(table["method"]) == [display_name(n) for n in method_names()]  # the registry still lists every method
     assert table.set_index("method").loc[display_name("rope"), "extrapolates"].startswith("unknown")

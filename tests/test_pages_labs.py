@@ -61,7 +61,7 @@ def as_ids(text: str) -> str:
 def ided(frame: pd.DataFrame) -> pd.DataFrame:
     """A shown table or chart dataset with its names (index and naming columns) back as ids."""
     frame = frame.assign(**{c: frame[c].map(lambda v: ID_OF.get(v, v)) for c in NAME_COLUMNS if c in frame.columns})
-    if frame.index.dtype == object:
+    if not pd.api.types.is_numeric_dtype(frame.index):  # names (object or pandas' str dtype)
         frame.index = frame.index.map(lambda v: ID_OF.get(v, v))
     return frame
 
@@ -424,7 +424,9 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
         assert float(shown[name]) < 4.0, (name, shown[name])
     # every checkpoint, and the rope checkpoint under each training-free remap (covering 16x)
     remapped = {f"rope+{r}" for r in ROPE_REMAPS}
-    assert set(shown) >= set(pretrained) and set(at.multiselect(key="w_models").options) == set(found) | remapped
+    assert set(shown) >= set(pretrained)
+    # the picker shows each by its display name (its id stays in the link)
+    assert set(at.multiselect(key="w_models").options) == {display_name(n) for n in set(found) | remapped}
     assert at.select_slider(key="w_L").value == train_length
 
 

@@ -6,7 +6,7 @@ import streamlit as st
 from views._charts import legend_for, method_scales
 from views._checkpoints import shipped_checkpoint_json
 from views._explore import chart
-from views._page import page_header
+from views._page import page_header, plain
 from views._url import qp_choice, sync_url
 from posviz.explore import home
 from posviz.display import display_name
@@ -39,7 +39,7 @@ entries = {name: entry for name, entry in shipped_checkpoint_json().items() if n
 metrics = {name: m for name, (_, m, problem) in entries.items() if problem is None and m is not None}
 for name, (_, _, problem) in entries.items():
     if problem is not None:
-        st.warning(f"Checkpoint **{name}** could not be read: {problem}", icon="⚠️")
+        st.warning(f"Checkpoint **{plain(display_name(name))}** could not be read: {problem}", icon="⚠️")
 missing = [name for name in method_names() if name not in entries]
 if not entries:
     st.warning("No checkpoints found, so the measured columns and the chart below are empty. "
