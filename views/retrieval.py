@@ -360,7 +360,9 @@ if not live.empty:
                    f"repeat-probe-live-g{longest}",
                    f"Live: {chunks} chunks per gap from the text above. Missing points: the method cannot run that far."
                    + in_tokens)
-    shown = live.pivot(index="model", columns="gap", values="ratio" if measure != "gain" else "gain")
+    # one word for the column: "checkpoint" while only ours are listed (as the pickers say), else "model"
+    shown = live.pivot(index="model", columns="gap", values="ratio" if measure != "gain" else "gain").rename_axis(
+        catalog.say("checkpoint", "model"))
     st.dataframe(shown.style.format("{:.2f}", na_rep="cannot run"), width="stretch", height="content")
 
 if key_values:
@@ -373,7 +375,8 @@ if key_values:
                        f"key-value-probe-live-g{longest}",
                        f"Live: {chunks} names per gap. Loss on the value when the name comes back, over its loss at "
                        "first sight (bits per byte of the ids that write the value).")
-        written = recalled.pivot(index="model", columns="gap", values="second_correct")
+        written = recalled.pivot(index="model", columns="gap", values="second_correct").rename_axis(
+            catalog.say("checkpoint", "model"))
         st.markdown("**Values written out whole** when the name comes back (share of names whose value the model's "
                     "most likely next ids reproduce, every id of it):")
         st.dataframe(written.style.format("{:.0%}", na_rep="cannot run"), width="stretch", height="content")
@@ -391,5 +394,5 @@ with st.expander("The earlier probe (a random string), and why it shows nothing 
         "methods. The probes above use held-out code, the kind of text the models know."
     )
     if not old.empty:
-        st.dataframe(old.pivot(index="model", columns="gap", values="bits/byte").style.format("{:.2f}", na_rep="cannot run"),
+        st.dataframe(old.pivot(index="model", columns="gap", values="bits/byte").rename_axis("checkpoint").style.format("{:.2f}", na_rep="cannot run"),
                      width="stretch", height="content")
