@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
+from posviz.display import display_name
+
 SLIDE_WIDTH = 1920  # px: a slide is drawn at 1920 wide and scaled (by Vega's renderer, so text stays sharp)
 PAD = 40  # px around the slide
 SENTENCE_CHARACTERS = 120  # a line of the sentence at 24 px in 1,840 px
@@ -96,9 +98,10 @@ def _number(value: float, digits: int = 2) -> str:
 
 
 def extremes_sentence(data: pd.DataFrame, series: str, x: str, y: str, what: str, x_words,
-                      lower_is_better: bool = True, names=lambda s: s, digits: int = 2, at=None) -> str | None:
+                      lower_is_better: bool = True, names=None, digits: int = 2, at=None) -> str | None:
     """"At <x>, <best> has the lowest <what> (v) and <worst> the highest (v)", from the chart's own rows: at the
-    largest ``x`` drawn, or the largest one up to ``at``. ``x_words(x)`` says an ``x`` in words, ``names`` a series."""
+    largest ``x`` drawn, or the largest one up to ``at``. ``x_words(x)`` says an ``x`` in words, ``names`` a series (its display name by default: an id or a name in)."""
+    names = names or display_name
     if data.empty or not {series, x, y} <= set(data.columns):
         return None
     rows = data[[series, x, y]].dropna()
@@ -135,8 +138,9 @@ def length_words(train_length: int | None, unit: str = "byte"):
     return words
 
 
-def means_sentence(data: pd.DataFrame, series: str, y: str, what: str, names=lambda s: s, digits: int = 2) -> str | None:
+def means_sentence(data: pd.DataFrame, series: str, y: str, what: str, names=None, digits: int = 2) -> str | None:
     """"Averaged over the chart, a reads 1.23 <what> and b 1.45: a is lower by 0.22", from the chart's own rows."""
+    names = names or display_name
     if data.empty or not {series, y} <= set(data.columns):
         return None
     means = data[[series, y]].dropna().groupby(series, sort=False)[y].mean()
@@ -149,8 +153,9 @@ def means_sentence(data: pd.DataFrame, series: str, y: str, what: str, names=lam
 
 
 def ranking_sentence(data: pd.DataFrame, series: str, y: str, what: str, lower_is_better: bool = True,
-                     names=lambda s: s, digits: int = 3) -> str | None:
+                     names=None, digits: int = 3) -> str | None:
     """"<best> has the lowest <what> (v) and <worst> the highest (v), of n", from the chart's own rows."""
+    names = names or display_name
     if data.empty or not {series, y} <= set(data.columns):
         return None
     values = data[[series, y]].dropna().groupby(series, sort=False)[y].mean().sort_values()

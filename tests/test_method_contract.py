@@ -14,10 +14,12 @@ import streamlit as st
 import torch
 
 from posviz.explore import attention_biases
+from posviz.display import display_name
 from posviz.positions import POSITION_METHODS, PositionMethod, method_names, relative_distance
 from test_pages_explore import ABOUT, BIASES, HOME, frame_with, metric, open_page, table_with
 
 NAME = "test_only_bias"
+SHOWN = "Test-only bias"  # its display_name: what every page must show for it, with nothing else to write (#56)
 SECTION = "test-only-extra-section"
 STRENGTH_PER_HEAD = 0.25  # head h adds -(h + 1) * 0.25 * log(1 + d)
 
@@ -33,6 +35,7 @@ class TestOnlyBias(PositionMethod):
 
     __test__ = False  # a method, not a test class
     name = NAME
+    display_name = SHOWN
     summary = "A bias for the method-contract test only: -(h + 1)/4 · log(1 + d) per head h."
     paper = "https://example.org/test-only-bias"
     acts_on = "logits"
@@ -70,19 +73,19 @@ def test_home_lists_a_new_method(registered):
     assert NAME in method_names()
     at = open_page(HOME)
     table = table_with(at, "extrapolates").set_index("method")
-    assert list(table.index) == method_names()
-    row = table.loc[NAME]
+    assert list(table.index) == [display_name(n) for n in method_names()] and SHOWN in table.index
+    row = table.loc[SHOWN]
     assert row["fixed / learned"] == "fixed" and row["acts on"] == "logits (bias)"
     assert row["bits/byte @ 1×"] == "no checkpoint" and row["paper"] == TestOnlyBias.paper
     links = {link.proto.label.split(" — ")[0]: link.proto.page_script_hash for link in at.get("page_link")}
-    assert links[NAME] == links["alibi"]  # a bias: the Attention biases page explains it
+    assert links[SHOWN] == links[display_name("alibi")]  # a bias: the Attention biases page explains it
 
 
 def test_attention_biases_page_draws_a_new_method(registered):
     at = open_page(BIASES)
     curves = frame_with(at, "method", "head", "distance", "bias", "context")
-    mine = curves[curves["method"] == NAME]
-    n_head = int(curves[curves["method"] == "alibi"]["head"].nunique())  # formula methods: the shipped shape
+    mine = curves[curves["method"] == SHOWN]
+    n_head = int(curves[curves["method"] == display_name("alibi")]["head"].nunique())  # formula methods: the shipped shape
     assert sorted(set(mine["head"])) == list(range(n_head))
     for head, part in mine.groupby("head"):
         expected = expected_bias(n_head, part["distance"].to_numpy())[head]
@@ -93,9 +96,9 @@ def test_attention_biases_page_draws_a_new_method(registered):
     far = at.slider(key=f"far-{n_keys}").value
     bound = attention_biases.strongest_head(attention_biases.log_max_attention_weight(
         expected_bias(n_head, np.arange(n_keys)), margin))
-    assert metric(at, f"{NAME.upper()}, most lenient head of layer 0") == f"{math.exp(bound[far]):.3g}"
+    assert metric(at, f"{SHOWN}, most lenient head of layer 0") == f"{math.exp(bound[far]):.3g}"
     comparison = frame_with(at, "series", "distance", "log10_max_weight",
-                            where=lambda f: f"{NAME.upper()}, most lenient head of layer 0" in set(f["series"]))
+                            where=lambda f: f"{SHOWN}, most lenient head of layer 0" in set(f["series"]))
     assert "no bias (NoPE)" in set(comparison["series"])
 
     # the section it offers, drawn where its order puts it: after the curves, before KERPLE's formula
@@ -113,10 +116,10 @@ def test_attention_biases_page_draws_a_new_method(registered):
 def test_about_page_lists_a_new_method(registered):
     at = open_page(ABOUT)
     methods = next(t.value for t in at.main.table if "paper" in t.value.columns).set_index("method")
-    assert list(methods.index) == method_names()
-    assert methods.loc[NAME, "summary"] == TestOnlyBias.summary
-    assert methods.loc[NAME, "paper"] == f"[paper ↗]({TestOnlyBias.paper})"
-    assert methods.loc[NAME, "learned parameters"] == "no"
+    assert list(methods.index) == [display_name(n) for n in method_names()]
+    assert methods.loc[SHOWN, "summary"] == TestOnlyBias.summary
+    assert methods.loc[SHOWN, "paper"] == f"[paper ↗]({TestOnlyBias.paper})"
+    assert methods.loc[SHOWN, "learned parameters"] == "no"
 
 
 def test_a_method_offers_the_views_of_its_hooks():

@@ -20,7 +20,8 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
-from posviz.explore import attention_biases, home, rope, sinusoidal_learned
+from posviz.display import display_name, ids_by_name
+from posviz.explore import about, attention_biases, home, rope, sinusoidal_learned
 from posviz.models.checkpoint_files import load_checkpoint, read_metrics, shipped_checkpoints
 from posviz.errors import PositionLimitError
 from posviz.positions import OPENING_SET, POSITION_METHODS, method_names
@@ -29,6 +30,8 @@ from posviz.positions.rope_scaling import ROPE_SCALINGS
 HOME, ABSOLUTE, ROPE, BIASES, ABOUT = ("views/home.py", "views/sinusoidal_learned.py", "views/rope.py",
                                        "views/attention_biases.py", "views/about.py")
 
+
+ID_OF = {**{n: n for n in POSITION_METHODS}, **ids_by_name()}  # a method's display name (as pages show it) -> its id
 
 # -- helpers -------------------------------------------------------------------------------------------
 def open_page(page: str, **params) -> AppTest:
@@ -95,11 +98,11 @@ def models_copy(src: Path, dst: Path, drop=(), corrupt=()) -> Path:
 def test_home_table_chart_and_links(tiny_models):
     at = open_page(HOME)
     table = table_with(at, "extrapolates")
-    assert list(table["method"]) == method_names()
+    assert list(table["method"]) == [display_name(n) for n in method_names()]
     for _, row in table.iterrows():
-        cls = POSITION_METHODS[row["method"]]
+        cls = POSITION_METHODS[ID_OF[row["method"]]]  # the table shows names; the registry is keyed on ids
         assert row["fixed / learned"] == ("learned" if cls.learned else "fixed")
-        metrics = read_metrics(tiny_models / row["method"])
+        metrics = read_metrics(tiny_models / cls.name)
         bpb = metrics["eval"]["nonoverlapping_bpb"]
         assert row["bits/byte @ 1×"] == f"{bpb['32']:.3f}"
         if bpb["512"] is None:
@@ -109,16 +112,16 @@ def test_home_table_chart_and_links(tiny_models):
             worse = bpb["512"] - bpb["32"]
             assert row["extrapolates"] == ("yes" if worse <= 0.05 else "partly" if worse <= 0.5 else "no")
 
-    assert table.set_index("method").loc["learned", "KV-cacheable"] == "yes (≤ 32)"
+    assert table.set_index("method").loc[display_name("learned"), "KV-cacheable"] == "yes (≤ 32)"
     # the chart opens on one method of each family (eight lines), and draws every checkpoint one click away
     expected = {(name, int(n)): v for name in method_names()
                 for n, v in read_metrics(tiny_models / name)["eval"]["nonoverlapping_bpb"].items() if v is not None}
-    got = {(r.checkpoint, int(r.length)): r.bpb for r in frame_with(at, "checkpoint", "length", "bpb").itertuples()}
+    got = {(r.id, int(r.length)): r.bpb for r in frame_with(at, "checkpoint", "length", "bpb").itertuples()}  # the CSV keeps the ids
     assert {name for name, _ in got} == set(OPENING_SET) and len(OPENING_SET) == 8
     assert got == pytest.approx({k: v for k, v in expected.items() if k[0] in OPENING_SET})
     at.toggle(key="w_all").set_value(True).run()
     assert at.query_params["all"] == "1"
-    got = {(r.checkpoint, int(r.length)): r.bpb for r in frame_with(at, "checkpoint", "length", "bpb").itertuples()}
+    got = {(r.id, int(r.length)): r.bpb for r in frame_with(at, "checkpoint", "length", "bpb").itertuples()}
     assert got == pytest.approx(expected)
     assert ("learned", 64) not in got and ("alibi", 512) in got
     specs = json.dumps([spec for spec, _ in chart_frames(at)])
@@ -127,8 +130,8 @@ def test_home_table_chart_and_links(tiny_models):
     assert list(rule["length"]) == [32] and "training length" in rule["label"][0]
 
     links = at.get("page_link")
-    assert sorted(link.proto.label.split(" — ")[0] for link in links) == sorted(method_names())
-    targets = {link.proto.label.split(" — ")[0]: link.proto.page_script_hash for link in links}
+    assert sorted(link.proto.label.split(" — ")[0] for link in links) == sorted(map(display_name, method_names()))
+    targets = {ID_OF[link.proto.label.split(" — ")[0]]: link.proto.page_script_hash for link in links}
     assert targets["sinusoidal"] == targets["learned"] and targets["t5"] == targets["alibi"] == targets["shaw"]
     assert targets["fox"] == targets["cope"] == targets["stick_breaking"]  # positions from content
     assert len(set(targets.values())) == 5  # absolute, rope, biases, from content, and the live lab for nope
@@ -138,13 +141,13 @@ def test_home_survives_missing_and_corrupt_checkpoints(tiny_models_dir, tmp_path
     folder = models_copy(tiny_models_dir, tmp_path / "models", drop=["shaw"], corrupt=["rope"])
     monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(folder))
     at = open_page(HOME)
-    assert "rope" in warnings(at) and "not valid JSON" in warnings(at)
-    assert any("shaw" in i.value and "make checkpoints" in i.value for i in at.info)
+    assert display_name("rope") in warnings(at) and "not valid JSON" in warnings(at)
+    assert any(display_name("shaw") in i.value and "make checkpoints" in i.value for i in at.info)
     table = table_with(at, "extrapolates")
-    assert list(table["method"]) == method_names()  # the registry still lists every method
-    assert table.set_index("method").loc["rope", "extrapolates"].startswith("unknown")
+    assert list(table["method"]) == [display_name(n) for n in method_names()]  # the registry still lists every method
+    assert table.set_index("method").loc[display_name("rope"), "extrapolates"].startswith("unknown")
     curve = frame_with(at, "checkpoint", "length", "bpb")
-    assert {"rope", "shaw"}.isdisjoint(set(curve["checkpoint"])) and "alibi" in set(curve["checkpoint"])
+    assert {"rope", "shaw"}.isdisjoint(set(curve["id"])) and "alibi" in set(curve["id"])
 
 
 def test_home_without_any_checkpoint(tmp_path, monkeypatch):
@@ -152,7 +155,7 @@ def test_home_without_any_checkpoint(tmp_path, monkeypatch):
     at = open_page(HOME)
     assert "No checkpoints found" in warnings(at)
     assert not at.get("vega_lite_chart")
-    assert list(table_with(at, "extrapolates")["method"]) == method_names()
+    assert list(table_with(at, "extrapolates")["method"]) == [display_name(n) for n in method_names()]
 
 
 def test_home_junk_url_and_presentation_mode(tiny_models):
@@ -180,15 +183,15 @@ def test_home_on_the_shipped_checkpoints(monkeypatch):
         bpb = (metrics.get("eval") or {}).get("nonoverlapping_bpb") or {}
         train = home.train_length_of(metrics)
         if train is not None and bpb.get(str(train)) is not None:
-            assert table.loc[name, "bits/byte @ 1×"] == f"{bpb[str(train)]:.3f}"
+            assert table.loc[display_name(name), "bits/byte @ 1×"] == f"{bpb[str(train)]:.3f}"
             plotted.add(name)
         else:
-            assert table.loc[name, "extrapolates"].startswith("unknown")
+            assert table.loc[display_name(name), "extrapolates"].startswith("unknown")
     if plotted:
         curve = frame_with(at, "checkpoint", "length", "bpb")
-        assert set(curve["checkpoint"]) == plotted & set(OPENING_SET)
+        assert set(curve["id"]) == plotted & set(OPENING_SET)
         at.toggle(key="w_all").set_value(True).run()
-        assert set(frame_with(at, "checkpoint", "length", "bpb")["checkpoint"]) == plotted
+        assert set(frame_with(at, "checkpoint", "length", "bpb")["id"]) == plotted
 
 
 # -- sinusoidal & learned ------------------------------------------------------------------------------------
@@ -272,7 +275,7 @@ def test_p_ropes_section_shows_which_pairs_of_its_checkpoint_turn(tiny_models):
     assert "p-RoPE: only the fastest pairs turn (p = 0.25)" in [h.value for h in at.header]
     assert any("1 of its 4 pairs per head turn" in c.value for c in at.caption)
     pairs = frame_with(at, "pair", "plain_wavelength", "rotates", where=lambda f: "series" in f.columns)
-    turning = pairs[pairs["series"].str.startswith("p_rope")]
+    turning = pairs[pairs["series"].str.startswith(display_name("p_rope"))]
     assert list(turning["pair"]) == [0] and turning["wavelength"].iloc[0] == pytest.approx(2 * math.pi)
     rope_line = pairs[pairs["series"].str.startswith("RoPE")]
     assert len(rope_line) == 4 and rope_line["wavelength"].is_monotonic_increasing
@@ -288,16 +291,16 @@ def test_the_layers_section_draws_each_layout_checkpoint_beside_rope(tiny_models
     assert "Layers: which rotate, with which θ, through which window" in [h.value for h in at.header]
     frames = chart_frames(at)
     layout = next(df for spec, dfs in frames for df in dfs if "label" in df.columns and "sinks" in df.columns)
-    assert list(dict.fromkeys(layout["model"])) == ["rope", "irope", "local_global", "rope_sinks"]
-    cells = {(r.model, r.layer): r.label for r in layout.itertuples()}
-    assert cells[("rope", 0)] == "rope · θ 10k · full"
+    assert list(dict.fromkeys(layout["model"])) == [display_name(n) for n in ("rope", "irope", "local_global", "rope_sinks")]
+    cells = {(ID_OF[r.model], r.layer): r.label for r in layout.itertuples()}  # shown by name, looked up by id
+    assert cells[("rope", 0)] == "RoPE · θ 10k · full"
     # two layers: both local (the global layer is every fourth, as Gemma 3's is every sixth)
-    assert cells[("local_global", 0)] == cells[("local_global", 1)] == "rope · θ 10k · W 8"
-    assert cells[("rope_sinks", 0)] == "rope · θ 10k · W 8 · sinks" and cells[("rope_sinks", 1)] == "rope · θ 10k · full · sinks"
+    assert cells[("local_global", 0)] == cells[("local_global", 1)] == "RoPE · θ 10k · W 8"
+    assert cells[("rope_sinks", 0)] == "RoPE · θ 10k · W 8 · sinks" and cells[("rope_sinks", 1)] == "RoPE · θ 10k · full · sinks"
     sinks = next(df for spec, dfs in frames for df in dfs if "sink logit" in df.columns)
     net = open_model(shipped_checkpoints()["rope_sinks"]).position
     for r in sinks.itertuples():
-        assert r.model == "rope_sinks"
+        assert r.model == display_name("rope_sinks")
         assert getattr(r, "_4") == pytest.approx(float(net.at_layer(r.layer).sink_logits[r.head]), abs=1e-6)
 
 
@@ -339,9 +342,9 @@ def test_rope_shift_frequencies_decay_and_scalings(tiny_models):
     assert decay["bound"].iloc[0] == pytest.approx(16.5)
 
     at.select_slider(key="factor").set_value(8).run()
-    waves = frame_with(at, "scaling", "pair", "wavelength")
-    assert set(waves["scaling"]) == set(ROPE_SCALINGS)
-    by = {name: g.sort_values("pair")["wavelength"].to_numpy() for name, g in waves.groupby("scaling")}
+    waves = frame_with(at, "scaling", "scaling_id", "pair", "wavelength")
+    assert set(waves["scaling_id"]) == set(ROPE_SCALINGS) and set(waves["scaling"]) == set(map(display_name, ROPE_SCALINGS))
+    by = {name: g.sort_values("pair")["wavelength"].to_numpy() for name, g in waves.groupby("scaling_id")}
     np.testing.assert_allclose(by["linear"], 8 * by["none"])
     # every curve is 2 pi / theta of its registered scaling (test_reference_hf holds those to Hugging Face's),
     # at the page's head size and base, trained length 32, and the target 8 x 32 for dynamic NTK
@@ -497,7 +500,8 @@ def test_learned_distance_curves_kerple_formula_and_fire_input(tiny_models):
     at = open_page(BIASES)
     train_length = load_checkpoint(tiny_models / "alibi").config.train_length
     curves = frame_with(at, "method", "head", "distance", "bias", "context")
-    assert set(curves["method"]) == set(attention_biases.distance_only_bias_methods()) == {"t5", "alibi", "kerple", "fire"}
+    assert set(curves["method"]) == set(map(display_name, attention_biases.distance_only_bias_methods())) == {
+        "T5", "ALiBi", "KERPLE", "FIRE"}  # shown by name
     assert set(curves["context"]) == {16 * train_length}
     kerple = load_checkpoint(tiny_models / "kerple")
     at.slider(key="clayer").set_value(1).run()
@@ -505,7 +509,7 @@ def test_learned_distance_curves_kerple_formula_and_fire_input(tiny_models):
     assert_clean(at)
     curves = frame_with(at, "method", "head", "distance", "bias", "context")
     expected = attention_biases.bias_by_distance(kerple.position, 1, 4 * train_length)  # (H, n): layer 1's r1, r2
-    mine = curves[(curves.method == "kerple") & (curves.head == 2)]
+    mine = curves[(curves.method == display_name("kerple")) & (curves.head == 2)]
     np.testing.assert_allclose(mine["bias"], expected[2, mine["distance"]], rtol=1e-6)
     assert at.query_params["clayer"] == "1" and at.query_params["cmult"] == "4"
 
@@ -571,19 +575,21 @@ def test_transformer_xl_terms_for_one_query(tiny_models):
 def test_about_lists_methods_recipe_and_checkpoints(tiny_models):
     at = open_page(ABOUT)
     methods = next(t.value for t in at.main.table if "paper" in t.value.columns)  # a static table: summaries wrap
-    assert list(methods["method"]) == method_names()
+    assert list(methods["method"]) == [display_name(n) for n in method_names()]
     assert list(methods["paper"]) == [f"[paper ↗]({POSITION_METHODS[n].paper})" for n in method_names()]
     assert list(methods["summary"]) == [POSITION_METHODS[n].summary for n in method_names()]
     recipe = table_with(at, "setting").set_index("setting")["value"]
     from posviz.training.train import TrainConfig
 
     assert recipe["lr"] == str(TrainConfig().lr) and recipe["tokens"] == str(TrainConfig().tokens)
-    checkpoints = table_with(at, "val bits/byte @ train length").set_index("checkpoint")
-    assert list(checkpoints.index) == method_names()
+    checkpoints = table_with(at, about.VAL_BPB).set_index("checkpoint")
+    assert list(checkpoints.index) == [display_name(n) for n in method_names()]
+    for shown in [t.value for t in at.main.dataframe] + [t.value for t in at.main.table]:  # no None or nan (#56)
+        assert not shown.isna().any().any() and not shown.astype(str).isin(["None", "nan", "NaN", ""]).any().any(), shown
     for name in method_names():
         metrics = read_metrics(tiny_models / name)
-        assert checkpoints.loc[name, "parameters"] == metrics["parameters"]
-        assert checkpoints.loc[name, "val bits/byte @ train length"] == pytest.approx(metrics["val_bpb_at_train_length"])
+        assert checkpoints.loc[display_name(name), "parameters"] == f'{metrics["parameters"]:,}'  # shown as text
+        assert checkpoints.loc[display_name(name), about.VAL_BPB] == f'{metrics["val_bpb_at_train_length"]:.3f}'
     assert any("make checkpoints" in c.value for c in at.code)
 
 
@@ -591,5 +597,5 @@ def test_about_with_a_corrupt_checkpoint_and_junk_url(tiny_models_dir, tmp_path,
     monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models_copy(tiny_models_dir, tmp_path / "m", corrupt=["alibi"])))
     at = open_page(ABOUT, present="2")
     assert "alibi" in warnings(at) and "Ignored URL parameter present=" in warnings(at)
-    checkpoints = table_with(at, "val bits/byte @ train length")
-    assert "alibi" not in set(checkpoints["checkpoint"]) and "rope" in set(checkpoints["checkpoint"])
+    checkpoints = table_with(at, about.VAL_BPB)
+    assert display_name("alibi") not in set(checkpoints["checkpoint"]) and display_name("rope") in set(checkpoints["checkpoint"])

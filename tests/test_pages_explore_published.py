@@ -142,10 +142,10 @@ def test_published_layer_layouts(hf_family_dir, tmp_path, no_checkpoints, monkey
     list_models(monkeypatch, hf_family_dir["gemma3"], hf_family_dir["smollm3"])
     at = open_page(ROPE)
     layout = frame_with(at, "layer", "label", "sinks")
-    assert list(layout["label"]) == ["rope · θ 10k · W 16", "rope · θ 1M · full"]
+    assert list(layout["label"]) == ["RoPE · θ 10k · W 16", "RoPE · θ 1M · full"]  # methods by display name
     at.selectbox(key="pub").set_value("smollm3").run()
     assert_clean(at)
-    assert list(frame_with(at, "layer", "label", "sinks")["label"]) == ["rope · θ 5M · full", "nope · full"]
+    assert list(frame_with(at, "layer", "label", "sinks")["label"]) == ["RoPE · θ 5M · full", "NoPE · full"]
 
 
 def test_published_alibi_slopes(hf_family_dir, tmp_path, no_checkpoints, monkeypatch):

@@ -7,6 +7,7 @@ Pages are run directly from their files (absolute paths) against the tiny checkp
 from __future__ import annotations
 
 import json
+import re
 
 import math
 from pathlib import Path
@@ -20,8 +21,10 @@ from conftest import tiny_lab
 from default_views import as_shown
 from streamlit.testing.v1 import AppTest
 
+from posviz.display import display_name, ids_by_name
 from posviz.models.interface import open_model
 from posviz.positions.rope_remaps import ROPE_REMAPS
+from posviz.labs import scoreboard
 from posviz.labs import attention_maps, compare, context_extension, extrapolation, inputs as lab_inputs, kv_cache, probes
 from posviz.models.checkpoint_files import read_metrics, shipped_checkpoints
 from posviz.training.data import load_corpus
@@ -44,15 +47,35 @@ def run(at: AppTest) -> AppTest:
     return at
 
 
+# Pages show display names (posviz.display); these tests look their numbers up by id. ID_OF: a name -> its id.
+ID_OF = ids_by_name()
+NAME_COLUMNS = ("model", "checkpoint", "curve", "scaling", "of", "method", "remap")
+_NAMES = re.compile("|".join(rf"(?<![\w-]){re.escape(n)}(?![\w-])" for n in sorted(ID_OF, key=len, reverse=True)))
+
+
+def as_ids(text: str) -> str:
+    """A label with every display name in it as its id ("RoPE − NoPE" -> "rope − nope")."""
+    return ID_OF.get(text) or _NAMES.sub(lambda m: ID_OF[m.group(0)], text)
+
+
+def ided(frame: pd.DataFrame) -> pd.DataFrame:
+    """A shown table or chart dataset with its names (index and naming columns) back as ids."""
+    frame = frame.assign(**{c: frame[c].map(lambda v: ID_OF.get(v, v)) for c in NAME_COLUMNS if c in frame.columns})
+    if not pd.api.types.is_numeric_dtype(frame.index):  # names (object or pandas' str dtype)
+        frame.index = frame.index.map(lambda v: ID_OF.get(v, v))
+    return frame
+
+
 def chart_frames(at: AppTest) -> list[pd.DataFrame]:
-    """Every dataset of every chart on the page, as DataFrames."""
-    return [pa.ipc.open_stream(ds.data.data).read_pandas() for chart in at.get("vega_lite_chart")
+    """Every dataset of every chart on the page, as DataFrames (names back as ids: ``ided``)."""
+    return [ided(pa.ipc.open_stream(ds.data.data).read_pandas()) for chart in at.get("vega_lite_chart")
             for ds in chart.proto.datasets]
 
 
 def metrics(at: AppTest) -> dict[str, str]:
-    """{label: value} of every metric, each label as shown (a model's name in it is quoted: "p\\_rope")."""
-    return {as_shown(m.label): m.value for m in at.metric}
+    """{label: value} of every metric, each label as shown (a model's name in it is quoted: "p\\-RoPE"), its
+    display names back as ids."""
+    return {as_ids(as_shown(m.label)): m.value for m in at.metric}
 
 
 def texts(elements) -> str:
@@ -156,7 +179,7 @@ def test_extrapolation_pasted_text(tiny_models):
 def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
     at = run(page("kv_cache", models="learned,alibi,rope", W="16", n="60", dw="4", cl="40", check="t5"))
     folders = shipped_checkpoints()
-    table = at.main.dataframe[1].value  # bits per byte after the window fills, as shown (text)
+    table = ided(at.main.dataframe[1].value)  # bits per byte after the window fills, as shown (text)
     assert list(table.columns) == [kv_cache.STRATEGY_TITLES[s] for s in kv_cache.STRATEGIES]
     assert table.loc["learned", kv_cache.STRATEGY_TITLES["cached_window"]] == "cannot run"
 
@@ -249,13 +272,13 @@ def test_context_extension_runs_the_remaps_from_a_link(tiny_models, doc_ids):
     longest = context_extension.extension_lengths(32, max_eval_length(32), len(doc_ids))[-1]
     rows = context_extension.rope_scaling_curves(rope, 4.0, doc_ids, [longest], ["yarn", "self_extend", "string"])
     assert {r["scaling"]: f"{r['bpb']:.3f}" for r in rows} == shown
-    settings = next(d.value for d in at.dataframe if "remap" in d.value.columns)
+    settings = ided(next(d.value for d in at.dataframe if "remap" in d.value.columns))
     assert settings.to_dict("records") == [{"remap": "self_extend", "parameters": "group=6, window=8"},
                                            {"remap": "string", "parameters": "shift=98, local_window=2, attention_factor=1.07"}]
     drawn = {v for chart in at.get("vega_lite_chart") for ds in chart.proto.datasets
              if {"wavelength", "scaling"} <= set((frame := pa.ipc.open_stream(ds.data.data).read_pandas()).columns)
              for v in frame["scaling"]}
-    assert drawn == {"yarn"}
+    assert drawn == {display_name("yarn")}
 
 
 def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_dir, tmp_path, monkeypatch, corpus):
@@ -293,11 +316,11 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     expected_before = {int(k): v for k, v in block["before_finetuning"]["nonoverlapping_bpb"].items()}
     assert dict(before) == pytest.approx(expected_before)
     assert all(abs(before[n] - after[n]) > 0.01 for n in after.index)  # a swapped before/after would show
-    facts = [d.value for d in at.main.dataframe if "scaling" in d.value.columns][0]
+    facts = ided([d.value for d in at.main.dataframe if "scaling" in d.value.columns][0])
     assert facts.iloc[0]["checkpoint"] == "rope-linear-ft4x" and facts.iloc[0]["bytes"] == 4096
-    assert "rope-linear-ft4x" not in at.multiselect(key="w_refs").options  # not a reference: a section of its own
+    assert display_name("rope-linear-ft4x") not in at.multiselect(key="w_refs").options  # not a reference: a section of its own
     # beside each score at the fine-tuning length, how far it moves with the evaluation windows (a bootstrap)
-    at_target = [d.value for d in at.main.dataframe if "after fine-tuning" in d.value.columns][0].set_index("checkpoint")
+    at_target = ided([d.value for d in at.main.dataframe if "after fine-tuning" in d.value.columns][0].set_index("checkpoint"))
     windows = block["nonoverlapping_window_bpb"]["128"]
     low, high = intervals.mean_interval(windows)
     assert at_target.loc["rope-linear-ft4x", "its own score, 95 % interval"] == \
@@ -328,7 +351,7 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
     assert "alibi" in set(copying[0]["model"]) and "learned" not in set(copying[0]["model"])  # 32 positions: no room
     assert list(copying[0][copying[0]["model"] == "alibi"]["ratio"]) == [stored_curve[0]["ratio"]]
 
-    live = at.main.dataframe[-2].value  # the live table (the last one is the retired probe's)
+    live = ided(at.main.dataframe[-2].value)  # the live table (the last one is the retired probe's)
     text = bytes(load_corpus().eval_documents[0])
     gaps = [g for g in probes.default_gaps(32) if g <= 64]
     expected = probes.repeat_probe(open_model(folders["alibi"]), text, gaps, chunks=2)
@@ -401,7 +424,9 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
         assert float(shown[name]) < 4.0, (name, shown[name])
     # every checkpoint, and the rope checkpoint under each training-free remap (covering 16x)
     remapped = {f"rope+{r}" for r in ROPE_REMAPS}
-    assert set(shown) >= set(pretrained) and set(at.multiselect(key="w_models").options) == set(found) | remapped
+    assert set(shown) >= set(pretrained)
+    # the picker shows each by its display name (its id stays in the link)
+    assert set(at.multiselect(key="w_models").options) == {display_name(n) for n in set(found) | remapped}
     assert at.select_slider(key="w_L").value == train_length
 
 
@@ -451,7 +476,7 @@ def test_generation_same_seed_same_text_and_learned_stops_with_its_explanation(t
                                     generation.DecodeSettings(96, temperature=1.0, top_k=20, seed=5, strategy="reencode"))
     assert shown_texts(at)[0] == plain(reencoded) and len(reencoded.ids) == 96
     assert "learned** stopped" not in texts(at.warning)
-    table = at.main.dataframe[-1].value
+    table = ided(at.main.dataframe[-1].value)
     real = doc_ids[16:16 + 96].tolist()
     forced = generation.teacher_forced(open_model(folders["alibi"]), prompt, real, "reencode")
     assert table.loc["alibi", "bits/byte, the real continuation"] == pytest.approx(forced.mean_bits)
@@ -493,18 +518,24 @@ def test_scoreboard_reads_every_number_from_metrics(tiny_models):
     """A row per checkpoint and per stored scaling and remap of a RoPE checkpoint, each number its metrics.json's;
     the rows picker filters the table and the chart and stays in the link."""
     at = run(page("scoreboard"))
-    table = at.dataframe[0].value.set_index("model")
+    table = at.dataframe[0].value.set_index("checkpoint")
+    assert not table.isin(["None", "nan", "NaN", ""]).any().any() and not table.isna().any().any(), table  # #56
+    table = ided(table)
     folders = shipped_checkpoints()
     assert set(folders) <= set(table.index)
     assert {f"rope+{r}" for r in list(ROPE_REMAPS) + ["yarn", "linear"]} <= set(table.index)
     rope = read_metrics(folders["rope"])["eval"]
-    assert table.loc["rope", "bpb 4×"] == rope["nonoverlapping_bpb"]["128"]
-    assert table.loc["rope+dca", "bpb 16×"] == rope["rope_remaps"]["dca"]["nonoverlapping_bpb"]["512"]
-    assert table.loc["rope+yarn", "bpb 1×"] == rope["nonoverlapping_bpb"]["32"]  # a scaling at 1x is the model itself
-    intervals = at.dataframe[1].value.set_index("model")  # in the expander, with the reasons
+    # shown as text to the column's precision (no None or nan: one mark for a missing number)
+    assert table.loc["rope", "bpb 4×"] == f'{rope["nonoverlapping_bpb"]["128"]:.3f}'
+    assert table.loc["rope+dca", "bpb 16×"] == f'{rope["rope_remaps"]["dca"]["nonoverlapping_bpb"]["512"]:.3f}'
+    assert table.loc["rope+yarn", "bpb 1×"] == f'{rope["nonoverlapping_bpb"]["32"]:.3f}'  # a scaling at 1x is the model
+    assert table.loc["rope+yarn", "copy ratio"] == scoreboard.MISSING  # not stored for a scaling
+    intervals = at.dataframe[1].value.set_index("checkpoint")  # in the expander, with the reasons
+    assert not intervals.isin(["None", "nan", "NaN", ""]).any().any() and not intervals.isna().any().any(), intervals
+    intervals = ided(intervals)
     assert intervals.loc["rope", "1× interval"].endswith("windows)") and "not measurable" in texts(at.markdown)
     repeat = next(r for r in read_metrics(folders["alibi"])["eval"]["retrieval"]["repeat"] if r["gap"] == 128)
-    assert table.loc["alibi", "copy ratio"] == round(repeat["second_bits"] / repeat["control_bits"], 3)
+    assert table.loc["alibi", "copy ratio"] == f'{round(repeat["second_bits"] / repeat["control_bits"], 3):.2f}'
     assert table.loc["alibi", "effective length"] == "not measurable"  # 32 bytes hold no planted pair
     assert table.loc["learned", "KV cache (sliding window)"].startswith("Cannot run")
     at.selectbox(key="w_kinds").set_value("remap")

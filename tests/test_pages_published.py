@@ -40,7 +40,7 @@ def test_extrapolation_published_models_in_multiples_of_their_context(published,
     gpt2, rope = open_model(published["gpt2"]), open_model(shipped_checkpoints()["rope"])
     at = run(page("extrapolation", models="rope,gpt2", M="1"))
     options = at.multiselect(key="w_models").options
-    assert "gpt2 — learned, 64 tokens" in options and "neox — rope, 64 tokens" in options
+    assert "gpt2 — learned, 64 tokens" in options and "neox — RoPE, 64 tokens" in options
     # bytes next to tokens: each model at 1x its own context (rope 32 bytes, gpt2 64 tokens), in bits per byte
     assert metrics(at) == {"rope": bpb(rope, doc, 32), "gpt2": bpb(gpt2, doc, 64)}
     live = [f for f in chart_frames(at) if {"multiple", "bits/byte"} <= set(f.columns) and "live" in " ".join(f["source"])]
@@ -95,7 +95,7 @@ def test_kv_cache_runs_published_models_in_tokens(published, doc):
 def test_context_extension_scales_a_published_rope_model(published, doc):
     neox = open_model(published["neox"])
     at = run(page("context_extension", base="neox", factor="2.0", scalings="none,linear", refs="alibi,gpt2"))
-    assert "neox — rope, 64 tokens" in at.selectbox(key="w_base").options
+    assert "neox — RoPE, 64 tokens" in at.selectbox(key="w_base").options
     assert not any("gpt2" in o for o in at.selectbox(key="w_base").options)  # learned: no scalings to apply
     ids = neox.encode(doc)
     longest = context_extension.extension_lengths(64, neox.length_cap, ids.numel())[-1]  # 16 x 64 tokens
@@ -205,7 +205,7 @@ def test_a_visitor_adds_a_model_where_any_model_is_allowed(tiny_models, hf_famil
     at = run(page("extrapolation", models="rope"))
     at.text_input(key="w_add_model").input(str(hf_family_dir["neox"]))
     run(at)
-    assert "neox — rope, 64 tokens" in at.multiselect(key="w_models").options
+    assert "neox — RoPE, 64 tokens" in at.multiselect(key="w_models").options
     assert set(metrics(at)) == {"rope"}  # listed, not picked
     at.multiselect(key="w_models").set_value(["rope", "neox"])
     run(at)

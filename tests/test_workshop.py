@@ -16,6 +16,7 @@ import torch
 from conftest import TINY, tiny_model
 from maths_support import sharp, text_ids  # noqa: F401  (text_ids: a fixture)
 
+from posviz.display import display_name
 from posviz.config import ModelConfig
 from posviz.errors import ConfigError, PosvizError
 from posviz.labs import kv_cache
@@ -300,7 +301,7 @@ def test_the_workshop_draws_alibi_per_head_and_a_hard_cut(tiny_models):
     (table,) = [d.value for d in at.dataframe if "model" in d.value.columns]  # before any run: the quick baselines
     runs = json.loads((Path(drawing_module().__file__).with_name("quick_runs.json")).read_text())
     for name in ("alibi", "rope", "nope"):
-        row = table[table["model"] == f"{name} (quick)"].iloc[0]
+        row = table[table["model"] == f"{display_name(name)} (quick)"].iloc[0]  # shown by name
         assert [row["1×"], row["4×"], row["16×"]] == [runs[name]["bits_per_byte"][m] for m in ("1", "4", "16")]
 
     shown(at.selectbox(key="w_example").set_value("Hard cut at 64"))

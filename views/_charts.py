@@ -185,12 +185,22 @@ def split_title(title: str, width: int = 32) -> str | list[str]:
     return [title[:cut], title[cut + 1:]]
 
 
+def named(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """``df`` with the ids in ``columns`` (methods, checkpoints, scalings, remaps, strategies) as their display names
+    (``posviz.display``): what a legend, a table or a tooltip shows. A published model's hub id stays as it is."""
+    from posviz.display import display_name
+
+    return df.assign(**{c: df[c].map(display_name) for c in columns if c in df.columns})
+
+
 def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:
     """(colour, dash) scales for series named after methods, from ``posviz.palette`` (one colour per
-    method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}."""
+    method on every page). ``aliases``: {shown label: palette name}, e.g. {"linear": "rope+linear"}; a display name
+    (``posviz.display``: "RoPE + YaRN") finds its id's colour without one."""
     from posviz import palette
+    from posviz.display import ids_by_name
 
-    aliases = aliases or {}
+    aliases = {**ids_by_name(), **(aliases or {})}
     shown = list(dict.fromkeys(names))
     by_palette = {aliases.get(n, n): n for n in shown}
     order = [by_palette[n] for n in palette.ordered(by_palette)]

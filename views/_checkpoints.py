@@ -9,9 +9,20 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from posviz.display import display_name
+from posviz.explore.about import VAL_BPB
 from posviz.models.checkpoint_files import read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import CACHE_ENTRIES
+
+
+# VAL_BPB (posviz.explore.about) is metrics.json's val_bpb_at_train_length: the training run's own score when it
+# finished, on the validation split (every validation file, its first eval_bytes), in windows of the training length.
+# Not the "bits/byte @ 1×" of Home, the Scoreboard and the labs: the evaluation's, on the long held-out documents
+# (metrics.json's eval block). Two texts, so two numbers, and each label says which.
+VAL_BPB_HELP = ("The training run's score when it finished: bits per byte on the validation split (the first bytes of "
+                "every validation file) at the training length; lower is better. Home, the Scoreboard and the labs' "
+                "“bits/byte @ 1×” score other text, the long held-out documents, so their numbers differ.")
 
 
 def folder_stamp(folder: str | Path) -> tuple:
@@ -27,11 +38,10 @@ def _checkpoint_summary(folders: tuple[tuple[str, str], ...], stamps: tuple) -> 
     for name, folder in folders:
         try:
             m = read_metrics(folder)
-            rows.append({"checkpoint": name, "val bits/byte @ train length": m.get("val_bpb_at_train_length"),
+            rows.append({"checkpoint": display_name(name), VAL_BPB: m.get("val_bpb_at_train_length"),
                          "parameters": m.get("parameters")})
         except PosvizError as exc:
-            rows.append({"checkpoint": name, "val bits/byte @ train length": None, "parameters": None,
-                         "problem": str(exc)})
+            rows.append({"checkpoint": display_name(name), VAL_BPB: None, "parameters": None, "problem": str(exc)})
     return pd.DataFrame(rows)
 
 

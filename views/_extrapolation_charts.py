@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from posviz.labs import attention_maps, inputs as lab_inputs
+from posviz.display import display_name
 
 
 # In two columns: in one, a dozen checkpoints' entries (spaced for the live points' size) ran past the
@@ -69,12 +70,14 @@ def multiple_loss_chart(scores: dict, lengths: dict, models: dict, colours, mult
         smoothed = lab_inputs.moving_average(raw, max(1, lengths[name] // 64))
         keep = np.isfinite(smoothed)
         position = np.arange(raw.size)
-        frames.append(pd.DataFrame({"model": name, "position": position[keep],
+        frames.append(pd.DataFrame({"model": display_name(name), "position": position[keep],
                                     "multiple": position[keep] / models[name].train_length, "bits": smoothed[keep],
                                     "raw bits": raw[keep], "unit": models[name].unit}))
     pos_df = pd.concat(frames, ignore_index=True)
-    every = {n: max(1, lengths[n] // 512) for n in scores}
-    drawn = pos_df[[p % every[m] == 0 or p == lengths[m] - 1 for m, p in zip(pos_df["model"], pos_df["position"])]]
+    # keyed by the name the frame holds (its display name)
+    every = {display_name(n): max(1, lengths[n] // 512) for n in scores}
+    last = {display_name(n): lengths[n] - 1 for n in scores}
+    drawn = pos_df[[p % every[m] == 0 or p == last[m] for m, p in zip(pos_df["model"], pos_df["position"])]]
     x = alt.X("multiple:Q", title="position in the window ÷ the model's trained context")
     lines = alt.Chart(drawn).mark_line().encode(
         x, alt.Y("bits:Q", title="mean loss per id (bits)", scale=alt.Scale(zero=False)),
@@ -100,7 +103,7 @@ def loss_chart(scores: dict, length: int, smooth: int, train_length: int, unit: 
         raw = np.asarray(s["position_bits"], dtype=float)
         smoothed = lab_inputs.moving_average(raw, smooth)
         keep = np.isfinite(smoothed)
-        frames.append(pd.DataFrame({"model": name, "position": np.arange(raw.size)[keep], "bits": smoothed[keep],
+        frames.append(pd.DataFrame({"model": display_name(name), "position": np.arange(raw.size)[keep], "bits": smoothed[keep],
                                     "raw bits": raw[keep]}))
     pos_df = pd.concat(frames, ignore_index=True)
     drawn = pos_df[(pos_df["position"] % drawn_every == 0) | (pos_df["position"] == length - 1)]

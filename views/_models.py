@@ -15,6 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from posviz.display import display_name
 from posviz.errors import PosvizError
 from posviz.models.hf.settings import any_model_allowed, deployer_models, download_size
 from posviz.limits import max_eval_length
@@ -93,7 +94,7 @@ class ModelList:
         return any_model if self.listed else ours
 
     def label(self, name: str) -> str:
-        """What the picker shows: the name and the model's ``description`` (a published model's position method
+        """What the picker shows: the display name (``posviz.display``) and the model's ``description`` (a published model's position method
         and trained context, "openai-community/gpt2 — learned, 1,024 tokens").
 
         A session keeps the label a model first had: a picker's value is its label, so a hub model listed
@@ -102,7 +103,7 @@ class ModelList:
         labels = st.session_state.setdefault(LABELS_KEY, {})
         if name not in labels:
             model = self.models.get(name)
-            labels[name] = name + (model.description if model is not None else _unfetched(self.refs[name]))
+            labels[name] = display_name(name) + (model.description if model is not None else _unfetched(self.refs[name]))
         return labels[name]
 
     def add_input(self, where=None) -> None:

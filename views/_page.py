@@ -10,7 +10,7 @@ import streamlit as st
 from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.limits import device_label
-from views._checkpoints import checkpoint_summary
+from views._checkpoints import VAL_BPB, VAL_BPB_HELP, checkpoint_summary
 from views import _slide as slide
 from views._url import show_url_notices
 
@@ -25,11 +25,10 @@ def page_header(title: str, intro: str, headline: str | None = None) -> None:
             st.sidebar.warning("No checkpoints found in models/. Run `make checkpoints` to train them.")
         else:
             st.sidebar.markdown("**Shipped checkpoints**")
-            # Short header: the sidebar's default width cut the full one to "val bits/byte @ train lengt".
-            st.sidebar.dataframe(summary[["checkpoint", "val bits/byte @ train length"]], hide_index=True, width="stretch", height="content",
-                                 column_config={"val bits/byte @ train length": st.column_config.NumberColumn(
-                                     "val bits/byte", format="%.3f",
-                                     help="Validation bits per byte at the training length (lower is better).")})
+            # Short header: the sidebar's default width cuts a longer one; the help says which text it scores.
+            st.sidebar.dataframe(summary[["checkpoint", VAL_BPB]], hide_index=True, width="stretch", height="content",
+                                 column_config={VAL_BPB: st.column_config.NumberColumn(
+                                     "val-split bpb", format="%.3f", help=VAL_BPB_HELP)})
         st.title(title)
         st.caption(intro)
     show_url_notices()

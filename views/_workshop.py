@@ -38,14 +38,15 @@ def run_store():
 
 @st.cache_data(show_spinner=False)
 def quick_baselines(stamp: int) -> dict[str, dict]:
-    """{"alibi (quick)": {multiple: bits per byte}} of the quick baselines (posviz/workshop/quick_runs.json), read
+    """{"ALiBi (quick)": {multiple: bits per byte}} of the quick baselines (posviz/workshop/quick_runs.json), read
     once per version of the file (``stamp``: its mtime), not on every rerun of the page."""
+    from posviz.display import display_name
     from posviz.workshop import drawing
 
     path = Path(drawing.__file__).with_name("quick_runs.json")
     if not path.is_file():
         return {}
-    return {f"{name} (quick)": run["bits_per_byte"] for name, run in json.loads(path.read_text()).items()
+    return {f"{display_name(name)} (quick)": run["bits_per_byte"] for name, run in json.loads(path.read_text()).items()
             if run.get("baseline")}
 
 

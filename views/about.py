@@ -6,8 +6,9 @@ import streamlit as st
 from posviz.slides import extremes_sentence
 from views._charts import legend_for, method_scales
 from views._explore import chart
-from views._checkpoints import shipped_checkpoint_json
-from views._page import page_header, repo_root
+from views._checkpoints import VAL_BPB_HELP, shipped_checkpoint_json
+from views._page import page_header, plain, repo_root
+from posviz.display import display_name
 from posviz.explore import about, home
 from posviz.models.checkpoint_files import models_dir
 from posviz.positions import POSITION_METHODS, method_names
@@ -19,9 +20,9 @@ page_header(
 
 st.header("The methods")
 methods = pd.DataFrame([{
-    "method": name,
+    "method": display_name(name),
     "summary": POSITION_METHODS[name].summary,
-    "absolute / relative": POSITION_METHODS[name].kind,
+    "absolute / relative": POSITION_METHODS[name].kind if POSITION_METHODS[name].kind != "none" else "neither",
     "learned parameters": "yes" if POSITION_METHODS[name].learned else "no",
     "acts on": home.ACTS_ON_LABEL.get(POSITION_METHODS[name].acts_on, POSITION_METHODS[name].acts_on),
     "paper": f"[paper ↗]({POSITION_METHODS[name].paper})",
@@ -59,9 +60,9 @@ with right:
             lines = alt.Chart(curves).mark_line().encode(
                 x=alt.X("tokens:Q", title="training tokens (bytes)"),
                 y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
-                color=alt.Color("checkpoint:N", scale=method_scales(list(metrics))[0], title="checkpoint",
+                color=alt.Color("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[0], title="checkpoint",
                                 legend=legend),
-                strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(metrics))[1], title="checkpoint",
+                strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[1], title="checkpoint",
                                           legend=legend),
                 tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
             ).properties(height=300)
@@ -76,21 +77,16 @@ with right:
 st.header("The shipped checkpoints")
 for name, (_, _, problem) in entries.items():
     if problem is not None:
-        st.warning(f"**{name}**: {problem}", icon="⚠️")
+        st.warning(f"**{plain(display_name(name))}**: {problem}", icon="⚠️")
 if not entries:
     st.warning(f"No checkpoints in {models_dir()}. Run `make checkpoints` to train them.", icon="⚠️")
 else:
-    table = pd.DataFrame(about.checkpoint_rows(configs, metrics))
+    table = pd.DataFrame(about.shown_checkpoint_rows(about.checkpoint_rows(configs, metrics)))
     if not table.empty:
         st.dataframe(table, hide_index=True, height="content", column_config={
-            "parameters": st.column_config.NumberColumn(format="localized"),
-            "training tokens (bytes)": st.column_config.NumberColumn(format="localized"),
-            "val bits/byte @ train length": st.column_config.NumberColumn(
-                format="%.3f", help="Scored by the training run on held-out bytes when it finished. The charts "
-                                    "elsewhere use the larger evaluation set in metrics.json's eval block, so their "
-                                    "numbers at the training length differ slightly."),
-        })
-        st.caption(f"From config.json and metrics.json in {models_dir()}. Weights are float16 safetensors.")
+            about.VAL_BPB: st.column_config.TextColumn(help=VAL_BPB_HELP)})
+        st.caption(f"From config.json and metrics.json in {models_dir()}. Weights are float16 safetensors. "
+                   f"{about.MISSING} : not in the checkpoint's files (its training run did not record it).")
 
 st.header("Rebuild them")
 st.markdown("Train every method with the shared recipe, evaluate each (bits/byte against length, the copy probe, "

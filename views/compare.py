@@ -17,6 +17,7 @@ from views._url import qp_choice, qp_int, sync_url
 from posviz.labs import compare, extrapolation, inputs as lab_inputs
 from posviz.models.interface import LabModel, open_model
 from posviz.errors import PosvizError
+from posviz.display import display_name
 
 page_header(
     "Compare",
@@ -33,7 +34,7 @@ def one_loss(model: LabModel, text: bytes, length: int) -> dict:
         return {"position_bits": s.position_bits, "bpb": s.bpb}
 
     return compute_once("compare-loss", model.key + (text, length), compute,
-                        f"{plain(model.name)} at {length:,} {model.unit}s…")
+                        f"{plain(display_name(model.name))} at {length:,} {model.unit}s…")
 
 
 def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length: int, layer: int, head: int,
@@ -41,7 +42,7 @@ def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length:
     return compute_once("compare-methods-attention", model_a.key + model_b.key + (text, length, layer, head, log_scale),
                         lambda progress: compare.attention_difference(model_a, model_b, model_a.tokenize(text).ids, length,
                                                                       layer, head, log_scale=log_scale),
-                        f"Attention of {plain(model_a.name)} and {plain(model_b.name)}…")
+                        f"Attention of {plain(display_name(model_a.name))} and {plain(display_name(model_b.name))}…")
 
 
 def methods_attention_apart(model_a: LabModel, length_a: int, model_b: LabModel, length_b: int, text: bytes, layer: int,
@@ -52,20 +53,20 @@ def methods_attention_apart(model_a: LabModel, length_a: int, model_b: LabModel,
                         lambda progress: compare.attention_pair(model_a, model_a.tokenize(text).ids, length_a, model_b,
                                                                 model_b.tokenize(text).ids, length_b, layer, head,
                                                                 log_scale=log_scale),
-                        f"Attention of {plain(model_a.name)} and {plain(model_b.name)}…")
+                        f"Attention of {plain(display_name(model_a.name))} and {plain(display_name(model_b.name))}…")
 
 
 def lengths_losses(model: LabModel, text: bytes, length: int) -> dict:
     return compute_once("compare-lengths", model.key + (text, length),
                         lambda progress: compare.compare_lengths(model, model.tokenize(text).ids, length),
-                        f"{plain(model.name)} at {length:,} and {2 * length:,} {model.unit}s…")
+                        f"{plain(display_name(model.name))} at {length:,} and {2 * length:,} {model.unit}s…")
 
 
 def lengths_attention(model: LabModel, text: bytes, length: int, layer: int, head: int, log_scale: bool) -> dict:
     return compute_once("compare-lengths-attention", model.key + (text, length, layer, head, log_scale),
                         lambda progress: compare.length_attention_difference(model, model.tokenize(text).ids, length, layer,
                                                                              head, log_scale=log_scale),
-                        f"Attention of {plain(model.name)} at {length:,} and {2 * length:,} {model.unit}s…")
+                        f"Attention of {plain(display_name(model.name))} at {length:,} and {2 * length:,} {model.unit}s…")
 
 
 SCALES = {"log": "log₁₀ probability", "prob": "probability"}
@@ -137,7 +138,7 @@ def methods_apart(a: str, b: str, where) -> None:
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(a=a, b=b, M=f"{multiple:g}", layer=layer, head=head)
     lengths = {n: extrapolation.length_at_multiple(models[n], multiple) for n in (a, b)}
-    qa, qb = plain(a), plain(b)  # the names as Markdown quotes them, for the words below
+    qa, qb = plain(display_name(a)), plain(display_name(b))  # the names as Markdown quotes them, for the words below
     st.caption(f"{qa} and {qb} read the text as different ids (bytes or tokens) or were trained on different contexts: "
                f"each runs at {multiple:g}× its own trained context ({qa}: {lengths[a]:,} {ma.unit}s of {ma.train_length:,}; "
                f"{qb}: {lengths[b]:,} {mb.unit}s of {mb.train_length:,}). Bits per byte compare; positions are drawn as "
@@ -152,25 +153,25 @@ def methods_apart(a: str, b: str, where) -> None:
                 raise PosvizError(problem)
             curves[name] = one_loss(models[name], text_bytes, lengths[name])
         except PosvizError as exc:
-            error_box(exc, f"{plain(name)} cannot run at {multiple:g}× its trained context; the other model is still shown.")
+            error_box(exc, f"{plain(display_name(name))} cannot run at {multiple:g}× its trained context; the other model is still shown.")
     if not curves:
         st.stop()
     metric_cols = st.columns(3)
     for col, name in zip(metric_cols, (a, b)):
         if name in curves:
-            col.metric(f"{plain(name)}: bits/byte", f"{curves[name]['bpb']:.3f}")
+            col.metric(f"{plain(display_name(name))}: bits/byte", f"{curves[name]['bpb']:.3f}")
     if len(curves) == 2:
         metric_cols[2].metric(f"{qb} − {qa}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
     rows = []
     for name, c in curves.items():
         smoothed = lab_inputs.moving_average(c["position_bits"], max(1, lengths[name] // 64))
-        rows += [{"model": name, "position": p, "multiple": p / models[name].train_length, "bits": float(v),
+        rows += [{"model": display_name(name), "position": p, "multiple": p / models[name].train_length, "bits": float(v),
                   "unit": models[name].unit} for p, v in enumerate(smoothed) if np.isfinite(v)]
     df = pd.DataFrame(rows)
     x = alt.X("multiple:Q", title="position in the window ÷ the model's trained context")
     layers = [alt.Chart(df).mark_line().encode(
         x, alt.Y("bits:Q", title="mean loss per id (bits)", scale=alt.Scale(zero=False)),
-        alt.Color("model:N", title=None, scale=method_scales(list(curves))[0], legend=alt.Legend(orient="top")),
+        alt.Color("model:N", title=None, scale=method_scales([display_name(n) for n in curves])[0], legend=alt.Legend(orient="top")),
         tooltip=["model", "position", "unit", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
     if multiple > 1:
         layers.append(alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
@@ -239,7 +240,7 @@ def methods_section() -> None:
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(a=a, b=b, L=length, layer=layer, head=head)
     marks = [train_length] if train_length < length else []
-    qa, qb = plain(a), plain(b)  # the names as Markdown quotes them, for the words below
+    qa, qb = plain(display_name(a)), plain(display_name(b))  # the names as Markdown quotes them, for the words below
 
     st.subheader(f"Loss at each position: {qa} vs {qb} at {length:,} {unit}s")
     curves = {}
@@ -251,14 +252,14 @@ def methods_section() -> None:
             try:
                 curves[name] = one_loss(models[name], text_bytes, length)
             except PosvizError as exc:
-                error_box(exc, f"{plain(name)} cannot run at {length:,} bytes; the other model is still shown.")
+                error_box(exc, f"{plain(display_name(name))} cannot run at {length:,} bytes; the other model is still shown.")
             if i == 0 and name in curves and b != a:
-                alone = pd.DataFrame({"model": a, "position": np.arange(length),
+                alone = pd.DataFrame({"model": display_name(a), "position": np.arange(length),
                                       "bits": lab_inputs.moving_average(curves[a]["position_bits"], smooth)}).dropna()
                 first_curve.altair_chart(alt.Chart(alone).mark_line().encode(
                     alt.X("position:Q", title="position in the window"),
                     alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)),
-                    alt.Color("model:N", title=None, scale=method_scales([a])[0]),
+                    alt.Color("model:N", title=None, scale=method_scales([display_name(a)])[0]),
                     tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260),
                     width="stretch")
             bar.progress((i + 1) / 2, text=f"{qb}…")
@@ -266,27 +267,27 @@ def methods_section() -> None:
     first_curve.empty()
     if not curves:
         st.stop()
-    rows = [{"model": n, "position": p, "bits": float(v)} for n, c in curves.items()
+    rows = [{"model": display_name(n), "position": p, "bits": float(v)} for n, c in curves.items()
             for p, v in enumerate(lab_inputs.moving_average(c["position_bits"], smooth)) if np.isfinite(v)]
     metric_cols = st.columns(3)
     for col, name in zip(metric_cols, (a, b)):
         if name in curves:
-            col.metric(f"{plain(name)}: bits/byte", f"{curves[name]['bpb']:.3f}")
+            col.metric(f"{plain(display_name(name))}: bits/byte", f"{curves[name]['bpb']:.3f}")
     if len(curves) == 2 and a != b:
         diff = lab_inputs.moving_average(curves[b]["position_bits"] - curves[a]["position_bits"], smooth)
-        rows += [{"model": f"{b} − {a}", "position": p, "bits": float(v)} for p, v in enumerate(diff) if np.isfinite(v)]
+        rows += [{"model": f"{display_name(b)} − {display_name(a)}", "position": p, "bits": float(v)} for p, v in enumerate(diff) if np.isfinite(v)]
         metric_cols[2].metric(f"{qb} − {qa}", f"{curves[b]['bpb'] - curves[a]['bpb']:+.3f}", help="bits/byte difference")
     df = pd.DataFrame(rows)
     # one x domain for both stacked charts, so a position sits at the same place in each
     x = alt.X("position:Q", title="position in the window", scale=alt.Scale(domain=[0, int(df["position"].max())], nice=False))
-    layers = [alt.Chart(df[df["model"].isin(curves)]).mark_line().encode(
-        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None, scale=method_scales(list(curves))[0], legend=alt.Legend(orient="top")),
+    layers = [alt.Chart(df[df["model"].isin([display_name(n) for n in curves])]).mark_line().encode(
+        x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None, scale=method_scales([display_name(n) for n in curves])[0], legend=alt.Legend(orient="top")),
         tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
     if marks:
         layers.append(alt.Chart(pd.DataFrame({"position": marks})).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
     top = alt.layer(*layers)
     if len(curves) == 2 and a != b:
-        diff_df = df[df["model"] == f"{b} − {a}"]
+        diff_df = df[df["model"] == f"{display_name(b)} − {display_name(a)}"]
         bottom = alt.layer(
             alt.Chart(diff_df).mark_area(opacity=0.5, color="#b07aa1").encode(
                 x, alt.Y("bits:Q", title="difference (bits)"),
@@ -315,14 +316,14 @@ def methods_section() -> None:
         cols = st.columns(3)
         domain = compare.shared_range(maps["a"], maps["b"])  # one colour scale for the two maps read side by side
         with cols[0]:
-            map_panel(maps["a"], maps["block"], length, f"attention-{a}-l{layer}-h{head}-L{length}", a,
+            map_panel(maps["a"], maps["block"], length, f"attention-{a}-l{layer}-h{head}-L{length}", display_name(a),
                       map_title, "viridis", marks, unit, domain)
         with cols[1]:
-            map_panel(maps["b"], maps["block"], length, f"attention-{b}-l{layer}-h{head}-L{length}", b,
+            map_panel(maps["b"], maps["block"], length, f"attention-{b}-l{layer}-h{head}-L{length}", display_name(b),
                       map_title, "viridis", marks, unit, domain)
         with cols[2]:
             map_panel(maps["diff"], maps["block"], length, f"attention-diff-{a}-{b}-l{layer}-h{head}-L{length}",
-                      f"{b} − {a}", "probability difference", "redblue", marks, unit)
+                      f"{display_name(b)} − {display_name(a)}", "probability difference", "redblue", marks, unit)
         st.caption(f"Largest single difference: {maps['max_abs_diff']:.3f}. Red: {qb} attends more; blue: {qa} attends more. "
                    "Layers and heads are not aligned across separately trained models: compare patterns (how far, how "
                    "sharp), not head numbers.")
@@ -354,7 +355,7 @@ def lengths_section() -> None:
     map_title = "log₁₀ attention probability" if log_scale else "attention probability"
     sync_url(model=model_name, L=length, layer=layer, head=head)
 
-    st.subheader(f"{plain(model_name)}: the same {unit}s with L = {length:,} vs 2L = {2 * length:,} {unit}s of window")
+    st.subheader(f"{plain(display_name(model_name))}: the same {unit}s with L = {length:,} vs 2L = {2 * length:,} {unit}s of window")
     try:
         with st.spinner("Scoring at L and 2L…"):
             result = lengths_losses(model, text_bytes, length)

@@ -5,6 +5,7 @@ import streamlit as st
 
 from posviz.explore import content_positions
 from posviz.models.checkpoint_files import shipped_checkpoints
+from posviz.display import display_name
 from views._checkpoints import shipped_lab_model
 from views._explore import kept
 from views._matrices import show_matrix
@@ -29,12 +30,12 @@ methods = content_positions.content_methods()
 on_disk = shipped_checkpoints()
 available = [m for m in methods if m in on_disk]
 if not available:
-    st.info(f"No checkpoint of {', '.join(methods)} in models/. Train one with `python -m posviz.train --method "
+    st.info(f"No checkpoint of {', '.join(map(display_name, methods))} in models/. Train one with `python -m posviz.train --method "
             f"{methods[0] if methods else 'fox'}` (or `make checkpoints`), then reload.")
     st.stop()
 
 controls = st.columns([2, 1, 1, 2])
-checkpoint = controls[0].selectbox("Checkpoint", available, index=available.index(qp_choice("model", available[0], available)),
+checkpoint = controls[0].selectbox("Checkpoint", available, format_func=display_name, index=available.index(qp_choice("model", available[0], available)),
                                    key="w_model", help="Checkpoints trained with the shared recipe whose method reads content.")
 model, problem = shipped_lab_model(checkpoint)
 if model is None:
@@ -67,7 +68,7 @@ if ids.numel() < 2:
     st.stop()
 digest = hashlib.sha256(bytes(ids.tolist())).hexdigest()[:16]
 key = (checkpoint, model.key, digest, int(ids.numel()), layer)
-with st.spinner(f"Running {checkpoint} on {ids.numel()} bytes…"):
+with st.spinner(f"Running {display_name(checkpoint)} on {ids.numel()} bytes…"):
     view = kept(VIEW, "layer", key, lambda: content_positions.layer_view(model.net, ids, layer))
 chars = [chr(b) if 32 <= b < 127 or b in (9, 10) else "·" for b in view.ids.tolist()]
 
@@ -78,7 +79,8 @@ left, right = st.columns(2)
 with left:
     show_matrix(view.weights[head], f"{checkpoint}_weights_L{layer}_H{head}", "key j", "query i", "weight",
                 key=key + ("weights", head),
-                says=content_positions.near_weight_sentence(view.weights[head], view.softmax[head], checkpoint, layer, head))
+                says=content_positions.near_weight_sentence(view.weights[head], view.softmax[head], display_name(checkpoint),
+                                                           layer, head))
 with right:
     show_matrix(view.softmax[head], f"{checkpoint}_softmax_L{layer}_H{head}", "key j", "query i", "softmax weight",
                 key=key + ("softmax", head))

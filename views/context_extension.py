@@ -5,9 +5,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import DASHED_LEGEND, RedrawClock, legend_for, method_scales, metric_rows, show_cached_chart
+from views._charts import DASHED_LEGEND, RedrawClock, legend_for, method_scales, metric_rows, named, show_cached_chart
 from views._models import ModelList, add_published
-from views._page import error_box, page_header
+from views._page import error_box, page_header, plain
 from views._serving import compute_once, stored_result
 from views._text import choose_text
 from views._url import qp_choice, qp_multi, sync_url
@@ -19,6 +19,7 @@ from posviz.limits import device_label
 from posviz.palette import rope_series
 from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.positions.rope_scaling import ROPE_SCALINGS
+from posviz.display import display_name
 
 page_header(
     "Context extension",
@@ -46,7 +47,8 @@ if not bases:
     st.stop()
 # The curves are named by scaling ("linear"), remap ("self_extend") or checkpoint ("alibi"); colours are the app's,
 # per method, and each chart's legend lists only the series it draws (all eleven methods would not fit beside a chart).
-ALIASES = {s: rope_series(s) for s in list(ROPE_SCALINGS) + list(ROPE_REMAPS)}
+# The charts show display names (posviz.display); each scaling's and remap's colour is its rope variant's
+ALIASES = {display_name(s): rope_series(s) for s in list(ROPE_SCALINGS) + list(ROPE_REMAPS)}
 
 # ------------------------------------------------------------------------------------------------
 # Controls
@@ -65,7 +67,7 @@ with left:
         st.stop()
     rope = catalog.models[rope_name]
     if rope.method != "rope":
-        error_box(PosvizError(f"{rope_name} uses {rope.method} positions: the scalings apply to RoPE models only."),
+        error_box(PosvizError(f"{plain(display_name(rope_name))} uses {display_name(rope.method)} positions: the scalings apply to RoPE models only."),
                   "Choose another model.")
         st.stop()
     train_length, unit = rope.train_length, rope.unit
@@ -77,15 +79,15 @@ with left:
     # (python -m posviz_tools.bench --first-request); all seven scalings and two references, 12 s.
     SCALINGS = context_extension.extensions(rope)  # the frequency scalings, then the remaps this model takes
     first_view = [s for s in ("none", "yarn") if s in SCALINGS]
-    scalings = st.multiselect("Scalings and remaps", SCALINGS, default=qp_multi("scalings", first_view, SCALINGS),
+    scalings = st.multiselect("Scalings and remaps", SCALINGS, format_func=display_name, default=qp_multi("scalings", first_view, SCALINGS),
                               key="w_scalings",
                               help="Position interpolation (linear), NTK, dynamic NTK, Llama 3 and LongRoPE change how fast "
-                                   "each pair turns. The training-free remaps (self_extend, rerope, leaky_rerope, dca, "
-                                   "string; checkpoints only) keep the speeds and change which relative position each pair "
+                                   "each pair turns. The training-free remaps (Self-Extend, ReRoPE, Leaky ReRoPE, "
+                                   "dual chunk attention, STRING; checkpoints only) keep the speeds and change which relative position each pair "
                                    "is seen at, so none sees a distance it never trained on. Each adds a live curve.")
     references = st.multiselect("Compare with", others, default=qp_multi("refs", [], others), key="w_refs",
                                 format_func=catalog.label,
-                                placeholder="e.g. alibi: a method that needs no scaling",
+                                placeholder="e.g. ALiBi: a method that needs no scaling",
                                 help="Models that need no scaling, drawn solid in their own colours beside the "
                                      "scalings, stored and live.")
     catalog.caption()
@@ -118,6 +120,7 @@ def live_chart(df: pd.DataFrame, title: str, unit: str, train_length: int, mixed
     multiple of each model's trained context (bytes and tokens on one axis)."""
     if mixed:
         return multiple_chart(df, title)
+    df = named(df, "curve")
     x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
     colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
@@ -132,6 +135,7 @@ def live_chart(df: pd.DataFrame, title: str, unit: str, train_length: int, mixed
 
 def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
     """``live_chart`` against the multiple of each model's trained context (bytes and tokens on one axis)."""
+    df = named(df, "curve")
     x = alt.X("multiple:Q", scale=alt.Scale(type="log", base=2), title="multiple of trained context (log scale)")
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
     colours, dash_scale = method_scales(list(dict.fromkeys(df["curve"])), ALIASES)
@@ -147,7 +151,8 @@ def multiple_chart(df: pd.DataFrame, title: str) -> alt.LayerChart:
 
 def wavelength_chart(waves: pd.DataFrame, scalings: list[str], train_length: int, factor: float) -> alt.LayerChart:
     """Each rotary pair's wavelength under each scaling, with the training and target lengths marked."""
-    wave_colours, wave_dashes = method_scales(scalings, ALIASES)
+    waves = named(waves, "scaling")
+    wave_colours, wave_dashes = method_scales([display_name(s) for s in scalings], ALIASES)
     marks = pd.DataFrame({"wavelength": [train_length, factor * train_length],
                           "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
     y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
@@ -163,6 +168,7 @@ def wavelength_chart(waves: pd.DataFrame, scalings: list[str], train_length: int
 
 def finetuned_chart(ft_all: pd.DataFrame, ft_length: int) -> alt.LayerChart:
     """The fine-tuned RoPE checkpoints before and after fine-tuning, beside methods that need none."""
+    ft_all = named(ft_all, "curve", "of")
     ft_colours, _ = method_scales(list(dict.fromkeys(ft_all["curve"])))
     x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
@@ -177,6 +183,7 @@ def finetuned_chart(ft_all: pd.DataFrame, ft_length: int) -> alt.LayerChart:
 
 def finetuning_chart(curves: pd.DataFrame) -> alt.Chart:
     """The training loss while each RoPE checkpoint was fine-tuned."""
+    curves = named(curves, "checkpoint")
     return alt.Chart(curves).mark_line().encode(
         x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
                                                                 scale=alt.Scale(zero=False)),
@@ -222,11 +229,11 @@ def at_this_factor() -> None:
                     f"relative position instead (drawn on the RoPE page). Their parameters, chosen to cover "
                     f"{factor:g} × {train_length:,} {unit}s (`python -m posviz.evaluate --scaling NAME --option KEY=VALUE` "
                     "sets them by hand):")
-        st.dataframe(remaps, hide_index=True, height="content")
+        st.dataframe(named(remaps, "remap"), hide_index=True, height="content")
     af = waves.groupby("scaling", sort=False)["attention_factor"].first()
     if (af != 1).any():
         st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "
-                   + ", ".join(f"{k} {v:.3f}" for k, v in af.items()))
+                   + ", ".join(f"{display_name(k)} {v:.3f}" for k, v in af.items()))
 
     # ------------------------------------------------------------------------------------------------
     # Fine-tuned at a longer length: the same scaling before and after (shipped, drawn at once)
@@ -234,7 +241,7 @@ def at_this_factor() -> None:
     st.subheader("With fine-tuning: position interpolation and YaRN as their papers use them")
     st.markdown(
         "Position interpolation (Chen et al. 2023) and YaRN (Peng et al. 2023) are meant to be followed by a short "
-        "fine-tuning at the new length. The shipped `rope` checkpoint was fine-tuned at 4× its training length three "
+        "fine-tuning at the new length. The shipped RoPE checkpoint was fine-tuned at 4× its training length three "
         "ways, with the same small budget each: no scaling, linear interpolation, YaRN. Dashed: the same scaling "
         "before fine-tuning; solid: after. The methods that need no stretching are drawn for reference."
     )
@@ -259,18 +266,18 @@ def at_this_factor() -> None:
                               f"Dotted: the training length ({ft_length:,}) and the fine-tuning length ({target:,}).")
         with right:
             facts = pd.DataFrame(context_extension.finetuning_facts(models))
-            st.dataframe(facts, hide_index=True, height="content")
+            st.dataframe(named(facts, "checkpoint", "from", "scaling"), hide_index=True, height="content")
             at_target = ft_all[ft_all["length"] == target]
             if not at_target.empty:
                 value = lambda of, stage: next((f"{v:.3f}" for v in at_target[(at_target["of"] == of)  # noqa: E731
                                                                            & (at_target["stage"] == stage)]["bpb"]), "—")
-                table = pd.DataFrame([{"checkpoint": of, "before fine-tuning": value(of, "before fine-tuning"),
+                table = pd.DataFrame([{"checkpoint": display_name(of), "before fine-tuning": value(of, "before fine-tuning"),
                                        "after fine-tuning": value(of, "after fine-tuning"),
                                        "no fine-tuning needed": value(of, "no fine-tuning needed"),
                                        # how far the checkpoint's own score (after, or needing none) moves with the
                                        # evaluation windows; the "before" scores stored no windows
                                        "its own score, 95 % interval": extrapolation.shipped_bpb_intervals(
-                                           models[of]).get(target, "not stored")}
+                                           models[of]).get(target, "—")}
                                       for of in dict.fromkeys(at_target["of"])])
                 st.markdown(f"**Bits per byte at {target:,} bytes (the fine-tuning length):**")
                 st.dataframe(table, hide_index=True, width="stretch", height="content")
@@ -308,7 +315,7 @@ def at_this_factor() -> None:
     c1, c2 = st.columns(2)
     with c1:
         if shipped.empty and not rope.stored_metrics():
-            st.info(f"{rope_name} is a published model: it has no stored curves; its live curves are on the right.")
+            st.info(f"{plain(display_name(rope_name))} is a published model: it has no stored curves; its live curves are on the right.")
         elif shipped.empty:
             st.info("No stored curves yet (run `python -m posviz.evaluate_all`).")
         else:
@@ -328,7 +335,7 @@ def at_this_factor() -> None:
     except PosvizError as exc:  # a missing or damaged rope checkpoint: say which file, keep the app serving
         with c2:
             live_slot.empty()
-            error_box(exc, f"Choose another model above; {rope_name}'s scalings cannot run." if rope_name in catalog.listed
+            error_box(exc, f"Choose another model above; {plain(display_name(rope_name))}'s scalings cannot run." if rope_name in catalog.listed
                       else "Restore the rope checkpoint (git checkout models/rope) or retrain it with "
                            "`python -m posviz.train --method rope`.")
         st.stop()
@@ -340,7 +347,7 @@ def at_this_factor() -> None:
         with c2:
             live_slot.empty()
             if rope.length_cap < train_length:  # a published model whose one pass is capped below its context
-                error_box(PosvizError(f"{rope_name} cannot run its training length ({train_length:,} {unit}s) here: "
+                error_box(PosvizError(f"{plain(display_name(rope_name))} cannot run its training length ({train_length:,} {unit}s) here: "
                                       f"its cap is {rope.length_cap:,} ({rope.length_cap_reason})."),
                           "Choose another model above.")
             else:
@@ -373,13 +380,13 @@ def at_this_factor() -> None:
                     "rope_scaling", scaling_key(name),
                     lambda progress, scaling=name: context_extension.rope_scaling_curves(
                         rope, factor, rope.tokenize(text_bytes).ids, lengths, [scaling], progress),
-                    f"{'rope' if rope_name in models else rope_name} + {name} at s = {factor:g}: {len(lengths)} lengths…")
+                    f"{plain(display_name(rope_name))} + {display_name(name)} at s = {factor:g}: {len(lengths)} lengths…")
             else:
                 model = catalog.models[name]
                 rows = compute_once("reference_curve", reference_key(model, name),
                                     lambda progress, model=model, name=name: context_extension.reference_curve(
                                         model, model.tokenize(text_bytes).ids, ref_lengths[name], progress),
-                                    f"{name}: {len(ref_lengths[name])} lengths…")
+                                    f"{plain(display_name(name))}: {len(ref_lengths[name])} lengths…")
                 reference_frames.append(pd.DataFrame(rows, columns=["length", "bpb"]).assign(
                     curve=name, kind="no scaling needed", factor=None))
         if streaming and i < len(jobs) - 1 and redraw.due():  # the last one is drawn below, with its download
@@ -395,7 +402,7 @@ def at_this_factor() -> None:
     if not best.empty:
         st.markdown(f"**At {max(lengths) // train_length}× each model's trained context, live:**" if mixed else
                     f"**At {max(lengths):,} {unit}s ({max(lengths) // train_length}× the training length), live:**")
-        metric_rows([dict(label=r["curve"], value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
+        metric_rows([dict(label=plain(display_name(r["curve"])), value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
                     per_row=4)
 
 

@@ -24,6 +24,7 @@ from posviz.labs.inputs import in_units, shared_unit, unit_note, when_not_bytes
 from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import MAX_PROMPT_BYTES, default_device, device_label
+from posviz.display import display_name
 
 page_header(
     "Generation lab",
@@ -63,7 +64,7 @@ with left:
     cap = min((min(bound) for bound in bounds.values()), default=generation.max_new_bytes(train_length, default_device()))
     multiple = generation.max_new_bytes(1, default_device())
     binding = min(bounds, key=lambda n: min(bounds[n]), default=None)  # the model whose bound is the cap
-    capped_by = (f"{plain(binding)}'s length cap on this device" if binding is not None and bounds[binding][1] < bounds[binding][0]
+    capped_by = (f"{plain(display_name(binding))}'s length cap on this device" if binding is not None and bounds[binding][1] < bounds[binding][0]
                  else f"{multiple} × the training length")
     new_ids = st.slider(f"{unit.capitalize()}s to write (at most {cap:,} here: {capped_by})",
                         16, cap, value=qp_int("n", min(generation.DEFAULT_NEW_BYTES, cap), 16, cap), step=4, key="w_n",
@@ -89,7 +90,8 @@ with left:
 with strategies_slot.container():
     with st.expander("When the window is full", expanded=False):
         for key in generation.STRATEGIES:
-            st.markdown(f"**{generation.strategy_title(key, unit)}** (`{key}`) — {generation.strategy_how(key, unit)}")
+            title = generation.strategy_title(key, unit)  # the strategy's one name, the KV cache lab's too
+            st.markdown(f"**{title[:1].upper() + title[1:]}** — {generation.strategy_how(key, unit)}")
         st.caption(in_units("Re-encoding and shifting are for absolute methods: relative methods (ALiBi, T5, Shaw, "
                             "RoPE) and NoPE keep every byte at its true position, their cache valid as the text grows. "
                             "StreamingLLM's window applies to every method.", unit))
@@ -165,7 +167,7 @@ for start in range(0, len(chosen), per_row):
     cols = st.columns(per_row)
     for col, name in zip(cols, chosen[start:start + per_row]):
         with col:
-            st.markdown(f"**{plain(name)}**")
+            st.markdown(f"**{plain(display_name(name))}**")
             slots[name] = {"stats": st.empty(), "note": st.empty(), "text": st.empty()}
 
 pending = [name for name in chosen if name not in results]
@@ -207,7 +209,7 @@ for name in chosen:
     slots[name]["stats"].caption(f"{len(r.ids):,} {units_of(name)} · {rate} · {own}"
                                  + ("" if r.strategy == strategy else " · true positions (not an absolute method)"))
     if r.error:
-        slots[name]["note"].warning(f"**{plain(name)}** stopped: {r.error}", icon="⚠️")
+        slots[name]["note"].warning(f"**{plain(display_name(name))}** stopped: {r.error}", icon="⚠️")
 
     def coloured(r=r, name=name) -> str:
         chars, mark = generation.coloured_characters(r, r.surprisal if colour_by == "surprisal" else r.entropy)
@@ -248,15 +250,15 @@ if from_document and real:
         try:
             forced = compute_once(
                 "teacher_forced", model.key + (bytes(prompt), what, strategy),
-                lambda progress, name=name: score_real(name), f"{plain(name)}: scoring the real continuation…")
+                lambda progress, name=name: score_real(name), f"{plain(display_name(name))}: scoring the real continuation…")
         except PosvizError as exc:
             error_box(exc)
             continue
         # bits per byte either way (a token's bits over the bytes it covers); the bytes its scored ids cover
-        rows.append({"checkpoint": name, "bits/byte, its own text": done[name].bits_per_byte,
+        rows.append({"checkpoint": display_name(name), "bits/byte, its own text": done[name].bits_per_byte,
                      "bits/byte, the real continuation": forced.bits_per_byte, "bytes scored": forced.n_bytes})
         if forced.error:  # below the table, whole: a table cell cut it off
-            notes.append(f"**{plain(name)}**: {forced.error}")
+            notes.append(f"**{plain(display_name(name))}**: {forced.error}")
     if rows:
         table = pd.DataFrame(rows).set_index("checkpoint")
         numbers = ["bits/byte, its own text", "bits/byte, the real continuation"]
@@ -274,11 +276,11 @@ if from_document and real:
 # ------------------------------------------------------------------------------------------------
 width = max(8, models[next(iter(done))].train_length // 4)
 count = f"{done_unit}s"  # the column counting each window's ids: "bytes" for checkpoints
-rows = [{"checkpoint": name, "position": w["window start"], **w}
+rows = [{"checkpoint": display_name(name), "position": w["window start"], **w}
         for name, r in done.items() for w in generation.window_means(r.entropy, r.prompt_length, width, count)]
 if rows:
     df = pd.DataFrame(rows)
-    colours, dashes = method_scales(list(done))
+    colours, dashes = method_scales([display_name(n) for n in done])
     trained = sorted({models[n].train_length for n in done})  # each model's, in its own ids
     lines = alt.Chart(df).mark_line(point=True).encode(
         x=alt.X("position:Q", title=f"position in the text (windows of {width} {unit_note(done_unit)})"),

@@ -7,10 +7,14 @@ from posviz.slides import extremes_sentence, length_words
 from views._charts import legend_for, method_scales
 from views._checkpoints import shipped_checkpoint_json
 from views._explore import chart
-from views._page import page_header
+from views._page import page_header, plain
 from views._url import qp_bool, qp_choice, sync_url
 from posviz.explore import home
+from posviz.display import display_name
 from posviz.positions import POSITION_METHODS, method_names, opening_set
+
+# The text behind every "bits/byte @ N×" here, the Scoreboard's and the labs' stored curves (metrics.json's eval block)
+EVAL_TEXT = "the long held-out documents (the evaluation text)"
 
 page_header(
     "posviz — how a transformer knows where each token is",
@@ -36,13 +40,13 @@ entries = {name: entry for name, entry in shipped_checkpoint_json().items() if n
 metrics = {name: m for name, (_, m, problem) in entries.items() if problem is None and m is not None}
 for name, (_, _, problem) in entries.items():
     if problem is not None:
-        st.warning(f"Checkpoint **{name}** could not be read: {problem}", icon="⚠️")
+        st.warning(f"Checkpoint **{plain(display_name(name))}** could not be read: {problem}", icon="⚠️")
 missing = [name for name in method_names() if name not in entries]
 if not entries:
     st.warning("No checkpoints found, so the measured columns and the chart below are empty. "
                "Run `make checkpoints` to train the shipped set (about an hour on a laptop CPU).", icon="⚠️")
 elif missing:
-    st.info(f"No checkpoint yet for: {', '.join(missing)}. Run `make checkpoints` to train the full set.", icon="ℹ️")
+    st.info(f"No checkpoint yet for: {', '.join(map(display_name, missing))}. Run `make checkpoints` to train the full set.", icon="ℹ️")
 
 st.header("The methods at a glance")
 rows = pd.DataFrame(home.method_rows(metrics)).drop(columns=["summary"])
@@ -64,6 +68,7 @@ shown = rows.copy()
 has_1x = rows["bits/byte @ 1×"].notna()
 for column in ("bits/byte @ 1×", long_col):
     shown[column] = [bpb_text(v, m, h) for v, m, h in zip(rows[column], rows["method"], has_1x)]
+shown["method"] = shown["method"].map(display_name)  # the ids stay in links; the table says each method's name
 st.dataframe(
     shown,
     hide_index=True,
@@ -77,9 +82,9 @@ st.dataframe(
                                                     "generating? Added vectors: " + home.KV_CACHE_REASON["input"]
                                                     + "; rotations: " + home.KV_CACHE_REASON["q/k"] + "; biases: "
                                                     + home.KV_CACHE_REASON["logits"] + "."),
-        "bits/byte @ 1×": st.column_config.Column(help="Validation bits per byte at the training length."),
+        "bits/byte @ 1×": st.column_config.Column(help=f"Bits per byte at the training length on {EVAL_TEXT}."),
         long_col: st.column_config.Column(
-            help=f"Validation bits per byte at {home.EXTRAPOLATION_MULTIPLE}× the training length; “cannot run”: "
+            help=f"Bits per byte at {home.EXTRAPOLATION_MULTIPLE}× the training length on {EVAL_TEXT}; “cannot run”: "
                  "the method has no representation for positions that far."),
         "extrapolates": st.column_config.TextColumn(
             help=f"yes: at most {home.EXTRAPOLATES_WITHIN_BPB} bits/byte worse at {home.EXTRAPOLATION_MULTIPLE}× "
@@ -88,23 +93,24 @@ st.dataframe(
     },
 )
 st.caption("Columns from each method's definition in `posviz/positions`; the bits/byte columns and "
-           "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method).")
+           "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method), "
+           f"on {EVAL_TEXT}. The sidebar's “val-split bpb” is the training run's own score on other text.")
 
 
 @st.fragment
 def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
     """The radio and the chart under it: moving it reruns this alone, and a range seen before draws its kept spec."""
-    order = [n for n in method_names() if n in set(curve["checkpoint"])]
+    ids = [n for n in method_names() if display_name(n) in set(curve["checkpoint"])]
     # Up to 4x the methods that extrapolate sit close together: a closer look separates them.
     ranges = {"all": "every length measured", "4": "up to 4× the training length"}
     left, right = st.columns([3, 1])
     shown_range = left.radio("Lengths", list(ranges), format_func=ranges.get, horizontal=True, key="w_range",
                              index=list(ranges).index(qp_choice("range", "all", list(ranges))))
     # Eight lines a room can tell apart (one method of each family); every checkpoint one click away.
-    every = right.toggle(f"All {len(order)} checkpoints", value=qp_bool("all", False), key="w_all",
-                         help="Off: one method of each family (" + ", ".join(opening_set(order)) + ").")
+    every = right.toggle(f"All {len(ids)} checkpoints", value=qp_bool("all", False), key="w_all",
+                         help="Off: one method of each family (" + ", ".join(map(display_name, opening_set(ids))) + ").")
     sync_url(range=shown_range, all=every)
-    order = order if every else opening_set(order)
+    order = [display_name(n) for n in (ids if every else opening_set(ids))]
     shown = curve if shown_range == "all" else curve[curve["multiple"] <= float(shown_range)]
     shown = shown[shown["checkpoint"].isin(order)]
 
@@ -114,7 +120,7 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
             x=alt.X("length:Q", title="evaluation length (bytes, log₂ scale)",
                     scale=alt.Scale(type="log", base=2, domain=[min(lengths), max(lengths)]),
                     axis=alt.Axis(values=lengths, format=",d")),
-            y=alt.Y("bpb:Q", title="validation bits per byte (lower is better)", scale=alt.Scale(zero=False)),
+            y=alt.Y("bpb:Q", title="bits per byte, held-out documents (lower is better)", scale=alt.Scale(zero=False)),
             color=alt.Color("checkpoint:N", scale=method_scales(order)[0], title="checkpoint",
                             legend=legend_for(len(order))),
             strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(order)[1], title="checkpoint",
@@ -135,12 +141,15 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
     chart("home", ("bpb-vs-length", shown_range, tuple(train_lengths), tuple(order)) + rows, build, "bpb_vs_length",
           "Non-overlapping windows of the evaluation length over the same held-out bytes. A line that stops "
           "means the method cannot run at longer lengths (the learned table has no rows past it).",
-          says=extremes_sentence(shown, "checkpoint", "length", "bpb", "validation bits per byte",
+          says=extremes_sentence(shown, "checkpoint", "length", "bpb", "bits per byte on the held-out documents",
                                  length_words(train_lengths[0] if len(train_lengths) == 1 else None)))
 
 
 st.header("Bits per byte vs evaluation length")
 curve = pd.DataFrame(home.bpb_vs_length_rows(metrics))
+if not curve.empty:  # the legend says names; the CSV keeps the ids beside them
+    curve.insert(0, "id", curve["checkpoint"])
+    curve["checkpoint"] = curve["id"].map(display_name)
 if curve.empty:
     st.info("No evaluated checkpoints to plot yet. Run `make checkpoints`, then reload this page.", icon="ℹ️")
 else:
@@ -158,4 +167,4 @@ for i, name in enumerate(method_names()):
     cls = POSITION_METHODS[name]
     path, title, icon = EXPLAINER.get(cls.kind) or EXPLAINER.get(cls.acts_on, ("views/extrapolation.py", "Extrapolation lab", "📈"))
     with cols[i % 2]:
-        st.page_link(path, label=f"{name} — {title}", icon=icon, help=POSITION_METHODS[name].summary)
+        st.page_link(path, label=f"{display_name(name)} — {title}", icon=icon, help=POSITION_METHODS[name].summary)

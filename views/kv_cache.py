@@ -16,6 +16,7 @@ from posviz.models.interface import open_model
 
 from posviz.errors import PosvizError
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES, device_label
+from posviz.display import display_name
 
 page_header(
     "KV cache & sliding window",
@@ -24,12 +25,13 @@ page_header(
     "has to go. What happens to the positions then depends on the position method.",
 )
 
-COLOURS = alt.Scale(domain=list(kv_cache.STRATEGIES), range=["#4e79a7", "#e15759", "#59a14f", "#b07aa1"])
-TITLES = kv_cache.STRATEGY_TITLES
+TITLES = kv_cache.STRATEGY_TITLES  # each strategy's one name, here and in the Generation lab
+# the legend says the strategies' names (the "how" column), in the strategies' order
+COLOURS = alt.Scale(domain=[TITLES[s] for s in kv_cache.STRATEGIES], range=["#4e79a7", "#e15759", "#59a14f", "#b07aa1"])
 
 with st.expander(f"The {len(kv_cache.STRATEGIES)} strategies", expanded=True):
     for strategy in kv_cache.STRATEGIES:
-        st.markdown(f"**{TITLES[strategy]}** (`{strategy}`) — {kv_cache.STRATEGY_HOW[strategy]}")
+        st.markdown(f"**{TITLES[strategy][:1].upper() + TITLES[strategy][1:]}** — {kv_cache.STRATEGY_HOW[strategy]}")
 
 
 catalog = usable_models(open_model)  # each resolved once; weights load when one is scored
@@ -118,11 +120,11 @@ def sink_section() -> None:
             shares = compute_once("first_id_share", model.key + (text_bytes,),
                                   lambda progress, model=model: kv_cache.first_id_share(
                                       model, model.tokenize(text_bytes).ids, progress=progress),
-                                  f"{plain(name)}: attention on the first {model.unit}, layer by layer…")
+                                  f"{plain(display_name(name))}: attention on the first {model.unit}, layer by layer…")
         except PosvizError as exc:
-            st.warning(f"**{plain(name)}**: {exc}", icon="⚠️")
+            st.warning(f"**{plain(display_name(name))}**: {exc}", icon="⚠️")
             continue
-        rows += [{"model": name, **r} for r in shares]
+        rows += [{"model": display_name(name), **r} for r in shares]
     if not rows:
         return
     verdict = kv_cache.sink_sentence(rows, one)
@@ -134,7 +136,8 @@ def sink_section() -> None:
         x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"),
         color=alt.Color("share %:Q", title="% on the first", scale=alt.Scale(scheme="purples", domain=[0, 100])),
         tooltip=["model", "layer", "head", alt.Tooltip("share %:Q", format=".1f")],
-    ).properties(width=150, height=120).facet(facet=alt.Facet("model:N", sort=chosen, title=None), columns=4)
+    ).properties(width=150, height=120).facet(facet=alt.Facet("model:N", sort=[display_name(n) for n in chosen],
+                                                              title=None), columns=4)
     show_chart(chart, shares.drop(columns=["share"]), "first-id-share",
                f"Spread evenly over the keys it sees, a head would put {uniform:.1f} % on the first {one} (for a full layer).",
                says=verdict)
@@ -153,7 +156,7 @@ COLUMNS = [TITLES[s] for s in kv_cache.STRATEGIES]
 
 
 def results_frame(rows: list[dict]) -> pd.DataFrame:
-    results = pd.DataFrame(rows, columns=["checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", MS,
+    results = pd.DataFrame(rows, columns=["id", "checkpoint", "strategy", "how", BPB, "bits/byte, all bytes", MS,
                                           SCORED, TIMED_COLUMN, "note"])
     for column in (BPB, "bits/byte, all bytes", MS):
         results[column] = pd.to_numeric(results[column])
@@ -163,15 +166,16 @@ def results_frame(rows: list[dict]) -> pd.DataFrame:
 def show_tables(results: pd.DataFrame, done: bool, bpb_slot, speed_slot) -> None:
     """The two tables so far, into their slots; a cell not computed yet reads "…" (until ``done``: then "cannot run")."""
     def pivot(column: str) -> pd.DataFrame:
-        table = results.pivot(index="checkpoint", columns="how", values=column) if len(results) else pd.DataFrame()
+        table = results.pivot(index="id", columns="how", values=column) if len(results) else pd.DataFrame()
         return table.reindex(index=chosen, columns=COLUMNS)
 
-    computed = {(r["checkpoint"], r["how"]) for _, r in results.iterrows()}
+    computed = {(r["id"], r["how"]) for _, r in results.iterrows()}
 
     def cell(table: pd.DataFrame, missing: str, fmt: str) -> pd.DataFrame:
         return pd.DataFrame([[f"{v:{fmt}}" if not pd.isna(v) else missing if (name, how) in computed or done else "…"
                               for how, v in zip(COLUMNS, table.loc[name])] for name in chosen],
-                            index=pd.Index(chosen, name="checkpoint"), columns=pd.Index(COLUMNS, name="how"))
+                            index=pd.Index([display_name(n) for n in chosen], name="checkpoint"),
+                            columns=pd.Index(COLUMNS, name="strategy"))
 
     # Shown as text so a missing value reads "cannot run" (the grid would print None); the CSV keeps numbers.
     bpb_slot.dataframe(cell(pivot(BPB), "cannot run", ".3f"), width="stretch", height="content")
@@ -180,17 +184,17 @@ def show_tables(results: pd.DataFrame, done: bool, bpb_slot, speed_slot) -> None
 
 def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
     bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
-        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
+        x=alt.X("checkpoint:N", sort=[display_name(n) for n in chosen], title=None),
+        xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
         y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
-        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom",
-                        labelExpr="{'reencode': 'Re-encode', 'shifted_cache': 'Shifted', "
-                                  "'cached_window': 'True positions', 'streaming': 'StreamingLLM'}[datum.label]")),
+        color=alt.Color("how:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom", labelLimit=300)),
         tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
     ).properties(height=320)
     speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(
-        x=alt.X("checkpoint:N", sort=chosen, title=None), xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
+        x=alt.X("checkpoint:N", sort=[display_name(n) for n in chosen], title=None),
+        xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
         y=alt.Y(f"{MS}:Q", title=f"milliseconds per {STEP} (lower is faster)"),
-        color=alt.Color("strategy:N", scale=COLOURS, title=None, legend=None),
+        color=alt.Color("how:N", scale=COLOURS, title=None, legend=None),
         tooltip=["checkpoint", "how", alt.Tooltip(f"{MS}:Q", format=".2f"), TIMED_COLUMN],
     ).properties(height=320)
     return bpb, speed
@@ -222,7 +226,7 @@ def scoring_section() -> None:
                         f"Capped at {MAX_SLIDING_BYTES:,} {many}.")
     sync_url(n=n_scored)
     st.subheader(f"Scoring {n_scored:,} {many} with a {window:,}-{one} window")
-    expected = pd.DataFrame([{"checkpoint": n, **{TITLES[s]: kv_cache.strategy_verdict(models[n], s) for s in kv_cache.STRATEGIES}}
+    expected = pd.DataFrame([{"checkpoint": display_name(n), **{TITLES[s]: kv_cache.strategy_verdict(models[n], s) for s in kv_cache.STRATEGIES}}
                              for n in chosen])
     with st.expander(catalog.say("What to expect for each checkpoint", "What to expect for each model"),
                      expanded=False):
@@ -262,10 +266,10 @@ def scoring_section() -> None:
             try:
                 with working:
                     r = compute_once("sliding", sliding_key(model, strategy), compute,
-                                     f"{plain(name)}: {TITLES[strategy].lower()} over {n_scored:,} {model.unit}s…")
+                                     f"{plain(display_name(name))}: {TITLES[strategy]} over {n_scored:,} {model.unit}s…")
             except PosvizError as exc:
                 r = {"bpb": None, "bpb_full": None, "ms": None, "n": 0, "error": str(exc), "timed": 0}
-            rows.append({"checkpoint": name, "strategy": strategy, "how": TITLES[strategy],
+            rows.append({"id": name, "checkpoint": display_name(name), "strategy": strategy, "how": TITLES[strategy],
                          BPB: r["bpb_full"], "bits/byte, all bytes": r["bpb"],
                          MS: r["ms"], SCORED: r["n"], TIMED_COLUMN: r.get("timed"),
                          "note": r["error"] or kv_cache.strategy_verdict(models[name], strategy)})
@@ -333,7 +337,7 @@ def cache_check_section() -> None:
         check = compute_once(
             "cache_check", model.key + (text_bytes, check_length),
             lambda progress: kv_cache.cache_check(model, model.tokenize(text_bytes).ids, check_length, progress=progress),
-            f"{plain(check_model)}: cached vs full forward over {check_length:,} {u}s…")
+            f"{plain(display_name(check_model))}: cached vs full forward over {check_length:,} {u}s…")
     except PosvizError as exc:
         error_box(exc, f"Choose fewer {u}s, or a model that can represent this many positions.")
     else:

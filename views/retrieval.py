@@ -9,7 +9,7 @@ import streamlit as st
 
 from posviz.positions import opening_set
 from posviz.slides import extremes_sentence
-from views._charts import cached_spec, draw_spec, legend_for, method_scales, show_cached_chart, show_chart, split_title
+from views._charts import cached_spec, draw_spec, legend_for, method_scales, named, show_cached_chart, show_chart, split_title
 from views._models import usable_models
 from views._page import error_box, page_header, plain
 from views._serving import compute_once
@@ -21,6 +21,7 @@ from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label, max_eval_length
 from posviz.positions.alibi import alibi_slopes
+from posviz.display import display_name
 
 page_header(
     "Far-context retrieval",
@@ -35,7 +36,7 @@ tuned = {n for n in names if models[n].finetuned_from()}  # fine-tuned from anot
 # The stored results, the induction heads and the ALiBi section are our checkpoints' (those that stored metrics).
 byte_names = [n for n in names if metrics[n]] or names
 train_length = models[byte_names[0]].train_length
-COLOURS, DASHES = method_scales(names)
+COLOURS, DASHES = method_scales([display_name(n) for n in names])  # the charts' "model" column holds display names
 
 st.markdown(
     "- **Repeat probe**: a 64-byte chunk of held-out code, a gap of other held-out code, the same chunk again. "
@@ -63,7 +64,8 @@ def probe_chart(df: pd.DataFrame, measure: str, probe: str, height: int = 320, u
     data = df[df["probe"] == probe].dropna(subset=["ratio"]).assign(gap1=lambda d: d["gap"].clip(lower=1))
     x = alt.X("gap1:Q", scale=alt.Scale(type="log", base=2),
               title=f"gap between the copies ({unit_note(unit)}, log scale; 0 drawn at 1)")
-    drawn = [n for n in names if n in set(data["model"])] + sorted(set(data["model"]) - set(names))
+    order = [display_name(n) for n in names]  # the page's order; the data's "model" column holds display names
+    drawn = [n for n in order if n in set(data["model"])] + sorted(set(data["model"]) - set(order))
     colours, dashes = method_scales(drawn)  # the legend lists what the chart draws, in the page's colours
     legend = legend_for(len(drawn))
     colour = alt.Color("model:N", scale=colours, title="checkpoint", legend=legend)
@@ -98,9 +100,9 @@ shipped = pd.DataFrame(retrieval.shipped_rows(metrics))
 published = [n for n in names if not metrics[n]]  # no stored results (published models): they run live only
 missing = [n for n in names if n not in published and (shipped.empty or n not in set(shipped["model"]))]
 if missing:
-    st.info(f"No stored probe results for {', '.join(map(plain, missing))}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
+    st.info(f"No stored probe results for {', '.join(plain(display_name(n)) for n in missing)}. Run `python -m posviz.evaluate_all --probes-only`.", icon="ℹ️")
 if published:
-    st.info(f"{', '.join(map(plain, published))}: published models come without stored probe results; run the probes on them "
+    st.info(f"{', '.join(plain(display_name(n)) for n in published)}: published models come without stored probe results; run the probes on them "
             "live at the bottom of the page (in their own tokens).", icon="ℹ️")
 measure = st.radio("Show", list(MEASURES), format_func=lambda m: MEASURES[m][0], horizontal=True,
                    index=list(MEASURES).index(qp_choice("measure", "gain", list(MEASURES))), key="w_measure")
@@ -108,9 +110,11 @@ if not shipped.empty:
     # Eight lines a room can tell apart (one method of each family); the others one click away in the picker.
     stored = [n for n in names if n in set(shipped["model"])]
     drawn = st.multiselect("Checkpoints drawn", stored, default=qp_multi("shown", opening_set(stored), stored),
-                           key="w_shown", help="The charts open on one method of each family; add any other here.")
+                           format_func=display_name, key="w_shown",
+                           help="The charts open on one method of each family; add any other here.")
     sync_url(shown=drawn)
     shipped = shipped[shipped["model"].isin(drawn)]
+shipped = named(shipped, "model")  # shown by name from here on
 if not shipped.empty:
     st.markdown("**Repeat probe** (16 chunks per gap; band: 10th–90th percentile of the ratio)")
     show_chart(probe_chart(shipped, measure, "repeat"), shipped[shipped["probe"] == "repeat"], f"repeat-probe-shipped-{measure}",
@@ -134,7 +138,7 @@ if not shipped.empty:
 
 st.subheader("When copying formed during training")
 # Pre-training runs only: a fine-tuning run's curve covers its own 400 KB, not the set's budget.
-curve = pd.DataFrame(retrieval.copy_curve_rows({n: m for n, m in metrics.items() if n not in tuned}))
+curve = named(pd.DataFrame(retrieval.copy_curve_rows({n: m for n, m in metrics.items() if n not in tuned})), "model")
 if curve.empty:
     st.info("These checkpoints were trained before training logged its copy check (`copy_curve` in metrics.json): "
             "retrain with `make checkpoints` to see when each model learned to copy.", icon="ℹ️")
@@ -165,7 +169,7 @@ st.markdown(
     "(1 = all of it; a head that ignores the copy gives about 1 / the number of keys)."
 )
 table = retrieval.induction_table(metrics)
-heads = pd.DataFrame(retrieval.induction_rows(table))
+heads = named(pd.DataFrame(retrieval.induction_rows(table)), "model")
 stored_key = tuple(m.key for m in models.values())  # what the stored results' charts depend on
 
 
@@ -180,7 +184,7 @@ def induction_section() -> None:
     grid = alt.Chart(maps).mark_rect().encode(
         x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"),
         color=alt.Color("score:Q", title="induction score", scale=alt.Scale(scheme="viridis", domain=[0, max(0.05, heads["score"].max())])),
-        facet=alt.Facet("model:N", columns=6, title=None, sort=[n for n in names if n in set(maps["model"])]),
+        facet=alt.Facet("model:N", columns=6, title=None, sort=[display_name(n) for n in names if display_name(n) in set(maps["model"])]),
         tooltip=["model", "layer", "head", alt.Tooltip("score:Q", format=".3f")],
     ).properties(width=110, height=90)
     draw_spec(cached_spec(("induction-grid", head_gap, stored_key), lambda: grid), width="content")
@@ -222,7 +226,7 @@ def alibi_reach_section() -> None:
         columns={"slope": "slope m", "reach": "reach Δ/m (bytes)"}).style.format({"slope m": "{:.4g}", "reach Δ/m (bytes)": "{:,.0f}"}),
         hide_index=True, height="content")
     if "alibi" in table:
-        alibi_heads = heads[(heads["model"] == "alibi")].assign(gap1=lambda d: d["gap"].clip(lower=1))
+        alibi_heads = heads[(heads["model"] == display_name("alibi"))].assign(gap1=lambda d: d["gap"].clip(lower=1))
         alibi_heads = alibi_heads.assign(series=lambda d: "L" + d["layer"].astype(str) + " H" + d["head"].astype(str))
         with right:
             chart = alt.Chart(alibi_heads).mark_line().encode(
@@ -350,11 +354,11 @@ def live_probe(probe: str, what: str, run) -> tuple[pd.DataFrame, object]:
                 probe + "_probe", model.key + (tuple(gaps), chunks, text_key),
                 lambda progress, model=model, gaps=gaps, name=name: retrieval.results_rows(
                     name, probe, run(model, encoded[name], gaps, progress), gaps),
-                f"{plain(name)}: {what} at {len(gaps)} gaps…")
+                f"{plain(display_name(name))}: {what} at {len(gaps)} gaps…")
         except PosvizError as exc:
-            error_box(exc, f"{plain(name)} is skipped; the others keep going.")
+            error_box(exc, f"{plain(display_name(name))} is skipped; the others keep going.")
             continue
-        rows += [{**r, "model": name} for r in found]
+        rows += [{**r, "model": display_name(name)} for r in found]
         if rows and name != runnable[-1]:  # the chart alone for now: its download button (a keyed widget) is drawn once, below
             slot.altair_chart(probe_chart(pd.DataFrame(rows), measure, probe, unit=unit, train_lengths=trained),
                               width="stretch")
@@ -373,7 +377,9 @@ if not live.empty:
                    f"repeat-probe-live-g{longest}",
                    f"Live: {chunks} chunks per gap from the text above. Missing points: the method cannot run that far."
                    + in_tokens)
-    shown = live.pivot(index="model", columns="gap", values="ratio" if measure != "gain" else "gain")
+    # one word for the column: "checkpoint" while only ours are listed (as the pickers say), else "model"
+    shown = live.pivot(index="model", columns="gap", values="ratio" if measure != "gain" else "gain").rename_axis(
+        catalog.say("checkpoint", "model"))
     st.dataframe(shown.style.format("{:.2f}", na_rep="cannot run"), width="stretch", height="content")
 
 if key_values:
@@ -386,7 +392,8 @@ if key_values:
                        f"key-value-probe-live-g{longest}",
                        f"Live: {chunks} names per gap. Loss on the value when the name comes back, over its loss at "
                        "first sight (bits per byte of the ids that write the value).")
-        written = recalled.pivot(index="model", columns="gap", values="second_correct")
+        written = recalled.pivot(index="model", columns="gap", values="second_correct").rename_axis(
+            catalog.say("checkpoint", "model"))
         st.markdown("**Values written out whole** when the name comes back (share of names whose value the model's "
                     "most likely next ids reproduce, every id of it):")
         st.dataframe(written.style.format("{:.0%}", na_rep="cannot run"), width="stretch", height="content")
@@ -395,7 +402,7 @@ if key_values:
 # The retired random-string probe
 # ------------------------------------------------------------------------------------------------
 with st.expander("The earlier probe (a random string), and why it shows nothing here"):
-    old = pd.DataFrame([{"model": n, "gap": g, "bits/byte": v} for n in names
+    old = pd.DataFrame([{"model": display_name(n), "gap": g, "bits/byte": v} for n in names
                         for g, v in retrieval.shipped_copy_probe(models[n])])
     st.markdown(
         f"It asked every checkpoint to copy a random 32-byte string of letters and digits. None of these small "
@@ -404,5 +411,5 @@ with st.expander("The earlier probe (a random string), and why it shows nothing 
         "methods. The probes above use held-out code, the kind of text the models know."
     )
     if not old.empty:
-        st.dataframe(old.pivot(index="model", columns="gap", values="bits/byte").style.format("{:.2f}", na_rep="cannot run"),
+        st.dataframe(old.pivot(index="model", columns="gap", values="bits/byte").rename_axis("checkpoint").style.format("{:.2f}", na_rep="cannot run"),
                      width="stretch", height="content")

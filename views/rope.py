@@ -15,11 +15,14 @@ from views._url import qp_choice, qp_float, qp_int, sync_url
 from posviz.positions.rope_remaps import remap_names
 from posviz.explore import layers, rope
 from posviz.errors import PosvizError
+from posviz.display import display_name
 from posviz.palette import rope_series
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 # The app's colour per method: each scaling is drawn as the rope variant it makes (rope+yarn, ...).
-SCALING_COLOURS, SCALING_DASHES = method_scales(list(ROPE_SCALINGS), {s: rope_series(s) for s in ROPE_SCALINGS})
+# The legend says each scaling's display name (posviz.display); its colour is its id's.
+SCALING_COLOURS, SCALING_DASHES = method_scales([display_name(s) for s in ROPE_SCALINGS],
+                                                {display_name(s): rope_series(s) for s in ROPE_SCALINGS})
 
 VIEW = "rope"
 HEAD_DIMS = [8, 16, 32, 64, 128, 256]
@@ -181,7 +184,8 @@ chart(VIEW, ("frequencies", head_dim, base, train_length), frequency_chart, f"ro
       f"θᵢ = base^(−2i/d). Pairs above the dashed line (training length {train_length:,}) never complete a turn "
       "during training: at longer lengths they reach angles the model has never seen.",
       says=rope.frequency_sentence(freqs, train_length))
-st.dataframe(freqs.rename(columns={"theta": "θ (rad/position)", "wavelength": "wavelength (positions)",
+st.dataframe(freqs.rename(columns={"first_feature": "feature", "second_feature": "paired with",
+                                   "theta": "θ (rad/position)", "wavelength": "wavelength (positions)",
                                    "turns_in_training": f"turns in {train_length:,} positions"}),
              hide_index=True, height="content")
 
@@ -277,6 +281,8 @@ def scaling_section(head_dim: int, base: float) -> None:
                               value=int(qp_choice("factor", "4", [str(f) for f in FACTORS])), key="factor")
     waves = kept(VIEW, "scalings", (head_dim, base, factor, train_length),
                  lambda: pd.DataFrame(rope.scaling_wavelengths(head_dim, base, factor, train_length)))
+    # shown by name; the CSV keeps the id beside it
+    waves = waves.assign(scaling_id=waves["scaling"], scaling=waves["scaling"].map(display_name))
 
     def scaling_chart():
         target = factor * train_length
@@ -293,10 +299,11 @@ def scaling_section(head_dim: int, base: float) -> None:
         return lines.properties(height=360), waves
 
     chart(VIEW, ("scalings", head_dim, base, factor, train_length), scaling_chart, f"rope_scalings_x{factor}",
-          "linear divides every speed by s; ntk raises the base so the slowest pair slows by s and the fastest "
-          "stays; dynamic does ntk with the ratio of the length actually seen (here the target, as in one full forward "
-          "pass over it; with a KV cache each key keeps the ratio of the step that wrote it); yarn and llama3 "
-          "keep fast pairs, interpolate slow ones and blend in between.")
+          f"{display_name('linear')} divides every speed by s; {display_name('ntk')} raises the base so the slowest "
+          f"pair slows by s and the fastest stays; {display_name('dynamic')} does {display_name('ntk')} with the ratio of "
+          "the length actually seen (here the target, as in one full forward pass over it; with a KV cache each key "
+          f"keeps the ratio of the step that wrote it); {display_name('yarn')} and {display_name('llama3')} keep fast "
+          "pairs, interpolate slow ones and blend in between.")
     factors = waves.groupby("scaling", sort=False)[["attention_factor", "logit_scale"]].first().reset_index()
     st.dataframe(factors.rename(columns={"attention_factor": "attention factor on cos and sin",
                                          "logit_scale": "logits scaled by (factor²)"}), hide_index=True,
@@ -316,7 +323,7 @@ def remap_section() -> None:
                 f"on. Below: the relative position each query (row) and key (column) is attended at, for a text of "
                 f"n × {train_length:,} bytes, with the remap's defaults covering it.")
     c1, c2 = st.columns(2)
-    name = c1.selectbox("remap", remap_names(), index=remap_names().index(qp_choice("remap", "self_extend", remap_names())),
+    name = c1.selectbox("remap", remap_names(), format_func=display_name, index=remap_names().index(qp_choice("remap", "self_extend", remap_names())),
                         key="remap", help="Self-Extend (Jin et al. 2024), ReRoPE and Leaky ReRoPE (Su 2023), dual chunk "
                                           "attention (An et al. 2024), STRING (An et al. 2024).")
     multiple = c2.select_slider("text length (× training length)", [1, 2, 4], value=int(qp_choice("rn", "4", ["1", "2", "4"])),
@@ -329,7 +336,7 @@ def remap_section() -> None:
              help=f"Plain RoPE: {view.plain_largest:,} (the text's length minus one)."),
         dict(label="training length", value=f"{train_length:,}"),
     ], per_row=2)
-    st.markdown(f"**{name}'s parameters for {length:,} bytes:** " + ", ".join(
+    st.markdown(f"**{display_name(name)}'s parameters for {length:,} bytes:** " + ", ".join(
         f"`{k}={v:.3g}`" if isinstance(v, float) else f"`{k}={v}`" for k, v in view.parameters.items()))
     left, _ = st.columns([3, 2])  # a square map: the full width would make it taller than the window
     with left:
@@ -338,7 +345,7 @@ def remap_section() -> None:
     st.caption("Plain RoPE would show i − j, growing to the far corner. Every remap keeps the diagonal band (near pairs "
                "as trained); past it Self-Extend divides by the group, ReRoPE stands still at w, Leaky ReRoPE grows k "
                "times slower, dual chunk attention restarts in chunks and STRING moves far pairs back by S − W. The "
-               "Context extension lab runs them on the rope checkpoint.")
+               "Context extension lab runs them on the RoPE checkpoint.")
 
 
 remap_section()

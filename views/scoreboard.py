@@ -11,12 +11,12 @@ from posviz.labs.key_value import EFFECTIVE_KEEP
 from posviz.models.interface import open_model
 from posviz.slides import ranking_sentence
 from views._charts import csv_file, show_chart
-from views._page import page_header, usable_checkpoints
+from views._page import page_header, plain, usable_checkpoints
 from views._url import qp_choice, sync_url
 
 page_header("Scoreboard", "Every checkpoint, scaling and remap in one table: the one a talk puts on a slide.")
 st.markdown(
-    "One row per shipped checkpoint, and per inference-time scaling and training-free remap of the `rope` checkpoint. "
+    "One row per shipped checkpoint, and per inference-time scaling and training-free remap of the RoPE checkpoint. "
     "**Bits per byte** (lower is better) on the held-out evaluation text at 1×, 4× and 16× the trained context, each "
     "with how far it moves with the evaluation windows where they were stored. **Copy ratio**: a stretch of text "
     f"repeated {scoreboard.COPY_GAP_MULTIPLE}× the context later, its second copy's bits against the same bytes with no "
@@ -39,23 +39,23 @@ table = rows if shown == EVERY else rows[rows["kind"] == shown]
 if table.empty:
     st.info("Pick at least one kind of row.", icon="ℹ️")
     st.stop()
-MAIN = ["model", "kind"] + [f"bpb {m}×" for m in scoreboard.MULTIPLES] + ["copy ratio", "effective length",
-                                                                            "KV cache (sliding window)"]
-st.dataframe(table[MAIN], hide_index=True, width="stretch", height="content",
-             column_config={f"bpb {m}×": st.column_config.NumberColumn(format="%.3f") for m in scoreboard.MULTIPLES}
-             | {"copy ratio": st.column_config.NumberColumn(format="%.2f"),
-                "model": st.column_config.TextColumn(width="medium")})  # "p_rope+leaky_rerope" whole
+MAIN = ["checkpoint", "kind"] + [f"bpb {m}×" for m in scoreboard.MULTIPLES] + ["copy ratio", "effective length",
+                                                                                 "KV cache (sliding window)"]
+shown_table = pd.DataFrame(scoreboard.shown_rows(table.to_dict("records")), columns=table.columns)
+st.dataframe(shown_table[MAIN], hide_index=True, width="stretch", height="content",
+             column_config={"checkpoint": st.column_config.TextColumn(width="medium")})  # "RoPE + Leaky ReRoPE" whole
 row = st.container(horizontal=True, vertical_alignment="center")
 row.download_button("Table (CSV)", csv_file(table), file_name="posviz-scoreboard.csv", mime="text/csv",
                     key="csv-scoreboard", width="content", on_click="ignore")
 row.caption("Click a column's header to sort by it. Every number is read from the checkpoints' metrics.json "
             "(`python -m posviz.evaluate_all`); a scaling's and a remap's 4× and 16× are each run with the settings that "
             "cover that length, their effective length with the settings for 16×. The CSV also holds the intervals and "
-            "the reasons below.")
+            f"the reasons below. {scoreboard.MISSING} : no number — the model cannot run that far (a learned table has no "
+            "rows past its length), or the evaluation does not store it (a scaling's or a remap's copy ratio and intervals).")
 with st.expander("How far each score moves with the evaluation windows (95 % intervals), and why each effective length"):
-    st.dataframe(table[["model"] + [f"{m}× interval" for m in scoreboard.MULTIPLES]], hide_index=True, width="stretch",
-                 height="content")
-    st.markdown("\n".join(f"- **{r.model}**: {r.why}" for r in table.itertuples() if r.why))
+    st.dataframe(shown_table[["checkpoint"] + [f"{m}× interval" for m in scoreboard.MULTIPLES]], hide_index=True,
+                 width="stretch", height="content")
+    st.markdown("\n".join(f"- **{plain(r.checkpoint)}**: {r.why}" for r in table.itertuples() if r.why))
 
 st.subheader("Perplexity far out against the length a model still recalls")
 ORDER = ["not measurable", "1×", "2×", "4×", "8×", "16×"]
@@ -66,7 +66,7 @@ chart = alt.Chart(points).mark_point(filled=True, size=90).encode(
     y=alt.Y("bpb 16×:Q", title="bits/byte at 16×", scale=alt.Scale(zero=False)),
     color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
     shape=alt.Shape("kind:N", title=None, legend=alt.Legend(orient="bottom")),
-    tooltip=["model", "kind", alt.Tooltip("bpb 1×:Q", format=".3f"), alt.Tooltip("bpb 16×:Q", format=".3f"),
+    tooltip=["checkpoint", "kind", alt.Tooltip("bpb 1×:Q", format=".3f"), alt.Tooltip("bpb 16×:Q", format=".3f"),
              "effective length", "why"],
 ).properties(height=340)
 show_chart(chart, points, "posviz-scoreboard-points",

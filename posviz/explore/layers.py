@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from posviz.models.interface import LabModel
+from posviz.display import display_name
 
 
 def _short(x: float) -> str:
@@ -23,7 +24,7 @@ def layout_rows(models: dict[str, LabModel]) -> list[dict]:
     rows = []
     for name, model in models.items():
         for r in model.layer_layout():
-            parts = [r["position"]]
+            parts = [display_name(r["position"])]  # the cell says the method's name, as every page does
             if r["base"] is not None:
                 parts.append(f"θ {_short(r['base'])}")
             if r["rotary share"] and r["rotary share"] < 1:

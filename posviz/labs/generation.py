@@ -40,17 +40,20 @@ import torch
 from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import MAX_GENERATE_MULTIPLE_CPU, MAX_GENERATE_MULTIPLE_GPU, MAX_PROMPT_BYTES
 from posviz.labs.inputs import in_units
+from posviz.labs import kv_cache
 from posviz.labs.kv_cache import STREAMING_SINKS, move_sinks
 from posviz.models.interface import LabModel
 from posviz.positions.base import mark_run
 
 LN2 = math.log(2.0)
 STRATEGIES = ("stop", "reencode", "shift", "streaming")
+# The strategies this lab shares with the KV cache lab go by that lab's names (one name for one strategy
+# across the app); "shift" is its shifted cache, "stop" its own: every byte kept, at its true position.
 STRATEGY_TITLES = {
-    "stop": "True positions; stop at the method's limit",
-    "reencode": "Re-encode the last W bytes",
-    "shift": "Keep the cache, shift positions (broken)",
-    "streaming": "StreamingLLM: 4 sinks + the newest bytes",
+    "stop": "whole cache, true positions",
+    "reencode": kv_cache.STRATEGY_TITLES["reencode"],
+    "shift": kv_cache.STRATEGY_TITLES["shifted_cache"],
+    "streaming": kv_cache.STRATEGY_TITLES["streaming"],
 }
 STRATEGY_HOW = {
     "stop": "Every byte keeps its true position and the cache keeps every byte. A learned table has no row past "

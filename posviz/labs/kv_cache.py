@@ -19,6 +19,7 @@ from posviz.errors import PosvizError, PositionLimitError
 from posviz.labs.inputs import LN2, Progress, _no_progress
 from posviz.models.interface import LabModel
 from posviz.limits import MAX_KV_CACHE_POSITIONS, MAX_SLIDING_BYTES
+from posviz.positions import method_display_name
 from posviz.positions.base import mark_run
 
 STRATEGIES = ("reencode", "shifted_cache", "cached_window", "streaming")
@@ -29,11 +30,13 @@ STREAMING_SINKS = 4  # StreamingLLM keeps the first 4 tokens (Xiao et al. 2024, 
 # first visit of the KV cache lab 0.4 s more on 2 cores.
 REENCODE_TIMED_STEPS = 8
 REENCODE_BATCH_TOKENS = 1 << 14  # windows per batched forward pass: this many bytes in all
+# Each strategy's one name on every page (this lab's picker, table and legend, the Generation lab's picker):
+# posviz.display.display_name reads it. Its id stays in links and CSV files.
 STRATEGY_TITLES = {
-    "reencode": "Re-encode the window",
-    "shifted_cache": "Shifted KV cache",
-    "cached_window": "Cached window, true positions",
-    "streaming": "StreamingLLM: sinks + window",
+    "reencode": "re-encode the window",
+    "shifted_cache": "shifted cache",
+    "cached_window": "cached window, true positions",
+    "streaming": "StreamingLLM (sinks + window)",
 }
 STRATEGY_HOW = {
     "reencode": "Every step runs the last W bytes again with positions 0..W-1. Always correct; costs a full "
@@ -70,7 +73,9 @@ def strategy_verdicts(model: LabModel) -> dict:
 
 
 def _verdict(model: LabModel, strategy: str) -> str:
-    name = model.method
+    # the method's name as every page says it (from its registry entry; posviz.display reads these strategies' names,
+    # so this module does not import it)
+    name = method_display_name(model.method) or model.method
     if strategy == "reencode":
         return "Correct for every method: positions are always 0..W-1, as in training."
     if strategy == "shifted_cache":

@@ -9,13 +9,20 @@ No plotting and no Streamlit here.
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
+from posviz.display import display_name
 from posviz.labs import extrapolation
 from posviz.labs.kv_cache import strategy_verdict
 from posviz.models.interface import LabModel
 
 MULTIPLES = (1, 4, 16)
+# One mark for every number the table lacks, explained once under it (a grid drew None, nan or an empty cell):
+# a length the model cannot run (the learned table past its rows), or a number the evaluation does not store
+# (a scaling's or a remap's copy probe and intervals).
+MISSING = "—"
+NUMBER_FORMATS = {**{f"bpb {m}×": "{:.3f}" for m in MULTIPLES}, "copy ratio": "{:.2f}"}
 COPY_GAP_MULTIPLE = 4  # the far-copy ratio's gap, in trained contexts
 
 
@@ -33,7 +40,7 @@ def _copy_ratio(ev: Mapping, gap: int) -> float | None:
 
 def _effective(block: Mapping | None) -> tuple[str, str]:
     if not block:
-        return "not stored", "run python -m posviz.evaluate_all --effective-only"
+        return MISSING, "not stored: run python -m posviz.evaluate_all --effective-only"
     multiple = block.get("multiple")
     return ("not measurable" if multiple is None else f"{multiple:g}×"), block.get("reason", "")
 
@@ -57,10 +64,11 @@ def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
         base = L if not model.finetuned_from() else min(int(n) for n in ev.get("nonoverlapping_bpb", {"0": 0}))
         noise = extrapolation.shipped_bpb_intervals(model)
         effective = ev.get("effective_length", {})
-        row = {"model": name, "kind": "checkpoint", "method": model.method}
+        # the id for the CSV and links, the display name for the page (posviz.display)
+        row = {"id": name, "checkpoint": display_name(name), "kind": "checkpoint", "method": model.method}
         for m in MULTIPLES:
             row[f"bpb {m}×"] = _bpb(ev.get("nonoverlapping_bpb", {}), m * base)
-            row[f"{m}× interval"] = noise.get(m * base, "not stored")
+            row[f"{m}× interval"] = noise.get(m * base)
         row["copy ratio"] = _copy_ratio(ev, COPY_GAP_MULTIPLE * base)
         row["effective length"], row["why"] = _effective(effective.get("as_trained"))
         row["KV cache (sliding window)"] = _verdict(model)
@@ -70,10 +78,11 @@ def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
                 table = dict(block.get("nonoverlapping_bpb", {}))
                 if group == "rope_scalings":  # stored past the trained context only: at 1x a scaling is the plain model
                     table[str(base)] = ev.get("nonoverlapping_bpb", {}).get(str(base))
-                scaled = {"model": f"{name}+{variant}", "kind": kind, "method": model.method}
+                scaled = {"id": f"{name}+{variant}", "checkpoint": display_name(f"{name}+{variant}"), "kind": kind,
+                          "method": model.method}
                 for m in MULTIPLES:
                     scaled[f"bpb {m}×"] = _bpb(table, m * base)
-                    scaled[f"{m}× interval"] = "not stored"
+                    scaled[f"{m}× interval"] = None
                 scaled["copy ratio"] = None
                 scaled["effective length"], scaled["why"] = _effective(effective.get(variant))
                 if kind == "remap":
@@ -82,3 +91,16 @@ def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
                     scaled["KV cache (sliding window)"] = row["KV cache (sliding window)"]
                 rows.append(scaled)
     return rows
+
+
+def shown_cell(column: str, value) -> str:
+    """A cell as the page shows it: a number to its column's precision, ``MISSING`` for None or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    fmt = NUMBER_FORMATS.get(column)
+    return fmt.format(value) if fmt and isinstance(value, (int, float)) else str(value)
+
+
+def shown_rows(rows: list[dict]) -> list[dict]:
+    """``scoreboard_rows`` as the page's table shows them: every cell text, no None or nan."""
+    return [{k: shown_cell(k, v) for k, v in row.items()} for row in rows]

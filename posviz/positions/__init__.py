@@ -56,6 +56,11 @@ def opening_set(names) -> list[str]:
     """``names`` (in their order) that belong to ``OPENING_SET``; all of them when none does."""
     picked = [n for n in names if n in OPENING_SET]
     return picked or list(names)
+def method_display_name(name: str) -> str | None:
+    """What the pages call method ``name`` (its class's ``display_name``, else its id); None for no method.
+    ``posviz.display.display_name`` covers every other id too (checkpoints, scalings, remaps, strategies)."""
+    cls = POSITION_METHODS.get(name) or VISITOR_METHODS.get(name)
+    return (cls.display_name or cls.name) if cls is not None else None
 
 
 def method_names() -> list[str]:
@@ -72,6 +77,7 @@ __all__ = [
     "ModelShape",
     "PositionMethod",
     "build_position_method",
+    "method_display_name",
     "method_names",
     "opening_set",
     "relative_distance",

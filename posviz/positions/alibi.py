@@ -39,6 +39,7 @@ def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -
 
 class ALiBi(PositionMethod):
     name = "alibi"
+    display_name = "ALiBi"
     summary = "A fixed penalty per head proportional to distance, added to the logits."
     paper = "https://arxiv.org/abs/2108.12409"
     acts_on = "logits"

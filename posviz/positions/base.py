@@ -103,6 +103,9 @@ class PositionMethod(nn.Module):
     """Base class: every hook defaults to "do nothing"."""
 
     name: ClassVar[str] = ""
+    # What every page shows for this method (pickers, legends, tables): its name in the literature. ``name`` is
+    # its id, kept for URLs, CSV files and configs. Empty: the id is shown (posviz.display falls back to it).
+    display_name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line for tables in the app
     paper: ClassVar[str] = ""  # link to the paper that introduced it
     # "input", "q/k", "logits", "weights" or "nothing"; "pairs" for a RoPE remap, which rotates each query-key pair

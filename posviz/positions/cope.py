@@ -38,6 +38,7 @@ class CopeOptions:
 
 class ContextualPositions(PositionMethod):
     name = "cope"
+    display_name = "CoPE"
     summary = "Counts the keys each query's gates let through; embeds that count, not the index."
     paper = "https://arxiv.org/abs/2405.18719"
     acts_on = "logits"

@@ -146,6 +146,7 @@ class FireFunction(nn.Module):
 
 class Fire(PositionMethod):
     name = "fire"
+    display_name = "FIRE"
     summary = "A learned MLP of the log-distance normalised by the query's position, per head and layer."
     paper = "https://arxiv.org/abs/2310.04418"
     acts_on = "logits"

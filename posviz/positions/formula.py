@@ -67,6 +67,7 @@ class FormulaOptions:
 
 class FormulaBias(PositionMethod):
     name = "formula"
+    display_name = "your formula"
     visitor = True  # registered apart from the literature's methods: see posviz.positions.VISITOR_METHODS
     summary = "A logit bias written as a formula in the Workshop."
     acts_on = "logits"

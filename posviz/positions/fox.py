@@ -24,6 +24,7 @@ from posviz.positions.base import PositionMethod, Seen
 
 class ForgettingGates(PositionMethod):
     name = "fox"
+    display_name = "FoX"
     summary = "A forget gate per token and head; a key fades by the product of the gates after it."
     paper = "https://arxiv.org/abs/2503.02130"
     acts_on = "logits"

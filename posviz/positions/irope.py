@@ -19,6 +19,7 @@ from posviz.positions.layers import LayerLayout
 
 class IRope(LayerLayout):
     name = "irope"
+    display_name = "iRoPE"
     summary = "Llama 4: three RoPE layers, then a NoPE layer whose queries sharpen with log(position)."
     paper = "https://ai.meta.com/blog/llama-4-multimodal-intelligence/"
 

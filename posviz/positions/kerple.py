@@ -43,6 +43,7 @@ def kerple_log_bias(r1: torch.Tensor, r2: torch.Tensor, distance: torch.Tensor) 
 
 class Kerple(PositionMethod):
     name = "kerple"
+    display_name = "KERPLE"
     summary = "A learned logarithmic distance penalty per head and layer: -r1 log(1 + r2 d)."
     paper = "https://arxiv.org/abs/2205.09921"
     acts_on = "logits"

@@ -26,6 +26,7 @@ class LearnedOptions:
 
 class LearnedAbsolute(PositionMethod):
     name = "learned"
+    display_name = "learned"
     summary = "A trained vector per position added to the input; nothing exists past the table."
     paper = "https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf"
     acts_on = "input"

@@ -19,6 +19,7 @@ WINDOW_SHARE = 4  # W = train_length / 4; see the module docstring
 
 class LocalGlobal(LayerLayout):
     name = "local_global"
+    display_name = "local/global"
     summary = ("Gemma 3: three sliding-window layers (the last quarter of the training length, RoPE base 10 k), "
                "then one full layer (RoPE base 1 M).")
     paper = "https://arxiv.org/abs/2503.19786"

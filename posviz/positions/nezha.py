@@ -33,6 +33,7 @@ class NezhaOptions:
 
 class Nezha(RelativeKeys):
     name = "nezha"
+    display_name = "NEZHA"
     summary = "Fixed sinusoidal relative key vectors per clipped distance (Shaw's form, no parameters)."
     paper = "https://arxiv.org/abs/1909.00204"
     Options = NezhaOptions

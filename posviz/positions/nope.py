@@ -37,6 +37,7 @@ def query_temperature(pos: torch.Tensor, floor_scale: int, attn_scale: float) ->
 
 class NoPE(PositionMethod):
     name = "nope"
+    display_name = "NoPE"
     summary = "No position signal; order comes only from the causal mask."
     paper = "https://arxiv.org/abs/2305.19466"
     acts_on = "nothing"

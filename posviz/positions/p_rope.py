@@ -34,6 +34,7 @@ class PRopeOptions(RopeOptions):
 
 class PartialRotary(Rotary):
     name = "p_rope"
+    display_name = "p-RoPE"
     summary = ("RoPE on the fastest quarter of each head's pairs only (p = 0.25); the slow pairs carry no position, "
                "so nothing turns into angles unseen in training.")
     paper = "https://arxiv.org/abs/2410.06205"

@@ -95,6 +95,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 class Rotary(PositionMethod):
     name = "rope"
+    display_name = "RoPE"
     summary = "Rotates each query/key pair of features by position x frequency; scores depend on m - n."
     paper = "https://arxiv.org/abs/2104.09864"
     acts_on = "q/k"

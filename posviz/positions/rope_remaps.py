@@ -66,6 +66,7 @@ class PairMaps:
 class Remap:
     """A registered remap: its options, the rule for what is not given, its maps and two facts about them."""
     name: str
+    display_name: str  # what the pages show ("dual chunk attention"); ``name`` is the id URLs and configs use
     summary: str
     paper: str
     Options: type
@@ -90,9 +91,10 @@ class Remap:
 ROPE_REMAPS: dict[str, Remap] = {}
 
 
-def register(name: str, summary: str, paper: str, options: type, resolve, shift_invariant=lambda o: False):
+def register(name: str, display_name: str, summary: str, paper: str, options: type, resolve,
+             shift_invariant=lambda o: False):
     def wrap(maps):
-        ROPE_REMAPS[name] = Remap(name, summary, paper, options, resolve, maps, shift_invariant)
+        ROPE_REMAPS[name] = Remap(name, display_name, summary, paper, options, resolve, maps, shift_invariant)
         return maps
 
     return wrap
@@ -127,7 +129,8 @@ def _self_extend_resolve(o: SelfExtendOptions, L: int, T: int) -> SelfExtendOpti
     return SelfExtendOptions(group=group, window=window)
 
 
-@register("self_extend", "Far keys grouped: beyond W, positions are floor-divided by G (neighbours keep theirs).",
+@register("self_extend", "Self-Extend",
+          "Far keys grouped: beyond W, positions are floor-divided by G (neighbours keep theirs).",
           "https://arxiv.org/abs/2401.01325", SelfExtendOptions, _self_extend_resolve)
 def self_extend(q_pos, k_pos, o: SelfExtendOptions, L: int) -> PairMaps:
     G, W = o.group, o.window
@@ -158,7 +161,8 @@ def _rerope_resolve(o: ReRopeOptions, L: int, T: int) -> ReRopeOptions:
     return ReRopeOptions(window=o.window or max(1, L // 4), log_scale=o.log_scale)
 
 
-@register("rerope", "Relative positions clipped at w: every key from w back is seen at distance w.",
+@register("rerope", "ReRoPE",
+          "Relative positions clipped at w: every key from w back is seen at distance w.",
           "https://kexue.fm/archives/9708", ReRopeOptions, _rerope_resolve, lambda o: not o.log_scale)
 def rerope(q_pos, k_pos, o: ReRopeOptions, L: int) -> PairMaps:
     far = (q_pos[:, None] - k_pos[None, :]) >= o.window  # the reference: |i - j| < window keeps RoPE
@@ -185,7 +189,8 @@ def _leaky_resolve(o: LeakyReRopeOptions, L: int, T: int) -> LeakyReRopeOptions:
     return LeakyReRopeOptions(window=window, stretch=float(stretch), log_scale=o.log_scale)
 
 
-@register("leaky_rerope", "ReRoPE whose far distances keep growing, k times slower: w + (d - w) / k.",
+@register("leaky_rerope", "Leaky ReRoPE",
+          "ReRoPE whose far distances keep growing, k times slower: w + (d - w) / k.",
           "https://kexue.fm/archives/9708", LeakyReRopeOptions, _leaky_resolve, lambda o: not o.log_scale)
 def leaky_rerope(q_pos, k_pos, o: LeakyReRopeOptions, L: int) -> PairMaps:
     w, k = o.window, o.stretch
@@ -212,7 +217,8 @@ def _dca_resolve(o: DcaOptions, L: int, T: int) -> DcaOptions:
     return resolved
 
 
-@register("dca", "Dual chunk attention: keys at their place in a chunk; queries intra-, successive- or inter-chunk.",
+@register("dca", "dual chunk attention",
+          "Dual chunk attention: keys at their place in a chunk; queries intra-, successive- or inter-chunk.",
           "https://arxiv.org/abs/2402.17463", DcaOptions, _dca_resolve)
 def dual_chunk(q_pos, k_pos, o: DcaOptions, L: int) -> PairMaps:
     s, c = o.chunk_size, o.chunk_size - o.local_window
@@ -249,7 +255,8 @@ def _string_resolve(o: StringOptions, L: int, T: int) -> StringOptions:
     return StringOptions(shift=shift, local_window=local, attention_factor=float(o.attention_factor))
 
 
-@register("string", "Shifted RoPE: from distance S on, a pair is seen S - W closer (well-trained small positions).",
+@register("string", "STRING",
+          "Shifted RoPE: from distance S on, a pair is seen S - W closer (well-trained small positions).",
           "https://arxiv.org/abs/2410.18745", StringOptions, _string_resolve, lambda o: True)
 def shifted_rope(q_pos, k_pos, o: StringOptions, L: int) -> PairMaps:
     # The reference's prefill (flash attention with window [S, 0]) also attends the key at exactly distance S a

@@ -24,11 +24,13 @@ RopeScaling = Callable[[int, "object", int], tuple[torch.Tensor, float]]
 ROPE_SCALINGS: dict[str, RopeScaling] = {}
 
 
-def register(name: str, reads_length: bool = False):
-    """``reads_length``: the speeds depend on the sequence length (dynamic NTK, LongRoPE's switch), so a key
+def register(name: str, display_name: str, reads_length: bool = False):
+    """``display_name``: what the pages show ("dynamic NTK"); ``name`` is the id URLs and configs use.
+    ``reads_length``: the speeds depend on the sequence length (dynamic NTK, LongRoPE's switch), so a key
     cached at one length cannot be turned to another position by a rotation alone."""
     def wrap(fn: RopeScaling) -> RopeScaling:
         fn.reads_length = reads_length
+        fn.display_name = display_name
         ROPE_SCALINGS[name] = fn
         return fn
 
@@ -40,12 +42,12 @@ def base_inv_freq(rot_dim: int, base: float) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim))
 
 
-@register("none")
+@register("none", "no scaling")
 def no_scaling(rot_dim, opts, seq_len):
     return base_inv_freq(rot_dim, opts.base), 1.0
 
 
-@register("linear")
+@register("linear", "linear")
 def position_interpolation(rot_dim, opts, seq_len):
     # Squeeze positions: position p is rotated as if it were p / factor, so L*factor fits in L.
     return base_inv_freq(rot_dim, opts.base) / opts.factor, 1.0
@@ -57,12 +59,12 @@ def _ntk_base(base: float, rot_dim: int, ratio: float) -> float:
     return base * ratio ** (rot_dim / (rot_dim - 2))
 
 
-@register("ntk")
+@register("ntk", "NTK")
 def ntk_aware(rot_dim, opts, seq_len):
     return base_inv_freq(rot_dim, _ntk_base(opts.base, rot_dim, opts.factor)), 1.0
 
 
-@register("dynamic", reads_length=True)
+@register("dynamic", "dynamic NTK", reads_length=True)
 def dynamic_ntk(rot_dim, opts, seq_len):
     # Unchanged up to the original length; past it the NTK ratio grows with the sequence seen so far.
     seq_len = max(seq_len, opts.original_length)
@@ -75,7 +77,7 @@ def yarn_attention_factor(factor: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
-@register("yarn")
+@register("yarn", "YaRN")
 def yarn(rot_dim, opts, seq_len):
     base, factor, original = opts.base, opts.factor, opts.original_length
 
@@ -96,7 +98,7 @@ def yarn(rot_dim, opts, seq_len):
     return inv_freq, attention
 
 
-@register("llama3")
+@register("llama3", "Llama 3")
 def llama3(rot_dim, opts, seq_len):
     theta = base_inv_freq(rot_dim, opts.base)
     wavelength = 2 * math.pi / theta
@@ -110,7 +112,7 @@ def llama3(rot_dim, opts, seq_len):
     return torch.where(middle, blended, inv_freq), 1.0
 
 
-@register("longrope", reads_length=True)
+@register("longrope", "LongRoPE", reads_length=True)
 def longrope(rot_dim, opts, seq_len):
     # One rescale factor per pair, pair i turning at theta_i / lambda_i: "short" factors up to the original
     # length, "long" ones past it (Phi-3 switches on the sequence length). LongRoPE *searches* its factors;

@@ -17,6 +17,7 @@ from posviz.positions.local_global import WINDOW_SHARE
 
 class RopeSinks(LayerLayout):
     name = "rope_sinks"
+    display_name = "RoPE + sinks"
     summary = ("GPT-OSS: sliding-window (a quarter of the training length) and full RoPE layers alternating, each "
                "head with a learned sink logit that can take weight away from every key.")
     paper = "https://arxiv.org/abs/2508.10925"

@@ -89,6 +89,7 @@ def relative_key_bias(q: torch.Tensor, table: torch.Tensor, q_pos: torch.Tensor,
 
 class ShawRelative(RelativeKeys):
     name = "shaw"
+    display_name = "Shaw"
     summary = "Learned relative key vectors per clipped distance; a query-dependent logit bias."
     paper = "https://arxiv.org/abs/1803.02155"
     learned = True

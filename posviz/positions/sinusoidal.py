@@ -66,6 +66,7 @@ class SinusoidalOptions:
 
 class Sinusoidal(PositionMethod):
     name = "sinusoidal"
+    display_name = "sinusoidal"
     summary = "Fixed sin/cos waves of geometric wavelengths added to the input."
     paper = "https://arxiv.org/abs/1706.03762"
     acts_on = "input"

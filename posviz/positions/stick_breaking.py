@@ -36,6 +36,7 @@ class StickBreakingOptions:
 
 class StickBreaking(PositionMethod):
     name = "stick_breaking"
+    display_name = "stick-breaking"
     summary = "No softmax: each earlier key takes a sigmoid share of what the nearer keys left; the rest stays with the query."
     paper = "https://arxiv.org/abs/2410.17980"
     acts_on = "weights"

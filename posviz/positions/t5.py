@@ -56,6 +56,7 @@ class T5Options:
 
 class T5RelativeBias(PositionMethod):
     name = "t5"
+    display_name = "T5"
     summary = "A learned scalar per head per log-spaced distance bucket, added to the logits."
     paper = "https://arxiv.org/abs/1910.10683"
     acts_on = "logits"

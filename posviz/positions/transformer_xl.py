@@ -39,6 +39,7 @@ class TransformerXLOptions:
 
 class TransformerXL(RelativeKeys):
     name = "transformer_xl"
+    display_name = "Transformer-XL"
     summary = "Sinusoidal relative distances projected per layer, plus global content and position biases."
     paper = "https://arxiv.org/abs/1901.02860"
     learned = True

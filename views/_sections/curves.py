@@ -12,6 +12,7 @@ from views._checkpoints import shipped_lab_model
 from views._explore import chart, kept, rerun_page_if_changed
 from views._sections import BiasPage, section
 from views._url import qp_choice, qp_int, sync_url
+from posviz.display import display_name
 
 VIEW = "biases"
 MULTIPLES = [1, 4, 16]
@@ -61,18 +62,18 @@ def _curves(page: BiasPage) -> None:
     page.handed_on["curves"] = (curve_layer, multiple, MULTIPLES)  # FIRE's section draws the same layer and context
     positions, missing = _positions(page)
     if missing:
-        st.info(f"No checkpoint yet for {', '.join(missing)}: its learned curve is not drawn. "
+        st.info(f"No checkpoint yet for {', '.join(map(display_name, missing))}: its learned curve is not drawn. "
                 "Train one with `python -m posviz.train --method NAME`, or run `make checkpoints`.", icon="ℹ️")
     n_curve = multiple * train_length
     layers = {name: min(curve_layer, position.shape.n_layer - 1) for name, (position, _) in positions.items()}
     if positions:
         def build():
             frames = [kept(VIEW, "curves", (name, key, layers[name], n_curve), lambda p=position, n=name: pd.DataFrame(
-                attention_biases.bias_curves(p, [layers[n]], [n_curve])).assign(method=n))
+                attention_biases.bias_curves(p, [layers[n]], [n_curve])).assign(method=display_name(n)))
                 for name, (position, key) in positions.items()]
             curves = pd.concat(frames, ignore_index=True)
             curves["series"] = curves["method"] + " · head " + curves["head"].astype(str)
-            return method_curves_chart(curves, list(positions), n_curve, train_length)
+            return method_curves_chart(curves, [display_name(n) for n in positions], n_curve, train_length)
 
         curves = tuple((name, key, layers[name]) for name, (_, key) in positions.items())
         chart(VIEW, ("bias-curves", n_curve) + curves, build, f"bias_curves_layer{curve_layer}_n{n_curve}",
@@ -85,7 +86,7 @@ def _curves(page: BiasPage) -> None:
         if name in page.summarised:
             continue  # its own section put it there already
         layer = layers[name]
-        page.summary[f"{name.upper()}, most lenient head of layer {layer}"] = kept(
+        page.summary[f"{display_name(name)}, most lenient head of layer {layer}"] = kept(
             VIEW, "curve-bound", (name, key, layer, n_keys, margin), lambda p=position, l=layer: attention_biases.strongest_head(
                 attention_biases.log_max_attention_weight(attention_biases.bias_by_distance(p, l, n_keys), margin)))
     rerun_page_if_changed("curves", (curve_layer, multiple))  # the comparison and FIRE's section use them

@@ -4,6 +4,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from posviz.display import display_name
 from posviz.explore import layers
 from posviz.palette import colour
 from posviz.positions import POSITION_METHODS
@@ -17,17 +18,21 @@ SECTION = "layer-layout"
 def layout_chart(rows: pd.DataFrame, order: list[str]) -> alt.Chart:
     """A row of cells per model, one per layer: coloured by the position method acting there, labelled with θ,
     the window and sinks. (Also drawn for a published model, from its config.)"""
-    methods = list(dict.fromkeys(rows["position"]))
+    ids = list(dict.fromkeys(rows["position"]))
+    # shown by display name (posviz.display), coloured by id (posviz.palette); a published model keeps its hub id
+    rows = rows.assign(model=rows["model"].map(display_name), position=rows["position"].map(display_name))
+    order = [display_name(n) for n in order]
+    methods = [display_name(m) for m in ids]
     base = alt.Chart(rows).encode(
         x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("model:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)))
     cells = base.mark_rect(stroke="white", strokeWidth=3).encode(
         color=alt.Color("position:N", title="acting in the layer", legend=alt.Legend(orient="bottom"),
-                        scale=alt.Scale(domain=methods, range=[colour(m) for m in methods])),
+                        scale=alt.Scale(domain=methods, range=[colour(m) for m in ids])),
         opacity=alt.value(0.55),
         tooltip=["model", "layer", "position", alt.Tooltip("base:Q", title="RoPE base θ", format=",.0f"),
                  alt.Tooltip("rotary share:Q", format=".0%"), alt.Tooltip("window:Q", title="window (keys)"), "sinks",
-                 alt.Tooltip("options:N", title="options (irope's NoPE layer: its temperature)")])
+                 alt.Tooltip("options:N", title="options (iRoPE's NoPE layer: its temperature)")])
     text = base.mark_text(fontSize=12).encode(text="label:N")  # one line: a cell is wide enough at 1366 px
     return (cells + text).properties(height=max(80, 62 * len(order)))
 
@@ -49,12 +54,13 @@ def layers_section(page: RopePage, method: str) -> None:
         elif name != "rope":
             st.warning(problem, icon="⚠️")
     if len(models) <= 1:
-        st.info("No layout checkpoint is shipped here: `make checkpoints` trains irope, local_global and rope_sinks.")
+        st.info("No layout checkpoint is shipped here: `make checkpoints` trains "
+                f"{', '.join(display_name(n) for n in ('irope', 'local_global', 'rope_sinks'))}.")
         return
     rows = pd.DataFrame(layers.layout_rows(models))
     show_chart(layout_chart(rows, list(models)), rows, "layer_layouts",
-               "rope: the same RoPE in every layer, for reference. Hover a cell for its numbers.")
-    sinks = pd.DataFrame([r for name, model in models.items() for r in layers.sink_logit_rows(name, model)])
+               f"{display_name('rope')}: the same RoPE in every layer, for reference. Hover a cell for its numbers.")
+    sinks = pd.DataFrame([r for name, model in models.items() for r in layers.sink_logit_rows(display_name(name), model)])
     if sinks.empty:
         return
     st.markdown("**Learned sink logits, per layer and head** (GPT-OSS's arrangement): each joins every softmax row "

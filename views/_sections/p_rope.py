@@ -8,6 +8,7 @@ from posviz.explore import rope
 from posviz.palette import colour
 from posviz.positions import build_position_method
 from posviz.positions.base import ModelShape
+from posviz.display import display_name
 from views._checkpoints import shipped_checkpoint_json
 from views._explore import chart
 from views._sections import RopePage, section
@@ -29,14 +30,14 @@ def pairs_section(page: RopePage, method: str) -> None:
     table = pd.DataFrame(columns)
     turning = int(table["rotates"].sum())
     st.header(f"p-RoPE: only the fastest pairs turn (p = {own.options.p:g})")
-    st.caption(f"The `{method}` checkpoint{'' if config else ' (not shipped here: the defaults)'}: {turning} of its "
+    st.caption(f"The {display_name(method)} checkpoint{'' if config else ' (not shipped here: the defaults)'}: {turning} of its "
                f"{len(table)} pairs per head turn, exactly as RoPE's fastest {turning}; the other {len(table) - turning} "
                "stand still, so they carry no position at all. In RoPE those slow pairs turn less than once within "
                "the training length: they act as channels for meaning, and past the training length they are the "
                "ones that reach angles never seen in training (Barbero et al. 2025). p-RoPE stops them.")
 
     def build():
-        ropes, ours = "RoPE, every pair", f"{method}: pairs that turn"
+        ropes, ours = f"{display_name('rope')}, every pair", f"{display_name(method)}: pairs that turn"
         lines = pd.concat([table.assign(series=ropes, wavelength=table["plain_wavelength"]),
                            table[table["rotates"]].assign(series=ours)], ignore_index=True)
         still = table[~table["rotates"]]

@@ -120,8 +120,10 @@ class PublishedModel(LabModel):
 
     @property
     def description(self) -> str:
-        """Its position method and trained context (" — learned, 1,024 tokens")."""
-        return (f" — {self.method}, {self.train_length:,} {self.unit}s{'' if self.context_known else ' (assumed)'}"
+        """Its position method's display name and trained context (" — RoPE, 2,048 tokens")."""
+        from posviz.display import display_name  # the method's name, as every picker says it
+
+        return (f" — {display_name(self.method)}, {self.train_length:,} {self.unit}s{'' if self.context_known else ' (assumed)'}"
                 + (f", {self.weights_note}" if self.weights_note else ""))
 
     def encode(self, text: bytes) -> torch.Tensor:
