@@ -27,7 +27,8 @@ SIGHT_JS = r"""
     return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; };
   const label = el => ((el.closest('[data-testid]') || el).getAttribute('data-testid') || el.tagName.toLowerCase())
     + ' "' + (el.innerText || el.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 60) + '"';
-  const skip = 'svg, [data-testid="stDataFrame"], [data-testid="stTooltipContent"], textarea, pre, code, '
+  // .katex-mathml: a formula's MathML copy for screen readers, clipped to 1 px on purpose (KaTeX draws the formula)
+  const skip = 'svg, [data-testid="stDataFrame"], [data-testid="stTooltipContent"], textarea, pre, code, .katex-mathml, '
     + '[data-testid="stCode"], [data-testid*="Icon"], [data-testid="stNavSectionHeader"] ~ * [data-testid*="Icon"]';
   const roots = [...document.querySelectorAll('[data-testid="stMain"], [data-testid="stSidebar"]')];
   for (const root of roots) {

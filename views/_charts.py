@@ -168,8 +168,9 @@ DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
 
 def legend_for(n_series: int, **options) -> alt.Legend:
     """A legend beside the chart that lists every series: past 8 entries in two columns and past 16 in three,
-    since a column of more than about 9 (30 px each) is taller than a 280-300 px chart and Vega cuts the rest off."""
-    return alt.Legend(columns=1 if n_series <= 8 else 2 if n_series <= 16 else 3, **options)
+    since a column of more than about 9 (30 px each) is taller than a 280-300 px chart and Vega cuts the rest off.
+    Labels up to 260 px: Vega's 160 cut a display name ("RoPE + dual chunk attent…")."""
+    return alt.Legend(**{"columns": 1 if n_series <= 8 else 2 if n_series <= 16 else 3, "labelLimit": 260, **options})
 
 
 def split_title(title: str, width: int = 32) -> str | list[str]:
@@ -188,9 +189,15 @@ def split_title(title: str, width: int = 32) -> str | list[str]:
 def named(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
     """``df`` with the ids in ``columns`` (methods, checkpoints, scalings, remaps, strategies) as their display names
     (``posviz.display``): what a legend, a table or a tooltip shows. A published model's hub id stays as it is."""
-    from posviz.display import display_name
+    from posviz.display import display_names
 
-    return df.assign(**{c: df[c].map(display_name) for c in columns if c in df.columns})
+    # each distinct id looked up once (a checkpoint's name reads its config's stamp), not once per row
+    shown = {}
+    for c in columns:
+        if c in df.columns:
+            names = display_names(map(str, df[c].unique()))
+            shown[c] = df[c].map(lambda v, names=names: names[str(v)])
+    return df.assign(**shown)
 
 
 def method_scales(names: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[alt.Scale, alt.Scale]:

@@ -50,29 +50,28 @@ with right:
         st.markdown("**Training text** (from the checkpoints' config.json)")
         st.dataframe(pd.DataFrame({"field": list(corpus), "value": [str(v) for v in corpus.values()]}), hide_index=True,
                      height="content")
-    curves = pd.DataFrame(about.train_curve_rows(metrics))
-    if not curves.empty:
-        # Twenty entries beside the chart left its curves 110 px wide at 1366 px: past eight, the legend goes below.
-        many = curves["checkpoint"].nunique() > 8
-        legend = alt.Legend(orient="bottom", columns=6) if many else legend_for(curves["checkpoint"].nunique())
+curves = pd.DataFrame(about.train_curve_rows(metrics))
+if not curves.empty:
+    # The whole width, under the two columns: in the right one, twenty legend entries left the curves 110 px wide.
+    legend = legend_for(curves["checkpoint"].nunique())
 
-        def curve_chart():
-            lines = alt.Chart(curves).mark_line().encode(
-                x=alt.X("tokens:Q", title="training tokens (bytes)"),
-                y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
-                color=alt.Color("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[0], title="checkpoint",
-                                legend=legend),
-                strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[1], title="checkpoint",
-                                          legend=legend),
-                tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
-            ).properties(height=300)
-            return lines, curves
+    def curve_chart():
+        lines = alt.Chart(curves).mark_line().encode(
+            x=alt.X("tokens:Q", title="training tokens (bytes)"),
+            y=alt.Y("train_bpb:Q", title="training bits per byte", scale=alt.Scale(zero=False)),
+            color=alt.Color("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[0], title="checkpoint",
+                            legend=legend),
+            strokeDash=alt.StrokeDash("checkpoint:N", scale=method_scales(list(curves["checkpoint"]))[1], title="checkpoint",
+                                      legend=legend),
+            tooltip=[alt.Tooltip("checkpoint:N"), alt.Tooltip("tokens:Q", format=","), alt.Tooltip("train_bpb:Q", format=".3f")],
+        ).properties(height=300)
+        return lines, curves
 
-        # the training logs behind the chart, as numbers: a retrained checkpoint is another chart
-        logged = tuple(map(tuple, curves.itertuples(index=False)))
-        chart("about", ("training-curves", tuple(metrics)) + logged, curve_chart, "training_curves",
-              says=extremes_sentence(curves, "checkpoint", "tokens", "train_bpb", "training bits per byte",
-                                     lambda t: f"the last step ({int(t):,} training bytes)"))
+    # the training logs behind the chart, as numbers: a retrained checkpoint is another chart
+    logged = tuple(map(tuple, curves.itertuples(index=False)))
+    chart("about", ("training-curves", tuple(metrics)) + logged, curve_chart, "training_curves",
+          says=extremes_sentence(curves, "checkpoint", "tokens", "train_bpb", "training bits per byte",
+                                 lambda t: f"the last step ({int(t):,} training bytes)"))
 
 st.header("The shipped checkpoints")
 for name, (_, _, problem) in entries.items():

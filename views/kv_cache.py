@@ -5,7 +5,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from views._charts import metric_rows, show_cached_chart, show_chart
+from views._charts import metric_rows, show_cached_chart, show_chart, split_title
 from views._models import usable_models
 from views._page import error_box, page_header, plain
 from views._serving import compute_once, stored_result
@@ -186,8 +186,8 @@ def bar_charts(results: pd.DataFrame) -> tuple[alt.Chart, alt.Chart]:
     bpb = alt.Chart(results.dropna(subset=[BPB])).mark_bar().encode(
         x=alt.X("checkpoint:N", sort=[display_name(n) for n in chosen], title=None),
         xOffset=alt.XOffset("strategy:N", sort=list(kv_cache.STRATEGIES)),
-        y=alt.Y(f"{BPB}:Q", title="bits per byte (lower is better)"),
-        color=alt.Color("how:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom", labelLimit=300)),
+        y=alt.Y(f"{BPB}:Q", title=split_title("bits per byte (lower is better)", 20)),  # the legend below takes height
+        color=alt.Color("how:N", scale=COLOURS, title=None, legend=alt.Legend(orient="bottom", columns=1, labelLimit=300)),  # one a row: four in a row spilled at 1366
         tooltip=["checkpoint", "how", alt.Tooltip(f"{BPB}:Q", format=".3f"), "note"],
     ).properties(height=320)
     speed = alt.Chart(results.dropna(subset=[MS])).mark_bar().encode(
