@@ -116,11 +116,12 @@ def test_the_settings_line_says_what_each_widget_shows():
     _slide.note(run, "toggle", "All checkpoints", False)
     _slide.note(run, "text_input", "Formula", "-d*" + "x" * 200)
     _slide.note(run, "slider", "length", (16, 2048))
+    _slide.note(run, "multiselect", "dimensions", [0, 2, 16])
     _slide.note(run, "toggle", "Presentation mode", True, key=_slide.PRESENT_KEY)
     shown = dict(run.settings)
     assert shown["base"] == "10,000" and shown["Checkpoints"] == "ROPE, ALIBI" and shown["All checkpoints"] == "off"
     assert shown["Formula"].startswith("“-d*x") and len(shown["Formula"]) <= _slide.MAX_SHOWN + 2
-    assert shown["length"] == "16 – 2,048" and "Presentation mode" not in shown
+    assert shown["length"] == "16 – 2,048" and shown["dimensions"] == "0, 2, 16" and "Presentation mode" not in shown
     assert json.dumps(run.settings)  # plain strings
 
 

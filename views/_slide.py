@@ -29,10 +29,10 @@ RUN_KEY = "_slide_run"  # this run's SlideRun, in the session state
 CHART_NAME = re.compile(r"[A-Za-z0-9_.-]{1,120}")
 # The plot area's height on a slide (px): with the title and the settings line above it, the axis and the
 # sentence under it, the slide fills a 1920×1080 screen without scrolling.
-SLIDE_PLOT_HEIGHT = 640
+SLIDE_PLOT_HEIGHT = 700
 # Fonts of a chart on a slide, scaled as the captions are (Vega-Lite's defaults are 10-11 px: unreadable from a hall)
 SLIDE_CHART_CONFIG = {
-    "axis": {"labelFontSize": 17, "titleFontSize": 19, "titlePadding": 12},
+    "axis": {"labelFontSize": 17, "titleFontSize": 19, "titlePadding": 12, "labelLimit": 300},
     "legend": {"labelFontSize": 17, "titleFontSize": 18, "symbolSize": 180, "labelLimit": 420, "rowPadding": 6},
     "header": {"labelFontSize": 18, "titleFontSize": 19},
     "title": {"fontSize": 22},
@@ -157,13 +157,13 @@ WIDGETS = ("slider", "select_slider", "selectbox", "radio", "multiselect", "togg
 MAX_SHOWN = 80  # characters of one widget's value on the settings line (a long pasted text is cut)
 
 
-def _shown(value, format_func) -> str:
+def _shown(value, format_func, kind: str = "") -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "on" if value else "off"
-    if isinstance(value, (list, tuple)) and format_func is not None:
-        return ", ".join(str(format_func(v)) for v in value)
+    if isinstance(value, (list, tuple)) and (format_func is not None or kind in ("multiselect", "pills")):
+        return ", ".join(str(format_func(v) if format_func else _shown(v, None)) for v in value)
     if format_func is not None:
         return str(format_func(value))
     if isinstance(value, (list, tuple)):
@@ -187,7 +187,7 @@ def note(run: SlideRun, kind: str, label, value, format_func=None, key=None) -> 
     if key in (PRESENT_KEY, "w_leave_slide"):
         return
     try:
-        text = _shown(value, format_func)
+        text = _shown(value, format_func, kind)
     except Exception:  # a format_func that cannot format its own value: the line leaves it out, the page shows why
         return
     text = " ".join(text.split())

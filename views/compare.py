@@ -297,7 +297,9 @@ def methods_section() -> None:
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
                           lambda: (alt.vconcat(top, bottom), df), f"compare-loss-{a}-{b}-L{length}",
                           "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")
-                   + f". Below: {qb} minus {qa}; below 0, {qb} predicts better.")
+                   + f". Below: {qb} minus {qa}; below 0, {qb} predicts better.",
+                          says=means_sentence(df[df["model"].isin([display_name(n) for n in curves])], "model", "bits",
+                                              "the mean loss per byte of the window (bits)"))
     else:
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
                           lambda: (top, df), f"compare-loss-{a}-{b}-L{length}")

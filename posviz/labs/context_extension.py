@@ -258,7 +258,10 @@ def wavelength_sentence(rows, train_length: int, factor: float) -> str | None:
         by.setdefault(r["scaling"], []).append(r["wavelength"])
     if not by:
         return None
-    said = ", ".join(f"{sum(w > train_length for w in waves)} with {name}" for name, waves in by.items())
+    from posviz.display import display_name
+
+    said = ", ".join(f"{sum(w > train_length for w in waves)} with "
+                     f"{'no scaling' if name == 'none' else display_name(name)}" for name, waves in by.items())
     pairs = len(next(iter(by.values())))
     return (f"At s = {factor:g}, of the {pairs} rotary pairs, those slower than one turn per training length "
             f"({train_length:,} positions), never seen whole in training: {said}.")
