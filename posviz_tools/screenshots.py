@@ -4,7 +4,8 @@
 starts ``streamlit run app.py`` on 127.0.0.1 with the shipped checkpoints, opens every page of
 app.py's menu in headless Chromium in presentation mode (``?present=1``: the page as a slide, its headline chart
 large) at 1920×1080, waits until the page has run and its charts are drawn, and saves the slide as
-``<out>/<url_path>.png``, the same slide at 1280×720 as ``<out>/<url_path>-1280x720.png``, and the whole page
+``<out>/<url_path>.png``, the same slide at 1280×720 (the 1920×1080 layout drawn at 2/3 scale, as a browser zoomed
+to fit shows it) as ``<out>/<url_path>-1280x720.png``, and the whole page
 out of presentation mode (its main area, at most 6,000 px tall) as ``<out>/<url_path>-full.png`` (256-colour
 PNGs: tens to a few hundred KB each). It also reads each page as
 ``posviz_tools.look`` does and reports anything cut off, any error box and any browser console error;
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from .loadtest import (ROOT, StreamlitServer, app_pages, exception_texts, launch_chromium, screenshot_whole_main,
                        wait_rendered)
-from .look import ConsoleWatch, look_at, settle
+from .look import ConsoleWatch, look_at
 
 OUT = ROOT / "docs" / "screenshots"
 MAX_FULL_HEIGHT = 6000  # px: the whole-page shot of the longest pages stops here
@@ -76,11 +77,14 @@ def take(out: Path, width: int, height: int, only: list[str] | None = None, mode
                 name = f"{entry.url_path}-published" if published else entry.url_path
                 size = save_png(tab.screenshot(), out / f"{name}.png")
                 seen = look_at(tab, width, height)  # the whole page, not only what the window shows
-                if not published:  # the slide on a smaller projector
-                    tab.set_viewport_size({"width": 1280, "height": 720})
-                    settle(tab)
-                    size += save_png(tab.screenshot(), out / f"{name}-1280x720.png")
-                    tab.set_viewport_size({"width": width, "height": height})
+                if not published:  # the same slide on a 1280×720 projector: the 1920×1080 layout at 2/3 scale
+                    small = browser.new_context(viewport={"width": width, "height": height},
+                                                device_scale_factor=1280 / width).new_page()
+                    small.goto(tab.url)
+                    wait_rendered(small, 180_000, quiet_ms=1500)
+                    small.wait_for_timeout(1000)
+                    size += save_png(small.screenshot(), out / f"{name}-1280x720.png")
+                    small.context.close()
                 # the whole page too (a lab's results are below its controls), at the same width, as a visitor opens it
                 tab.goto(server.url + entry.url + "?present=0" + (f"&{query}" if query else ""))
                 wait_rendered(tab, 180_000, quiet_ms=1500)
