@@ -24,7 +24,8 @@ def csv_file(data: pd.DataFrame, index: bool = False):
 def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None,
                says: str | None = None) -> None:
     """``chart`` with its data as CSV and a Slide button; on a slide (``views._slide``) the chart alone, large.
-    ``says``: one sentence, from the data, of what the chart shows (a slide's line under it; else ``caption``)."""
+    ``says``: one sentence, from the data, of what the chart shows (a slide's line under it; else ``caption``), or a
+    function that writes it: called only when the chart is a slide's, not on every visitor's run."""
     # Streamlit stretches every view of a vertically concatenated chart to the column's width and then
     # adds its axis and legend, so the chart spills past the column's right edge and its legend is cut
     # off. Each view is drawn as a chart of its own instead, one under the other; a y-axis of a fixed
@@ -33,7 +34,7 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | N
     if slide.claims(name):
         specs = [_spec_and_data(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, None)[0]
                  for part in parts]
-        _draw_slide(specs, name, says or caption)
+        _draw_slide(specs, name, says, caption)
         return
     for part in parts:
         st.altair_chart(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, width="stretch")
@@ -51,11 +52,12 @@ def _chart_row(csv, name: str, caption: str | None) -> None:
     row.caption((caption + "  ·  " if caption else "") + "Save the chart as PNG or SVG from its ⋯ menu.")
 
 
-def _draw_slide(specs: list[dict], name: str, sentence: str | None, width: str = "stretch") -> None:
+def _draw_slide(specs: list[dict], name: str, says, caption: str | None, width: str = "stretch") -> None:
     """The slide's chart: its views large with fonts a hall can read, the sentence under it, and the slide's PNG
-    buttons in the slide's head."""
+    buttons in the slide's head. ``says``: the sentence, or the function that writes it; else the ``caption``."""
     from views._page import plain
 
+    sentence = (says() if callable(says) else says) or caption
     with st.container(key=slide.container_key(name)):
         for spec in specs:
             draw_spec(slide.slide_spec(spec, len(specs)), width)
@@ -83,7 +85,7 @@ def show_specs(specs: list[dict], csv, name: str, caption: str | None = None, wi
     """Vega-Lite specs drawn one under the other with their CSV (bytes, or a function that writes it) and a Slide
     button; on a slide, drawn large alone (see ``show_chart``)."""
     if slide.claims(name):
-        _draw_slide(specs, name, says or caption, width)
+        _draw_slide(specs, name, says, caption, width)
         return
     for spec in specs:
         draw_spec(spec, width)

@@ -138,16 +138,10 @@ def finish() -> None:
     run = current()
     if run is None or run.settings_slot is None:
         return
-    shown = settings_line()
+    shown = settings_of(run)
     from views._page import plain  # the line quotes what a visitor typed: shown as typed, never as Markdown
 
     run.settings_slot.caption(plain(shown) if shown else "At its default settings.")
-
-
-def settings_line() -> str:
-    """The settings line of this run's slide ("" outside presentation mode)."""
-    run = current()
-    return settings_of(run) if run else ""
 
 
 # ---- what the widgets show, for the settings line -------------------------------------------------------------

@@ -70,7 +70,7 @@ if not curves.empty:
     # the training logs behind the chart, as numbers: a retrained checkpoint is another chart
     logged = tuple(map(tuple, curves.itertuples(index=False)))
     chart("about", ("training-curves", tuple(metrics)) + logged, curve_chart, "training_curves",
-          says=extremes_sentence(curves, "checkpoint", "tokens", "train_bpb", "training bits per byte",
+          says=lambda: extremes_sentence(curves, "checkpoint", "tokens", "train_bpb", "training bits per byte",
                                  lambda t: f"the last step ({int(t):,} training bytes)"))
 
 st.header("The shipped checkpoints")

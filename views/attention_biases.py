@@ -86,5 +86,5 @@ digest = tuple((name, float(lw.sum()), float(lw[0]), float(lw[-1])) for name, lw
 chart(VIEW, ("comparison", n_keys, margin, far) + digest, comparison, f"max_weight_comparison_n{n_keys}",
       "Exponential fall = the method forgets; flat = the method dilutes but can still find a far key when its "
       "content stands out. Missing lines: that checkpoint is not available.",
-      says=attention_biases.comparison_sentence(summary, far, n_keys, margin))
+      says=lambda: attention_biases.comparison_sentence(summary, far, n_keys, margin))
 side_by_side.__exit__(None, None, None)

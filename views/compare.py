@@ -180,7 +180,7 @@ def methods_apart(a: str, b: str, where) -> None:
                       lambda: (alt.layer(*layers), df), f"compare-loss-{a}-{b}-M{multiple:g}",
                       "Mean over each model's windows, smoothed over 1/64 of its window. Bits per id: per byte for a byte-level "
                       "checkpoint, per token for a tokenized model; the dashed line: the trained context.",
-                      says=means_sentence(df, "model", "bits", "the mean loss per id (bits)"))
+                      says=lambda: means_sentence(df, "model", "bits", "the mean loss per id (bits)"))
     if len(curves) < 2:
         return
     st.subheader(f"Attention, layer {layer} head {head}: {qa} vs {qb}")
@@ -298,7 +298,7 @@ def methods_section() -> None:
                           lambda: (alt.vconcat(top, bottom), df), f"compare-loss-{a}-{b}-L{length}",
                           "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")
                    + f". Below: {qb} minus {qa}; below 0, {qb} predicts better.",
-                          says=means_sentence(df[df["model"].isin([display_name(n) for n in curves])], "model", "bits",
+                          says=lambda: means_sentence(df[df["model"].isin([display_name(n) for n in curves])], "model", "bits",
                                               "the mean loss per byte of the window (bits)"))
     else:
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),

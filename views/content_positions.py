@@ -79,7 +79,7 @@ left, right = st.columns(2)
 with left:
     show_matrix(view.weights[head], f"{checkpoint}_weights_L{layer}_H{head}", "key j", "query i", "weight",
                 key=key + ("weights", head),
-                says=content_positions.near_weight_sentence(view.weights[head], view.softmax[head], display_name(checkpoint),
+                says=lambda: content_positions.near_weight_sentence(view.weights[head], view.softmax[head], display_name(checkpoint),
                                                            layer, head))
 with right:
     show_matrix(view.softmax[head], f"{checkpoint}_softmax_L{layer}_H{head}", "key j", "query i", "softmax weight",

@@ -222,7 +222,7 @@ def at_this_factor() -> None:
                       "saw part of their circle. Linear interpolation slows every pair by s; NTK raises the base so fast pairs barely "
                       "change and slow ones stretch about s×; YaRN and Llama 3 leave fast pairs alone and interpolate only the slow "
                       "ones (YaRN also sharpens attention by its attention factor).",
-                      says=context_extension.wavelength_sentence(waves.to_dict("records"), train_length, factor))
+                      says=lambda: context_extension.wavelength_sentence(waves.to_dict("records"), train_length, factor))
     remaps = pd.DataFrame(context_extension.remap_settings(rope, factor, scalings))
     if not remaps.empty:
         st.markdown(f"**The remaps at s = {factor:g}** keep every pair's wavelength; each pair is seen at a remapped "

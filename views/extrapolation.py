@@ -282,7 +282,7 @@ def at_this_length() -> None:
                        "A different text gives a different level, so compare a dot with its own curve's shape."
                        + (" Each model at the same multiple of its own trained context, in its own units; bits per byte "
                           "compare across byte-level and tokenized models." if mixed else ""),
-                       says=None if mixed else extremes_sentence(live, "model", "length", "bits/byte",
+                       says=lambda: None if mixed else extremes_sentence(live, "model", "length", "bits/byte",
                                                                 "bits per byte on this text", length_words(train_length, unit)))
     for name, message in errors.items():
         st.error(f"**{plain(display_name(name))}** — {message}", icon="🚫")

@@ -295,7 +295,7 @@ if rows:
                       lambda: (alt.layer(lines, rule).properties(height=300), df), f"generation-entropy-{strategy}-n{new_ids}",
                       f"Grey line: the training length ({lengths}). A model that no longer knows where it is "
                       "usually becomes unsure (entropy up) or stuck in a loop (entropy down to 0).",
-                      says=extremes_sentence(df, "checkpoint", "position", "mean", "mean entropy of the next byte, in bits,",
+                      says=lambda: extremes_sentence(df, "checkpoint", "position", "mean", "mean entropy of the next byte, in bits,",
                                              lambda p: f"position {int(p):,}", digits=2))
 
 # ------------------------------------------------------------------------------------------------

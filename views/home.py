@@ -141,7 +141,7 @@ def bpb_section(curve: pd.DataFrame, train_lengths: list[int]) -> None:
     chart("home", ("bpb-vs-length", shown_range, tuple(train_lengths), tuple(order)) + rows, build, "bpb_vs_length",
           "Non-overlapping windows of the evaluation length over the same held-out bytes. A line that stops "
           "means the method cannot run at longer lengths (the learned table has no rows past it).",
-          says=extremes_sentence(shown, "checkpoint", "length", "bpb", "bits per byte on the held-out documents",
+          says=lambda: extremes_sentence(shown, "checkpoint", "length", "bpb", "bits per byte on the held-out documents",
                                  length_words(train_lengths[0] if len(train_lengths) == 1 else None)))
 
 

@@ -98,7 +98,7 @@ def two_pass_section() -> None:
                "uses for that byte in that pass. Small @p: the position the byte's cached key and value were computed at. "
                "Red cells are where the shifted cache lies: fine for methods that add position only at attention time "
                "(ALiBi, T5, Shaw, NoPE), wrong for methods that bake it into the keys (learned, sinusoidal, RoPE).",
-               says=kv_cache.diagram_sentence(kv_cache.two_pass_diagram(diagram_window)))
+               says=lambda: kv_cache.diagram_sentence(kv_cache.two_pass_diagram(diagram_window)))
 
 
 two_pass_section()

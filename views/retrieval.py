@@ -120,7 +120,7 @@ if not shipped.empty:
     show_chart(probe_chart(shipped, measure, "repeat"), shipped[shipped["probe"] == "repeat"], f"repeat-probe-shipped-{measure}",
                f"Dotted vertical line: the training length ({train_length:,} bytes). A missing point: the method "
                "cannot represent that many positions.",
-               says=extremes_sentence(shipped[shipped["probe"] == "repeat"], "model", "gap",
+               says=lambda: extremes_sentence(shipped[shipped["probe"] == "repeat"], "model", "gap",
                                       "gain" if measure == "gain" else "ratio" if measure == "ratio" else "second_bits",
                                       MEASURES[measure][1].split(" (")[0], lambda g: f"a gap of {int(g):,} bytes",
                                       at=train_length))

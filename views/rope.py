@@ -183,7 +183,7 @@ def frequency_chart():
 chart(VIEW, ("frequencies", head_dim, base, train_length), frequency_chart, f"rope_frequencies_d{head_dim}",
       f"θᵢ = base^(−2i/d). Pairs above the dashed line (training length {train_length:,}) never complete a turn "
       "during training: at longer lengths they reach angles the model has never seen.",
-      says=rope.frequency_sentence(freqs, train_length))
+      says=lambda: rope.frequency_sentence(freqs, train_length))
 st.dataframe(freqs.rename(columns={"first_feature": "feature", "second_feature": "paired with",
                                    "theta": "θ (rad/position)", "wavelength": "wavelength (positions)",
                                    "turns_in_training": f"turns in {train_length:,} positions"}),
@@ -246,7 +246,7 @@ def decay_section(head_dim: int, base: float) -> None:
           r"$S_j = \sum_{k<j} e^{i(m-n)\theta_k}$. Splitting q·k into pair terms $h_j\,e^{i(m-n)\theta_j}$, the score "
           r"is at most $\max_j |h_{j+1} - h_j| \cdot \sum_j |S_j|$: the envelope shrinks with distance. It is a bound on "
           "smooth content, not a promise that attention fades — a trained head can still attend far away.",
-          says=rope.decay_sentence(rope.rope_decay_bound(head_dim, base, max_distance)))
+          says=lambda: rope.decay_sentence(rope.rope_decay_bound(head_dim, base, max_distance)))
 
 
 st.header("Long-term decay (RoFormer §3.4.3)")

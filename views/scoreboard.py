@@ -72,4 +72,4 @@ chart = alt.Chart(points).mark_point(filled=True, size=90).encode(
 show_chart(chart, points, "posviz-scoreboard-points",
            "A model low on this chart but at the left reads 16× its context well and recalls little of it: its flat "
            "curve comes from the near text.",
-           says=ranking_sentence(points, "checkpoint", "bpb 16×", "bits per byte at 16× its context"))
+           says=lambda: ranking_sentence(points, "checkpoint", "bpb 16×", "bits per byte at 16× its context"))

@@ -43,7 +43,7 @@ sync_url(len=length, dim=dim, base=base)  # every section below draws at these: 
 
 show_matrix(kept(VIEW, "pe", (length, dim, base), lambda: sinusoidal_learned.sinusoidal_pe(length, dim, base)),
             f"sinusoidal_pe_L{length}_d{dim}", x_title="dimension", y_title="position", value_title="PE value",
-            scheme="redblue", key=(length, dim, base), says=sinusoidal_learned.pe_sentence(length, dim, base))
+            scheme="redblue", key=(length, dim, base), says=lambda: sinusoidal_learned.pe_sentence(length, dim, base))
 st.caption("Left columns (fast pairs) flicker from row to row; right columns (slow pairs) barely change over "
            "the whole table: they are almost constant, so they tell little about position at these lengths.")
 

@@ -202,7 +202,7 @@ if method is not None:
                "cut off." + (" Every head has the same bias: their lines overlap." if drawing.heads_alike(curves) else "")
                + ("" if method.is_shift_invariant() else " Your formula reads i or j, so other queries "
                   "see other curves: the matrix below has them all."),
-               says=extremes_sentence(curves, "head", "distance", "bias", "bias in logits",
+               says=lambda: extremes_sentence(curves, "head", "distance", "bias", "bias in logits",
                                       lambda d: f"distance {int(d):,}", lower_is_better=False))
     st.subheader("As a matrix: every query against every key")
     head = st.select_slider("head", list(range(RECIPE.n_head)), value=head_in_link, key="w_head")
