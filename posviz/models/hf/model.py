@@ -28,6 +28,8 @@ from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, m
                                               tokens_within)
 from posviz.models.hf.text import TokenizerText
 from posviz.models.hf import gguf
+from posviz.models.hf import remaps as hf_remaps
+from posviz.positions.rope_remaps import ROPE_REMAPS
 
 
 def run_dtype(config, device: torch.device) -> torch.dtype:
@@ -87,13 +89,37 @@ class PublishedModel(LabModel):
         self.hidden = int(config.hidden_size)
         self.rotary_dims = (int(self.head_dim * float(base_rope.get("partial_rotary_factor", 1.0))) // 2 * 2
                             if self.method == "rope" else None)
+        self.remap_refusal = hf_remaps.refusal(config, self.method)  # None: it takes every remap
+        self.remaps = tuple(ROPE_REMAPS) if self.remap_refusal is None else ()
+        remap = self._overrides.get("remap", "none")
         if self._overrides and self.method != "rope":
-            raise PosvizError(f"{self.name} uses {self.method} positions: RoPE scalings apply to rotary models only.")
-        if self._overrides and self.layer_ropes:
+            raise PosvizError(f"{self.name} uses {self.method} positions: RoPE scalings and remaps apply to rotary "
+                              "models only.")
+        if remap != "none":
+            if remap not in ROPE_REMAPS:
+                raise PosvizError(f"Unknown RoPE remap {remap!r}. Known remaps: {', '.join(ROPE_REMAPS)}.")
+            if self.remap_refusal:
+                raise PosvizError(f"{self.name} cannot take the {remap} remap: {self.remap_refusal}.")
+            if self._overrides.get("scaling", "none") != "none":
+                raise PosvizError(f"{self.name}: a remap runs at the model's own RoPE speeds; choose a scaling or a "
+                                  "remap, not both.")
+        if self._overrides.get("scaling", "none") != "none" and self.layer_ropes:
             raise PosvizError(f"{self.name}'s layers turn with {len(self.layer_ropes)} RoPE bases (one per layer type: "
                               f"{', '.join(self.layer_ropes)}): posviz's scalings apply to models with one.")
         self.rope_parameters = (raw_rope if self.layer_ropes else rope_parameters_for(
             base_rope, self.rotary_dims, self.train_length, self._overrides) if self.method == "rope" else None)
+        self.remap, self.remap_options = None, None
+        if remap != "none":  # its defaults cover factor x the trained context, as for a RoPE checkpoint
+            self.remap = ROPE_REMAPS[remap]
+            factor = float(self._overrides.get("factor", 1.0))
+            self.remap_options = self.remap.build(self._overrides.get("remap_options"), self.train_length,
+                                                  round(factor * self.train_length))
+            self._overrides = {"remap": remap, "remap_options": self.remap.settings(
+                self._overrides.get("remap_options"), self.train_length, round(factor * self.train_length)),
+                "factor": factor}
+            self.name = f"{self.name}+{remap}"  # as the labs list it: the model and its remap
+            # each pair is rotated at attention time, at the positions the remap gives it: keys are cached unrotated
+            self.acts_on = "pairs"
         self.position_options = dict(self._overrides) if self._overrides else (
             {"scaling": "none", "rope_type": base_rope.get("rope_type", "default"),
              "base": float(base_rope.get("rope_theta", 10000.0))} if self.method == "rope" else {})
@@ -159,6 +185,8 @@ class PublishedModel(LabModel):
         return self._dtype
 
     def is_shift_invariant(self) -> bool:
+        if self.remap is not None:  # grouped, chunked or log-scaled positions read where a window starts
+            return self.remap.shift_invariant(self.remap_options)
         # dynamic NTK and LongRoPE change every pair's speed with the length of the pass
         return self.method != "learned" and (self.rope_parameters or {}).get("rope_type") not in ("dynamic", "longrope")
 
@@ -169,6 +197,8 @@ class PublishedModel(LabModel):
         """The biggest temporaries of one forward pass over ``n_keys`` positions: an ALiBi bias and eager
         attention's scores are (B, H, T, Tk) floats; sdpa's fused kernels keep none."""
         n_queries = n_keys if n_queries is None else n_queries
+        if self.remap is not None:  # scored a block of queries at a time (``hf.remaps``)
+            return hf_remaps.work_bytes(self.n_head, n_queries, n_keys, attention_map)
         per_map = self.n_head * n_queries * n_keys * 4
         if attention_map or not sdpa_ok(self.config):
             return 3 * per_map  # scores, probabilities, and the mask or bias
@@ -206,22 +236,40 @@ class PublishedModel(LabModel):
         return None
 
     @contextlib.contextmanager
-    def _variant(self, eager: bool):
-        """This variant's rotary module and attention implementation, in place for one forward pass."""
+    def _variant(self, eager: bool, q_pos=None, k_pos=None, probs_for=()):
+        """This variant's rotary module and attention implementation, in place for one forward pass; under a remap,
+        the identity rotation and posviz's attention (``hf.remaps``), told the pass's query and key positions."""
         net, swapped = self.net, None
         before = net.config._attn_implementation
+        run = contextlib.nullcontext()
         if self.method == "rope" and self._overrides:
             parent = next(m for m in net.modules() if isinstance(getattr(m, "rotary_emb", None), torch.nn.Module))
             swapped = (parent, parent.rotary_emb)
-            parent.rotary_emb = self._rotary_module()
+            parent.rotary_emb = (hf_remaps.Unrotated(parent.rotary_emb) if self.remap is not None
+                                 else self._rotary_module())
         if eager:
             net.config._attn_implementation_internal = "eager"
+        if self.remap is not None:
+            hf_remaps.register_once()
+            net.config._attn_implementation_internal = hf_remaps.ATTENTION_NAME
+            speeds, types = self._remap_speeds()
+            run = hf_remaps.pass_positions(hf_remaps.RemapPass(
+                self.remap, self.remap_options, self.train_length, speeds, types, q_pos.cpu(), k_pos.cpu(),
+                frozenset(probs_for)))
         try:
-            yield net
+            with run:
+                yield net
         finally:
             net.config._attn_implementation_internal = before
             if swapped is not None:
                 swapped[0].rotary_emb = swapped[1]
+
+    def _remap_speeds(self) -> tuple[dict, list | None]:
+        """The model's own rotation speeds, as ``hf.remaps.RemapPass`` takes them (once per variant)."""
+        if getattr(self, "_speeds", None) is None:
+            self._speeds = hf_remaps.model_speeds(self._new_rotary(torch.device("cpu")),
+                                                  getattr(self.config, "layer_types", None), dict(self.rope_parameters))
+        return self._speeds
 
     def _rotary_module(self) -> torch.nn.Module:
         if self._rotary is None:
@@ -269,7 +317,9 @@ class PublishedModel(LabModel):
             kwargs["attention_mask"] = torch.ones(B, held + T, dtype=torch.long, device=self._device)
             kwargs["cache_position"] = torch.arange(held, held + T, device=self._device)
         captured = {}
-        with self._engine.lock, self._variant(attention_layer is not None) as net:
+        k_pos = pos if cache is None or not held else torch.cat((cache.positions.to(pos.device), pos))
+        with self._engine.lock, self._variant(attention_layer is not None, pos, k_pos,
+                                              () if attention_layer is None else (attention_layer,)) as net:
             hook = None
             if attention_layer is not None:
                 if not 0 <= attention_layer < self.n_layer:
@@ -315,7 +365,8 @@ class PublishedModel(LabModel):
         kwargs = {"input_ids": ids[None]}
         if self.method != "alibi":
             kwargs["position_ids"] = torch.arange(T, device=self._device)[None]
-        with self._engine.lock, self._variant(True) as net:
+        pos = torch.arange(T, device=self._device)
+        with self._engine.lock, self._variant(True, pos, pos, range(self.n_layer)) as net:
             attentions = net(**kwargs, output_attentions=True).attentions
         return torch.stack([a[0].float() for a in attentions])
 
@@ -358,6 +409,13 @@ class PublishedModel(LabModel):
         return {}
 
 
+def _frozen(value):
+    """``value`` as a hashable key, mappings and lists all the way down (a remap's options are a mapping)."""
+    from posviz.models.shipped import _frozen as frozen
+
+    return frozen(value)
+
+
 def _folder_stamp(folder: Path) -> tuple[int, ...]:
     return tuple((folder / f).stat().st_mtime_ns if (folder / f).is_file() else 0
                  for f in ("config.json", *WEIGHT_FILES, "tokenizer.json"))
@@ -377,7 +435,7 @@ class TransformersKind(ModelKind):
     def identify(self, ref: str, position_overrides: Mapping) -> tuple:
         path = Path(ref)
         where = (str(path.resolve()),) + _folder_stamp(path.resolve()) if path.is_dir() else (ref,)
-        return ("transformers",) + where + (tuple(sorted(position_overrides.items())),)
+        return ("transformers",) + where + (_frozen(position_overrides),)
 
     # A hub id that just failed (offline, gated, unknown) fails again at once for this long, so that every
     # page run of every visitor does not wait on the network for the same answer.
@@ -415,7 +473,7 @@ class GGUFKind(ModelKind):
     def identify(self, ref: str, position_overrides: Mapping) -> tuple:
         path = gguf.local_file(ref)
         where = tuple(gguf.file_stamp(path).values()) if path is not None else (ref,)  # path, size, mtime
-        return ("gguf",) + where + (tuple(sorted(position_overrides.items())),)
+        return ("gguf",) + where + (_frozen(position_overrides),)
 
     def build(self, ref: str, position_overrides: Mapping, device: torch.device, key: tuple) -> LabModel:
         local = gguf.local_file(ref)
@@ -434,7 +492,7 @@ class GGUFKind(ModelKind):
         if engine is None:
             engine = gguf.GGUFEngine(header, folder, config, device, run_dtype(config, device))
         model = PublishedModel(ref, config, folder, position_overrides, device, key, engine)
-        model.name = path.name if local is not None else ref
+        model.name = (path.name if local is not None else ref) + (f"+{model.remap.name}" if model.remap else "")
         model.weights_note = f"GGUF {header.quantization}"
         return model
 
