@@ -267,7 +267,12 @@ class PublishedModel(LabModel):
     def _remap_speeds(self) -> tuple[dict, list | None]:
         """The model's own rotation speeds, as ``hf.remaps.RemapPass`` takes them (once per variant)."""
         if getattr(self, "_speeds", None) is None:
-            self._speeds = hf_remaps.model_speeds(self._new_rotary(torch.device("cpu")),
+            rotary = self._new_rotary(torch.device("cpu"))
+            if self.rope_parameters.get("rope_type") in ("dynamic", "longrope"):
+                # speeds that follow the pass's length: a remap attends every pair within the trained context, so
+                # the speeds are the model's at that length (Phi-3-128k's long factors past its original 4k)
+                rotary(torch.zeros(1, dtype=torch.float32), torch.tensor([[self.train_length - 1]]))
+            self._speeds = hf_remaps.model_speeds(rotary,
                                                   getattr(self.config, "layer_types", None), dict(self.rope_parameters))
         return self._speeds
 
