@@ -244,3 +244,26 @@ def test_a_model_whose_attention_cannot_take_a_remap_says_so_in_words(hf_family_
     with pytest.raises(PosvizError, match="self_extend's group must be a positive integer"):
         open_model(hf_family_dir["qwen2"], {"remap": "self_extend", "remap_options": {"group": 0}}, "cpu")
     assert family_config("qwen2").model_type == "qwen2"
+
+
+@pytest.mark.parametrize("remap", list(ROPE_REMAPS))
+def test_the_merged_softmax_equals_the_whole_blocks_softmax_under_each_remap(remap):
+    """The fast path (each map's span on its own, merged as flash attention merges blocks) against the block's
+    whole scores and one softmax, with GQA, a sliding-window mask, Gemma 2's soft-cap and GPT-OSS's sink logits,
+    over more than one block of queries (300 > 256)."""
+    torch.manual_seed(2)
+    T, D, L = 300, 16, 64
+    q, k, v = torch.randn(1, 4, T, D), torch.randn(1, 2, T, D), torch.randn(1, 2, T, D)
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    for mask in (None, ((j <= i) & (i - j < 40))[None, None]):
+        for extra in ({}, {"softcap": 3.0}, {"s_aux": torch.randn(4)}):
+            spec = ROPE_REMAPS[remap]
+            run = hf_remaps.RemapPass(spec, spec.build(None, L, 4 * L), L, {None: (inv_freq, 1.0)}, None,
+                                      torch.arange(T), torch.arange(T))
+            with hf_remaps.pass_positions(run):
+                fast, none = hf_remaps.remap_attention(_module(), q, k, v, mask, scaling=0.3, **extra)
+                run.probs_for = frozenset({0})
+                whole, probs = hf_remaps.remap_attention(_module(), q, k, v, mask, scaling=0.3, **extra)
+            assert none is None and probs.shape == (1, 4, T, T)
+            torch.testing.assert_close(fast, whole, rtol=1e-5, atol=1e-5)

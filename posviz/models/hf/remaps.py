@@ -122,7 +122,12 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
                     softcap: float | None = None, s_aux: torch.Tensor | None = None, **kwargs):
     """transformers' attention interface under the pass's remap: (B, T, H, D) outputs and (B, H, T, Tk) weights
     when the pass wants them, else None. q (B, H, T, D) and k, v (B, Hkv, Tk, D) arrive unrotated (``Unrotated``).
-    ``attention_mask``: sdpa's boolean mask (B, 1, T, Tk), True where a pair attends, or None for plain causal."""
+    ``attention_mask``: sdpa's boolean mask (B, 1, T, Tk), True where a pair attends, or None for plain causal.
+
+    Each block of queries is scored map by map, each map over the one span of keys it scores in that block. Without
+    a map to return, the maps' softmax parts are merged as flash attention merges blocks (``_merged_block``: no
+    (rows, keys) buffer of every map, no selection pass); with one, the block's scores are assembled whole and
+    normalised (``_weights_block``, the reading the other is tested against)."""
     run = _PASS.get()
     if run is None:
         raise RuntimeError(f"{ATTENTION_NAME} attention runs only inside posviz's pass_positions")
@@ -131,6 +136,7 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
     G = H // Hkv  # query heads per key head (GQA): scored as (B, Hkv, G, ...), keys never repeated
     k_pos = run.k_pos[-Tk:].to(query.device)  # a sliding-window layer's cache keeps its newest keys only
     rotates = bool(getattr(module, "use_rope", True))  # SmolLM3 / Llama 4 NoPE layers: plain scores
+    query = query * scaling  # the model's scale, folded into the queries once instead of every block's scores
     if rotates:
         kind = _layer_type(run, module)
         q_rot, q_scale = _rotations(run, kind, "q", run.q_pos, query.device, query.dtype)
@@ -142,50 +148,85 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
     else:
         qs, ks = [query.view(B, Hkv, G, T, D)], [key[:, :, None]]
     v = value[:, :, None]  # (B, Hkv, 1, Tk, D)
+    sink = None if s_aux is None else s_aux.float().reshape(1, Hkv, G, 1, 1)  # GPT-OSS: a learned logit per head
     out = query.new_empty(B, Hkv, G, T, D)
     probs = query.new_zeros(B, H, T, Tk) if getattr(module, "layer_idx", None) in run.probs_for else None
-    rows = max(1, BLOCK_BYTES // (4 * B * H * Tk))
+    whole = probs is not None or (dropout and module.training)
+    # blocks of at most BLOCK_BYTES of scores, and of at most 256 queries: a causal block scores the keys up to its
+    # last query only, so small blocks skip most of the masked triangle
+    rows = max(1, min(256, BLOCK_BYTES // (4 * B * H * Tk)))
     for r0 in range(0, T, rows):
         r1 = min(T, r0 + rows)
         seen = Tk - T + r1  # causal: no query of the block sees a key past its last query's own
         # (rows, seen) by index: query r0 + r is the key Tk - T + r0 + r
         causal = torch.arange(seen, device=query.device)[None, :] <= torch.arange(Tk - T + r0, Tk - T + r1,
                                                                                   device=query.device)[:, None]
+        visible = causal
         if attention_mask is not None:
             allowed = attention_mask[:, :, r0:r1, :seen]
-            visible = (allowed if allowed.dtype == torch.bool else allowed == 0) & causal  # (B, 1, rows, seen)
-            visible = visible[:, None]  # (B, 1, 1, rows, seen): every head of every group
-        else:
-            visible = causal
-        if rotates:
-            choice = _choice(run, r0, r1, k_pos[:seen], query.device)
-            scores = query.new_full((B, Hkv, G, r1 - r0, seen), float("-inf"), dtype=torch.float32)
-            for m, (qm, km) in enumerate(zip(qs, ks)):
-                picked = (choice == m) & causal
-                cols = picked.any(0).nonzero()
-                if not cols.numel():
-                    continue  # no pair of this block is scored with map m
+            # (B, 1, 1, rows, seen): every head of every group
+            visible = ((allowed if allowed.dtype == torch.bool else allowed == 0) & causal)[:, None]
+        choice = _choice(run, r0, r1, k_pos[:seen], query.device) if rotates else None
+        spans = []  # per map: (its queries and keys, the pairs it scores, its span of keys)
+        for m, (qm, km) in enumerate(zip(qs, ks)):
+            picked = causal if choice is None else (choice == m) & causal
+            cols = picked.any(0).nonzero()
+            if cols.numel():  # else no pair of this block is scored with map m
                 a, b = int(cols[0]), int(cols[-1]) + 1  # the keys map m scores in this block: one span
-                s = torch.matmul(qm[:, :, :, r0:r1], km[..., a:b, :].transpose(-1, -2)).float()
-                scores[..., a:b] = torch.where(picked[:, a:b], s, scores[..., a:b])
+                spans.append((qm[..., r0:r1, :], km[..., a:b, :], (picked & visible)[..., a:b], a, b))
+        if whole:
+            weights = _weights_block(spans, (B, Hkv, G, r1 - r0, seen), softcap, sink).to(value.dtype)
+            if dropout and module.training:
+                weights = torch.nn.functional.dropout(weights, p=dropout)
+            out[..., r0:r1, :] = torch.matmul(weights, v[..., :seen, :])
+            if probs is not None:
+                probs[:, :, r0:r1, :seen] = weights.reshape(B, H, r1 - r0, seen)
         else:
-            scores = torch.matmul(qs[0][:, :, :, r0:r1], ks[0][..., :seen, :].transpose(-1, -2)).float()
-        scores = scores * scaling
-        if softcap is not None:  # Gemma 2: logits soft-capped after the scale, before the mask (its eager attention)
-            scores = torch.tanh(scores / softcap) * softcap
-        scores = scores.masked_fill(~visible, float("-inf"))
-        if s_aux is not None:  # GPT-OSS: a learned sink logit per head takes a share of the softmax, then is dropped
-            sink = s_aux.float().reshape(1, Hkv, G, 1, 1).expand(B, Hkv, G, r1 - r0, 1)
-            weights = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
-        else:
-            weights = scores.softmax(dim=-1)
-        weights = weights.to(value.dtype)
-        if dropout:
-            weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
-        out[:, :, :, r0:r1] = torch.matmul(weights, v[..., :seen, :])
-        if probs is not None:
-            probs[:, :, r0:r1, :seen] = weights.reshape(B, H, r1 - r0, seen)
+            out[..., r0:r1, :] = _merged_block(spans, v, softcap, sink)
     return out.reshape(B, H, T, D).transpose(1, 2).contiguous(), probs
+
+
+def _scores(qm, km, keep, softcap):
+    """(B, Hkv, G, rows, span) float32 scaled scores of one map's span, -inf where the map does not score a pair."""
+    s = torch.matmul(qm, km.transpose(-1, -2)).float()
+    if softcap is not None:  # Gemma 2: logits soft-capped after the scale, before the mask (its eager attention)
+        s = s.div_(softcap).tanh_().mul_(softcap)
+    return s.masked_fill_(~keep, float("-inf"))
+
+
+def _weights_block(spans, shape, softcap, sink) -> torch.Tensor:
+    """A block's attention weights, (B, Hkv, G, rows, seen): each map's scores where it scores, one softmax."""
+    scores = torch.full(shape, float("-inf"), device=spans[0][0].device)
+    for qm, km, keep, a, b in spans:
+        s = _scores(qm, km, keep, softcap)
+        scores[..., a:b] = torch.where(keep, s, scores[..., a:b])
+    if sink is None:
+        return scores.softmax(dim=-1)
+    # GPT-OSS: the sink logit takes a share of the softmax, then is dropped
+    return torch.cat((scores, sink.expand(*shape[:-1], 1)), dim=-1).softmax(dim=-1)[..., :-1]
+
+
+def _merged_block(spans, v, softcap, sink) -> torch.Tensor:
+    """A block's output, (B, Hkv, G, rows, D), from each map's span on its own: the softmax of each part with its
+    own maximum, merged by rescaling to the common one (every pair belongs to one map, so the parts partition the
+    keys); a sink logit adds to the denominator only."""
+    top = total = acc = None
+    for qm, km, keep, a, b in spans:
+        s = _scores(qm, km, keep, softcap)
+        m = s.amax(dim=-1, keepdim=True)
+        m = m.masked_fill(m == float("-inf"), 0.0)  # a row with no pair in this span: every weight exp(-inf) = 0
+        p = s.sub_(m).exp_()
+        part, o = p.sum(dim=-1, keepdim=True), torch.matmul(p.to(v.dtype), v[..., a:b, :]).float()
+        if top is None:
+            top, total, acc = m, part, o
+        else:
+            new = torch.maximum(top, m)
+            old_w, new_w = torch.exp(top - new), torch.exp(m - new)
+            top, total, acc = new, total * old_w + part * new_w, acc * old_w + o * new_w
+    if sink is not None:
+        new = torch.maximum(top, sink)
+        top, total, acc = new, total * torch.exp(top - new) + torch.exp(sink - new), acc * torch.exp(top - new)
+    return (acc / total).to(v.dtype)
 
 
 def register_once() -> None:
