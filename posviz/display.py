@@ -106,6 +106,12 @@ def checkpoint_name(name: str) -> str | None:
     return _config_name(str(path), stamp)
 
 
+def _is_remap(variant: str) -> bool:
+    from posviz.positions.rope_remaps import ROPE_REMAPS
+
+    return variant in ROPE_REMAPS
+
+
 def display_name(ident: str) -> str:
     """What every page shows for ``ident``: a method, a scaling, a remap, a KV-cache strategy, a shipped checkpoint
     (its name from its config), a series "<checkpoint or method>+<scaling or remap>"; else ``ident`` itself
@@ -117,7 +123,8 @@ def display_name(ident: str) -> str:
     if "+" in ident:
         base, _, variant = ident.rpartition("+")
         shown = _variant_name(variant)
-        if shown and (method_name(base) or checkpoint_name(base)):
+        if shown and (method_name(base) or checkpoint_name(base) or _is_remap(variant)):
+            # a published model under a remap ("HuggingFaceTB/SmolLM2-135M+dca") keeps its own name before it
             return display_name(base) + SEPARATOR + shown
     return ident
 

@@ -214,4 +214,22 @@ def add_published(listing: ModelList) -> ModelList:
         listing.listed.append(name)
         if model is not None:
             listing.models[name] = model
+            add_remapped(listing, name, ref, model)
     return listing
+
+
+def add_remapped(listing: ModelList, name: str, ref: str, model: LabModel) -> None:
+    """A published RoPE model under each training-free remap, listed under its name as the rope checkpoint's are
+    ("model+self_extend"), its defaults covering the longest length a lab runs it at on this device."""
+    factor = max(1.0, model.length_cap / model.train_length)
+    for remap in model.remaps:
+        try:
+            variant = model.with_position_options({"remap": remap, "factor": factor})
+        except PosvizError as exc:  # a remap its options refuse at this length: said once, the rest go on
+            error_box(PosvizError(f"{display_name(remap)} on {name!r} cannot be listed: {exc}"), "The model runs without it.")
+            continue
+        remapped = f"{name}+{remap}"
+        listing.refs[remapped] = ref
+        listing.listed.append(remapped)
+        listing.remapped.append(remapped)
+        listing.models[remapped] = variant

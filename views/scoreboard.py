@@ -8,6 +8,7 @@ import streamlit as st
 
 from posviz.labs import scoreboard
 from posviz.labs.key_value import EFFECTIVE_KEEP
+from posviz.models.hf.settings import deployer_models
 from posviz.models.interface import open_model
 from posviz.slides import ranking_sentence
 from views._charts import csv_file, show_chart
@@ -16,7 +17,9 @@ from views._url import qp_choice, sync_url
 
 page_header("Scoreboard", "Every checkpoint, scaling and remap in one table: the one a talk puts on a slide.")
 st.markdown(
-    "One row per shipped checkpoint, and per inference-time scaling and training-free remap of the RoPE checkpoint. "
+    "One row per shipped checkpoint, and per inference-time scaling and training-free remap of the RoPE checkpoint; "
+    "then each published model this server lists, plain and under each scaling and remap it has stored results for "
+    "(in its own tokens, at multiples of its own context). "
     "**Bits per byte** (lower is better) on the held-out evaluation text at 1×, 4× and 16× the trained context, each "
     "with how far it moves with the evaluation windows where they were stored. **Copy ratio**: a stretch of text "
     f"repeated {scoreboard.COPY_GAP_MULTIPLE}× the context later, its second copy's bits against the same bytes with no "
@@ -25,7 +28,8 @@ st.markdown(
     f"{EFFECTIVE_KEEP:.0%} of the bits it saves at 1×, and at every shorter multiple. A flat perplexity curve with a "
     "short effective length is a model that reads far text without using it.")
 checkpoints, models = usable_checkpoints(open_model)
-rows = pd.DataFrame(scoreboard.scoreboard_rows(models))
+# the published models a deployer lists ($POSVIZ_MODELS), with what python -m posviz_tools.measure_published stored
+rows = pd.DataFrame(scoreboard.scoreboard_rows(models) + scoreboard.published_rows(deployer_models(), open_model))
 if rows.empty:
     st.info("No checkpoint has stored its evaluation yet: run `python -m posviz.evaluate_all`.", icon="ℹ️")
     st.stop()
@@ -51,7 +55,9 @@ row.caption("Click a column's header to sort by it. Every number is read from th
             "(`python -m posviz.evaluate_all`); a scaling's and a remap's 4× and 16× are each run with the settings that "
             "cover that length, their effective length with the settings for 16×. The CSV also holds the intervals and "
             f"the reasons below. {scoreboard.MISSING} : no number — the model cannot run that far (a learned table has no "
-            "rows past its length), or the evaluation does not store it (a scaling's or a remap's copy ratio and intervals).")
+            "rows past its length), or the evaluation does not store it (a scaling's or a remap's copy ratio and intervals). "
+            f"{scoreboard.NOT_MEASURED}: a published model's number that no run has stored "
+            "(`python -m posviz_tools.measure_published`).")
 with st.expander("How far each score moves with the evaluation windows (95 % intervals), and why each effective length"):
     st.dataframe(shown_table[["checkpoint"] + [f"{m}× interval" for m in scoreboard.MULTIPLES]], hide_index=True,
                  width="stretch", height="content")

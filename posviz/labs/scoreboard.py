@@ -93,14 +93,61 @@ def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
     return rows
 
 
-def shown_cell(column: str, value) -> str:
-    """A cell as the page shows it: a number to its column's precision, ``MISSING`` for None or NaN."""
+PUBLISHED = "published"  # the kind of a published model's rows
+NOT_MEASURED = "not measured"  # a published model's cell with no stored number (``posviz_tools.measure_published``)
+
+
+def published_rows(refs, open_model) -> list[dict]:
+    """Rows of the published models ``refs`` ($POSVIZ_MODELS), from their stored results (``labs.published_results``):
+    each plain, and under each scaling and remap it has stored, at the same multiples of its own trained context (in
+    its own tokens); a number it has not stored is None, shown as ``NOT_MEASURED``. A model that cannot be opened is
+    left out (the labs say why)."""
+    from posviz.errors import PosvizError
+    from posviz.labs.published_results import read_results, result_file
+
+    rows = []
+    for ref in refs:
+        try:
+            model = open_model(ref)
+        except PosvizError:
+            continue
+        record = read_results(ref)
+        ev, L = record.get("eval", {}), model.train_length
+        stored = f"stored in results/published/{result_file(ref).name}" if record else (
+            "nothing stored: run python -m posviz_tools.measure_published --model " + ref)
+        variants = [(None, None, ev)] + [(kind, name, block) for group, kind in (("rope_scalings", "scaling"),
+                                                                                 ("rope_remaps", "remap"))
+                                         for name, block in ev.get(group, {}).items()]
+        for kind, name, block in variants:
+            table = dict(block.get("nonoverlapping_bpb", {}))
+            label = model.name if name is None else f"{model.name} + {display_name(name)}"
+            row = {"id": ref if name is None else f"{ref}+{name}", "checkpoint": label, "kind": PUBLISHED,
+                   "method": model.method}
+            for m in MULTIPLES:
+                row[f"bpb {m}×"] = _bpb(table, m * L)
+                row[f"{m}× interval"] = None
+            row["copy ratio"] = None
+            effective = ev.get("effective_length", {}).get(name or "as_trained")
+            row["effective length"], why = _effective(effective) if effective else (NOT_MEASURED, "")
+            extra = sorted((int(n), v) for n, v in table.items() if v is not None and int(n) not in {m * L for m in MULTIPLES})
+            others = ", ".join(f"{n / L:g}×: {v:.3f}" for n, v in extra)  # lengths the columns do not show (2×)
+            row["why"] = "; ".join(w for w in (why, f"bits per byte also at {others}" if others else "", stored) if w)
+            variant = model if name is None else model.with_position_options(
+                {"remap": name} if kind == "remap" else {"scaling": name, "factor": 2.0})
+            row["KV cache (sliding window)"] = _verdict(variant)
+            rows.append(row)
+    return rows
+
+
+def shown_cell(column: str, value, missing: str = MISSING) -> str:
+    """A cell as the page shows it: a number to its column's precision, ``missing`` for None or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
+        return missing
     fmt = NUMBER_FORMATS.get(column)
     return fmt.format(value) if fmt and isinstance(value, (int, float)) else str(value)
 
 
 def shown_rows(rows: list[dict]) -> list[dict]:
     """``scoreboard_rows`` as the page's table shows them: every cell text, no None or nan."""
-    return [{k: shown_cell(k, v) for k, v in row.items()} for row in rows]
+    return [{k: shown_cell(k, v, NOT_MEASURED if row.get("kind") == PUBLISHED else MISSING) for k, v in row.items()}
+            for row in rows]

@@ -308,6 +308,29 @@ def resolved_remap(name: str, options: dict, train_length: int, factor: float) -
     return ROPE_REMAPS[name].settings(options, train_length, round(max(1.0, factor) * train_length))
 
 
+def effective_length_of(model, text, args, remap: bool) -> dict:
+    """``--effective-length``: {"model", "variant", "unit", "train_length", "effective_length" (a multiple of the
+    trained context, or None), "effective_ids" (it in the model's own ids), "reason", "gain_at_1x", "gains" (per
+    multiple, the bits per byte a planted pair saves), "rows"}: the probe and rule of a checkpoint's
+    ``eval.effective_length``, for any model. A remap's defaults cover the longest multiple probed (or --factor)."""
+    from posviz.labs.key_value import effective_length_block
+    from posviz.limits import EFFECTIVE_LENGTH_MULTIPLES
+
+    multiples = [int(m) if float(m).is_integer() else m for m in args.multiples]
+    if multiples == [1, 2, 4, 8, 16, 32]:  # the length table's default: the probe's own multiples instead
+        multiples = list(EFFECTIVE_LENGTH_MULTIPLES)
+    if remap:
+        model = model.with_position_options({"factor": args.factor or float(max(multiples))})
+    block = effective_length_block(model, text, multiples=multiples, trials=args.trials)
+    multiple = block.get("multiple")
+    return {"model": model.name, "variant": args.scaling or "as_trained", "unit": model.unit,
+            "train_length": model.train_length, "effective_length": multiple,
+            "effective_ids": None if multiple is None else int(multiple * model.train_length),
+            "reason": block.get("reason"), "gain_at_1x": block.get("gain_at_1x"),
+            "gains": {k: (None if row is None else row["gain"]) for k, row in block["rows"].items()},
+            "rows": block["rows"]}
+
+
 def main(argv=None) -> None:
     from posviz.models.checkpoint_files import read_metrics, write_metrics
     from posviz.models.shipped import CheckpointKind
@@ -343,6 +366,12 @@ def main(argv=None) -> None:
     ap.add_argument("--first-byte", type=int, default=None, metavar="B",
                     help="with --sinks-block: every text starts with byte B (the beginning-of-text experiment: a "
                          "model trained with --set first_byte=B)")
+    ap.add_argument("--effective-length", action="store_true",
+                    help="instead of the length table: the effective context length (the planted-pair probe and "
+                         "rule of eval.effective_length, at --multiples of the trained context, in the model's own "
+                         "ids), printed as one JSON line; with --scaling, under that scaling or remap")
+    ap.add_argument("--trials", type=int, default=None,
+                    help="with --effective-length: planted pairs per depth and length (default: the checkpoints' 8)")
     ap.add_argument("--write", action="store_true", help="store the results in the checkpoint's metrics.json")
     ap.add_argument("--corpus", default=None, help="folder of text files instead of the standard library")
     add_device_argument(ap)
@@ -361,13 +390,16 @@ def main(argv=None) -> None:
         model.load()
         if remap:
             if args.scaling not in model.remaps:
-                raise PosvizError(f"{model.name} uses {model.method} positions: the remaps apply to the RoPE checkpoints "
-                                  "(rope, p_rope and their fine-tunes); published models rotate inside transformers' "
-                                  "own attention")
+                why = getattr(model, "remap_refusal", None) or (
+                    f"it uses {model.method} positions: the remaps move the positions RoPE rotates pairs by")
+                raise PosvizError(f"{model.name} cannot take the {args.scaling} remap: {why}")
             model = model.with_position_options(overrides)
     except PosvizError as exc:
         raise SystemExit(f"error: {exc}")
     corpus = load_corpus(args.corpus)
+    if args.effective_length:
+        print(json.dumps(effective_length_of(model, corpus.validation, args, remap)))
+        return
     data = corpus.eval_stream(args.eval_bytes)
     ids = model.encode(data.tobytes())
     L = model.train_length
