@@ -335,6 +335,43 @@ def test_evaluate_runs_a_remap_covering_each_length(tiny_models_dir, capsys):
         main(["--checkpoint", str(folder), "--scaling", "dca", "--option", "chunk_size"])
 
 
+def test_evaluate_all_reruns_one_remap_and_keeps_every_other_stored_result(tiny_models_dir, tmp_path, monkeypatch):
+    """``python -m posviz.evaluate_all --remaps-only --remap dca`` (and ``--effective-only --remap dca``): that remap's
+    block written as ``remap_block`` (``effective_length_block``) gives it, every other stored block as it was."""
+    import shutil
+
+    from posviz.models.checkpoint_files import read_metrics, write_metrics
+    from posviz.training import evaluate_all
+    from posviz.training.data import load_corpus
+    from posviz.training.evaluate import remap_block
+
+    folder = tmp_path / "rope"
+    shutil.copytree(tiny_models_dir / "rope", folder)
+    metrics = read_metrics(folder)
+    metrics["eval"]["rope_remaps"] = {r: {"stored": r} for r in ROPE_REMAPS}
+    metrics["eval"]["effective_length"] = {"as_trained": {"stored": 0}, "dca": {"stored": 1}, "rerope": {"stored": 2}}
+    write_metrics(folder, metrics)
+    monkeypatch.setattr(evaluate_all, "shipped_checkpoints", lambda: {"rope": folder, "alibi": tiny_models_dir / "alibi"})
+    evaluate_all.main(["--remaps-only", "--remap", "dca", "--eval-bytes", "4096", "--device", "cpu"])
+    ev = read_metrics(folder)["eval"]
+    assert list(ev["rope_remaps"]) == list(ROPE_REMAPS)
+    assert all(ev["rope_remaps"][r] == {"stored": r} for r in ROPE_REMAPS if r != "dca")
+    lengths = [int(n) for n in ev["nonoverlapping_bpb"] if int(n) <= 16 * L]
+    data = load_corpus().eval_stream(4096)
+    assert ev["rope_remaps"]["dca"] == remap_block(folder, "dca", data, lengths, L, progress=False)
+    assert ev["rope_remaps"]["dca"]["options"][str(16 * L)]["attention_factor"] == pytest.approx(
+        ReferenceMscale("chunkllama_attn_replace", L).forward(16 * L), rel=1e-12)
+    assert "rope_remaps" not in read_metrics(tiny_models_dir / "alibi")["eval"]  # no RoPE: nothing written
+
+    evaluate_all.main(["--effective-only", "--remap", "dca", "--device", "cpu"])
+    effective = read_metrics(folder)["eval"]["effective_length"]
+    assert effective["as_trained"] == {"stored": 0} and effective["rerope"] == {"stored": 2}
+    assert {"multiple", "reason", "rows"} <= set(effective["dca"]) and effective["dca"]["rows"]
+    assert "dca" not in read_metrics(tiny_models_dir / "alibi")["eval"].get("effective_length", {})
+    with pytest.raises(SystemExit):
+        evaluate_all.main(["--remap", "dca"])  # alone it names no block to re-run
+
+
 @pytest.mark.parametrize("layout", ["local_global", "irope", "rope_sinks"])
 def test_a_layout_hands_the_remap_to_its_rotary_layers(layout):
     """Each rotary layer of a layout takes the remap (its pinned options keep it, so the checkpoint reloads as it
