@@ -178,7 +178,7 @@ def _rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------
 # The global logit scales a remap applies (STRING's 0.1 ln 2 + 1, DCA's chunkllama scale past the context)
 # multiply every logit, near pairs' too; turned off here, so that the near window's positions alone are compared.
-NO_SCALE = {"string": {"attention_factor": 1.0}, "dca": {}}
+NO_SCALE = {"string": {"attention_factor": 1.0}, "dca": {"scale": "chunkqwen_attn_replace"}}
 
 
 def near_window(remap: str, options: dict) -> int:

@@ -5,8 +5,9 @@ defaults that cover the length asked.
 
 The readings (each pair (i, j <= i), in the reference's own terms):
 * Self-Extend, datamllab/LongLM ``self_extend_patch/Llama.py``: ``neighbor_attention_mask`` keeps RoPE for
-  i - j < group_size_2 (W); elsewhere ``group_query_position = i // G + W - W // G`` (the decoding step's
-  integer form) against ``group_key_position = j // G``.
+  i - j < group_size_2 (W); elsewhere ``group_query_position = i // G + W - W // G`` (the integer form of its
+  flash decoding step and of Mistral.py, Qwen2.py and Phi.py; Llama.py's prefill writes W - W / G) against
+  ``group_key_position = j // G``.
 * ReRoPE, bojone/rerope ``rerope_patch.py``: ``rectified_mask = |i - j| < window`` keeps RoPE; elsewhere the
   query at ``window`` and the key unrotated; every query times ``max(1, log(i + 1) / log(training_length))``.
 * Leaky ReRoPE, ``leaky_rerope_patch.py``: outside the mask the query at ``i + window * (k - 1)`` and the key at
@@ -14,6 +15,7 @@ The readings (each pair (i, j <= i), in the reference's own terms):
 * Dual chunk attention, HKUNLP/ChunkLlama ``chunkllama_attn_replace.py``: ``chunk_len = chunk_size -
   local_window``; keys at ``j % chunk_len``; a query in the key's chunk at ``i % chunk_len`` (``q_t``), in the
   next chunk at ``qc_t = min(i % chunk_len + chunk_len, chunk_size)``, further at ``qc_t[chunk_len - 1]``.
+  Its cos and sin tables (q, qc and k alike) are multiplied by ``get_mscale`` of the length (``ReferenceMscale``).
 * STRING, HKUNLP/STRING ``string_for_llama.py`` (its decoding step): keys closer than ``diag_size`` (S) with
   RoPE; the others with the query at ``i - S + local_window``; cos and sin times ``0.1 ln 2 + 1``.
 """
@@ -70,7 +72,45 @@ def reference_positions(name: str, o: dict, i: int, j: int) -> tuple[float, floa
 
 
 def reference_factor(name: str, o: dict) -> float:
-    return 0.1 * math.log(2) + 1 if name == "string" else 1.0
+    """The factor on cos and sin at the length the options cover (L: CASES run at factor 1)."""
+    if name == "string":
+        return 0.1 * math.log(2) + 1
+    if name == "dca":
+        return ReferenceMscale(o.get("scale", "chunkllama_attn_replace"), L).forward(L)
+    return 1.0
+
+
+class ReferenceMscale:
+    """HKUNLP/ChunkLlama's ``ChunkLlamaRotaryEmbedding``, its scale alone, as each file writes it.
+
+    ``get_mscale(scale)``: 1.0 if scale <= 1, else ``0.05 * math.log(scale) + 1.0`` in chunkllama_attn_replace.py,
+    ``0.1 * ...`` in flash_decoding_chunkllama.py; chunkqwen_attn_replace.py has none and multiplies nothing.
+    ``__init__``: ``max_seq_len = max_position_embeddings`` and the tables built at it. ``_set_cos_sin_cache(seq_len)``:
+    ``scale = seq_len / max_position_embeddings``; q, qc and k cos and sin each times ``get_mscale(scale)``.
+    ``forward(x, seq_len)``: the tables rebuilt at seq_len when it is past ``max_seq_len``, which becomes seq_len.
+    The attention's forward calls it with ``seq_len=kv_seq_len``: a prefill of T tokens reads the factor at T."""
+    COEFFICIENT = {"chunkllama_attn_replace": 0.05, "flash_decoding_chunkllama": 0.1, "chunkqwen_attn_replace": None}
+
+    def __init__(self, file: str, max_position_embeddings: int):
+        self.coefficient = self.COEFFICIENT[file]
+        self.max_position_embeddings = self.max_seq_len = max_position_embeddings
+        self.mscale = self._set_cos_sin_cache(self.max_seq_len)
+
+    def get_mscale(self, scale: float) -> float:
+        if self.coefficient is None:
+            return 1.0
+        if scale <= 1:
+            return 1.0
+        return self.coefficient * math.log(scale) + 1.0
+
+    def _set_cos_sin_cache(self, seq_len: int) -> float:
+        return self.get_mscale(seq_len / self.max_position_embeddings)
+
+    def forward(self, seq_len: int) -> float:
+        if seq_len > self.max_seq_len:
+            self.mscale = self._set_cos_sin_cache(seq_len)
+            self.max_seq_len = seq_len
+        return self.mscale
 
 
 def query_scale(name: str, o: dict, i: int) -> float:
@@ -114,6 +154,65 @@ def test_each_pair_is_scored_as_the_reference_code_scores_it(name, options):
                         * rotate(k[0, :, j], pk) * factor).sum(-1) / math.sqrt(8)
             torch.testing.assert_close(ours[0, :, i, j], expected, rtol=1e-9, atol=1e-9,
                                        msg=lambda m: f"{name} pair ({i}, {j}): {m}")
+
+
+@pytest.mark.parametrize("file", list(ReferenceMscale.COEFFICIENT))
+def test_dca_attention_factor_is_the_reference_scale_at_the_length_covered(file):
+    """1 while the text fits the training length, then each file's get_mscale at T / L; the default is
+    chunkllama_attn_replace.py's, and a pinned factor is kept whatever the length."""
+    dca = ROPE_REMAPS["dca"]
+    for T in (L // 2, L, L + 1, 2 * L, 4 * L, 16 * L, 100 * L + 3):
+        expected = ReferenceMscale(file, L).forward(T)
+        got = dca.build({"scale": file}, L, T).attention_factor
+        assert got == pytest.approx(expected, rel=1e-12, abs=0), (file, T)
+        if T <= L or file == "chunkqwen_attn_replace":
+            assert got == 1.0
+        else:
+            assert got > 1.0
+    assert dca.build(None, L, 16 * L).attention_factor == ReferenceMscale("chunkllama_attn_replace", L).forward(16 * L)
+    assert dca.build({"attention_factor": 1.25, "scale": file}, L, 16 * L).attention_factor == 1.25
+
+
+@pytest.mark.parametrize("file", list(ReferenceMscale.COEFFICIENT))
+def test_dca_past_the_context_scores_each_pair_as_the_reference_with_its_scale_squared(file):
+    """Resolved for 4L, every pair's score is the reference's: q and k each rotated and times the factor, so the
+    logit times its square; and exactly the unscaled remap's logit times that square."""
+    torch.manual_seed(4)
+    T, options = 40, {"chunk_size": 12, "local_window": 2}
+    m = ReferenceMscale(file, L).forward(4 * L)
+    method = build_position_method("rope", SHAPE, {"remap": "dca", "factor": 4.0, "remap_options": {**options, "scale": file}})
+    unscaled = build_position_method("rope", SHAPE, {"remap": "dca", "factor": 4.0,
+                                                     "remap_options": {**options, "scale": "chunkqwen_attn_replace"}})
+    q, k = torch.randn(1, 2, T, 8, dtype=torch.float64), torch.randn(1, 2, T, 8, dtype=torch.float64)
+    ours = scores_of(method, q, k, T)
+    for i in range(T):
+        for j in range(i + 1):
+            pq, pk = reference_positions("dca", options, i, j)
+            expected = (rotate(q[0, :, i], pq) * m * rotate(k[0, :, j], pk) * m).sum(-1) / math.sqrt(8)
+            torch.testing.assert_close(ours[0, :, i, j], expected, rtol=1e-9, atol=1e-9)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    torch.testing.assert_close(ours[..., causal], scores_of(unscaled, q, k, T)[..., causal] * m ** 2, rtol=1e-12, atol=1e-12)
+
+
+def test_dca_with_its_scale_decodes_as_the_full_pass_and_pins_its_factor():
+    """The factor is resolved once for the length covered (not the length so far, as the reference reads it), so
+    a KV cache decodes exactly; it is pinned, and a bad scale is refused with the names it takes."""
+    model = tiny_model("rope", seed=3, position_options={"remap": "dca", "factor": 4.0})
+    factor = ReferenceMscale("chunkllama_attn_replace", L).forward(4 * L)
+    assert model.position.remap_options.attention_factor == pytest.approx(factor, rel=1e-12)
+    idx = torch.randint(0, 256, (1, 70), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        full = model(idx).logits
+        torch.testing.assert_close(decode_in_chunks(model, idx, [20, 1, 1, 13, 1, 34]), full, rtol=1e-4, atol=1e-4)
+    pinned = build_position_method("rope", SHAPE, {"remap": "dca", "factor": 4.0}).pinned_options()
+    assert pinned["remap_options"] == {"chunk_size": 24, "local_window": 2, "scale": "chunkllama_attn_replace",
+                                       "attention_factor": pytest.approx(factor, rel=1e-12)}
+    again = build_position_method("rope", SHAPE, {**pinned, "factor": 16.0})  # a pinned factor stays as it ran
+    assert again.remap_options.attention_factor == pinned["remap_options"]["attention_factor"]
+    with pytest.raises(ConfigError, match="chunkllama_attn_replace, flash_decoding_chunkllama, chunkqwen_attn_replace"):
+        build_position_method("rope", SHAPE, {"remap": "dca", "remap_options": {"scale": "chunkllama"}})
+    with pytest.raises(ConfigError, match="positive number"):
+        build_position_method("rope", SHAPE, {"remap": "dca", "remap_options": {"attention_factor": -1.0}})
 
 
 @pytest.mark.parametrize("name,options", CASES, ids=IDS)
@@ -230,10 +329,47 @@ def test_evaluate_runs_a_remap_covering_each_length(tiny_models_dir, capsys):
     main(["--checkpoint", str(folder), "--scaling", "rerope", "--option", "window=3", "--option", "log_scale=false",
           "--multiples", "2", "--eval-bytes", "4096", "--copy-gaps"])
     assert "window=3, log_scale=False" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="the remaps apply to the RoPE checkpoints"):
+    with pytest.raises(SystemExit, match="alibi cannot take the dca remap: it uses alibi positions"):
         main(["--checkpoint", str(tiny_models_dir / "alibi"), "--scaling", "dca", "--multiples", "1", "--copy-gaps"])
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         main(["--checkpoint", str(folder), "--scaling", "dca", "--option", "chunk_size"])
+
+
+def test_evaluate_all_reruns_one_remap_and_keeps_every_other_stored_result(tiny_models_dir, tmp_path, monkeypatch):
+    """``python -m posviz.evaluate_all --remaps-only --remap dca`` (and ``--effective-only --remap dca``): that remap's
+    block written as ``remap_block`` (``effective_length_block``) gives it, every other stored block as it was."""
+    import shutil
+
+    from posviz.models.checkpoint_files import read_metrics, write_metrics
+    from posviz.training import evaluate_all
+    from posviz.training.data import load_corpus
+    from posviz.training.evaluate import remap_block
+
+    folder = tmp_path / "rope"
+    shutil.copytree(tiny_models_dir / "rope", folder)
+    metrics = read_metrics(folder)
+    metrics["eval"]["rope_remaps"] = {r: {"stored": r} for r in ROPE_REMAPS}
+    metrics["eval"]["effective_length"] = {"as_trained": {"stored": 0}, "dca": {"stored": 1}, "rerope": {"stored": 2}}
+    write_metrics(folder, metrics)
+    monkeypatch.setattr(evaluate_all, "shipped_checkpoints", lambda: {"rope": folder, "alibi": tiny_models_dir / "alibi"})
+    evaluate_all.main(["--remaps-only", "--remap", "dca", "--eval-bytes", "4096", "--device", "cpu"])
+    ev = read_metrics(folder)["eval"]
+    assert list(ev["rope_remaps"]) == list(ROPE_REMAPS)
+    assert all(ev["rope_remaps"][r] == {"stored": r} for r in ROPE_REMAPS if r != "dca")
+    lengths = [int(n) for n in ev["nonoverlapping_bpb"] if int(n) <= 16 * L]
+    data = load_corpus().eval_stream(4096)
+    assert ev["rope_remaps"]["dca"] == remap_block(folder, "dca", data, lengths, L, progress=False)
+    assert ev["rope_remaps"]["dca"]["options"][str(16 * L)]["attention_factor"] == pytest.approx(
+        ReferenceMscale("chunkllama_attn_replace", L).forward(16 * L), rel=1e-12)
+    assert "rope_remaps" not in read_metrics(tiny_models_dir / "alibi")["eval"]  # no RoPE: nothing written
+
+    evaluate_all.main(["--effective-only", "--remap", "dca", "--device", "cpu"])
+    effective = read_metrics(folder)["eval"]["effective_length"]
+    assert effective["as_trained"] == {"stored": 0} and effective["rerope"] == {"stored": 2}
+    assert {"multiple", "reason", "rows"} <= set(effective["dca"]) and effective["dca"]["rows"]
+    assert "dca" not in read_metrics(tiny_models_dir / "alibi")["eval"].get("effective_length", {})
+    with pytest.raises(SystemExit):
+        evaluate_all.main(["--remap", "dca"])  # alone it names no block to re-run
 
 
 @pytest.mark.parametrize("layout", ["local_global", "irope", "rope_sinks"])

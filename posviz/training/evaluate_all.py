@@ -9,9 +9,10 @@ import argparse
 
 from posviz.models.checkpoint_files import load_checkpoint, read_config, read_metrics, shipped_checkpoints, write_metrics
 from posviz.training.data import load_corpus
-from posviz.training.evaluate import (DEFAULT_EVAL_BYTES, effective_lengths, eval_tables, evaluate_checkpoint,
-                                     remap_block, retrieval_block, sinks_block)
+from posviz.training.evaluate import (DEFAULT_EVAL_BYTES, EFFECTIVE_LENGTH_FACTOR, effective_lengths, eval_tables,
+                                     evaluate_checkpoint, remap_block, retrieval_block, sinks_block)
 from posviz.limits import add_device_argument, resolve_device
+from posviz.positions.rope_remaps import ROPE_REMAPS
 
 
 def main(argv=None) -> None:
@@ -32,8 +33,13 @@ def main(argv=None) -> None:
     ap.add_argument("--effective-only", action="store_true",
                     help="only (re)measure the effective context length into eval.effective_length (and, for rope, "
                          "under each scaling and remap); keep the rest of each eval block")
+    ap.add_argument("--remap", choices=list(ROPE_REMAPS), default=None,
+                    help="with --remaps-only or --effective-only: (re)run this remap alone, keeping every other stored "
+                         "result (a change to one remap re-scores what it moves and nothing else)")
     add_device_argument(ap)
     args = ap.parse_args(argv)
+    if args.remap and not (args.remaps_only or args.effective_only):
+        ap.error("--remap goes with --remaps-only or --effective-only")
     device = resolve_device(args.device)
     corpus = load_corpus()
     data = corpus.eval_stream(args.eval_bytes)
@@ -61,20 +67,28 @@ def main(argv=None) -> None:
             print(name, "windows:", {n: len(w) for n, w in windows.items()}, flush=True)
             continue
         if args.remaps_only:
-            from posviz.positions.rope_remaps import ROPE_REMAPS
-
             model = load_checkpoint(folder, device=device)
             if (not model.position.takes_remaps or model.position.at_layer(0) is not model.position
                     or read_config(folder).get("finetuned_from")):
                 continue
             L, ev = model.config.train_length, metrics.setdefault("eval", {})
             lengths = [int(n) for n in ev["nonoverlapping_bpb"] if int(n) <= 16 * L]
-            ev["rope_remaps"] = {r: remap_block(folder, r, data, lengths, L, progress=False, device=device) for r in ROPE_REMAPS}
+            names = [args.remap] if args.remap else list(ROPE_REMAPS)
+            ev["rope_remaps"] = {**ev.get("rope_remaps", {}),  # the others' stored blocks kept, in their order
+                                 **{r: remap_block(folder, r, data, lengths, L, progress=False, device=device) for r in names}}
             write_metrics(folder, metrics)
-            print(name, "remaps:", {r: b["nonoverlapping_bpb"] for r, b in ev["rope_remaps"].items()}, flush=True)
+            print(name, "remaps:", {r: ev["rope_remaps"][r]["nonoverlapping_bpb"] for r in names}, flush=True)
             continue
         if args.effective_only:
             ev = metrics.setdefault("eval", {})
+            if args.remap:
+                block = remap_effective_length(folder, args.remap, corpus.validation, device)
+                if block is None:  # as effective_lengths: only a RoPE checkpoint as trained is probed under a remap
+                    continue
+                ev["effective_length"] = {**ev.get("effective_length", {}), args.remap: block}
+                write_metrics(folder, metrics)
+                print(name, f"effective length under {args.remap}:", (block["multiple"], block["reason"]), flush=True)
+                continue
             ev["effective_length"] = effective_lengths(folder, corpus.validation, device)
             write_metrics(folder, metrics)
             print(name, "effective length:", {k: (b["multiple"], b["reason"]) for k, b in ev["effective_length"].items()},
@@ -92,6 +106,18 @@ def main(argv=None) -> None:
         write_metrics(folder, metrics)
         print(name, "validation split:", block["validation_split_bpb"], block["nonoverlapping_bpb"],
               "copy:", block["copy_probe"], flush=True)
+
+
+def remap_effective_length(folder, remap: str, text, device) -> dict | None:
+    """``effective_lengths``' block for ``remap`` alone (its defaults covering ``EFFECTIVE_LENGTH_FACTOR`` x the
+    training length), or None where that function probes no remap: not RoPE, fine-tuned, or not taking it."""
+    from posviz.labs.key_value import effective_length_block
+    from posviz.models.interface import open_model
+
+    model = open_model(folder, device=device)
+    if model.method != "rope" or model.finetuned_from() or remap not in model.remaps:
+        return None
+    return effective_length_block(open_model(folder, {"remap": remap, "factor": EFFECTIVE_LENGTH_FACTOR}, device), text)
 
 
 if __name__ == "__main__":
