@@ -61,8 +61,10 @@ def test_kv_cache_generation_retrieval_and_compare_take_the_remapped_published_m
     some = ["neox+self_extend", "qwen3+dca", "gemma3+string", "phi3+rerope", "smollm3+leaky_rerope"]
     at = run(page("kv_cache", models=",".join(some), W="16", n="40", dw="4", check="qwen3+dca", cl="24"))
     assert not at.error, texts(at.error)
-    table = " ".join(str(v) for v in at.main.dataframe[1].value.to_numpy().ravel())
-    assert "Differs" in table or "Correct" in table  # the remaps' verdicts: keys cached unrotated, turned when attended
+    shown = " ".join(str(v) for d in at.dataframe for v in d.value.to_numpy().ravel()) + texts(at.markdown)
+    # the remaps' verdicts: keys cached unrotated and turned when attended, so shifting the window is exact only
+    # where the remap reads distances alone
+    assert "rotates each pair when it is attended" in shown or "keeps its keys unrotated" in shown
     at = run(page("generation", models="llama3+self_extend,gemma2+dca", n="24", p="8", decode="greedy"))
     assert not at.error, texts(at.error)
     at = run(page("retrieval", models="qwen2+rerope,llama_yarn+string", gap="64", chunks="2"))
