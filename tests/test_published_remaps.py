@@ -244,6 +244,11 @@ def test_a_model_whose_attention_cannot_take_a_remap_says_so_in_words(hf_family_
     with pytest.raises(PosvizError, match="self_extend's group must be a positive integer"):
         open_model(hf_family_dir["qwen2"], {"remap": "self_extend", "remap_options": {"group": 0}}, "cpu")
     assert family_config("qwen2").model_type == "qwen2"
+    # a factor given later resolves the remap's defaults anew (the CLI's and the labs' way: remap, then each length's)
+    later = open_model(hf_family_dir["qwen2"], {"remap": "self_extend"}, "cpu").with_position_options({"factor": 4.0})
+    direct = open_model(hf_family_dir["qwen2"], {"remap": "self_extend", "factor": 4.0}, "cpu")
+    assert later.position_options == direct.position_options
+    assert later.position_options["remap_options"] == ROPE_REMAPS["self_extend"].settings(None, 64, 256)
 
 
 @pytest.mark.parametrize("remap", list(ROPE_REMAPS))

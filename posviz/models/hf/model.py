@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,13 +115,13 @@ class PublishedModel(LabModel):
             factor = float(self._overrides.get("factor", 1.0))
             self.remap_options = self.remap.build(self._overrides.get("remap_options"), self.train_length,
                                                   round(factor * self.train_length))
-            self._overrides = {"remap": remap, "remap_options": self.remap.settings(
-                self._overrides.get("remap_options"), self.train_length, round(factor * self.train_length)),
-                "factor": factor}
+            # what the pages state: every value written out; the overrides stay as given, so that a later factor
+            # (with_position_options({"factor": 4})) resolves the remap's defaults anew
+            pinned = {"remap": remap, "remap_options": dataclasses.asdict(self.remap_options), "factor": factor}
             self.name = f"{self.name}+{remap}"  # as the labs list it: the model and its remap
             # each pair is rotated at attention time, at the positions the remap gives it: keys are cached unrotated
             self.acts_on = "pairs"
-        self.position_options = dict(self._overrides) if self._overrides else (
+        self.position_options = pinned if self.remap is not None else dict(self._overrides) if self._overrides else (
             {"scaling": "none", "rope_type": base_rope.get("rope_type", "default"),
              "base": float(base_rope.get("rope_theta", 10000.0))} if self.method == "rope" else {})
         self.config = config
