@@ -28,6 +28,7 @@ from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters,
 from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes, parameters_in_words,
                                               tokens_within)
 from posviz.models.hf.text import TokenizerText
+from posviz.models.shipped import _frozen  # a remap's options are a mapping: keys hashable all the way down
 from posviz.models.hf import gguf
 from posviz.models.hf import remaps as hf_remaps
 from posviz.positions.rope_remaps import ROPE_REMAPS
@@ -266,15 +267,8 @@ class PublishedModel(LabModel):
                 swapped[0].rotary_emb = swapped[1]
 
     def _remap_speeds(self) -> tuple[dict, list | None]:
-        """The model's own rotation speeds, as ``hf.remaps.RemapPass`` takes them (once per variant)."""
-        if getattr(self, "_speeds", None) is None:
-            rotary = self._new_rotary(torch.device("cpu"))
-            if self.rope_parameters.get("rope_type") in ("dynamic", "longrope"):
-                # speeds that follow the pass's length: a remap attends every pair within the trained context, so
-                # the speeds are the model's at that length (Phi-3-128k's long factors past its original 4k)
-                rotary(torch.zeros(1, dtype=torch.float32), torch.tensor([[self.train_length - 1]]))
-            self._speeds = hf_remaps.model_speeds(rotary,
-                                                  getattr(self.config, "layer_types", None), dict(self.rope_parameters))
+        if getattr(self, "_speeds", None) is None:  # once per variant
+            self._speeds = hf_remaps.speeds_of(self)
         return self._speeds
 
     def _rotary_module(self) -> torch.nn.Module:
@@ -413,13 +407,6 @@ class PublishedModel(LabModel):
 
     def stored_metrics(self) -> dict:
         return {}
-
-
-def _frozen(value):
-    """``value`` as a hashable key, mappings and lists all the way down (a remap's options are a mapping)."""
-    from posviz.models.shipped import _frozen as frozen
-
-    return frozen(value)
 
 
 def _folder_stamp(folder: Path) -> tuple[int, ...]:

@@ -245,6 +245,16 @@ def work_bytes(n_head: int, n_queries: int, n_keys: int, attention_map: bool) ->
     return 4 * block + n_queries * n_keys + (4 * n_head * n_queries * n_keys if attention_map else 0)
 
 
+def speeds_of(model) -> tuple[dict, list | None]:
+    """``RemapPass``'s speeds of a published model (``PublishedModel``): its own rotary module, built from its config."""
+    rotary = model._new_rotary(torch.device("cpu"))
+    if model.rope_parameters.get("rope_type") in ("dynamic", "longrope"):
+        # speeds that follow the pass's length: a remap attends every pair within the trained context, so the
+        # speeds are the model's at that length (Phi-3-128k's long factors past its original 4k)
+        rotary(torch.zeros(1, dtype=torch.float32), torch.tensor([[model.train_length - 1]]))
+    return model_speeds(rotary, getattr(model.config, "layer_types", None), dict(model.rope_parameters))
+
+
 def model_speeds(rotary: torch.nn.Module, layer_types: list | None, rope_parameters: dict) -> tuple[dict, list | None]:
     """(speeds, layer types) of ``RemapPass`` from a model's rotary module: its ``inv_freq`` and
     ``attention_scaling``, or Gemma 3's one pair per layer type (``<type>_inv_freq``), with the plain speeds
