@@ -34,6 +34,21 @@ def block_elements(device) -> int:
 MASK_ALIGNMENT_BYTES = 16  # what the CUDA memory-efficient kernel reads at a time from an attention mask
 
 
+def _out_like(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """An empty (B, H, T, width of v) output for queries ``q``: the values' width, which a method may make differ from
+    the queries' (PoPE's queries and keys are twice as wide)."""
+    return q.new_empty(*q.shape[:-1], v.shape[-1])
+
+
+def _sdpa(q, k, v, **kwargs) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` with v padded to the width of q where the two differ (PoPE): the fused CPU
+    kernel takes only equal widths (else a path about 10x slower); the padding's output columns are dropped."""
+    if v.shape[-1] == q.shape[-1]:
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    y = F.scaled_dot_product_attention(q, k, F.pad(v, (0, q.shape[-1] - v.shape[-1])), **kwargs)
+    return y[..., :v.shape[-1]]
+
+
 def _round_up(n: int, multiple: int = 16) -> int:
     """``n`` rounded up to a multiple of ``multiple``: mask rows of 16 elements keep every row of a view
     on an aligned start, whatever the dtype (16 >= the elements in 16 bytes)."""
@@ -234,7 +249,7 @@ class CausalSelfAttention(nn.Module):
 
         if not position.has_logit_bias and cache is None and window is None and not want_probs:
             # the one case the fused kernels handle alone
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+            y = _sdpa(q, k, v, is_causal=True, dropout_p=dropout)
             return self._project(y), None
 
         shortcut = position.has_distance_bias or position.has_banded_bias or position.has_relative_key_range
@@ -261,11 +276,11 @@ class CausalSelfAttention(nn.Module):
                 and cache.attended_keys_are_run and window == cache.max_size):
             # a decoding step without a bias: the cache returned exactly the keys the query sees
             # (positions up to its own, inside its window), so nothing needs masking
-            return self._project(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)), None
+            return self._project(_sdpa(q, k, v, dropout_p=dropout)), None
 
         plan = _query_blocks(blocks, pos, k_pos, window, B * self.n_head, q.device, cache)
         Tk = k.shape[-2]
-        y = torch.empty_like(q)  # (B, H, T, hs)
+        y = _out_like(q, v)  # (B, H, T, hs of v)
         probs = q.new_zeros(B, self.n_head, T, Tk) if want_probs else None  # future keys stay exactly 0
         for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]  # (B, H, rows|seen, hs)
@@ -285,7 +300,7 @@ class CausalSelfAttention(nn.Module):
                     mask = bias
                 else:
                     mask = visible if bias is None else plan.masked_bias(i, bias, visible)
-                y[:, :, r0:r1] = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
+                y[:, :, r0:r1] = _sdpa(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
         return self._project(y), probs
 
     def _attend_by_content(self, q, k, v, state, pos, k_pos, position: PositionMethod, layer: int, cache, window,
@@ -296,7 +311,7 @@ class CausalSelfAttention(nn.Module):
         B, H, T, hs = q.shape
         plan = _query_blocks(blocks, pos, k_pos, window, B * H, q.device, cache)  # as the bias path's
         Tk, work = k.shape[-2], torch.promote_types(q.dtype, torch.float32)
-        y = torch.empty_like(q)  # (B, H, T, hs)
+        y = _out_like(q, v)  # (B, H, T, hs of v)
         probs = q.new_zeros(B, H, T, Tk) if want_probs else None
         pair_scores = position.pair_scorer(layer, q.to(work), k.to(work), pos, k_pos)  # None unless a remap
         for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
@@ -339,7 +354,7 @@ class CausalSelfAttention(nn.Module):
             _, _, first, seen = plan.blocks[0]
             return F.scaled_dot_product_attention(q, k[:, :, first:seen], v[:, :, first:seen], dropout_p=dropout,
                                                   attn_mask=plan.block_bias(F_, 0, 1, first, seen)), None
-        y = torch.empty_like(q)  # (B, H, T, hs)
+        y = _out_like(q, v)  # (B, H, T, hs of v)
         probs = q.new_zeros(B, H, T, k.shape[-2]) if want_probs else None
         for r0, r1, first, seen in plan.blocks:
             bias = plan.block_bias(F_, r0, r1, first, seen)  # (1, H, rows, keys), rows reversed
@@ -398,7 +413,7 @@ class CausalSelfAttention(nn.Module):
             unseen = d < 0 if plan.window is None else (d < 0) | (d >= plan.window)  # d: distance from bottom-right
             buf = blocks[key] = torch.zeros(Rb, Wb, dtype=q.dtype, device=q.device).masked_fill_(
                 unseen, float("-inf")).expand(B, H, Rb, Wb).contiguous()
-        y = torch.empty_like(q)
+        y = _out_like(q, v)
         probs = q.new_zeros(B, H, T, k.shape[-2]) if want_probs else None
         for r0, r1, first, seen in plan.blocks:
             rows, nk = r1 - r0, seen - first
@@ -434,7 +449,7 @@ class CausalSelfAttention(nn.Module):
         B, H, T, hs = q.shape
         Tk, d_min = k.shape[-2], plan.d_max - plan.N + 1
         k_rev, v_rev = k.flip(2), v.flip(2)
-        y = torch.empty_like(q)
+        y = _out_like(q, v)
         query = query / math.sqrt(hs)  # scaled once here, not every block's (rows, width) product: 9 % of the pass
         for r0, r1, first, seen in plan.blocks:
             rows, nk = r1 - r0, seen - first

@@ -1,0 +1,127 @@
+"""FoPE, Fourier Position Embedding (Hua et al., ICML 2025, "Fourier Position Embedding: Enhancing Attention's
+Periodic Extension for Length Generalization"), https://arxiv.org/abs/2412.17739
+
+RoPE gives pair p of a head one frequency: cos(t w_p), sin(t w_p). FoPE's two changes:
+
+1. **Zero the under-trained frequencies.** A frequency whose period 2 pi / w is longer than the training length
+   never completes a turn in training, so past it the model meets angles it has never seen. FoPE keeps the D
+   frequencies with w >= 2 pi / L (L = train_length; here 7 of 16 pairs at L = 256 and head size 32) and gives
+   every other pair frequency 0: cos = 1, sin = 0, no rotation at all.
+2. **Each pair a Fourier series.** Pair p of head h turns by
+
+       cos_p(t) = sum_D cos(t w_D) C[h, D, p] / sum_D C[h, D, p]      sin_p(t) = the same with S
+
+   so a pair carries a little of every kept frequency, not one alone (the paper: spectral leakage in the layers
+   smears each frequency anyway; the series models it). C and S start at the identity plus Xavier-normal noise
+   (gain 0.3), per head, and are **fixed**: the reference listing makes them ``nn.Parameter(...,
+   requires_grad=False)``; here they are buffers, saved with the weights and never trained.
+
+Reference paths (the issue's two): the paper's listing (``FourierEmbedding``: D = the kept frequencies, columns
+min(D, hs/4), coefficients normalised by their column sums, Xavier-normal gain 0.3 plus the identity), and vLLM's
+``rotary_embedding/fope.py`` (per-head coefficients, ``x cos + rotate_half(x) sin``, the pairs past the series padded
+with cos = 1 and sin = 0). Where the two differ, posviz follows vLLM: the paper's listing pads sin with 1 as well,
+which is no zero frequency (vLLM's comment: it would mix in rotate_half); and its listing rotates by - sin, a mirror
+convention with the same expressiveness.
+
+Because cos_p^2 + sin_p^2 != 1 and the frequencies mix, q_m . k_n is no function of m - n alone: FoPE is
+not shift-invariant, and a KV cache keeps its keys as they were written.
+Shapes: q, k (B, H, T, hs); pos (T,); cos, sin (H, T, hs); C, S (H, D, pairs with a series).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from posviz.config import require
+from posviz.positions.base import PositionMethod
+from posviz.positions.rope import rotate_half
+
+
+@dataclasses.dataclass
+class FopeOptions:
+    base: float = 10000.0  # RoPE's base for the frequencies w_p = base^(-2p/hs)
+    floor_length: int | None = None  # frequencies with a period longer than this are zeroed; None: the train_length
+    init_gain: float = 0.3  # the reference's rope_fourier_init_norm_gain (Xavier-normal noise on the identity)
+
+    def __post_init__(self):
+        require(self.base > 1, f"FoPE's base must be > 1, got {self.base}")
+        require(self.floor_length is None or (isinstance(self.floor_length, int) and self.floor_length >= 2),
+                f"FoPE's floor_length must be an integer >= 2 or None, got {self.floor_length!r}")
+        require(self.init_gain >= 0, f"FoPE's init_gain must be >= 0, got {self.init_gain}")
+
+
+def kept_frequencies(head_dim: int, base: float, floor_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RoPE's hs/2 frequencies, the kept ones: those with a period 2 pi / w no longer than ``floor_length``), float64."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return inv_freq, inv_freq[inv_freq >= 2 * math.pi / floor_length]
+
+
+class FourierPositions(PositionMethod):
+    name = "fope"
+    display_name = "FoPE"
+    summary = ("RoPE whose pairs each turn by a fixed random mix of frequencies, with the frequencies that never "
+               "complete a turn in training zeroed.")
+    paper = "https://arxiv.org/abs/2412.17739"
+    acts_on = "q/k"
+    kind = "relative"
+    Options = FopeOptions
+    explore_sections = ("fope-spectrum",)
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        if self.options.floor_length is None:
+            self.options.floor_length = shape.train_length
+        require(shape.head_dim % 2 == 0, f"FoPE needs an even head size, got {shape.head_dim}")
+        _, kept = kept_frequencies(shape.head_dim, self.options.base, self.options.floor_length)
+        D = kept.numel()
+        require(D >= 1, f"FoPE keeps no frequency: none turns within {self.options.floor_length} positions")
+        columns = D if D <= shape.head_dim // 4 else shape.head_dim // 4  # the reference's output_dim
+        # (D,) float64, kept out of the module's buffers: a model cast to float32 would round the speeds (3e-6 off at 1,000)
+        self.kept_freq = kept
+        cos_coef, sin_coef = (torch.empty(shape.n_head, D, columns) for _ in range(2))
+        for coef in (sin_coef, cos_coef):  # the reference's order of draws: sin, then cos
+            torch.nn.init.xavier_normal_(coef, gain=self.options.init_gain)
+            coef += _step_eye(D, columns)
+        self.register_buffer("cos_coef", cos_coef)  # (H, D, columns), fixed
+        self.register_buffer("sin_coef", sin_coef)
+
+    @property
+    def series_pairs(self) -> int:
+        """How many pairs of a head turn by a Fourier series; the rest have frequency 0."""
+        return self.cos_coef.shape[-1]
+
+    def is_shift_invariant(self) -> bool:
+        return False  # the series mix frequencies and cos^2 + sin^2 != 1: scores read m and n, not m - n alone
+
+    def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) of shape (H, T, hs) at positions ``pos`` (T,), in float64: the Fourier series of each pair, then
+        cos = 1 and sin = 0 for the pairs with frequency 0, both halves of a pair alike (GPT-NeoX's split)."""
+        angles = pos.to(torch.float64)[:, None] * self.kept_freq.to(pos.device)  # (T, D)
+        out = []
+        for coef, wave, pad in ((self.cos_coef, torch.cos(angles), 1.0), (self.sin_coef, torch.sin(angles), 0.0)):
+            coef = coef.to(device=pos.device, dtype=torch.float64)
+            series = torch.einsum("tD,hDp->htp", wave, coef / coef.sum(dim=-2, keepdim=True))  # (H, T, columns)
+            series = torch.nn.functional.pad(series, (0, self.shape.head_dim // 2 - series.shape[-1]), value=pad)
+            out.append(torch.cat((series, series), dim=-1))  # (H, T, hs)
+        return out[0], out[1]
+
+    def rotate_qk(self, q, k, pos):  # q, k (B, H, T, hs); pos (T,)
+        def compute():
+            cos, sin = self.cos_sin(pos)
+            return cos.to(device=q.device, dtype=q.dtype), sin.to(device=q.device, dtype=q.dtype)
+
+        cos, sin = self._memoized(pos, pos, compute, ("fope", q.dtype))  # once per pass, shared by the layers
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def _step_eye(rows: int, columns: int) -> torch.Tensor:
+    """The reference's identity for a (rows, columns) coefficient matrix: 1 at (i * step, i), step = ceil(rows / columns)
+    (the plain identity when rows == columns)."""
+    eye = torch.zeros(rows, columns)
+    step = -(-rows // columns)
+    for i in range(columns):
+        if i * step < rows:
+            eye[i * step, i] = 1.0
+    return eye

@@ -1,0 +1,157 @@
+"""The methods of 2025 (FoPE, PoPE; PaTH and Canon in their own files) against loop-by-loop readings of their
+reference code, written here from that code and not from posviz, in float64: the scores q'_i . k'_j of every pair,
+and the gradients of the parameters through them.
+
+FoPE: the paper's ``FourierEmbedding`` listing and vLLM's ``rotary_embedding/fope.py``.
+PoPE: lucidrains/x-transformers, ``PolarEmbedding`` and ``apply_polar_pos_emb``.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posviz.config import ModelConfig
+from posviz.errors import ConfigError
+from posviz.models.byte_gpt import GPT
+from posviz.models.kv_cache import KVCache
+from posviz.positions import ModelShape, build_position_method
+
+SHAPE = ModelShape(n_layer=2, n_head=3, head_dim=16, n_embd=48, train_length=64)
+
+
+def _fope_naive(method, q, k, positions):
+    """vLLM's FourierRotaryEmbedding, one pair at a time: the kept frequencies are RoPE's inv_freq with a period no longer
+    than the training length (2 pi / w <= L); pair p < columns of head h turns by cos_p(t) = sum_D cos(t w_D) Cn[h, D, p]
+    with Cn the coefficients over their column sums (the paper's listing), the pairs past the columns are padded with
+    cos = 1, sin = 0; then q * cos + rotate_neox(q) * sin, both halves of a pair alike."""
+    B, H, T, hs = q.shape
+    half = hs // 2
+    inv_freq = [1.0 / method.options.base ** (2 * p / hs) for p in range(half)]
+    kept = [w for w in inv_freq if w > 2.0 * math.pi / method.options.floor_length or
+            math.isclose(w, 2.0 * math.pi / method.options.floor_length)]
+    C, S = method.cos_coef.double(), method.sin_coef.double()
+    columns = C.shape[-1]
+    out = []
+    for x in (q, k):
+        y = torch.zeros_like(x)
+        for h in range(H):
+            for t_index, t in enumerate(positions.tolist()):
+                for p in range(half):
+                    if p < columns:
+                        c = sum(math.cos(t * kept[d]) * C[h, d, p] / C[h, :, p].sum() for d in range(len(kept)))
+                        s = sum(math.sin(t * kept[d]) * S[h, d, p] / S[h, :, p].sum() for d in range(len(kept)))
+                    else:
+                        c, s = 1.0, 0.0
+                    x1, x2 = x[:, h, t_index, p], x[:, h, t_index, p + half]
+                    y[:, h, t_index, p] = x1 * c - x2 * s  # rotate_neox(x) = (-x2, x1)
+                    y[:, h, t_index, p + half] = x2 * c + x1 * s
+        out.append(y)
+    return out
+
+
+def test_fope_keeps_the_frequencies_that_turn_within_the_training_length():
+    method = build_position_method("fope", ModelShape(4, 4, 32, 128, 256))
+    # the checkpoints' shape: RoPE's 16 frequencies 10000^(-p/16); 2 pi / 256 = 0.0245 keeps p = 0..6
+    assert method.kept_freq.numel() == 7 and method.series_pairs == 7
+    assert float(method.kept_freq.min()) >= 2 * math.pi / 256 > 10000 ** (-7 / 16)
+    assert method.pinned_options() == {"base": 10000.0, "floor_length": 256, "init_gain": 0.3}
+    # fixed, not trained: buffers in the weights, no parameter
+    assert not list(method.parameters()) and {"cos_coef", "sin_coef"} <= set(method.state_dict())
+
+
+def test_fope_equals_its_reference_loop_in_float64():
+    torch.manual_seed(1)
+    method = build_position_method("fope", SHAPE).double()
+    q, k = torch.randn(2, 3, 9, 16, dtype=torch.float64), torch.randn(2, 3, 9, 16, dtype=torch.float64)
+    positions = torch.tensor([0, 1, 2, 5, 17, 63, 64, 200, 1000])
+    got_q, got_k = method.rotate_qk(q, k, positions)
+    want_q, want_k = _fope_naive(method, q, k, positions)
+    torch.testing.assert_close(got_q, want_q, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got_k, want_k, rtol=0, atol=1e-12)
+    # the scores read m and n, not m - n alone: FoPE says it is not shift-invariant, and it is not
+    shifted_q, shifted_k = method.rotate_qk(q, k, positions + 7)
+    assert (got_q @ got_k.transpose(-1, -2) - shifted_q @ shifted_k.transpose(-1, -2)).abs().max() > 1e-3
+    assert not method.is_shift_invariant()
+
+
+def _pope_naive(method, q, k, q_pos, k_pos):
+    """x-transformers: freqs[t, c] = t * base^(-c / dim) for c < dim; q' = cat(softplus(q) cos f, softplus(q) sin f),
+    k' with f + bias (bias clamped to [-2 pi, 0], one per head and feature); dots = q' . k' * dim_head^-0.5, dim_head
+    the head before widening. Here one pair (i, j) at a time, as the Hermitian product's real part."""
+    B, H, Tq, hs = q.shape
+    theta = [method.options.base ** (-c / hs) for c in range(hs)]
+    bias = method.phase_bias.detach().double().clamp(-2 * math.pi, 0.0)
+    scores = torch.zeros(B, H, Tq, k.shape[2], dtype=torch.float64)
+    softplus = torch.nn.functional.softplus
+    for h in range(H):
+        for i, pi in enumerate(q_pos.tolist()):
+            for j, pj in enumerate(k_pos.tolist()):
+                total = 0.0
+                for c in range(hs):
+                    mq, mk = softplus(q[:, h, i, c]), softplus(k[:, h, j, c])
+                    total = total + mq * mk * math.cos((pi - pj) * theta[c] - float(bias[h, c]))
+                scores[:, h, i, j] = total / math.sqrt(hs)
+    return scores
+
+
+def test_pope_equals_its_reference_loop_in_float64_with_gradients():
+    torch.manual_seed(2)
+    method = build_position_method("pope", SHAPE, {"bias_init": "uniform"}).double()
+    assert float(method.phase_bias.min()) >= -2 * math.pi and float(method.phase_bias.max()) <= 0
+    q = torch.randn(1, 3, 6, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 3, 6, 16, dtype=torch.float64, requires_grad=True)
+    positions = torch.tensor([0, 3, 4, 40, 90, 300])
+    q2, k2 = method.rotate_qk(q, k, positions)
+    assert q2.shape[-1] == 32 and k2.shape[-1] == 32
+    got = q2 @ k2.transpose(-1, -2) / math.sqrt(q2.shape[-1])  # what attention does with the width it is handed
+    want = _pope_naive(method, q, k, positions, positions)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    # gradients: the queries', the keys' and the phase's, against the same sums written with autograd-able ops
+    weights = torch.randn_like(got)
+    (g_q, g_k, g_b) = torch.autograd.grad((got * weights).sum(), (q, k, method.phase_bias))
+    theta = method.options.base ** (-torch.arange(16, dtype=torch.float64) / 16)
+    d = (positions[:, None] - positions[None, :]).double()  # (i, j)
+    phase = d[None, :, :, None] * theta - method.phase_bias.clamp(-2 * math.pi, 0)[:, None, None, :]  # (H, i, j, c)
+    mu_q, mu_k = torch.nn.functional.softplus(q), torch.nn.functional.softplus(k)
+    ref = torch.einsum("bhic,bhjc,hijc->bhij", mu_q, mu_k, torch.cos(phase)) / 4.0
+    torch.testing.assert_close(ref, want, rtol=0, atol=1e-10)
+    r_q, r_k, r_b = torch.autograd.grad((ref * weights).sum(), (q, k, method.phase_bias))
+    for a, b in ((g_q, r_q), (g_k, r_k), (g_b, r_b)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
+def test_pope_scores_depend_on_distance_alone_and_cached_decoding_matches():
+    torch.manual_seed(3)
+    method = build_position_method("pope", SHAPE, {"bias_init": "uniform"}).double()
+    q, k = torch.randn(1, 3, 5, 16, dtype=torch.float64), torch.randn(1, 3, 5, 16, dtype=torch.float64)
+    a = [t @ u.transpose(-1, -2) for t, u in [method.rotate_qk(q, k, torch.arange(5))]][0]
+    b = [t @ u.transpose(-1, -2) for t, u in [method.rotate_qk(q, k, torch.arange(5) + 1000)]][0]
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-9)
+    assert method.is_shift_invariant()
+
+
+@pytest.mark.parametrize("name", ["pope", "fope"])
+def test_a_model_with_the_method_decodes_from_its_cache_as_it_runs_whole(name):
+    torch.manual_seed(4)
+    net = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position=name)).eval()
+    ids = torch.randint(0, 256, (1, 90))
+    with torch.no_grad():
+        whole = net(ids).logits
+        probs = net(ids, attention_layer=1)
+        cache = KVCache(n_layer=2)
+        steps = [net(ids[:, :40], cache=cache).logits] + [net(ids[:, t:t + 1], cache=cache).logits for t in range(40, 90)]
+    torch.testing.assert_close(probs.logits, whole, rtol=0, atol=1e-5)
+    torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=1e-5)
+    assert probs.attention.shape == (1, 4, 90, 90)
+    torch.testing.assert_close(probs.attention.sum(-1), torch.ones(1, 4, 90), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, options, words", [
+    ("pope", {"bias_init": "normal"}, "bias_init"), ("pope", {"theta": 1}, "theta"),
+    ("fope", {"floor_length": 1}, "floor_length"), ("fope", {"init_gain": -1.0}, "init_gain"),
+    ("fope", {"base": 2.0, "floor_length": 2}, "keeps no frequency")])
+def test_bad_options_are_refused_in_words(name, options, words):
+    with pytest.raises(ConfigError, match=words):
+        build_position_method(name, SHAPE, options)
