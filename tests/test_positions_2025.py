@@ -132,7 +132,7 @@ def test_pope_scores_depend_on_distance_alone_and_cached_decoding_matches():
     assert method.is_shift_invariant()
 
 
-@pytest.mark.parametrize("name", ["pope", "fope"])
+@pytest.mark.parametrize("name", ["pope", "fope", "canon"])
 def test_a_model_with_the_method_decodes_from_its_cache_as_it_runs_whole(name):
     torch.manual_seed(4)
     net = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position=name)).eval()
@@ -155,3 +155,60 @@ def test_a_model_with_the_method_decodes_from_its_cache_as_it_runs_whole(name):
 def test_bad_options_are_refused_in_words(name, options, words):
     with pytest.raises(ConfigError, match=words):
         build_position_method(name, SHAPE, options)
+
+
+def _canon_naive(h, weight, residual=True):
+    """PhysicsLM4's ShortConvolution without the fast kernel, step by step: a cache of the last K inputs per channel
+    (rolled, the new input written last), y = sum(cache * weight); then apply_canon's residual h + y."""
+    B, T, D = h.shape
+    K = weight.shape[-1]
+    out = torch.zeros_like(h)
+    for b in range(B):
+        state = torch.zeros(D, K, dtype=h.dtype)
+        for t in range(T):
+            state = torch.roll(state, shifts=-1, dims=-1)
+            state[:, -1] = h[b, t]
+            y = (state * weight).sum(-1)
+            out[b, t] = h[b, t] + y if residual else y
+    return out
+
+
+@pytest.mark.parametrize("site", ["A", "B", "C", "D"])
+def test_canon_equals_its_reference_step_loop_with_gradients(site):
+    torch.manual_seed(5)
+    method = build_position_method("canon", SHAPE).double()
+    width = {"A": 48, "B": 144, "C": 48, "D": 192}[site]
+    weight = method.kernel(1, site)
+    assert weight.shape == (width, 4)
+    assert float(weight.abs().max()) <= 0.5  # nn.Conv1d's default draw for fan_in = 4: U(-1/2, 1/2)
+    h = torch.randn(2, 11, width, dtype=torch.float64, requires_grad=True)
+    got = method.mix_hidden(1, site, h)
+    param = method.convs[f"1{site}"].weight  # (D, 1, K): the stored parameter
+    want = _canon_naive(h, param[:, 0])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    g = torch.randn_like(got)
+    torch.testing.assert_close(torch.autograd.grad((got * g).sum(), (h, param)),
+                               torch.autograd.grad((want * g).sum(), (h, param)), rtol=0, atol=1e-12)
+    # without the residual, and with a site left out
+    bare = build_position_method("canon", SHAPE, {"residual": False, "sites": "AC"}).double()
+    if site in "AC":
+        torch.testing.assert_close(bare.mix_hidden(0, site, h), _canon_naive(h, bare.kernel(0, site), residual=False),
+                                   rtol=0, atol=1e-12)
+    else:
+        assert bare.kernel(0, site) is None and bare.mix_hidden(0, site, h) is h
+
+
+def test_canon_in_chunks_through_a_cache_equals_the_whole_pass():
+    torch.manual_seed(6)
+    method = build_position_method("canon", SHAPE).double()
+    h = torch.randn(1, 20, 48, dtype=torch.float64)
+    cache = KVCache(n_layer=2)
+    parts = [method.mix_hidden(0, "A", h[:, a:b], cache) for a, b in ((0, 7), (7, 8), (8, 9), (9, 20))]
+    torch.testing.assert_close(torch.cat(parts, 1), method.mix_hidden(0, "A", h), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("options, words", [({"sites": "ABE"}, "sites"), ({"sites": "AA"}, "sites"),
+                                            ({"kernel": 1}, "kernel"), ({"conv": 4}, "conv")])
+def test_canon_refuses_bad_options_in_words(options, words):
+    with pytest.raises(ConfigError, match=words):
+        build_position_method("canon", SHAPE, options)

@@ -209,21 +209,25 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
-    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k, v (B, H, T, hs) each of the layer's input x (B, T, C), before any position method.
+    def heads(self, x: torch.Tensor, position: PositionMethod | None = None, layer: int = 0,
+              cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v (B, H, T, hs) each of the layer's input x (B, T, C), before any position method rotates or biases
+        them; with ``position``, mixed with the previous positions' where the method mixes at site "B" (Canon-B).
 
         A functional call (not a module call) for the linear map: a cached step runs 17 of them on one
         byte, and the module machinery around each cost about as much as the product itself."""
         B, T, C = x.shape
-        qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias).view(B, T, 3, self.n_head, C // self.n_head)
-        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias)  # (B, T, 3C)
+        if position is not None:
+            qkv = position.mix_hidden(layer, "B", qkv, cache)
+        return qkv.view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4).unbind(0)
 
     def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
                 blocks: dict):
         B, T, C = x.shape
         position = position.at_layer(layer)  # a layout's method for this layer; any other method is itself
         window = _narrower(None if cache is None else cache.max_size, position.window)  # of the cache and the layer
-        q, k, v = self.heads(x)  # (B, H, T, hs) each
+        q, k, v = self.heads(x, position, layer, cache)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
         state = position.token_state(layer, x)  # (B, H, T) or None: kept beside the keys
         if state is not None:  # one extra feature per key, so that a KV cache keeps it with them

@@ -34,9 +34,11 @@ class MLP(nn.Module):
         self.gelu = nn.GELU(approximate="tanh")  # GPT-2's "gelu_new", so exports match exactly
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x):
-        h = F.gelu(F.linear(x, self.c_fc.weight, self.c_fc.bias), approximate=self.gelu.approximate)
-        return F.linear(h, self.c_proj.weight, self.c_proj.bias)
+    def forward(self, x, position=None, layer: int = 0, cache=None):
+        h = F.linear(x, self.c_fc.weight, self.c_fc.bias)  # (B, T, 4C)
+        if position is not None:
+            h = position.mix_hidden(layer, "D", h, cache)  # Canon-D: the hidden layer, before its activation
+        return F.linear(F.gelu(h, approximate=self.gelu.approximate), self.c_proj.weight, self.c_proj.bias)
 
 
 class Block(nn.Module):
@@ -48,10 +50,13 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, pos, position, layer, cache, want_probs, blocks):
-        a, probs = self.attn(self.ln_1(x), pos, position, layer, cache, want_probs, blocks)
+        here = position.at_layer(layer)
+        h = here.mix_hidden(layer, "A", self.ln_1(x), cache)  # Canon-A: attention's input (the input unless a method mixes)
+        a, probs = self.attn(h, pos, position, layer, cache, want_probs, blocks)
         x = x + a
         ln = self.ln_2
-        x = x + self.mlp(F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps))
+        h = here.mix_hidden(layer, "C", F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps), cache)  # Canon-C
+        x = x + self.mlp(h, here, layer, cache)
         return x, probs
 
 

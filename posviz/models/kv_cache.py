@@ -44,6 +44,9 @@ class KVCache:
         self._last = None  # last position written (int), so a step needs no read of ``positions``
         self.keys_are_run = True  # the kept positions are p0, p0+1, ... (attention's shortcuts need it)
         self._known = None  # the ``positions`` tensor _last and keys_are_run describe
+        # (layer, name) -> (B, rows, D): the last rows a method's short causal convolution read (Canon layers, PaTH's
+        # w), so that the next step's convolution sees the bytes before it; they follow the text, whatever is evicted
+        self.recent: dict[tuple[int, str], torch.Tensor] = {}
 
     def _sync(self) -> None:
         """Re-read _last and keys_are_run when ``positions`` was set from outside (a lab relabels it)."""

@@ -35,6 +35,10 @@ A RoPE remap (Self-Extend, ReRoPE, DCA, STRING: ``positions.rope_remaps``) atten
 positions of its own; attention then takes each block's scores from the method instead of q . k:
 * ``pair_scorer(layer, q, k, q_pos, k_pos)``  once per layer: a function giving each block's scores (B, H,
   rows, keys), when ``remaps_pairs``; None otherwise.
+A method may also mix each position's hidden states with its neighbours' (Canon layers), at four sites of a block:
+* ``mix_hidden(layer, site, h, cache)``  h (B, T, D) at site "A" (attention's input, after its LayerNorm), "B" (the
+  projected q, k, v side by side), "C" (the MLP's input) or "D" (the MLP's hidden layer), returned mixed; h itself
+  by default. A KV cache keeps the rows a convolution needs from earlier steps (``KVCache.recent``).
 A model may also give each layer its own method, window and sink logits (``positions.layers``: Llama 4's
 NoPE layers, Gemma 3's local and global layers, GPT-OSS's sinks). Attention asks ``at_layer(layer)`` for
 the method acting in a layer (every method but a layout answers itself) and reads two facts off it:
@@ -154,6 +158,14 @@ class PositionMethod(nn.Module):
 
     def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None  # else broadcastable to (B, H, Tq, Tk)
+
+    # -- mixing neighbouring positions (see the module docstring) ----------------------------------
+    def mix_hidden(self, layer: int, site: str, h: torch.Tensor, cache=None) -> torch.Tensor:
+        return h  # (B, T, D) at ``site`` of ``layer``; a KVCache or None
+
+    @property
+    def mixes_hidden(self) -> bool:
+        return type(self).mix_hidden is not PositionMethod.mix_hidden
 
     # -- positions from content (see the module docstring) ----------------------------------------
     def token_state(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
