@@ -132,7 +132,7 @@ def test_pope_scores_depend_on_distance_alone_and_cached_decoding_matches():
     assert method.is_shift_invariant()
 
 
-@pytest.mark.parametrize("name", ["pope", "fope", "canon"])
+@pytest.mark.parametrize("name", ["pope", "fope", "canon", "path"])
 def test_a_model_with_the_method_decodes_from_its_cache_as_it_runs_whole(name):
     torch.manual_seed(4)
     net = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position=name)).eval()
@@ -212,3 +212,96 @@ def test_canon_in_chunks_through_a_cache_equals_the_whole_pass():
 def test_canon_refuses_bad_options_in_words(options, words):
     with pytest.raises(ConfigError, match=words):
         build_position_method("canon", SHAPE, options)
+
+
+def _path_naive_scores(q, k, w, beta):
+    """PaTH written from the paper's equation as fla's decoding computes it: every cached key is turned by each new
+    token's H_t = I - beta_t w_t w_t^T (``rank_one_update``) before the token's query reads it; the token's own key
+    joins unturned. One query and one key at a time, in float64."""
+    B, H, T, d = q.shape
+    out = torch.zeros(B, H, T, T, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            keys = []
+            for t in range(T):
+                keys = [kk - beta[b, h, t] * (kk @ w[b, h, t]) * w[b, h, t] for kk in keys]
+                keys.append(k[b, h, t])
+                for j, kk in enumerate(keys):
+                    out[b, h, t, j] = q[b, h, t] @ kk / math.sqrt(d)
+    return out
+
+
+def _path_naive_directions(layer, x):
+    """fla's PaTHAttention: w = l2_norm(ShortConvolution(w_proj(x))) with the convolution's SiLU, split by head;
+    beta = bt_proj(x).sigmoid() * 2. Loops over time for the kernel-3 causal convolution."""
+    w_proj = x @ layer.w_down.weight.T @ layer.w_up.weight.T  # (B, T, C)
+    kernel = layer.w_conv.weight[:, 0]  # (C, K)
+    K = kernel.shape[-1]
+    conv = torch.zeros_like(w_proj)
+    for t in range(x.shape[1]):
+        for s in range(K):  # weight column s reads x[t - K + 1 + s]
+            if t - K + 1 + s >= 0:
+                conv[:, t] = conv[:, t] + kernel[:, s] * w_proj[:, t - K + 1 + s]
+    u = torch.nn.functional.silu(conv)
+    B, T, C = x.shape
+    w = u.view(B, T, SHAPE.n_head, -1).transpose(1, 2)
+    w = w / torch.sqrt((w * w).sum(-1, keepdim=True) + 1e-6)
+    beta = torch.sigmoid(x @ layer.beta.weight.T + layer.beta.bias).transpose(1, 2) * 2
+    return w, beta
+
+
+@pytest.mark.parametrize("T, block", [(5, 5), (64, 64), (70, 23), (150, 37)])
+def test_path_scores_equal_the_decoding_loop_in_float64(T, block):
+    from posviz.positions.path import ChunkedScores
+    torch.manual_seed(7)
+    q, k = torch.randn(1, 2, T, 8, dtype=torch.float64), torch.randn(1, 2, T, 8, dtype=torch.float64)
+    w = torch.nn.functional.normalize(torch.randn(1, 2, T, 8, dtype=torch.float64), dim=-1)
+    beta = 2 * torch.rand(1, 2, T, dtype=torch.float64)  # reflections (beta > 1) too
+    want = _path_naive_scores(q, k, w, beta)
+    scores = ChunkedScores(q, k, w, beta)
+    seen = torch.ones(T, T, dtype=torch.bool).tril()
+    for r0 in range(0, T, block):  # blocks of queries in order, as attention asks, then one out of order
+        r1 = min(T, r0 + block)
+        got = scores(r0, r1, r1)
+        torch.testing.assert_close(got.masked_fill(~seen[r0:r1, :r1], 0), want[..., r0:r1, :r1].masked_fill(~seen[r0:r1, :r1], 0),
+                                   rtol=0, atol=1e-12)
+    torch.testing.assert_close(scores(0, T, T).masked_fill(~seen, 0), want.masked_fill(~seen, 0), rtol=0, atol=1e-12)
+    # the transform is the point: with beta = 0 (every H the identity) the scores are q . k, and with it they are not
+    plain = ChunkedScores(q, k, w, torch.zeros_like(beta))(0, T, T)
+    torch.testing.assert_close(plain.masked_fill(~seen, 0), (q @ k.transpose(-1, -2) / math.sqrt(8)).masked_fill(~seen, 0),
+                               rtol=0, atol=1e-12)
+    if T > 1:
+        assert (want - plain).masked_fill(~seen, 0).abs().max() > 1e-3
+
+
+def test_path_layer_equals_fla_and_its_gradients_flow():
+    torch.manual_seed(8)
+    method = build_position_method("path", SHAPE).double()
+    x = torch.randn(2, 13, 48, dtype=torch.float64, requires_grad=True)
+    w, beta = method.directions(1, x)
+    want_w, want_beta = _path_naive_directions(method.layers[1], x)
+    torch.testing.assert_close(w, want_w, rtol=0, atol=1e-12)
+    torch.testing.assert_close(beta, want_beta, rtol=0, atol=1e-12)
+    assert float(beta.min()) > 0 and float(beta.max()) < 2
+    # the initialisation fla's _init_weights gives: N(0, 0.02) weights, a zero bias (every beta starts at 1)
+    assert float(method.layers[0].beta.bias.abs().max()) == 0 and 0.01 < float(method.layers[0].w_down.weight.std()) < 0.03
+    # gradients of every parameter through the scores, against the loop readings
+    q, k = torch.randn(2, 3, 13, 16, dtype=torch.float64), torch.randn(2, 3, 13, 16, dtype=torch.float64)
+    state = method.token_state(1, x)
+    got = method.content_scorer(1, q, k, state)(0, 13, 13)
+    want = _path_naive_scores(q, k, want_w, want_beta)
+    seen = torch.ones(13, 13, dtype=torch.bool).tril()
+    g = torch.randn_like(got).masked_fill(~seen, 0)
+    params = [x, *method.layers[1].parameters()]
+    for a, b in zip(torch.autograd.grad((got * g).sum(), params), torch.autograd.grad((want * g).sum(), params)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
+def test_path_model_in_float32_stays_near_float64_at_2048_bytes():
+    torch.manual_seed(9)
+    wide = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position="path")).double().eval()
+    narrow = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position="path")).eval()
+    narrow.load_state_dict({k: v.float() for k, v in wide.state_dict().items()})
+    ids = torch.randint(0, 256, (1, 2048))
+    with torch.no_grad():
+        assert (narrow(ids).logits.double() - wide(ids).logits).abs().max() < 1e-4

@@ -229,16 +229,17 @@ class CausalSelfAttention(nn.Module):
         window = _narrower(None if cache is None else cache.max_size, position.window)  # of the cache and the layer
         q, k, v = self.heads(x, position, layer, cache)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
-        state = position.token_state(layer, x)  # (B, H, T) or None: kept beside the keys
-        if state is not None:  # one extra feature per key, so that a KV cache keeps it with them
-            k = torch.cat((k, state.to(k.dtype)[..., None]), dim=-1)
+        state = position.token_state(layer, x, cache)  # (B, H, T), (B, H, T, m) or None: kept beside the keys
+        width = 0 if state is None else (1 if state.dim() == 3 else state.shape[-1])
+        if state is not None:  # extra features per key, so that a KV cache keeps them with the keys
+            k = torch.cat((k, state.to(k.dtype).view(*state.shape[:3], width)), dim=-1)
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(layer, k, v, pos)  # (B, H, Tk, hs), (Tk,)
         dropout = self.dropout if self.training else 0.0
         if position.scores_itself:
-            if state is not None:
-                k, state = k[..., :-1], k[..., -1]  # (B, H, Tk, hs), (B, H, Tk)
+            if state is not None:  # (B, H, Tk, hs), and (B, H, Tk) or (B, H, Tk, m) as the method gave it
+                k, state = k[..., :-width], (k[..., -1] if state.dim() == 3 else k[..., -width:])
             folded = None if not FAST_PATHS or cache is not None or window is not None or want_probs \
                 else position.folded_scores(layer, q, k, state)
             if folded is not None:  # the method's scores are dot products of longer vectors: the fused kernel
@@ -318,6 +319,8 @@ class CausalSelfAttention(nn.Module):
         y = _out_like(q, v)  # (B, H, T, hs of v)
         probs = q.new_zeros(B, H, T, Tk) if want_probs else None
         pair_scores = position.pair_scorer(layer, q.to(work), k.to(work), pos, k_pos)  # None unless a remap
+        if pair_scores is None:  # a transform between key and query from the keys' states (PaTH); None: q . k
+            pair_scores = position.content_scorer(layer, q.to(work), k.to(work), state)
         for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]
             if ("seen", window, i) not in blocks:  # once per forward pass: every layer sees the same keys

@@ -24,8 +24,12 @@ uses without knowing the method:
 A method may also compute what counts as far from the *content* (FoX, CoPE, stick-breaking): attention
 then scores every query block itself and hands the method what it has, again without asking which it is:
 
-* ``token_state(layer, x)``  (B, H, T) per-token values from the layer's input hidden states (FoX's log
-  forget gates); a KV cache keeps them beside the keys, so a decoding step has them for every key.
+* ``token_state(layer, x, cache)``  (B, H, T) per-token values from the layer's input hidden states (FoX's log
+  forget gates), or (B, H, T, m) vectors (PaTH's Householder directions and strengths); a KV cache keeps them beside
+  the keys, so a decoding step has them for every key.
+* ``content_scorer(layer, q, k, state)``  once per layer: a function giving each block's scores (as ``pair_scorer``)
+  from the queries, the keys and the keys' states, for a method whose transform sits between key and query (PaTH);
+  None: the plain q . k / sqrt(hs).
 * ``content_bias(layer, scores, q, k, seen)``  a bias (B, H, rows, keys) computed from the block's own
   scores, queries, keys and token states (``Seen``), added to the scores.
 * ``attention_weights(layer, scores, seen)``  the weights from the (biased) scores: a softmax over the
@@ -168,8 +172,11 @@ class PositionMethod(nn.Module):
         return type(self).mix_hidden is not PositionMethod.mix_hidden
 
     # -- positions from content (see the module docstring) ----------------------------------------
-    def token_state(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
-        return None  # else (B, H, T) from the layer's input x (B, T, C)
+    def token_state(self, layer: int, x: torch.Tensor, cache=None) -> torch.Tensor | None:
+        return None  # else (B, H, T) or (B, H, T, m) from the layer's input x (B, T, C); a KVCache or None
+
+    def content_scorer(self, layer: int, q: torch.Tensor, k: torch.Tensor, state: torch.Tensor | None):
+        return None  # else a function (r0, r1, seen, query positions, key positions) -> (B, H, rows, seen) scores
 
     def content_bias(self, layer: int, scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                      seen: Seen) -> torch.Tensor | None:
@@ -194,6 +201,7 @@ class PositionMethod(nn.Module):
         """Whether attention must score blocks itself and hand them to the method (any content hook)."""
         base = PositionMethod
         return (type(self).token_state is not base.token_state or type(self).content_bias is not base.content_bias
+                or type(self).content_scorer is not base.content_scorer
                 or type(self).attention_weights is not base.attention_weights)
 
     @property

@@ -39,7 +39,7 @@ class ForgettingGates(PositionMethod):
             nn.init.normal_(gate.weight, mean=0.0, std=0.02)
             nn.init.zeros_(gate.bias)
 
-    def token_state(self, layer, x):  # (B, T, C) -> log f (B, H, T), in float32 as the reference computes it
+    def token_state(self, layer, x, cache=None):  # (B, T, C) -> log f (B, H, T), in float32 as the reference computes it
         return F.logsigmoid(F.linear(x, self.gates[layer].weight, self.gates[layer].bias).float()).transpose(1, 2)
 
     def folded_scores(self, layer, q, k, state):
