@@ -22,7 +22,8 @@ page_header(
     "These let the text decide what counts as far. FoX (Lin et al. 2025) forgets at a gate each byte sets; CoPE "
     "(Golovneva et al. 2024) counts only the keys its gates let through; stick-breaking attention (Tan et al. "
     "2025) gives the nearest key that fires its share first, with no softmax and no position at all, and what no "
-    "earlier key takes to the byte itself. Pick a "
+    "earlier key takes to the byte itself; PaTH (Yang et al. 2025) turns every key by one Householder step per byte "
+    "between it and the query, so distance is what lies between. Pick a "
     "checkpoint, a layer and a head, and see what it computed on your text.",
 )
 

@@ -1,6 +1,6 @@
 """The numbers behind the Positions from content page: one layer of a checkpoint whose method computes what
-counts as far from the text (FoX, CoPE, stick-breaking) on a visitor's text, read through the method's own
-hooks (``token_state``, ``content_bias``, ``attention_weights``), as attention calls them.
+counts as far from the text (FoX, CoPE, stick-breaking, PaTH) on a visitor's text, read through the method's own
+hooks (``token_state``, ``content_bias``, ``content_scorer``, ``attention_weights``), as attention calls them.
 
 Pure functions, no plotting, no Streamlit. Shapes: T bytes shown, H heads; matrices are (H, T, T) with row i
 the query and column j the key, NaN above the diagonal (future keys).
@@ -36,6 +36,10 @@ class LayerView:
     bias: np.ndarray | None  # (H, T, T) what the method added to the scores (FoX's D, CoPE's q . e[p]); None
     state: np.ndarray | None  # (H, T) the per-byte values it computed from the layer's input (FoX: log f); None
     counts: np.ndarray | None  # (H, T, T) CoPE's counted positions p_ij; None for the others
+    # (H, T) PaTH: the angle in degrees by which each key is turned from itself when the last byte's query reads it,
+    # and the share of its length left (a Householder step with 0 < beta < 2, beta != 1, shortens); None for others
+    turn_degrees: np.ndarray | None = None
+    length_left: np.ndarray | None = None
 
 
 def _future_nan(m: torch.Tensor) -> np.ndarray:
@@ -66,20 +70,31 @@ def layer_view(net: GPT, ids, layer: int) -> LayerView:
     hs = q.shape[-1]
     pos = torch.arange(T, device=ids.device)
     q, k = position.rotate_qk(q, k, pos)
-    state = position.token_state(layer, x)  # (1, H, T) or None
+    state = position.token_state(layer, x)  # (1, H, T), (1, H, T, m) or None
     causal = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
     seen = Seen(causal, pos, state)
     scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(hs)  # (1, H, T, T)
+    scorer = position.content_scorer(layer, q.float(), k.float(), None if state is None else state.float())
     bias = position.content_bias(layer, scores, q, k, seen)
+    if scorer is not None:  # a transform between key and query (PaTH): what it changed is its "bias"
+        bias = scorer(0, T, T) - scores
     biased = scores if bias is None else scores + bias
     weights = position.attention_weights(layer, biased, seen)
     softmax = PositionMethod.attention_weights(position, layer, scores, seen)  # the plain softmax, as any method's
     counts = position.counted_positions(scores, seen)  # CoPE's; None for the others
+    turned = position.turned_keys(k.double(), None if state is None else state.double())  # PaTH's; None for the others
+    turn = length = None
+    if turned is not None:
+        kk, tt = k.double()[0], turned[0]  # (H, T, hs)
+        norms = kk.norm(dim=-1) * tt.norm(dim=-1)
+        cos = ((kk * tt).sum(-1) / norms.clamp(min=1e-30)).clamp(-1.0, 1.0)
+        turn = torch.rad2deg(torch.arccos(cos)).cpu().numpy()
+        length = (tt.norm(dim=-1) / kk.norm(dim=-1).clamp(min=1e-30)).cpu().numpy()
     position.forget()
     return LayerView(ids.cpu().numpy(), _future_nan(scores[0]), _future_nan(weights[0]), _future_nan(softmax[0]),
                      None if bias is None else _future_nan(bias[0]),
-                     None if state is None else state[0].double().cpu().numpy(),
-                     None if counts is None else _future_nan(counts[0]))
+                     None if state is None or state.dim() != 3 else state[0].double().cpu().numpy(),
+                     None if counts is None else _future_nan(counts[0]), turn, length)
 
 
 def forget_gates(view: LayerView, head: int) -> np.ndarray:

@@ -22,12 +22,14 @@ ACTS_ON_LABEL = {
     "logits": "logits (bias)",
     "weights": "attention weights (no softmax)",
     "nothing": "nowhere",
+    "hidden": "hidden states (short convolution)",
 }
 KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to the table
     "input": "the position is baked into each cached key and value",
     "q/k": "keys are cached already rotated to their own positions",
     "logits": "the bias is recomputed from the cached keys' positions",
     "nothing": "there is no position to keep",
+    "hidden": "no position is kept; the cache keeps the last few bytes' hidden states for the convolution",
 }
 EXTRAPOLATION_MULTIPLE = 16  # "extrapolates": bits/byte at 16x the training length against 1x
 EXTRAPOLATES_WITHIN_BPB = 0.05  # at most this much worse: "yes"

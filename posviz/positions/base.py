@@ -196,6 +196,11 @@ class PositionMethod(nn.Module):
         explore page to draw against plain distance; None for a method that counts none (the default)."""
         return None
 
+    def turned_keys(self, k: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, H, T, hs) each key k (B, H, T, hs) as the *last* query reads it, for a method that turns keys by what
+        lies between (PaTH), for the explore page to set against the key itself; None for the others (the default)."""
+        return None
+
     @property
     def reads_content(self) -> bool:
         """Whether attention must score blocks itself and hand them to the method (any content hook)."""

@@ -77,7 +77,9 @@ class FourierPositions(PositionMethod):
         _, kept = kept_frequencies(shape.head_dim, self.options.base, self.options.floor_length)
         D = kept.numel()
         require(D >= 1, f"FoPE keeps no frequency: none turns within {self.options.floor_length} positions")
-        columns = D if D <= shape.head_dim // 4 else shape.head_dim // 4  # the reference's output_dim
+        # the reference's output_dim: every kept frequency, at most a quarter of the head's features (one pair for a
+        # head smaller than 4, where the quarter is 0)
+        columns = D if D <= shape.head_dim // 4 else max(1, shape.head_dim // 4)
         # (D,) float64, kept out of the module's buffers: a model cast to float32 would round the speeds (3e-6 off at 1,000)
         self.kept_freq = kept
         cos_coef, sin_coef = (torch.empty(shape.n_head, D, columns) for _ in range(2))

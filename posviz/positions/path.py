@@ -101,6 +101,16 @@ class PathAttention(PositionMethod):
     def content_scorer(self, layer, q, k, state):
         return ChunkedScores(q, k, state[..., :-1], state[..., -1])
 
+    def turned_keys(self, k, state):
+        """Every key turned by the H of each token after it up to the last: (H_(T-1) ... H_(j+1)) k_j, as the last
+        query reads it. One token at a time, as fla's decoding turns its cache (the page draws 256 bytes at most)."""
+        w, beta = state[..., :-1], state[..., -1]
+        out = k.clone()
+        for t in range(1, k.shape[2]):  # token t turns every key before it
+            before = out[:, :, :t]
+            out[:, :, :t] = before - beta[:, :, t, None, None] * (before @ w[:, :, t, :, None]) * w[:, :, t, None, :]
+        return out
+
 
 class ChunkedScores:
     """The scores s_ij of one layer's pass, block by block of queries, from chunks of CHUNK keys (module docstring).

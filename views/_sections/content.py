@@ -71,3 +71,30 @@ def stick_breaking_section(page: ContentPage, method: str) -> None:
                f"the first byte has no earlier key and keeps everything. Mean kept: {np.nanmean(kept):.3f}.")
     show_coloured_text([(c, v) for c, v in zip(page.chars, kept)], 1.0, unit="kept by the byte itself", height=220,
                        missing="")
+
+
+@section("path-turn", "content", order=40)
+def path_section(page: ContentPage, method: str) -> None:
+    view, h = page.view, page.head
+    turn, left = view.turn_degrees[h], view.length_left[h]
+    st.header("How far each key has turned by the time the last byte reads it")
+    st.caption(f"PaTH puts one Householder step H_t = I − β_t w_t w_tᵀ per byte between a key and the query (head {h}, "
+               f"layer {page.layer}): every byte after a key turns it, by how much its own content says. Darker bytes' "
+               "keys arrive at the last query turned further from where they were written (the angle between k_j and "
+               "H_T ⋯ H_(j+1) k_j, in degrees); a key right before the query is barely turned, and a distant one has "
+               f"been through every byte in between. Median turn {np.nanmedian(turn):.1f}°, the farthest key's "
+               f"{turn[0]:.1f}°; median length left {np.nanmedian(left):.2f} of the key's own.")
+    show_coloured_text([(c, v) for c, v in zip(page.chars, turn)], 180.0, unit="degrees turned", height=220,
+                       missing="")
+
+    def build():
+        data = pd.DataFrame({"key": np.arange(len(turn)), "distance": len(turn) - 1 - np.arange(len(turn)),
+                             "degrees turned": turn, "length left": left})
+        plot = alt.Chart(data).mark_line(point=True).encode(
+            x=alt.X("distance:Q", title="distance from the last byte (bytes)"),
+            y=alt.Y("degrees turned:Q", title="angle turned (degrees)"),
+            tooltip=["key:Q", "distance:Q", alt.Tooltip("degrees turned:Q", format=".1f"),
+                     alt.Tooltip("length left:Q", format=".2f")]).properties(height=260)
+        return plot, data
+
+    chart(VIEW, page.key + ("path-turn", h), build, f"{page.checkpoint}_turns_L{page.layer}_H{h}")

@@ -1,0 +1,157 @@
+"""The RoPE page's sections for the methods of 2025 beside RoPE (FoPE's Fourier series, PoPE's phases) and for
+NoPE + Canon beside the layer layouts (what its convolutions weigh). Each reads the shipped checkpoint's weights, or
+the method as initialised when none is shipped, and says which. The numbers: ``posviz.explore.rope_2025``."""
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from posviz.display import display_name
+from posviz.explore import rope_2025
+from posviz.palette import colour
+from posviz.positions import build_position_method
+from posviz.positions.base import ModelShape
+from views._checkpoints import shipped_checkpoints, shipped_lab_model
+from views._explore import chart
+from views._sections import RopePage, section
+
+VIEW = "rope"
+
+
+def _method(page: RopePage, name: str):
+    """(the method with the shipped checkpoint's weights, or as the recipe initialises it, a sentence saying which)."""
+    if name in shipped_checkpoints():
+        model, problem = shipped_lab_model(name)
+        if model is not None:
+            return model.net.position, f"the shipped {display_name(name)} checkpoint"
+        st.warning(problem, icon="⚠️")
+    shape = ModelShape(4, 4, page.head_dim, 4 * page.head_dim, page.train_length)
+    return build_position_method(name, shape), (f"{display_name(name)} as initialised (no checkpoint shipped here: "
+                                                f"`python -m posviz.train --method {name}`)")
+
+
+@section("fope-spectrum", "rope", order=12)
+def fope_section(page: RopePage, method: str) -> None:
+    fope, source = _method(page, method)
+    freqs = pd.DataFrame(rope_2025.fope_frequencies(fope))
+    kept = int(freqs["kept"].sum())
+    st.header("FoPE: a Fourier series per pair, and the frequencies that never turn zeroed")
+    st.caption(f"From {source}. Of RoPE's {len(freqs)} frequencies per head, {kept} turn at least once within the "
+               f"{fope.options.floor_length:,} training positions and are kept; the other {len(freqs) - kept} would "
+               "reach angles never seen in training, and FoPE gives their pairs frequency 0 (no rotation). Each of "
+               f"the first {fope.series_pairs} pairs then turns by a fixed mix of all {kept} kept frequencies "
+               f"(the heatmap: mean share off a pair's own frequency {rope_2025.fope_leakage(fope):.0%}); the rest stand still.")
+    head = 0 if fope.shape.n_head < 2 else st.slider("FoPE head", 0, fope.shape.n_head - 1, 0, key="w_fope_head")
+
+    def build():
+        data = pd.DataFrame(rope_2025.fope_series(fope, head))
+        heat = alt.Chart(data).mark_rect().encode(
+            x=alt.X("pair:O", title="pair (features p and p + hs/2)"),
+            y=alt.Y("frequency index:O", title="kept frequency D (0: fastest)"),
+            color=alt.Color("weight:Q", title="weight", scale=alt.Scale(scheme="redblue", domainMid=0, reverse=True)),
+            tooltip=["part:N", "pair:Q", "frequency index:Q", alt.Tooltip("frequency:Q", format=".4f"),
+                     alt.Tooltip("weight:Q", format=".3f")]
+        ).properties(width=230, height=200).facet(column=alt.Column("part:N", title=None))
+        return heat, data
+
+    chart(VIEW, ("fope-series", method, head, source), build, f"{method}_series_head{head}",
+          "Each column is a pair's series: its weights on the kept frequencies (normalised to sum to 1). The diagonal "
+          "is RoPE; everything off it is the frequencies FoPE mixes in.")
+
+    def build_freqs():
+        data = freqs.assign(status=np.where(freqs["kept"], "kept", "zeroed (frequency 0)"))
+        bars = alt.Chart(data).mark_bar().encode(
+            x=alt.X("pair:O", title="RoPE pair p (frequency base^(-2p/hs))"),
+            y=alt.Y("wavelength:Q", title=["wavelength (positions", "per turn, log scale)"], scale=alt.Scale(type="log")),
+            color=alt.Color("status:N", title=None, legend=alt.Legend(orient="bottom"),
+                            scale=alt.Scale(domain=["kept", "zeroed (frequency 0)"], range=[colour(method), "#bbbbbb"])),
+            tooltip=["pair:Q", alt.Tooltip("wavelength:Q", format=",.1f"), "status:N"])
+        rule = alt.Chart(pd.DataFrame({"y": [fope.options.floor_length]})).mark_rule(strokeDash=[5, 4], color="gray").encode(y="y:Q")
+        return (bars + rule).properties(height=240), data
+
+    chart(VIEW, ("fope-kept", method, source), build_freqs, f"{method}_kept_frequencies",
+          "Dashed: the training length. A frequency whose wavelength is above it completes less than a turn in training; "
+          "FoPE zeroes it.")
+
+
+@section("pope-polar", "rope", order=14)
+def pope_section(page: RopePage, method: str) -> None:
+    pope, source = _method(page, method)
+    phases = pd.DataFrame(rope_2025.pope_phases(pope))
+    st.header("PoPE: the phase from the position, the magnitude from the content")
+    st.caption(f"From {source}. Every feature of a query or key is one complex number: its length is softplus of the "
+               "content (never negative, so content cannot flip a match into a mismatch), its angle is position × "
+               f"frequency, one frequency per feature ({pope.shape.head_dim} per head, not {pope.shape.head_dim // 2} "
+               "pairs as RoPE). A key's angle also carries a learned phase δ per head and feature (left); with the "
+               "content held fixed, the logit then depends on the distance alone (right).")
+    left, right = st.columns(2)
+
+    def build_phase():
+        heat = alt.Chart(phases).mark_rect().encode(
+            x=alt.X("feature:O", title="feature c (0: fastest)"), y=alt.Y("head:O"),
+            color=alt.Color("key phase (degrees):Q", scale=alt.Scale(scheme="purpleorange", domain=[-360, 0])),
+            tooltip=["head:Q", "feature:Q", alt.Tooltip("wavelength:Q", format=",.1f"),
+                     alt.Tooltip("key phase (degrees):Q", format=".1f")]).properties(height=180)
+        return heat, phases
+
+    with left:
+        chart(VIEW, ("pope-phase", method, source), build_phase, f"{method}_key_phase")
+    distances = np.arange(0, 4 * page.train_length + 1, max(1, page.train_length // 64))
+
+    def build_score():
+        data = pd.DataFrame(rope_2025.pope_score_by_distance(pope, distances))
+        line = alt.Chart(data).mark_line().encode(
+            x=alt.X("distance:Q", title="distance (positions)"), y=alt.Y("logit:Q", title="logit, content fixed"),
+            color=alt.Color("head:N", legend=alt.Legend(orient="bottom")),
+            tooltip=["head:N", "distance:Q", alt.Tooltip("logit:Q", format=".3f")])
+        rule = alt.Chart(pd.DataFrame({"x": [page.train_length]})).mark_rule(strokeDash=[5, 4], color="gray").encode(x="x:Q")
+        return (line + rule).properties(height=180), data
+
+    with right:
+        chart(VIEW, ("pope-score", method, source, page.train_length), build_score, f"{method}_logit_by_distance",
+              "Every feature's magnitude set to 1. Dashed: the training length.")
+
+
+@section("canon-kernels", "rope", order=25)
+def canon_section(page: RopePage, method: str) -> None:
+    canon, source = _method(page, method)
+    st.header("NoPE + Canon: what the short convolutions weigh")
+    st.caption(f"From {source}. No layer of this model reads a position: attention is NoPE. Order enters through "
+               f"Canon layers, a causal convolution over the byte and its {canon.options.kernel - 1} predecessors "
+               "added to the hidden state, at four sites of every block: A (attention's input), B (queries, keys and "
+               "values), C (the MLP's input), D (the MLP's hidden layer). Left: how much each site weighs each byte "
+               "back, on average over its channels. Right: the kernel of one site, channel by channel.")
+    left, right = st.columns(2)
+
+    def build_reach():
+        data = pd.DataFrame(rope_2025.canon_reach(canon))
+        bars = alt.Chart(data).mark_bar().encode(
+            x=alt.X("bytes back:O", title="bytes back (0: the byte itself)"), y=alt.Y("mean |weight|:Q"),
+            color=alt.Color("site:N", legend=alt.Legend(orient="bottom")), xOffset="site:N", row=alt.Row("layer:O"),
+            tooltip=["layer:Q", "site:N", "bytes back:Q", alt.Tooltip("mean |weight|:Q", format=".3f")]
+        ).properties(height=70)
+        return bars, data
+
+    with left:
+        chart(VIEW, ("canon-reach", method, source), build_reach, f"{method}_reach")
+    with right:
+        pick = st.columns(2)
+        layer = pick[0].selectbox("Layer", list(range(canon.shape.n_layer)), key="w_canon_layer")
+        site = pick[1].selectbox("Site", list(canon.options.sites), key="w_canon_site")
+        kernel = rope_2025.canon_kernel(canon, layer, site)
+
+        def build_kernel():
+            K = kernel.shape[1]
+            data = pd.DataFrame({"channel": np.repeat(np.arange(kernel.shape[0]), K),
+                                 "bytes back": np.tile(np.arange(K - 1, -1, -1), kernel.shape[0]),
+                                 "weight": kernel.reshape(-1)})
+            heat = alt.Chart(data).mark_rect().encode(
+                x=alt.X("channel:O", axis=alt.Axis(labels=False, ticks=False), title=f"channel (of {kernel.shape[0]})"),
+                y=alt.Y("bytes back:O"),
+                color=alt.Color("weight:Q", scale=alt.Scale(scheme="redblue", domainMid=0, reverse=True)),
+                tooltip=["channel:Q", "bytes back:Q", alt.Tooltip("weight:Q", format=".3f")]).properties(height=160)
+            return heat, data
+
+        chart(VIEW, ("canon-kernel", method, source, layer, site), build_kernel, f"{method}_kernel_L{layer}{site}")
