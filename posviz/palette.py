@@ -24,6 +24,14 @@ METHOD_COLOURS: dict[str, str] = {
     "kerple": "#999933",  # Tol olive
     "fire": "#332288",  # Tol indigo
     "transformer_xl": "#DDCC77",  # Tol sand
+    # the methods that took the spare hues in turn, pinned to them so that a method added later moves none of them
+    "p_rope": "#CC6677", "irope": "#88CCEE", "local_global": "#EE7733", "rope_sinks": "#AAAA00", "fox": "#FFAABB",
+    "cope": "#EEDD88", "stick_breaking": "#BBBBBB",
+    # the methods of 2025 (Tol's high- and medium-contrast hues used nowhere else here)
+    "canon": "#555555",  # dark grey: NoPE's family (no position in attention)
+    "fope": "#004488",  # dark blue: RoPE's family, darker than RoPE
+    "pope": "#997700",  # dark yellow
+    "path": "#66CCEE",  # cyan
 }
 # For a method registered later that has no colour above: Tol hues used nowhere else here, in order.
 SPARE_COLOURS = ["#CC6677", "#88CCEE", "#EE7733", "#AAAA00", "#FFAABB", "#EEDD88", "#BBBBBB"]

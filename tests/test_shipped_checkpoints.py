@@ -37,7 +37,7 @@ def test_every_registered_method_ships_a_checkpoint():
 
 def test_models_folder_stays_small():
     total = sum(p.stat().st_size for p in MODELS.rglob("*") if p.is_file())
-    assert total < 40 * 1024 * 1024, f"models/ holds {total / 2**20:.1f} MiB; the limit is 40 MiB"
+    assert total < 60 * 1024 * 1024, f"models/ holds {total / 2**20:.1f} MiB; the limit is 60 MiB"
 
 
 def test_one_recipe_for_all():

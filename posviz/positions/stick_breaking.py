@@ -12,6 +12,9 @@ forward does (``ref_fwd`` in its tests: ``o = o + rem[..., None] * v``):
 
     o_i = sum_{j < i} A_ij v_j + rem_i v_i
 
+Other published paths spend the remainder otherwise: the released 3B model (``shawntan/stickbreaking-3b``,
+``"sb_remainder": false``) drops it, and IBM's dolomite / lm-engine ``SBAttention`` gives it to a learned vector per head
+(``head_bias``) before a per-head GroupNorm; posviz follows the ICLR code's forward.
 Here the remainder is put on the diagonal of the weights (the query's own key), which is that same sum,
 so every row sums to 1, an attention map shows where the remainder goes, and the first byte (no earlier
 key) attends to itself alone. As in the paper, a query's own key breaks off no share (``attend_current``
