@@ -99,6 +99,7 @@ class PathAttention(PositionMethod):
         return torch.cat((w, beta[..., None]), dim=-1)  # (B, H, T, hs + 1): kept beside the keys
 
     def content_scorer(self, layer, q, k, state):
+        state = state.to(q.dtype)  # the cache keeps it in the keys' dtype; the products run in attention's (>= fp32)
         return ChunkedScores(q, k, state[..., :-1], state[..., -1])
 
     def turned_keys(self, k, state):
