@@ -161,6 +161,7 @@ EXPLAINER = {  # where a method acts -> the page that takes such methods apart; 
     "q/k": ("views/rope.py", "RoPE", "🔄"),
     "logits": ("views/attention_biases.py", "Attention biases", "📐"),
     "content": ("views/content_positions.py", "Positions from content", "🧮"),  # a kind: looked up first
+    "hidden": ("views/rope.py", "RoPE (beside the layer layouts)", "🔄"),  # Canon layers: their kernels are drawn there
 }
 cols = st.columns(2)
 for i, name in enumerate(method_names()):
