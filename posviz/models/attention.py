@@ -320,7 +320,7 @@ class CausalSelfAttention(nn.Module):
         probs = q.new_zeros(B, H, T, Tk) if want_probs else None
         pair_scores = position.pair_scorer(layer, q.to(work), k.to(work), pos, k_pos)  # None unless a remap
         if pair_scores is None:  # a transform between key and query from the keys' states (PaTH); None: q . k
-            pair_scores = position.content_scorer(layer, q.to(work), k.to(work), state)
+            pair_scores = position.content_scorer(layer, q.to(work), k.to(work), state, pos, cache)
         for i, (r0, r1, seen, qp, kp, visible) in enumerate(plan.blocks):
             qb, kb, vb = q[:, :, r0:r1], k[:, :, :seen], v[:, :, :seen]
             if ("seen", window, i) not in blocks:  # once per forward pass: every layer sees the same keys

@@ -27,7 +27,7 @@ then scores every query block itself and hands the method what it has, again wit
 * ``token_state(layer, x, cache)``  (B, H, T) per-token values from the layer's input hidden states (FoX's log
   forget gates), or (B, H, T, m) vectors (PaTH's Householder directions and strengths); a KV cache keeps them beside
   the keys, so a decoding step has them for every key.
-* ``content_scorer(layer, q, k, state)``  once per layer: a function giving each block's scores (as ``pair_scorer``)
+* ``content_scorer(layer, q, k, state, q_pos, cache)``  once per layer: a function giving each block's scores (as ``pair_scorer``)
   from the queries, the keys and the keys' states, for a method whose transform sits between key and query (PaTH);
   None: the plain q . k / sqrt(hs).
 * ``content_bias(layer, scores, q, k, seen)``  a bias (B, H, rows, keys) computed from the block's own
@@ -175,7 +175,8 @@ class PositionMethod(nn.Module):
     def token_state(self, layer: int, x: torch.Tensor, cache=None) -> torch.Tensor | None:
         return None  # else (B, H, T) or (B, H, T, m) from the layer's input x (B, T, C); a KVCache or None
 
-    def content_scorer(self, layer: int, q: torch.Tensor, k: torch.Tensor, state: torch.Tensor | None):
+    def content_scorer(self, layer: int, q: torch.Tensor, k: torch.Tensor, state: torch.Tensor | None,
+                       q_pos: torch.Tensor | None = None, cache=None):
         return None  # else a function (r0, r1, seen, query positions, key positions) -> (B, H, rows, seen) scores
 
     def content_bias(self, layer: int, scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor,

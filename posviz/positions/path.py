@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posviz.config import require
-from posviz.positions.base import PositionMethod
+from posviz.positions.base import PositionMethod, run_start
 from posviz.positions.short_conv import causal_conv
 
 CHUNK = 64  # keys per chunk of the compact form: fla's block size; the triangular solve stays well conditioned
@@ -98,9 +98,34 @@ class PathAttention(PositionMethod):
         w, beta = self.directions(layer, x, cache)
         return torch.cat((w, beta[..., None]), dim=-1)  # (B, H, T, hs + 1): kept beside the keys
 
-    def content_scorer(self, layer, q, k, state):
+    def content_scorer(self, layer, q, k, state, q_pos=None, cache=None):
         state = state.to(q.dtype)  # the cache keeps it in the keys' dtype; the products run in attention's (>= fp32)
-        return ChunkedScores(q, k, state[..., :-1], state[..., -1])
+        w, beta = state[..., :-1], state[..., -1]
+        start = None if q_pos is None or cache is None or not cache.attended_keys_are_run else run_start(q_pos)
+        if start is None:
+            return ChunkedScores(q, k, w, beta)
+        # Cached decoding as fla's: the cache keeps every key turned by the bytes after it up to the newest (under
+        # (layer, "path_turned"), with the position of the newest), so a step turns them once more by its own byte's
+        # H (a rank-one update of each) and scores q . k plainly, where re-forming every chunk's compact form would
+        # cost a triangular solve per 64 keys at every byte. Kept only while the keys are one run ending right
+        # before the step (a window drops the oldest rows); anything else scores from the keys as written.
+        held = cache.recent.get((layer, "path_turned"))
+        T, Tk = q.shape[2], k.shape[2]
+        if held is not None and isinstance(held[0], ChunkedScores):  # a pass's scorer: its keys turned to its end
+            held = cache.recent[(layer, "path_turned")] = (held[0].all_turned().detach(), held[1])
+        if (T == 1 and held is not None and held[1] == start - 1 and held[0].shape[2] >= Tk - 1
+                and held[0].shape[:2] == k.shape[:2]):
+            before = held[0][:, :, held[0].shape[2] - (Tk - 1):]
+            w_t, b_t = w[:, :, -1], beta[:, :, -1]  # (B, H, hs), (B, H): the new byte's H
+            before = before - b_t[..., None, None] * (before @ w_t[..., None]) * w_t[:, :, None, :]
+            turned = torch.cat((before, k[:, :, -1:]), dim=2)
+            cache.recent[(layer, "path_turned")] = (turned.detach(), start)
+            return lambda r0, r1, seen, qp=None, kp=None: (q[:, :, r0:r1] @ turned[:, :, :seen].transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        scorer = ChunkedScores(q, k, w, beta)
+        # the keys turned to this pass's end are worked out when the next step asks: by then the pass has carried
+        # them to its last chunk, one or two steps short of the end
+        cache.recent[(layer, "path_turned")] = (scorer, start + T - 1)
+        return scorer
 
     def turned_keys(self, k, state):
         """Every key turned by the H of each token after it up to the last: (H_(T-1) ... H_(j+1)) k_j, as the last
@@ -123,7 +148,7 @@ class ChunkedScores:
 
     def __init__(self, q, k, w, beta):
         B, H, Tk, hs = k.shape
-        self.q, self.T_new, self.scale = q, q.shape[2], 1.0 / math.sqrt(hs)
+        self.q, self.n_keys, self.scale = q, Tk, 1.0 / math.sqrt(hs)
         n = -(-Tk // CHUNK)
         pad = n * CHUNK - Tk  # a padded key has w = 0 and beta = 0: H = I, it changes nothing
         self.k = F.pad(k, (0, 0, 0, pad)).view(B, H, n, CHUNK, hs)
@@ -151,6 +176,10 @@ class ChunkedScores:
             self.carried = self.k_in[:, :, j] if moved is None else torch.cat((moved, self.k_in[:, :, j]), dim=2)
             self.upto += 1
         return self.carried
+
+    def all_turned(self) -> torch.Tensor:
+        """(B, H, Tk, hs) every key turned by the H of each byte after it, up to the last: what the last query reads."""
+        return self._keys_before(self.k.shape[2])[:, :, :self.n_keys]
 
     def __call__(self, r0: int, r1: int, seen: int, qp=None, kp=None) -> torch.Tensor:
         B, H, _, hs = self.q.shape
