@@ -183,3 +183,26 @@ def test_bare_eager_step_is_a_real_decoding_step_of_nope():
         bare = bench_compute._bare_step(model, int(stream[0, -1]), keys, values, W - 1)
         real = model(stream[:, -1:], cache=cache).logits[0, -1]
     torch.testing.assert_close(bare, real, atol=1e-5, rtol=1e-5)
+
+
+def test_bench_content_writes_a_row_per_content_method_against_alibi_and_rope(tiny_models, tmp_path):
+    """The content methods' section of BENCHMARKS.md: each method's forward over ALiBi's and its KV-cache answer
+    over RoPE's, side by side, the content floor beside them, and a verdict against each goal."""
+    from posviz.positions import POSITION_METHODS, method_names
+    from posviz_tools import bench_content
+
+    out = tmp_path / "BENCH.md"
+    out.write_text("# kept\n")
+    assert bench_content.main(["--min-time", "0", "--multiple", "1", "--cache-bytes", "40", "--window", "16",
+                               "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# kept\n") and "<!-- content-forward: begin -->" in text
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in text.splitlines() if line.startswith("| ")
+            and not line.startswith("| method") and not line.startswith("| ---")}
+    content = [m for m in method_names() if POSITION_METHODS[m].kind == "content"]
+    assert "path" in content and set(content) <= set(rows) and "content floor" in rows
+    for name in content:
+        forward, _, verdict, cache, cache_verdict = (c.strip() for c in rows[name])
+        assert float(forward.rstrip("x")) > 0 and float(cache.rstrip("x")) > 0
+        assert verdict in ("met", "**MISSED**") and (verdict == "met") == (float(forward.rstrip("x")) <= 3.0)
+        assert (cache_verdict == "met") == (float(cache.rstrip("x")) <= 2.0)

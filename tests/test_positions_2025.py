@@ -21,6 +21,22 @@ from posviz.positions import ModelShape, build_position_method
 SHAPE = ModelShape(n_layer=2, n_head=3, head_dim=16, n_embd=48, train_length=64)
 
 
+@pytest.fixture(autouse=True)
+def canon_registered():
+    """NoPE + Canon is not in the registry until its checkpoint ships (posviz/positions/_canon.py): registered here
+    for each test, and the registry is as before once the test is over."""
+    from posviz.positions import POSITION_METHODS
+    from posviz.positions._canon import CanonLayers
+
+    before = dict(POSITION_METHODS)
+    POSITION_METHODS.setdefault("canon", CanonLayers)
+    try:
+        yield
+    finally:
+        POSITION_METHODS.clear()
+        POSITION_METHODS.update(before)
+
+
 def _fope_naive(method, q, k, positions):
     """vLLM's FourierRotaryEmbedding, one pair at a time: the kept frequencies are RoPE's inv_freq with a period no longer
     than the training length (2 pi / w <= L); pair p < columns of head h turns by cos_p(t) = sum_D cos(t w_D) Cn[h, D, p]
