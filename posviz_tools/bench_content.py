@@ -60,10 +60,10 @@ def seconds(fn) -> float:
 
 
 @torch.inference_mode()
-def measure(min_time: float, cache_bytes: int, window: int) -> dict:
+def measure(min_time: float, cache_bytes: int, window: int, multiple: int = MULTIPLE) -> dict:
     models = bench_models()
     recipe = TrainConfig()
-    length = MULTIPLE * recipe.train_length
+    length = multiple * recipe.train_length
     ids = torch.randint(0, 256, (1, length))
     alibi, rope = models["alibi"][0], models["rope"][0]
     rows = {}
@@ -85,10 +85,10 @@ def measure(min_time: float, cache_bytes: int, window: int) -> dict:
     return rows
 
 
-def section(rows: dict, info: dict, length: int, cache_bytes: int, window: int) -> str:
+def section(rows: dict, info: dict, length: int, cache_bytes: int, window: int, multiple: int = MULTIPLE) -> str:
     floor = rows["content floor"]["forward_ratio"]
     lines = [f"## The content methods against ALiBi's forward and RoPE's KV-cache answer (`python -m posviz_tools.bench_content`)", "",
-             f"{info.get('CPU', 'this CPU')}, one thread. Forward: {length:,} bytes ({MULTIPLE}x the training length), "
+             f"{info.get('CPU', 'this CPU')}, one thread. Forward: {length:,} bytes ({multiple}x the training length), "
              f"batch 1, each method's seconds over ALiBi's in alternation (ALiBi: {rows['alibi']['forward_s']:.2f} s a pass). "
              f"Goal: within {FORWARD_GOAL:g}x. The floor is a method that scores its blocks itself and adds nothing: "
              f"{floor:.2f}x ALiBi, the passes over rows x keys every content method makes (scores, softmax, weights "
@@ -111,11 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-time", type=float, default=3.0, help="seconds of paired timing per method (at least 5 pairs)")
     ap.add_argument("--cache-bytes", type=int, default=512)
     ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--multiple", type=int, default=MULTIPLE, help="forward length, x the training length (the goal: 16)")
     ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    rows = measure(args.min_time, args.cache_bytes, args.window)
-    text = section(rows, machine(), MULTIPLE * TrainConfig().train_length, args.cache_bytes, args.window)
+    rows = measure(args.min_time, args.cache_bytes, args.window, args.multiple)
+    text = section(rows, machine(), args.multiple * TrainConfig().train_length, args.cache_bytes, args.window, args.multiple)
     write_marked(Path(args.out), "content-forward", text)
     print(text)
     return 0

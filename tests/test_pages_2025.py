@@ -90,7 +90,7 @@ def test_canon_section_draws_each_sites_kernel(with_canon):
     reach = frame_with(at, "bytes back", "mean |weight|", "site")
     assert len(reach) == 2 * 4 * 4  # layers x sites x taps
     row = reach[(reach["layer"] == 1) & (reach["site"] == "B") & (reach["bytes back"] == 3)].iloc[0]
-    assert row["mean |weight|"] == pytest.approx(float(canon.kernel(1, "B")[:, 0].abs().mean()), abs=1e-9)
+    assert row["mean |weight|"] == pytest.approx(float(canon.kernel(1, "B")[:, 0].detach().double().abs().mean()), abs=1e-9)
     at.selectbox(key="w_canon_layer").set_value(1).run()
     at.selectbox(key="w_canon_site").set_value("D").run()
     assert not at.exception
