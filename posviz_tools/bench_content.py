@@ -103,6 +103,15 @@ def section(rows: dict, info: dict, length: int, cache_bytes: int, window: int, 
         lines.append(f"| {name} | {f:.2f}x | +{f - floor:.2f}x | {'met' if f <= FORWARD_GOAL else '**MISSED**'} | "
                      f"{c:.2f}x | {'met' if c <= CACHE_GOAL else '**MISSED**'} |")
     lines.append(f"| content floor | {floor:.2f}x | | | | |")
+    over = [(n, r["forward_ratio"]) for n, r in rows.items() if n not in ("alibi", "content floor")
+            and r["forward_ratio"] > FORWARD_GOAL]
+    if over:
+        lines += ["", "Over the goal, what stops each one: the floor takes " f"{floor:.2f}x of the {FORWARD_GOAL:g}x, "
+                  f"leaving {FORWARD_GOAL - floor:.2f}x for a method's own passes over rows x keys; "
+                  + "; ".join(f"{n}'s own take {f - floor:.2f}x, {(f - floor) / max(FORWARD_GOAL - floor, 1e-9):.1f} "
+                              "times that room" for n, f in over)
+                  + ". Below the goal such a method needs its gates, counts or sums along the keys fused into the "
+                    "kernel that makes the scores, which PyTorch's CPU kernels do not offer."]
     return "\n".join(lines)
 
 
