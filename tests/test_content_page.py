@@ -13,7 +13,8 @@ from posviz.models.checkpoint_files import load_checkpoint, shipped_checkpoints
 from posviz.training.data import load_corpus
 
 PAGE = "views/content_positions.py"
-SECTION_TITLE = {"fox": "Where this head forgets", "cope": "What this head counts", "stick_breaking": "What no earlier key took"}
+SECTION_TITLE = {"fox": "Where this head forgets", "cope": "What this head counts", "stick_breaking": "What no earlier key took",
+                 "path": "How far each key has turned by the time the last byte reads it"}
 
 
 def open_page(**params) -> AppTest:

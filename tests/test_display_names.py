@@ -28,7 +28,7 @@ PAGES = ("home", "sinusoidal_learned", "rope", "attention_biases", "content_posi
 
 # Ids that are also English words: in prose they are words ("a linear scaling", "a string", "stop"), so only a
 # cell, an option or a legend value that is exactly one of them counts there.
-WORDS = {"linear", "string", "stop", "shift", "streaming", "dynamic", "none", "learned", "sinusoidal"}
+WORDS = {"linear", "string", "stop", "shift", "streaming", "dynamic", "none", "learned", "sinusoidal", "path"}
 COLUMN_NAME = re.compile(r"^[a-z][a-z0-9]+(_[a-z][a-z0-9]+)+$")  # norm_after, first_feature: a column's name (a_d is maths)
 LEGEND_CHANNELS = ("color", "fill", "stroke", "strokeDash", "shape")
 

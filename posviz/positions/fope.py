@@ -95,7 +95,12 @@ class FourierPositions(PositionMethod):
         return self.cos_coef.shape[-1]
 
     def is_shift_invariant(self) -> bool:
-        return False  # the series mix frequencies and cos^2 + sin^2 != 1: scores read m and n, not m - n alone
+        """False whenever a series mixes frequencies or its cos and sin weights differ (cos^2 + sin^2 != 1: scores read
+        m and n, not m - n alone); True only when every pair turns at one frequency alone, as RoPE's (a head so small
+        that one frequency is kept)."""
+        cos = self.cos_coef / self.cos_coef.sum(dim=1, keepdim=True)
+        sin = self.sin_coef / self.sin_coef.sum(dim=1, keepdim=True)
+        return bool(torch.equal(cos, sin) and ((cos != 0).sum(dim=1) == 1).all())
 
     def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of shape (H, T, hs) at positions ``pos`` (T,), in float64: the Fourier series of each pair, then
