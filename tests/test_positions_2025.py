@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,6 +18,7 @@ from posviz.errors import ConfigError
 from posviz.models.byte_gpt import GPT
 from posviz.models.kv_cache import KVCache
 from posviz.positions import ModelShape, build_position_method
+from maths_support import text_ids  # noqa: F401  (a fixture)
 
 SHAPE = ModelShape(n_layer=2, n_head=3, head_dim=16, n_embd=48, train_length=64)
 
@@ -321,3 +323,22 @@ def test_path_model_in_float32_stays_near_float64_at_2048_bytes():
     ids = torch.randint(0, 256, (1, 2048))
     with torch.no_grad():
         assert (narrow(ids).logits.double() - wide(ids).logits).abs().max() < 1e-4
+
+
+def test_path_keys_read_the_two_bytes_before_them_so_only_a_cache_keeps_them_exactly(text_ids):
+    """PaTH reads no position, so relabelling a cached window changes nothing; but its w convolution reads the 2 bytes
+    before each key, so a window re-encoded from its first byte differs a little from the same keys kept in a cache
+    (``reads_before``; the generic window tests leave it out for that)."""
+    from conftest import tiny_model
+    from maths_support import sharp
+    from posviz.labs import kv_cache
+    from posviz.models.shipped import as_lab_model
+
+    model = as_lab_model(sharp(tiny_model("path", n_layer=1)))
+    assert model.position.reads_before == 2
+    cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
+    shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
+    reencode = kv_cache.sliding_score(model, text_ids, 8, "reencode", 40)
+    assert np.allclose(shifted.id_bits, cached.id_bits, atol=1e-5)
+    gap = np.abs(cached.id_bits - reencode.id_bits)[8:]
+    assert 1e-6 < gap.max() < 0.05 and np.allclose(cached.id_bits[:8], reencode.id_bits[:8], atol=1e-5)

@@ -172,7 +172,9 @@ def legend_for(n_series: int, **options) -> alt.Legend:
     """A legend beside the chart that lists every series: past 8 entries in two columns and past 16 in three,
     since a column of more than about 9 (30 px each) is taller than a 280-300 px chart and Vega cuts the rest off.
     Labels up to 260 px: Vega's 160 cut a display name ("RoPE + dual chunk attent…")."""
-    return alt.Legend(**{"columns": 1 if n_series <= 8 else 2 if n_series <= 16 else 3, "labelLimit": 260, **options})
+    # past 16 entries (three columns) labels up to 150 px: three columns of 260 ran past the right edge at 1366 px
+    return alt.Legend(**{"columns": 1 if n_series <= 8 else 2 if n_series <= 16 else 3,
+                         "labelLimit": 260 if n_series <= 16 else 150, **options})
 
 
 def split_title(title: str, width: int = 32) -> str | list[str]:

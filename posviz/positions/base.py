@@ -128,6 +128,9 @@ class PositionMethod(nn.Module):
     # every registered method's generic views without it.
     explore_sections: ClassVar[tuple[str, ...]] = ()
     takes_remaps: ClassVar[bool] = False  # RoPE's rotation: the training-free remaps of ``rope_remaps`` apply
+    # How many bytes before a token its keys read (a short convolution over time: PaTH's w reads 2): a window of keys
+    # re-encoded from its first byte then differs a little from the same keys kept in a cache, which saw those bytes.
+    reads_before: ClassVar[int] = 0
     weights_sum_to_one: ClassVar[bool] = True  # a softmax's rows (and stick-breaking's, its remainder on the diagonal)
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:

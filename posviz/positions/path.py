@@ -48,8 +48,7 @@ class PathOptions:
 
     def __post_init__(self):
         require(isinstance(self.w_rank, int) and self.w_rank >= 1, f"PaTH's w_rank must be a positive integer, got {self.w_rank!r}")
-        require(isinstance(self.conv_kernel, int) and 1 <= self.conv_kernel <= 8,
-                f"PaTH's conv_kernel must be an integer in 1..8, got {self.conv_kernel!r}")
+        require(self.conv_kernel == 3, f"PaTH's conv_kernel is fla's 3 (reads_before counts on it), got {self.conv_kernel!r}")
 
 
 class PathLayer(nn.Module):
@@ -77,6 +76,7 @@ class PathAttention(PositionMethod):
     learned = True
     Options = PathOptions
     explore_sections = ("path-turn",)
+    reads_before = 2  # fla's kernel-3 convolution over w: a key's w reads the 2 bytes before it (conv_kernel - 1)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

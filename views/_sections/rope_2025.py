@@ -103,7 +103,7 @@ def pope_section(page: RopePage, method: str) -> None:
     def build_score():
         data = pd.DataFrame(rope_2025.pope_score_by_distance(pope, distances))
         line = alt.Chart(data).mark_line().encode(
-            x=alt.X("distance:Q", title="distance (positions)"), y=alt.Y("logit:Q", title="logit, content fixed"),
+            x=alt.X("distance:Q", title="distance (positions)"), y=alt.Y("logit:Q", title="logit"),
             color=alt.Color("head:N", legend=alt.Legend(orient="bottom")),
             tooltip=["head:N", "distance:Q", alt.Tooltip("logit:Q", format=".3f")])
         rule = alt.Chart(pd.DataFrame({"x": [page.train_length]})).mark_rule(strokeDash=[5, 4], color="gray").encode(x="x:Q")
