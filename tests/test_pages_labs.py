@@ -361,6 +361,19 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
     run(at)
     heat = [f for f in chart_frames(at) if {"layer", "head", "score"} <= set(f.columns)]
     assert set(heat[0]["gap"]) == {64} and at.query_params["hgap"] == "64"
+    # the strongest head's fall with the gap: one line per checkpoint picked under "Checkpoints drawn", not all of them
+    def falls():
+        return next(f for f in chart_frames(at) if {"gap1", "score"} <= set(f.columns))
+    picker = at.multiselect(key="w_shown")
+    followed = {n for n in picker.value if (read_metrics(folders[n])["eval"]["retrieval"]["induction"].get("0"))}
+    assert set(falls()["model"]) == followed and 1 < len(followed) < len(picker.options)  # no gap-0 head: no line
+    picker.set_value(["alibi"])
+    run(at)
+    alibi_best = falls().sort_values("gap")
+    assert set(alibi_best["model"]) == {"alibi"}
+    scores = {int(g): np.asarray(v) for g, v in stored["induction"].items() if v is not None}
+    head = np.unravel_index(int(np.argmax(scores[0])), scores[0].shape)  # the head chosen at gap 0, followed
+    assert list(alibi_best["score"]) == pytest.approx([scores[g][head] for g in sorted(scores)])
     junk = run(page("retrieval", measure="loud", chunks="99", models="alibi"))
     assert "Ignored URL parameter measure=" in texts(junk.warning) and "Ignored URL parameter chunks=" in texts(junk.warning)
 

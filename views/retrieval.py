@@ -36,7 +36,6 @@ tuned = {n for n in names if models[n].finetuned_from()}  # fine-tuned from anot
 # The stored results, the induction heads and the ALiBi section are our checkpoints' (those that stored metrics).
 byte_names = [n for n in names if metrics[n]] or names
 train_length = models[byte_names[0]].train_length
-COLOURS, DASHES = method_scales([display_name(n) for n in names])  # the charts' "model" column holds display names
 
 st.markdown(
     "- **Repeat probe**: a 64-byte chunk of held-out code, a gap of other held-out code, the same chunk again. "
@@ -114,6 +113,8 @@ if not shipped.empty:
                            help="The charts open on one method of each family; add any other here.")
     sync_url(shown=drawn)
     shipped = shipped[shipped["model"].isin(drawn)]
+else:
+    drawn = list(names)
 shipped = named(shipped, "model")  # shown by name from here on
 if not shipped.empty:
     st.markdown("**Repeat probe** (16 chunks per gap; band: 10th–90th percentile of the ratio)")
@@ -191,14 +192,22 @@ def induction_section() -> None:
     c2.caption(f"Each square: one layer and head of one checkpoint at gap {head_gap:,}. Bright: an induction head.")
     st.download_button("Data (CSV)", maps.to_csv(index=False).encode(), file_name=f"induction-gap{head_gap}.csv",
                        mime="text/csv", key="csv-induction")
-    best = heads[heads["best"]].assign(gap1=lambda d: d["gap"].clip(lower=1))
+    # the checkpoints picked above: a line per checkpoint of 29 would be a legend taller and wider than the chart
+    best = heads[heads["best"] & heads["model"].isin([display_name(n) for n in drawn])].assign(
+        gap1=lambda d: d["gap"].clip(lower=1))
     falls = alt.Chart(best).mark_line(point=True).encode(
         x=alt.X("gap1:Q", scale=alt.Scale(type="log", base=2), title="gap (bytes, log scale; 0 drawn at 1)"),
         y=alt.Y("score:Q", title=split_title("induction score of the strongest head")),
-        color=alt.Color("model:N", scale=COLOURS, title="checkpoint", legend=legend_for(best["model"].nunique())),
+        color=alt.Color("model:N", scale=method_scales(list(best["model"].unique()))[0], title="checkpoint",
+                        legend=legend_for(best["model"].nunique())),  # a legend of what is drawn, not of every name
         tooltip=["model", "layer", "head", "gap", alt.Tooltip("score:Q", format=".3f")]).properties(height=280)
-    show_cached_chart(("induction-vs-gap", stored_key), lambda: (falls, best), "induction-vs-gap",
-                      "Each checkpoint's strongest head at gap 0, followed as the gap grows.")
+    if best.empty:
+        st.info("None of the checkpoints picked under 'Checkpoints drawn' has stored induction scores: add one there.",
+                icon="ℹ️")
+    else:
+        show_cached_chart(("induction-vs-gap", stored_key, tuple(drawn)), lambda: (falls, best), "induction-vs-gap",
+                          "Each checkpoint's strongest head at gap 0, followed as the gap grows (the checkpoints "
+                          "picked under 'Checkpoints drawn' above).")
     sync_url(hgap=head_gap)
 
 
