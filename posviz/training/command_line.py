@@ -69,12 +69,20 @@ def main(argv=None) -> None:
     ap.add_argument("--set", nargs="*", default=[], action="extend", metavar="KEY=VALUE",
                     help="override a recipe field, e.g. tokens=100000 n_embd=64 (unknown keys are an error)")
     ap.add_argument("--option", nargs="*", default=[], action="extend", metavar="KEY=VALUE", help="position method option")
+    ap.add_argument("--seed", type=int, default=None, metavar="S",
+                    help="another training seed (the initial weights and the data order together; the recipe otherwise "
+                         "the shipped one): trained into runs/seeds/<method>-seed<S>, never models/; record its scores "
+                         "beside the checkpoint with python -m posviz.training.seeds")
     ap.add_argument("--resume", action="store_true",
                     help="continue from the state a stopped run left in runs/<out name>.state (saved every checkpoint_every steps)")
     args = ap.parse_args(_formula_joined(sys.argv[1:] if argv is None else list(argv)))
     if (args.param or args.floor) and not args.formula:
         raise SystemExit("error: --param and --floor set a formula's learned parameters; give --formula")
     values = {**(QUICK_RECIPE if args.quick else {}), "method": args.method or "formula", **parse_pairs(args.set)}
+    if args.seed is not None:
+        if "seed" in values:
+            raise SystemExit("error: give the seed once: --seed S or --set seed=S")
+        values["seed"] = args.seed
     values["position_options"] = (formula_options(args.formula, args.param, args.floor) if args.formula
                                   else parse_pairs(args.option))
     out, made = None, False
@@ -87,7 +95,7 @@ def main(argv=None) -> None:
             net = initial_model(cfg)
         if scored:
             check_scored_lengths(net.position, cfg)
-        out = args.out or default_out(cfg, args.quick)
+        out = args.out or default_out(cfg, args.quick, seeded=args.seed is not None)
         made = not Path(out).exists()
         metrics = train(cfg, out, resume=args.resume)
         if scored and "stopped_at_step" not in metrics:
@@ -115,13 +123,16 @@ def _formula_joined(argv: list[str]) -> list[str]:
     return out
 
 
-def default_out(cfg: TrainConfig, quick: bool) -> str:
-    """models/<method> for the shipped recipe; a formula or a quick run never writes into models/: runs/<name>."""
+def default_out(cfg: TrainConfig, quick: bool, seeded: bool = False) -> str:
+    """models/<method> for the shipped recipe; a formula, a quick run or another seed never writes into models/:
+    runs/<name> (a seed keeps its scores beside the checkpoint, not its weights: models/ has no room for them)."""
+    if seeded and cfg.method != "formula":
+        return f"runs/seeds/{cfg.method}{'-quick' if quick else ''}-seed{cfg.seed}"
     if cfg.method != "formula" and not quick:
         return f"models/{cfg.method}"
     if cfg.method == "formula":
         digest = hashlib.sha1(json.dumps(cfg.position_options, sort_keys=True).encode()).hexdigest()[:8]
-        return f"runs/formula-{digest}{'-quick' if quick else ''}"
+        return f"runs/formula-{digest}{'-quick' if quick else ''}{f'-seed{cfg.seed}' if seeded else ''}"
     return f"runs/quick/{cfg.method}"
 
 

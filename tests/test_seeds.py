@@ -1,0 +1,79 @@
+"""Training seeds (#59): ``python -m posviz.train --seed S`` changes the initial weights and the data order and
+nothing else of the recipe, and ``posviz.training.seeds`` keeps a seed's scores beside the checkpoint, measured as
+the shipped run's are."""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file
+
+from posviz.errors import PosvizError
+from posviz.training import seeds
+from posviz.training.data import load_corpus
+from posviz.training.evaluate import evaluate_checkpoint
+from posviz.training.command_line import main as train_main
+
+RECIPE = ["tokens=4096", "n_embd=32", "n_layer=1", "train_length=32", "batch_size=4", "eval_bytes=4096",
+          "log_every=8", "checkpoint_every=8", "precision=fp32"]
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory):
+    """The 'shipped' run (the recipe's own seed, in a models/ folder) and the same recipe with --seed 7."""
+    where = tmp_path_factory.mktemp("seeds")
+    shipped = where / "models" / "alibi"
+    with contextlib.chdir(where):  # the command line, in this process: runs/ is the working folder's
+        train_main(["--method", "alibi", "--out", str(shipped), "--set", *RECIPE])
+        train_main(["--method", "alibi", "--seed", "7", "--set", *RECIPE])
+    return where, shipped, where / "runs" / "seeds" / "alibi-seed7"
+
+
+def test_a_seed_changes_the_weights_and_the_data_order_and_nothing_else(two_seeds):
+    where, shipped, seeded = two_seeds
+    a, b = (json.loads((f / "config.json").read_text()) for f in (shipped, seeded))
+    assert (a["train"]["seed"], b["train"]["seed"]) == (1337, 7)  # recorded, in the seed's own folder under runs/
+    assert seeds.recipe_differences(b, a) == [] and {k for k in a["train"] if a["train"][k] != b["train"][k]} == {"seed"}
+    wa, wb = (load_file(str(f / "model.safetensors")) for f in (shipped, seeded))
+    assert any((wa[k] != wb[k]).any() for k in wa)
+    # another data order: the first logged step's loss differs (same recipe, other rows)
+    ca, cb = (json.loads((f / "metrics.json").read_text())["train_curve"] for f in (shipped, seeded))
+    assert ca[1]["train_bpb"] != cb[1]["train_bpb"]
+
+
+def test_the_seed_is_given_once(tmp_path):
+    with contextlib.chdir(tmp_path), pytest.raises(SystemExit, match="give the seed once"):
+        train_main(["--method", "alibi", "--seed", "7", "--set", "seed=3", *RECIPE])
+    assert not (tmp_path / "runs").exists()  # refused before any work
+
+
+def test_a_recorded_seed_is_scored_as_the_shipped_run_is(two_seeds):
+    where, shipped, seeded = two_seeds
+    corpus = load_corpus()
+    data, validation = corpus.eval_stream(1 << 12), corpus.validation[:1 << 14]  # held-out bytes, few: a tiny model
+    entry = seeds.record(seeded, shipped, data, validation)
+    full = evaluate_checkpoint(seeded, data, validation=validation, progress=False)  # the shipped run's measure
+    assert entry["seed"] == 7 and entry["eval"]["nonoverlapping_bpb"] == full["nonoverlapping_bpb"]
+    assert entry["eval"]["validation_split_bpb"] == full["validation_split_bpb"]
+    assert entry["eval"]["retrieval"]["repeat"] == full["retrieval"]["repeat"]
+    assert entry["copy_curve"] == json.loads((seeded / "metrics.json").read_text())["copy_curve"]
+    records = seeds.seed_records(shipped)
+    assert [(r["seed"], r["shipped"]) for r in records] == [(1337, True), (7, False)]
+    assert json.loads((shipped / seeds.SEEDS_FILE).read_text())["seeds"][0]["seed"] == 7
+    seeds.record(seeded, shipped, data, validation)  # again: replaced, not added
+    assert len(seeds.read_seeds(shipped)) == 1
+
+
+def test_a_run_of_another_recipe_or_the_same_seed_is_refused_in_words(two_seeds, tmp_path):
+    where, shipped, seeded = two_seeds
+    other = tmp_path / "other"
+    shutil.copytree(seeded, other)
+    config = json.loads((other / "config.json").read_text())
+    config["train"]["lr"] = 1e-3
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PosvizError, match="differs in train.lr"):
+        seeds.record(other, shipped, b"x" * 4096, b"x" * 4096)
+    with pytest.raises(PosvizError, match="own seed"):
+        seeds.record(shipped, shipped, b"x" * 4096, b"x" * 4096)
