@@ -303,6 +303,9 @@ def test_the_workshop_draws_alibi_per_head_and_a_hard_cut(tiny_models):
     for name in ("alibi", "rope", "nope"):
         row = table[table["model"] == f"{display_name(name)} (quick)"].iloc[0]  # shown by name
         assert [row["1×"], row["4×"], row["16×"]] == [runs[name]["bits_per_byte"][m] for m in ("1", "4", "16")]
+        at16 = [e["bits_per_byte"]["16"] for e in runs[name]["seeds"]]  # the first seed is the number shown
+        assert runs[name]["seeds"][0]["bits_per_byte"] == runs[name]["bits_per_byte"]
+        assert f"16×: {min(at16):.3f}–{max(at16):.3f} ({len(at16)} seed" in row["training seeds"]
 
     shown(at.selectbox(key="w_example").set_value("Hard cut at 64"))
     curves = curve_data(at)
@@ -337,6 +340,17 @@ def test_a_link_reproduces_the_drawing_with_its_parameters(tiny_models):
 SHAPE_SHIPPED = ModelShape(n_layer=4, n_head=4, head_dim=32, n_embd=128, train_length=256)
 
 
+def test_a_score_against_a_baselines_seeds_says_inside_or_by_how_much_outside():
+    d = drawing_module()
+    assert d.against_seeds(2.50, [2.49, 2.52, 2.51]) == "within the baseline's seed range (2.490–2.520, 3 seeds)"
+    assert d.against_seeds(2.49, [2.49, 2.52]).startswith("within")  # the range's ends belong to it
+    assert d.against_seeds(2.40, [2.49, 2.52, None]) == "outside it: better than all 2 seeds by 0.090"
+    assert d.against_seeds(2.60, [2.49, 2.52, 2.51]) == "outside it: worse than all 3 seeds by 0.080"
+    assert d.against_seeds(2.60, [2.50]) == "+0.100 (one seed: no range to compare with)"
+    assert d.against_seeds(None, [2.5, 2.6]) == d.against_seeds(2.5, [None]) == "—"
+    assert d.seed_spread([2.5, None, 2.4, 2.45]) == "2.400–2.500 (3 seeds)" and d.seed_spread([2.5]) == "2.500–2.500 (1 seed)"
+
+
 def test_a_hostile_formula_gets_words_and_no_training(tiny_models):
     at = workshop_page(tiny_models)
     shown(at.text_input(key="w_formula").set_value("().__class__"))
@@ -366,6 +380,16 @@ def test_train_on_the_page_then_pick_it_in_the_extrapolation_lab(tiny_models, mo
     (result,) = at.session_state["_workshop_results"]
     metrics = json.loads((Path(result["folder"]) / "metrics.json").read_text())
     assert ours["1×"] == metrics["eval"]["nonoverlapping_bpb"]["256"] and ours["16×"] == metrics["eval"]["nonoverlapping_bpb"]["4096"]
+    # against each baseline's training seeds: inside their range or past it, read from quick_runs.json here
+    (verdicts,) = [d.value for d in at.dataframe if "baseline" in d.value.columns]
+    runs = json.loads((Path(drawing_module().__file__).with_name("quick_runs.json")).read_text())
+    assert len(verdicts) == 3 and set(verdicts["yours"]) == {"ALiBi"}
+    for name in ("alibi", "rope", "nope"):
+        row = verdicts[verdicts["baseline"] == f"{display_name(name)} (quick)"].iloc[0]
+        for m, n in (("1", "256"), ("16", "4096")):
+            values = [e["bits_per_byte"][m] for e in runs[name]["seeds"]]
+            mine = metrics["eval"]["nonoverlapping_bpb"][n]
+            assert row[f"{m}×"].startswith("within" if min(values) <= mine <= max(values) else "outside") or len(values) == 1
     at.switch_page("views/extrapolation.py")
     shown(at)
     assert "yours: ALiBi" in at.multiselect(key="w_models").options

@@ -16,15 +16,22 @@ LEGEND = alt.Legend(columns=2, symbolSize=90, labelLimit=160)
 
 
 def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, train_length: int, length: int,
-              multiple: float | None = None) -> alt.LayerChart:
-    """Bits per byte against the evaluation length: the stored curves dashed, live results as big dots. With
+              multiple: float | None = None, band: pd.DataFrame | None = None) -> alt.LayerChart:
+    """Bits per byte against the evaluation length: the stored curves dashed, live results as big dots, and with
+    ``band`` (rows {model, length, lowest, highest, seeds}) each curve's range over its training seeds, shaded. With
     ``multiple`` (models of different units or contexts): against the multiple of each one's trained context."""
     if multiple is not None:
         return multiple_chart(shipped, live, colours, multiple)
     x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title=f"evaluation length ({unit}s, log scale)")
     y = alt.Y("bits/byte:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False))
     colour = alt.Color("model:N", scale=colours, title="checkpoint", legend=LEGEND)
-    layers = [] if shipped.empty else [  # no stored curves (published models): live points only
+    layers = [] if band is None or band.empty else [  # under the lines: the seeds' lowest to highest
+        alt.Chart(band).mark_area(opacity=0.18).encode(
+            x, alt.Y("lowest:Q", title="bits per byte (lower is better)", scale=alt.Scale(zero=False)),
+            alt.Y2("highest:Q"), colour,
+            tooltip=["model", "length", alt.Tooltip("lowest:Q", format=".3f"), alt.Tooltip("highest:Q", format=".3f"),
+                     alt.Tooltip("seeds:Q", title="training seeds")])]
+    layers += [] if shipped.empty else [  # no stored curves (published models): live points only
         alt.Chart(shipped).mark_line(point=alt.OverlayMarkDef(size=30), strokeDash=[4, 3], opacity=0.7)
         .encode(x, y, colour, tooltip=["model", "length", alt.Tooltip("bits/byte:Q", format=".3f"), "source",
                                        alt.Tooltip("interval:N", title="over the windows")])]

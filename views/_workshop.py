@@ -50,6 +50,19 @@ def quick_baselines(stamp: int) -> dict[str, dict]:
             if run.get("baseline")}
 
 
+@st.cache_data(show_spinner=False)
+def quick_baseline_seeds(stamp: int) -> dict[str, list[dict]]:
+    """{"ALiBi (quick)": [{seed, bits_per_byte}, ...]}: each quick baseline over its training seeds, its own first."""
+    from posviz.display import display_name
+    from posviz.workshop import drawing
+
+    path = Path(drawing.__file__).with_name("quick_runs.json")
+    if not path.is_file():
+        return {}
+    return {f"{display_name(name)} (quick)": run.get("seeds") or [{"seed": None, "bits_per_byte": run["bits_per_byte"]}]
+            for name, run in json.loads(path.read_text()).items() if run.get("baseline")}
+
+
 def quick_baselines_stamp() -> int:
     from posviz.workshop import drawing
 

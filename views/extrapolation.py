@@ -191,14 +191,30 @@ def at_this_length() -> None:
                 shipped_rows.append({**row, "multiple": n / models[name].train_length} if mixed else row)
     COLUMNS = ["model", "length", "bits/byte", "source", "interval"] + (["multiple"] if mixed else [])
     shipped = pd.DataFrame(shipped_rows, columns=COLUMNS)
-
+    # one training run per curve; where other seeds of a recipe were trained, their lowest-to-highest as a band
+    bands = {} if mixed else {n: extrapolation.seed_band(models[n]) for n in chosen}
+    band = pd.DataFrame([{"model": display_name(n), "length": L, "lowest": lo, "highest": hi, "seeds": k}
+                         for n, rows in bands.items() for L, lo, hi, k in rows],
+                        columns=["model", "length", "lowest", "highest", "seeds"])
+    if not band.empty:
+        show_band = st.toggle("Each curve's range over its training seeds", key="w_seeds",
+                              value=qp_choice("seeds", "on", ["on", "off"]) == "on",
+                              help="Shaded: the lowest to the highest stored bits per byte over the runs of the same "
+                                   "recipe with other initial weights and data order. A gap between two curves inside "
+                                   "their bands may be one training's luck.")
+        sync_url(seeds="on" if show_band else "off")
+        band = band if show_band else band.iloc[0:0]
+        st.caption("Training seeds: " + "; ".join(f"{plain(display_name(n))} {max(r[3] for r in rows)}"
+                                                  for n, rows in bands.items() if rows)
+                   + ". The others: one run each.")
 
     def bpb_chart(live: pd.DataFrame) -> alt.LayerChart:
-        return charts.bpb_chart(shipped, live, COLOURS, unit, train_length, length, multiple if mixed else None)
+        return charts.bpb_chart(shipped, live, COLOURS, unit, train_length, length, multiple if mixed else None,
+                                band=band)
 
     # Everything the charts below depend on: visitors with the same choices share them (see show_cached_chart).
     view_key = (("extrapolation-multiple", tuple(chosen), multiple) if mixed else ("extrapolation", tuple(chosen), length)) \
-        + (text_digest, tuple(models[n].key for n in chosen)) + ((("stride", stride_choice),) if stride_choice != "none" else ())
+        + (len(band),) + (text_digest, tuple(models[n].key for n in chosen)) + ((("stride", stride_choice),) if stride_choice != "none" else ())
     curve_slot = st.empty()
     with curve_slot.container():
         if shipped.empty and any(models[n].stored_metrics() for n in chosen):  # evaluated checkpoints store a curve

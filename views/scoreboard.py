@@ -45,6 +45,8 @@ if table.empty:
     st.stop()
 MAIN = ["checkpoint", "kind"] + [f"bpb {m}×" for m in scoreboard.MULTIPLES] + ["copy ratio", "effective length",
                                                                                  "KV cache (sliding window)"]
+if (table["training seeds"].fillna("one run") != "one run").any():  # beside the values: their range over the seeds
+    MAIN.insert(MAIN.index("copy ratio"), "training seeds")
 shown_table = pd.DataFrame(scoreboard.shown_rows(table.to_dict("records")), columns=table.columns)
 st.dataframe(shown_table[MAIN], hide_index=True, width="stretch", height="content",
              column_config={"checkpoint": st.column_config.TextColumn(width="medium")})  # "RoPE + Leaky ReRoPE" whole

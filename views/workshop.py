@@ -25,7 +25,7 @@ from views._charts import show_chart
 from views._matrices import show_matrix
 from views._page import error_box, page_header, plain
 from views._url import notice_junk, qp_choice, qp_int, sync_url
-from views._workshop import JOB_KEY, keep, quick_baselines, quick_baselines_stamp, results, trainer
+from views._workshop import JOB_KEY, keep, quick_baseline_seeds, quick_baselines, quick_baselines_stamp, results, trainer
 
 OWN = "Your own"
 RECIPE = TrainConfig()  # the shipped shape: what a run trains, and what is drawn
@@ -277,11 +277,14 @@ else:
 
 # -- results ------------------------------------------------------------------------------------------------------
 baselines = quick_baselines(quick_baselines_stamp())
+seeds = quick_baseline_seeds(quick_baselines_stamp())
 kept = results()
 multiples = [f"{m:g}" for m in QUICK_MULTIPLES]
 rows = [{"model": f"yours: {r['label']}", **{f"{m}×": r["scores"].get(float(m)) for m in multiples}}
         for r in reversed(kept)]
-rows += [{"model": name, **{f"{m}×": bpb.get(m) for m in multiples}} for name, bpb in baselines.items()]
+rows += [{"model": name, **{f"{m}×": bpb.get(m) for m in multiples},
+          "training seeds": ", ".join(f"{m}×: {drawing.seed_spread([e['bits_per_byte'].get(m) for e in seeds.get(name, [])])}"
+                                    for m in multiples)} for name, bpb in baselines.items()]
 if kept:
     st.header("Yours")
 if rows:  # before any run of yours: what the baselines score, so a visitor knows what to expect
@@ -289,7 +292,17 @@ if rows:  # before any run of yours: what the baselines score, so a visitor know
                  column_config={f"{m}×": st.column_config.NumberColumn(f"bits/byte {m}×", format="%.3f")
                                 for m in multiples})
     st.caption("Bits per byte (lower is better) on the same 32 KiB of held-out text, at 1×, 4× and 16× the trained "
-               "context. The quick baselines: `python -m posviz_tools.quick_runs`.")
+               "context. A baseline's number is its first seed's; \"training seeds\": the lowest–highest over the runs "
+               "of its recipe with other initial weights and data order. The quick baselines: "
+               "`python -m posviz_tools.quick_runs --seeds 1 2`.")
+if kept and seeds:  # a difference from one baseline run may be one training's luck: compared with the seeds' range
+    st.markdown("**Yours against each baseline's training seeds**")
+    st.dataframe(pd.DataFrame([{"yours": r["label"], "baseline": name,
+                                **{f"{m}×": drawing.against_seeds(r["scores"].get(float(m)),
+                                                                  [e["bits_per_byte"].get(m) for e in runs])
+                                   for m in multiples}}
+                               for r in reversed(kept) for name, runs in seeds.items()]),
+                 hide_index=True, width="stretch", height="content")
 if kept:
     from posviz.workshop.training import checkpoint_zip
 

@@ -151,6 +151,19 @@ def shipped_bpb_curve(model: LabModel) -> list[tuple[int, float | None]]:
     return sorted(out)
 
 
+def seed_band(model: LabModel) -> list[tuple[int, float, float, int]]:
+    """[(length, lowest, highest, seeds)] of the stored bpb curve over the model's training seeds (its own run and
+    each one ``stored_seeds`` holds), at the lengths where at least two seeds have a number; [] with one seed."""
+    runs = [model.stored_metrics()] + model.stored_seeds()
+    by_length: dict[int, list[float]] = {}
+    for run in runs:
+        table = run.get("eval", {}).get("nonoverlapping_bpb") if isinstance(run, dict) else None
+        for key, value in (table if isinstance(table, dict) else {}).items():
+            if isinstance(value, (int, float)) and str(key).isdigit():
+                by_length.setdefault(int(key), []).append(float(value))
+    return [(n, min(v), max(v), len(v)) for n, v in sorted(by_length.items()) if len(v) >= 2]
+
+
 _INTERVALS: dict[tuple, dict[int, str]] = {}  # model key -> its intervals: the page asks on every run
 _INTERVALS_KEPT = 64
 

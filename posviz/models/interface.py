@@ -260,6 +260,11 @@ class LabModel(ABC):
         """The evaluation stored with the model ({} when none)."""
         return {}
 
+    def stored_seeds(self) -> list[dict]:
+        """Other training seeds of the recipe that made it, as scores ({seed, eval: {...}} each, metrics.json's keys;
+        posviz.training.seeds); [] when none was trained."""
+        return []
+
     def finetuned_from(self) -> dict | None:
         """{checkpoint, train_length, tokens, position_options} when fine-tuned from another model."""
         return None

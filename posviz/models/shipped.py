@@ -151,6 +151,17 @@ class CheckpointModel(LabModel):
                 self._metrics = {}
         return self._metrics
 
+    def stored_seeds(self) -> list[dict]:
+        """seeds.json beside the weights (``posviz.training.seeds``); nothing under other position options."""
+        from posviz.training.seeds import read_seeds
+
+        if self._overrides:
+            return []
+        try:
+            return read_seeds(self.folder)
+        except (OSError, ValueError, KeyError, TypeError):  # a damaged record: no band, the model still runs
+            return []
+
     def finetuned_from(self) -> dict | None:
         return self.config.get("finetuned_from") or None
 

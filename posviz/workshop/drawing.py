@@ -168,3 +168,25 @@ def lab_link_models(label: str) -> str:
     """The ``models=`` of the link that opens a run in the Extrapolation lab: comma-separated, which is why a
     label never holds a comma (``safe_label``)."""
     return ",".join([*LAB_LINK_MODELS, f"yours: {label}"])
+
+
+def against_seeds(value: float | None, seed_values: list[float | None]) -> str:
+    """Where a visitor's bits per byte lies against a baseline's over its training seeds (lower is better): inside
+    their range, a difference one training's luck could make, or outside it, by how much past the nearest seed."""
+    values = [v for v in seed_values if v is not None]
+    if value is None or not values:
+        return "—"
+    low, high = min(values), max(values)
+    if len(values) == 1:
+        return f"{value - low:+.3f} (one seed: no range to compare with)"
+    if low <= value <= high:
+        return f"within the baseline's seed range ({low:.3f}–{high:.3f}, {len(values)} seeds)"
+    if value < low:
+        return f"outside it: better than all {len(values)} seeds by {low - value:.3f}"
+    return f"outside it: worse than all {len(values)} seeds by {value - high:.3f}"
+
+
+def seed_spread(seed_values: list[float | None]) -> str:
+    """A baseline's lowest–highest bits per byte over its training seeds, as the results table shows it."""
+    values = [v for v in seed_values if v is not None]
+    return "—" if not values else f"{min(values):.3f}–{max(values):.3f} ({len(values)} seed{'s' * (len(values) > 1)})"
