@@ -123,11 +123,32 @@ COMPARISONS = [("fox", "alibi", 1), ("fox", "alibi", 4), ("fox", "alibi", 16), (
                ("stick_breaking", "fox", 16), ("stick_breaking", "alibi", 16)]
 
 
+def seed_values(folder: Path, length: int) -> list[float]:
+    """The stored bits per byte at ``length`` of each training seed of ``folder``'s recipe (its own run first)."""
+    from posviz.training.seeds import seed_records
+
+    values = [r.get("eval", {}).get("nonoverlapping_bpb", {}).get(str(length)) for r in seed_records(folder)]
+    return [float(v) for v in values if v is not None]
+
+
+def across_seeds(a: list[float], b: list[float], verdict: str) -> str:
+    """Whether a paired verdict on one run of each holds across their training seeds: every seed of one below every
+    seed of the other, or their ranges overlapping (a difference one training's luck could make)."""
+    if len(a) < 2 or len(b) < 2:
+        return "one run each" if len(a) < 2 and len(b) < 2 else "one run of one of them"
+    if max(a) < min(b) or max(b) < min(a):
+        direction = "lower" if max(a) < min(b) else "higher"
+        return f"{direction} in every seed ({len(a)} and {len(b)})" + ("" if direction == verdict else ": not as read")
+    return f"within one training's spread ({len(a)} and {len(b)} seeds)"
+
+
 def differences_table(models=None) -> str:
-    """Each of ``COMPARISONS`` whose windows are stored: the difference of bits per byte and its paired interval."""
+    """Each of ``COMPARISONS`` whose windows are stored: the difference of bits per byte and its paired interval,
+    and whether it holds across the training seeds where more than one was trained (``across_seeds``)."""
     data, L = windows(models)
-    rows = ["| checkpoint | against | length | difference (bits per byte) | 95 % interval, paired windows | reads as |",
-            "|---|---|---:|---:|---|---|"]
+    folders = pretrained(models)
+    rows = ["| checkpoint | against | length | difference (bits per byte) | 95 % interval, paired windows | reads as | "
+            "across training seeds |", "|---|---|---:|---:|---|---|---|"]
     for a, b, multiple in COMPARISONS:
         n = multiple * L
         if n not in data.get(a, {}) or n not in data.get(b, {}):
@@ -135,7 +156,37 @@ def differences_table(models=None) -> str:
         diff = float(np.mean(data[a][n]) - np.mean(data[b][n]))
         low, high = intervals.difference_interval(data[a][n], data[b][n])
         verdict = "lower" if high < 0 else "higher" if low > 0 else "within the noise"
-        rows.append(f"| {a} | {b} | {n:,} ({multiple}×) | {diff:+.3f} | {low:+.3f} to {high:+.3f} | {verdict} |")
+        seeds = across_seeds(seed_values(folders[a], n), seed_values(folders[b], n), verdict)
+        rows.append(f"| {a} | {b} | {n:,} ({multiple}×) | {diff:+.3f} | {low:+.3f} to {high:+.3f} | {verdict} | {seeds} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
+def seeds_table(models=None) -> str:
+    """Each checkpoint with more than one training seed recorded (``posviz.training.seeds``): the mean and the
+    lowest–highest over its seeds of bits per byte at 1×, 4× and 16×, the copy ratio and the effective length."""
+    from posviz.training.seeds import seed_records
+
+    rows = ["| checkpoint | seeds | 1× | 4× | 16× | copy ratio | effective length |", "|---|---:|---|---|---|---|---|"]
+
+    def spread(values, digits=3):
+        values = [v for v in values if v is not None]
+        if not values:
+            return "—"
+        return f"{np.mean(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+    for name, folder in pretrained(models).items():
+        records = seed_records(folder)
+        if len(records) < 2:
+            continue
+        L = read_config(folder)["model"]["train_length"]
+        cells = [spread([r.get("eval", {}).get("nonoverlapping_bpb", {}).get(str(m * L)) for r in records])
+                 for m in (1, 4, 16)]
+        cells.append(spread([(r.get("copy_curve") or [{}])[-1].get("ratio") for r in records], 2))
+        lengths = [((r.get("eval", {}).get("effective_length") or {}).get("as_trained") or {}).get("multiple", "?")
+                   for r in records]
+        cells.append(", ".join("not measurable" if v is None else f"{v:g}×" if isinstance(v, (int, float)) else str(v)
+                               for v in lengths))
+        rows.append(f"| {name} | {len(records)} | " + " | ".join(cells) + " |")
     return "\n".join(rows) if len(rows) > 2 else ""
 
 
@@ -242,7 +293,7 @@ def _extrapolation_table(models=None) -> str:
 
 TABLES = {"quality": quality_table, "extrapolation": _extrapolation_table, "fine-tuning": finetuning_table,
           "retrieval": retrieval_table, "copy formation": copy_formation_table, "sinks": sinks_table,
-          "noise": noise_table, "differences": differences_table}
+          "noise": noise_table, "differences": differences_table, "seeds": seeds_table}
 
 
 def results_tables(models=None, only: str | None = None) -> dict[str, str]:

@@ -87,3 +87,30 @@ def test_a_value_span_is_written_from_the_metrics_and_a_stale_one_is_found(tiny_
     assert report.value_of("rope:eval.retrieval.induction.0.max|.3f", tiny_models_dir) == f"{best:.3f}"
     with pytest.raises(PosvizError, match="0 rows"):
         report.value_of("rope:eval.retrieval.repeat.gap=7.gain", tiny_models_dir)
+
+
+def test_a_difference_says_whether_it_holds_across_training_seeds(tiny_models_dir, tmp_path):
+    from posviz.training.seeds import write_seeds
+
+    assert report.across_seeds([1.0, 1.1], [1.2, 1.3], "lower") == "lower in every seed (2 and 2)"
+    assert report.across_seeds([1.3, 1.4, 1.5], [1.2, 1.25], "lower") == "higher in every seed (3 and 2): not as read"
+    assert report.across_seeds([1.0, 1.25], [1.2, 1.3], "lower") == "within one training's spread (2 and 2 seeds)"
+    assert report.across_seeds([1.0], [1.2], "lower") == "one run each"
+    assert report.across_seeds([1.0, 1.1], [1.2], "lower") == "one run of one of them"
+
+    models = tmp_path / "models"
+    shutil.copytree(tiny_models_dir, models)
+    assert report.seeds_table(models) == ""  # one run each: no table
+    own = read_metrics(models / "alibi")
+    table = own["eval"]["nonoverlapping_bpb"]
+    write_seeds(models / "alibi", [{"seed": s, "eval": {"nonoverlapping_bpb": {n: v + d for n, v in table.items() if v},
+                                                         "effective_length": {"as_trained": {"multiple": 2}}},
+                                    "copy_curve": [{"ratio": 0.5 + d}]} for s, d in ((1, 0.5), (2, -0.25))])
+    (row,) = report.seeds_table(models).splitlines()[2:]
+    one = table["32"]
+    mean = (one + (one + 0.5) + (one - 0.25)) / 3
+    cells = row.split(" | ")
+    assert cells[0] == "| alibi" and cells[1] == "3" and cells[2] == f"{mean:.3f} ({one - 0.25:.3f}–{one + 0.5:.3f})"
+    ratios = [r["ratio"] for r in own["copy_curve"][-1:]] + [1.0, 0.25]
+    assert cells[-2] == f"{sum(ratios) / len(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+    assert cells[-1].endswith(", 2×, 2× |")

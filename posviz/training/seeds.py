@@ -73,7 +73,7 @@ def write_seeds(folder: Path, entries: list[dict]) -> None:
 def seed_records(folder: Path) -> list[dict]:
     """The shipped run (its metrics.json, with its seed) and every recorded seed, shipped first: what a spread across
     training seeds is taken over."""
-    shipped = {"seed": read_config(folder)["train"]["seed"], "shipped": True, **read_metrics(folder)}
+    shipped = {"seed": read_config(folder).get("train", {}).get("seed"), "shipped": True, **read_metrics(folder)}
     return [shipped] + [{**e, "shipped": False} for e in read_seeds(folder) if e["seed"] != shipped["seed"]]
 
 
