@@ -60,6 +60,22 @@ def read_metrics(folder: str | Path) -> dict:
     return read_json(Path(folder) / METRICS)
 
 
+SEEDS = "seeds.json"  # other training seeds of a checkpoint's recipe, their scores only (posviz.training.seeds)
+
+
+def read_seeds(folder: str | Path) -> list[dict]:
+    """The entries of ``folder``'s seeds.json ([] when it has none): one per training seed, {seed, ...scores}."""
+    path = Path(folder) / SEEDS
+    return read_json(path)["seeds"] if path.is_file() else []
+
+
+def write_seeds(folder: str | Path, entries: list[dict]) -> None:
+    (Path(folder) / SEEDS).write_text(json.dumps({
+        "about": "Other training seeds of this checkpoint's recipe (python -m posviz.train --method NAME --seed S), "
+                 "their scores kept, not their weights (python -m posviz.training.seeds).",
+        "seeds": sorted(entries, key=lambda e: e["seed"])}, indent=1) + "\n")
+
+
 def load_checkpoint(folder: str | Path, position_overrides: Mapping[str, Any] | None = None,
                     device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> GPT:
     """Load ``folder`` into a GPT in eval mode.

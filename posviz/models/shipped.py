@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from posviz.positions.rope_remaps import ROPE_REMAPS
-from posviz.models.checkpoint_files import CONFIG, METRICS, WEIGHTS, load_checkpoint, models_dir, read_config, read_metrics
+from posviz.models.checkpoint_files import (CONFIG, METRICS, WEIGHTS, load_checkpoint, models_dir, read_config, read_metrics,
+                                           read_seeds)
 from posviz.config import ModelConfig
 from posviz.errors import CheckpointError, PosvizError
 from posviz.models.interface import MODEL_KINDS, LabModel, ModelKind
@@ -153,13 +154,11 @@ class CheckpointModel(LabModel):
 
     def stored_seeds(self) -> list[dict]:
         """seeds.json beside the weights (``posviz.training.seeds``); nothing under other position options."""
-        from posviz.training.seeds import read_seeds
-
         if self._overrides:
             return []
         try:
             return read_seeds(self.folder)
-        except (OSError, ValueError, KeyError, TypeError):  # a damaged record: no band, the model still runs
+        except (PosvizError, OSError, ValueError, KeyError, TypeError):  # damaged: no band, the model still runs
             return []
 
     def finetuned_from(self) -> dict | None:

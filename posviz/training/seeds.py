@@ -10,13 +10,11 @@ validation split, the copy and key-value probes, the effective length as trained
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from posviz.errors import PosvizError
-from posviz.models.checkpoint_files import read_config, read_metrics, shipped_checkpoints
-
-SEEDS_FILE = "seeds.json"
+from posviz.models.checkpoint_files import SEEDS as SEEDS_FILE
+from posviz.models.checkpoint_files import read_config, read_metrics, read_seeds, shipped_checkpoints, write_seeds
 # what may differ between two runs of one recipe: the seed, and what says where and how a run ran
 NOT_RECIPE = {"seed", "device", "precision_used"}
 
@@ -55,19 +53,6 @@ def seed_entry(run_folder: Path, data, validation, device="cpu") -> dict:
                  "retrieval": retrieval_block(model, validation),
                  "effective_length": {"as_trained": effective_length_block(open_model(run_folder, device=device), validation)}},
     }
-
-
-def read_seeds(folder: Path) -> list[dict]:
-    path = Path(folder) / SEEDS_FILE
-    return json.loads(path.read_text())["seeds"] if path.is_file() else []
-
-
-def write_seeds(folder: Path, entries: list[dict]) -> None:
-    entries = sorted(entries, key=lambda e: e["seed"])
-    (Path(folder) / SEEDS_FILE).write_text(json.dumps({
-        "about": "Other training seeds of this checkpoint's recipe (python -m posviz.train --method NAME --seed S), "
-                 "their scores kept, not their weights (python -m posviz.training.seeds).",
-        "seeds": entries}, indent=1) + "\n")
 
 
 def seed_records(folder: Path) -> list[dict]:
