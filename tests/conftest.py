@@ -74,28 +74,60 @@ def corpus():
     return load_corpus()
 
 
+def build_tiny_checkpoint(folder: Path, seed: int, method: str, corpus, data) -> None:
+    """One tiny checkpoint of ``method``, saved and evaluated as the shipped set is, complete with metrics.json."""
+    model = tiny_model(method, seed=seed)
+    save_checkpoint(model, folder, {"train": {"method": method, "note": "untrained test checkpoint"}},
+                    {"val_bpb_at_train_length": None, "parameters": model.num_parameters(), "train_curve": []})
+    metrics = read_metrics(folder)
+    metrics["eval"] = evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16), copy_gaps=(0, 16, 64),
+                                          progress=False, probe_chunks=4)
+    metrics["val_bpb_at_train_length"] = metrics["eval"]["nonoverlapping_bpb"][str(TINY["train_length"])]
+    check = copy_check(model, corpus.validation)  # what training logs at each saved state (None: too short)
+    metrics["copy_curve"] = [] if check is None else [{"step": 1, "tokens": 128, **check}]
+    # A two-point training log, as a training run writes it (the About page draws it): the untrained
+    # model's own validation bits/byte, at the start and after one stand-in step.
+    bpb = metrics["val_bpb_at_train_length"]
+    metrics["train_curve"] = [{"step": 0, "tokens": 0, "train_bpb": bpb},
+                              {"step": 1, "tokens": 4 * TINY["train_length"], "train_bpb": bpb}]
+    write_metrics(folder, metrics)
+
+
+TINY_BUILD_TIMEOUT_S = 1800
+
+
 @pytest.fixture(scope="session")
 def tiny_models_dir(tmp_path_factory, corpus) -> Path:
-    """A models/ folder with one tiny checkpoint per method, complete with metrics.json."""
-    root = tmp_path_factory.mktemp("models")
+    """A models/ folder with one tiny checkpoint per method, complete with metrics.json.
+
+    Under pytest-xdist the workers build one folder together (the run's shared temporary root): each claims a
+    method no one has claimed yet (a file created exclusively), builds it aside and moves it in whole, then waits
+    for the others'. Two workers halve the minute it takes; a worker that never asks for it leaves the other to
+    build them all. Every checkpoint is the same whoever builds it (its seed is its place in the registry)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        base = tmp_path_factory.mktemp("tiny")
+    else:
+        base = tmp_path_factory.getbasetemp().parent / "tiny-shared"
+    root, building, claims = base / "models", base / "building", base / "claims"
+    for folder in (root, building, claims):
+        folder.mkdir(parents=True, exist_ok=True)
     data = corpus.eval_stream(1 << 12)
-    for i, method in enumerate(method_names()):
-        folder = root / method
-        model = tiny_model(method, seed=i)
-        save_checkpoint(model, folder, {"train": {"method": method, "note": "untrained test checkpoint"}},
-                        {"val_bpb_at_train_length": None, "parameters": model.num_parameters(), "train_curve": []})
-        metrics = read_metrics(folder)
-        metrics["eval"] = evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16), copy_gaps=(0, 16, 64),
-                                              progress=False, probe_chunks=4)
-        metrics["val_bpb_at_train_length"] = metrics["eval"]["nonoverlapping_bpb"][str(TINY["train_length"])]
-        check = copy_check(model, corpus.validation)  # what training logs at each saved state (None: too short)
-        metrics["copy_curve"] = [] if check is None else [{"step": 1, "tokens": 128, **check}]
-        # A two-point training log, as a training run writes it (the About page draws it): the untrained
-        # model's own validation bits/byte, at the start and after one stand-in step.
-        bpb = metrics["val_bpb_at_train_length"]
-        metrics["train_curve"] = [{"step": 0, "tokens": 0, "train_bpb": bpb},
-                                  {"step": 1, "tokens": 4 * TINY["train_length"], "train_bpb": bpb}]
-        write_metrics(folder, metrics)
+    methods = method_names()
+    for i, method in enumerate(methods):
+        try:
+            os.close(os.open(claims / method, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue  # another worker builds this one
+        build_tiny_checkpoint(building / method, i, method, corpus, data)
+        os.replace(building / method, root / method)  # whole, or not there
+    import time
+
+    deadline = time.monotonic() + TINY_BUILD_TIMEOUT_S
+    while not all((root / m / "metrics.json").is_file() for m in methods):
+        if time.monotonic() > deadline:
+            missing = [m for m in methods if not (root / m / "metrics.json").is_file()]
+            raise TimeoutError(f"the other test worker did not finish the tiny checkpoints of {missing}")
+        time.sleep(0.2)
     return root
 
 
