@@ -114,12 +114,17 @@ def seed_scores(name: str, own_seed: int, own: dict, recorded: dict) -> list[dic
 
 
 def table(runs: dict) -> str:
-    lines = ["| run | command | 1× | 4× | 16× | 4× / 1× | training |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| run | command | 1× | 4× | 16× | 4× / 1× | training | over its training seeds, 1× / 16× |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
     for name, run in runs.items():
         bpb = run["bits_per_byte"]
         ratio = bpb["4"] / bpb["1"] if bpb.get("4") and bpb.get("1") else None
+        seeds = run.get("seeds") or []
+        spread = " / ".join(f"{min(v):.4f}–{max(v):.4f}" for v in
+                            ([e["bits_per_byte"][m] for e in seeds] for m in ("1", "16"))) + f" ({len(seeds)} seeds)" \
+            if len(seeds) > 1 else "one run"
         lines.append(f"| {name}{' (baseline)' if run['baseline'] else ''} | `{run['command']}` | {bpb['1']:.4f} | "
-                     f"{bpb['4']:.4f} | {bpb['16']:.4f} | {ratio:.3f} | {run['train_seconds']:.0f} s |")
+                     f"{bpb['4']:.4f} | {bpb['16']:.4f} | {ratio:.3f} | {run['train_seconds']:.0f} s | {spread} |")
     return "\n".join(lines)
 
 

@@ -59,31 +59,7 @@ def test_pope_section_draws_the_learned_key_phase_and_the_logit_by_distance(tiny
         assert r.logit == pytest.approx(want, abs=1e-9)
 
 
-@pytest.fixture()
-def with_canon(tiny_models_dir, tmp_path, monkeypatch):
-    """NoPE + Canon registered for this test, with a tiny checkpoint beside the others: its own checkpoint with the
-    shared recipe is still training, and the registry takes it when that ships (posviz/positions/_canon.py)."""
-    from conftest import tiny_model
-    from posviz.models.checkpoint_files import save_checkpoint
-    from posviz.positions import POSITION_METHODS
-    from posviz.positions._canon import CanonLayers
-    from test_pages_explore import models_copy
-
-    before = dict(POSITION_METHODS)
-    POSITION_METHODS["canon"] = CanonLayers
-    folder = models_copy(tiny_models_dir, tmp_path / "models")
-    model = tiny_model("canon", seed=3)
-    save_checkpoint(model, folder / "canon", {"train": {"method": "canon", "note": "untrained test checkpoint"}},
-                    {"val_bpb_at_train_length": None, "parameters": model.num_parameters(), "train_curve": []})
-    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(folder))
-    try:
-        yield folder
-    finally:
-        POSITION_METHODS.clear()
-        POSITION_METHODS.update(before)
-
-
-def test_canon_section_draws_each_sites_kernel(with_canon):
+def test_canon_section_draws_each_sites_kernel(tiny_models):
     canon = _position("canon")
     at = open_page(ROPE)
     assert "NoPE + Canon: what the short convolutions weigh" in [h.value for h in at.header]

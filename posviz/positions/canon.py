@@ -1,9 +1,4 @@
-"""(Not registered yet: a module whose name starts with "_" is skipped by the registry. Its checkpoint with the shared
-recipe is still training, resumable from runs/canon.state with ``python -m posviz.train --method canon --resume`` once
-this file is renamed canon.py; it ships, and appears on every page, with models/canon. Its tests register it for
-themselves.)
-
-NoPE with Canon layers (Allen-Zhu, "Physics of Language Models: Part 4.1, Architecture Design and the Magic of
+"""NoPE with Canon layers (Allen-Zhu, "Physics of Language Models: Part 4.1, Architecture Design and the Magic of
 Canon Layers", 2025, arXiv 2512.17351; SSRN 5240330).
 
 No position signal in attention at all (NoPE). Instead, at four sites of every block, each position's hidden state
