@@ -100,7 +100,7 @@ def section(rows: dict, info: dict, length: int, cache_bytes: int, window: int, 
         if name in ("alibi", "content floor"):
             continue
         f, c = round(r["forward_ratio"], 2), round(r["cache_ratio"], 2)  # judged as shown: "3.00x" is within 3x
-        lines.append(f"| {name} | {f:.2f}x | +{f - floor:.2f}x | {'met' if f <= FORWARD_GOAL else '**MISSED**'} | "
+        lines.append(f"| {name} | {f:.2f}x | {f - floor:+.2f}x | {'met' if f <= FORWARD_GOAL else '**MISSED**'} | "
                      f"{c:.2f}x | {'met' if c <= CACHE_GOAL else '**MISSED**'} |")
     lines.append(f"| content floor | {floor:.2f}x | | | | |")
     over = [(n, r["forward_ratio"]) for n, r in rows.items() if n not in ("alibi", "content floor")
