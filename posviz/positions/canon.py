@@ -65,6 +65,9 @@ class CanonLayers(PositionMethod):
     learned = True
     Options = CanonOptions
     explore_sections = ("canon-kernels",)
+    # the first layer's keys read 6 bytes before them (site A's kernel-4 convolution, then B's over q/k/v), deeper
+    # layers' more: a window re-encoded from its first byte differs a little from the same keys kept in a cache
+    reads_before = 6
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
