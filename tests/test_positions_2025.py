@@ -309,40 +309,23 @@ def test_path_model_in_float32_stays_near_float64_at_2048_bytes():
         assert (narrow(ids).logits.double() - wide(ids).logits).abs().max() < 1e-4
 
 
-def test_path_keys_read_the_two_bytes_before_them_so_only_a_cache_keeps_them_exactly(text_ids):
-    """PaTH reads no position, so relabelling a cached window changes nothing; but its w convolution reads the 2 bytes
-    before each key, so a window re-encoded from its first byte differs a little from the same keys kept in a cache
-    (``reads_before``; the generic window tests leave it out for that)."""
+@pytest.mark.parametrize("method, reads_before", [("path", 2), ("canon", 6)])
+def test_keys_that_read_the_bytes_before_them_are_kept_exactly_only_by_a_cache(method, reads_before, text_ids):
+    """PaTH and NoPE + Canon read no position, so relabelling a cached window changes nothing; but PaTH's w convolution
+    reads the 2 bytes before each key, and Canon's convolutions the 6 before it in the first layer (sites A and B), so
+    a window re-encoded from its first byte differs a little from the same keys kept in a cache (``reads_before``; the
+    generic window tests leave these methods out for that)."""
     from conftest import tiny_model
     from maths_support import sharp
     from posviz.labs import kv_cache
     from posviz.models.shipped import as_lab_model
 
-    model = as_lab_model(sharp(tiny_model("path", n_layer=1)))
-    assert model.position.reads_before == 2
-    cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
-    shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
-    reencode = kv_cache.sliding_score(model, text_ids, 8, "reencode", 40)
-    assert np.allclose(shifted.id_bits, cached.id_bits, atol=1e-5)
-    gap = np.abs(cached.id_bits - reencode.id_bits)[8:]
-    assert 1e-6 < gap.max() < 0.05 and np.allclose(cached.id_bits[:8], reencode.id_bits[:8], atol=1e-5)
-
-
-def test_canon_keys_read_the_bytes_before_them_so_only_a_cache_keeps_them_exactly(text_ids):
-    """NoPE + Canon reads no position, so relabelling a cached window changes nothing; but its convolutions read the
-    bytes before each key (sites A and B: 6 in the first layer), so a window re-encoded from its first byte differs
-    from the same keys kept in a cache (``reads_before``; the generic window tests leave it out for that)."""
-    from conftest import tiny_model
-    from maths_support import sharp
-    from posviz.labs import kv_cache
-    from posviz.models.shipped import as_lab_model
-
-    model = as_lab_model(sharp(tiny_model("canon", n_layer=1)))
-    assert model.position.reads_before == 6
+    model = as_lab_model(sharp(tiny_model(method, n_layer=1)))
+    assert model.position.reads_before == reads_before
     cached = kv_cache.sliding_score(model, text_ids, 8, "cached_window", 40)
     shifted = kv_cache.sliding_score(model, text_ids, 8, "shifted_cache", 40)
     reencode = kv_cache.sliding_score(model, text_ids, 8, "reencode", 40)
     assert np.allclose(shifted.id_bits, cached.id_bits, atol=1e-5)
     assert "Correct" in kv_cache.strategy_verdict(model, "shifted_cache")
     gap = np.abs(cached.id_bits - reencode.id_bits)[8:]
-    assert gap.max() > 1e-6 and np.allclose(cached.id_bits[:8], reencode.id_bits[:8], atol=1e-5)
+    assert 1e-6 < gap.max() < 0.05 and np.allclose(cached.id_bits[:8], reencode.id_bits[:8], atol=1e-5)

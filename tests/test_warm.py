@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from browser_support import OUTPUT, StreamlitServer, browser, exception_texts, new_tab, wait_rendered  # noqa: F401
-from posviz_tools.loadtest import WARM_DONE, app_pages, script_idle
-from views._warm import server_stream_url
+from posviz_tools.loadtest import WARM_DONE, app_pages
+from views._warm import ProtocolSession, server_stream_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,37 +39,34 @@ def test_no_warm_up_without_a_server(tiny_models):
 
 @pytest.mark.browser
 def test_a_warm_server_has_every_labs_default_view_ready(tiny_models_dir, browser):
-    """One visit starts the warm-up; once it is done, a new session on a lab computes nothing: no progress
-    bar ever shows (each computation would show one for as long as it runs), and the page is complete."""
+    """One visit starts the warm-up; once it is done, a new session on a lab computes nothing: its run draws no
+    progress bar (each computation draws one for as long as it runs), and the page is complete. The bars are read
+    from what the server sends (a session that speaks Streamlit's protocol): on the tiny checkpoints a computation
+    ends before a browser could paint its bar. The first visit, on a lab of a server that has computed nothing, is
+    sent its bars: what a visitor would get if the warm-up had left work for them."""
     labs = [p for p in app_pages() if p.section == "Live labs"]
     as_shipped = {**os.environ, "POSVIZ_WARM": "1"}  # conftest.py turns it off for every other test server
     with StreamlitServer(models=tiny_models_dir, log=OUTPUT / "server-warm.log", env=as_shipped) as server:
-        tab = new_tab(browser)
-        tab.goto(server.url + "/")
-        wait_rendered(tab)
-        tab.context.close()
+        stream = server_stream_url("127.0.0.1", server.port, None)
+        with ProtocolSession(stream, labs[0].url.lstrip("/")) as first:  # a visitor: it starts the warm-up
+            cold = first.open()
+        assert cold.ok and cold.progress, f"{labs[0].url_path}: a cold server's first visit computed nothing ({cold})"
         server.wait_warm(timeout=300)
         log = server.log_tail(1 << 16)
         assert "every page's default view computed" in log and WARM_DONE in log, log
         assert "did not finish" not in log and "stopped" not in log, log
         for entry in labs:
-            tab = new_tab(browser)
-            try:
-                tab.goto(server.url + entry.url, wait_until="commit")
-                # watch the whole run: until the script has stayed idle for half a second
-                progress_seen, idle_since, deadline = 0, None, time.monotonic() + 120
-                while time.monotonic() < deadline:
-                    progress_seen += tab.locator('[data-testid="stProgress"]').count()
-                    if not script_idle(tab):
-                        idle_since = None
-                    elif (idle_since := idle_since or time.monotonic()) < time.monotonic() - 0.5:
-                        break
-                    tab.wait_for_timeout(25)
-                wait_rendered(tab)
-                assert not exception_texts(tab), (entry.url_path, exception_texts(tab))
-                assert progress_seen == 0, f"{entry.url_path}: computed for its visitor after the warm-up"
-            finally:
-                tab.context.close()
+            with ProtocolSession(stream, entry.url.lstrip("/")) as session:
+                answer = session.open()
+            assert answer.ok and answer.texts, (entry.url_path, answer.status, answer.exceptions)
+            assert not answer.progress, f"{entry.url_path}: computed for its visitor after the warm-up: {answer.progress}"
+        tab = new_tab(browser)  # and a browser's tab finds a lab whole
+        try:
+            tab.goto(server.url + labs[-1].url)
+            wait_rendered(tab)
+            assert not exception_texts(tab), (labs[-1].url_path, exception_texts(tab))
+        finally:
+            tab.context.close()
 
 
 def test_a_server_prepares_every_checkpoint_before_its_first_visit_and_skips_a_broken_one(tiny_models_dir, tmp_path,

@@ -74,6 +74,7 @@ class Answer:
     exceptions: list[str] = field(default_factory=list)  # texts of exception boxes drawn
     texts: list[str] = field(default_factory=list)  # what the run wrote: headings, Markdown, captions, alerts
     alerts: list[str] = field(default_factory=list)  # of which the error boxes
+    progress: list[str] = field(default_factory=list)  # the texts of the progress bars the run drew (a computation)
     messages: int = 0  # ForwardMsgs received
     bytes: int = 0  # their size on the wire
 
@@ -202,10 +203,11 @@ class ProtocolSession:
             return
         if kind in ("markdown", "heading", "alert"):
             answer.texts.append(getattr(element, kind).body)
-        elif kind == "progress":
-            answer.texts.append(element.progress.text)
             if kind == "alert" and element.alert.format == element.alert.ERROR:
                 answer.alerts.append(element.alert.body)
+        elif kind == "progress":  # sent even when the run replaces it before a browser could draw it
+            answer.texts.append(element.progress.text)
+            answer.progress.append(element.progress.text)
         inner = getattr(element, kind, None) if kind else None
         widget_id = getattr(inner, "id", "") if inner is not None else ""
         if widget_id and _label(inner):

@@ -1,6 +1,8 @@
 """Compare: method A vs method B on the same bytes, or one method at length L vs 2L."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -9,7 +11,7 @@ import streamlit as st
 from posviz.slides import means_sentence
 from views._charts import method_scales, show_cached_chart
 from views._matrices import show_matrix, show_pooled_matrix
-from views._serving import compute_once, shared
+from views._serving import compute_once, shared, stored_result
 from views._models import usable_models
 from views._page import error_box, page_header, plain
 from views._text import choose_text
@@ -33,8 +35,12 @@ def one_loss(model: LabModel, text: bytes, length: int) -> dict:
         s = extrapolation.score_at_length(model, model.tokenize(text).ids, length)
         return {"position_bits": s.position_bits, "bpb": s.bpb}
 
-    return compute_once("compare-loss", model.key + (text, length), compute,
+    return compute_once("compare-loss", _loss_key(model, text, length), compute,
                         f"{plain(display_name(model.name))} at {length:,} {model.unit}s…")
+
+
+def _loss_key(model: LabModel, text: bytes, length: int) -> tuple:
+    return model.key + (text, length)
 
 
 def methods_attention(model_a: LabModel, model_b: LabModel, text: bytes, length: int, layer: int, head: int,
@@ -246,8 +252,10 @@ def methods_section() -> None:
     curves = {}
     smooth = max(1, length // 64)
     first_curve = st.empty()  # A's curve while B runs: the first chart does not wait for both models
-    with st.spinner(f"Running {qa} and {qb} at {length:,} {unit}s…"):
-        bar = st.progress(0.0, text=f"{qa}…")
+    # the two-step bar only while a curve is still to compute: a stored pair is drawn at once, with no bar flashing
+    to_run = [n for n in dict.fromkeys((a, b)) if not stored_result("compare-loss", _loss_key(models[n], text_bytes, length))[0]]
+    with st.spinner(f"Running {qa} and {qb} at {length:,} {unit}s…") if to_run else nullcontext():
+        bar = st.progress(0.0, text=f"{qa}…") if to_run else st.empty()
         for i, name in enumerate((a, b)):
             try:
                 curves[name] = one_loss(models[name], text_bytes, length)
@@ -262,7 +270,8 @@ def methods_section() -> None:
                     alt.Color("model:N", title=None, scale=method_scales([display_name(a)])[0]),
                     tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260),
                     width="stretch")
-            bar.progress((i + 1) / 2, text=f"{qb}…")
+            if to_run:
+                bar.progress((i + 1) / 2, text=f"{qb}…")
         bar.empty()
     first_curve.empty()
     if not curves:
