@@ -121,7 +121,7 @@ COMPARISONS = [("fox", "alibi", 1), ("fox", "alibi", 4), ("fox", "alibi", 16), (
                ("kerple", "alibi", 16), ("local_global", "rope", 1), ("irope", "rope", 1), ("p_rope", "rope", 1),
                ("local_global", "nezha", 1), ("fire", "alibi", 1), ("fire", "nezha", 1), ("nezha", "shaw", 1), ("cope", "alibi", 4), ("stick_breaking", "fox", 1),
                ("stick_breaking", "fox", 16), ("stick_breaking", "alibi", 16), ("canon", "local_global", 1),
-               ("canon", "alibi", 16)]
+               ("canon", "alibi", 16), ("rope", "sinusoidal", 2), ("alibi", "rope", 4), ("alibi", "rope", 16)]
 
 
 def seed_values(folder: Path, length: int) -> list[float]:

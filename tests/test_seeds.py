@@ -77,3 +77,24 @@ def test_a_run_of_another_recipe_or_the_same_seed_is_refused_in_words(two_seeds,
         seeds.record(other, shipped, b"x" * 4096, b"x" * 4096)
     with pytest.raises(PosvizError, match="own seed"):
         seeds.record(shipped, shipped, b"x" * 4096, b"x" * 4096)
+
+
+# rope's options as a run of today writes them out (runs/seeds/rope-seed1/config.json, #59's first full-recipe seed)
+ROPE_WRITTEN_OUT = {"base": 10000.0, "rotary_fraction": 1.0, "scaling": "none", "factor": 1.0, "original_length": 32,
+                    "beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "long_factor": None, "short_factor": None, "remap": "none",
+                    "remap_options": None}
+
+
+def test_a_checkpoint_from_before_options_were_pinned_is_the_recipe_its_options_build(two_seeds):
+    """rope and the other early checkpoints store ``"position_options": {}`` (they were trained before options were
+    written out) and build the code's defaults; a new seed's run writes those defaults out. The same recipe; an
+    option that differs from what ``{}`` builds is another one, named."""
+    _, shipped, seeded = two_seeds
+    run, old = (json.loads((f / "config.json").read_text()) for f in (seeded, shipped))
+    for config in (run, old):
+        config["model"]["position"] = "rope"
+    run["model"]["position_options"], old["model"]["position_options"] = dict(ROPE_WRITTEN_OUT), {}
+    assert seeds.recipe_differences(run, old) == []
+    run["model"]["position_options"]["base"] = 500.0
+    assert seeds.recipe_differences(run, old) == ["model.position_options"]

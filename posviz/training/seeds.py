@@ -19,12 +19,27 @@ from posviz.models.checkpoint_files import read_config, read_metrics, read_seeds
 NOT_RECIPE = {"seed", "device", "precision_used"}
 
 
+def _built_options(model: dict) -> dict:
+    """The position options a config's model builds, written out. A checkpoint trained before options were pinned
+    stores ``{}`` and builds the defaults of the code that loads it (its stored numbers re-score with them:
+    tests/test_shipped_checkpoints.py); a newer run stores the same options written out."""
+    from posviz.config import ModelConfig
+    from posviz.models.byte_gpt import pinned_config
+
+    try:
+        return pinned_config(ModelConfig.from_dict(model)).position_options
+    except (PosvizError, TypeError, ValueError):
+        return model.get("position_options", {})  # not a config this code builds: compared as written
+
+
 def recipe_differences(run_config: dict, shipped_config: dict) -> list[str]:
     """The recipe's fields (model and training) in which a seed's run differs from the shipped checkpoint, the
-    seed aside: empty for a run of the same recipe."""
+    seed aside: empty for a run of the same recipe (position options compared as each config builds them)."""
     out = []
     for part in ("model", "train"):
-        a, b = run_config.get(part, {}), shipped_config.get(part, {})
+        a, b = dict(run_config.get(part, {})), dict(shipped_config.get(part, {}))
+        if part == "model" and a.get("position_options") != b.get("position_options"):
+            a["position_options"], b["position_options"] = _built_options(a), _built_options(b)
         out += [f"{part}.{k}" for k in sorted(set(a) | set(b)) if k not in NOT_RECIPE and a.get(k) != b.get(k)]
     if run_config.get("corpus", {}).get("file_list_sha256") != shipped_config.get("corpus", {}).get("file_list_sha256"):
         out.append("corpus")
