@@ -64,5 +64,7 @@ def test_the_scoreboard_shows_each_checkpoints_seed_range_beside_its_values(alib
     L = 32  # the tiny models' training length
     want = " · ".join(f"{m}×: {own[str(m * L)] - 0.125:.3f}–{own[str(m * L)] + 0.25:.3f}" for m in (1, 4, 16)
                       if own.get(str(m * L)) is not None) + " (3 seeds)"
-    assert table.loc["ALiBi", "training seeds"] == want and table.loc["RoPE", "training seeds"] == "one run"
-    assert list(table.columns).index("training seeds") == list(table.columns).index("bpb 16×") + 1
+    assert table.loc["ALiBi", "seeds"] == "3" and table.loc["RoPE", "seeds"] == "1"
+    assert list(table.columns).index("seeds") == list(table.columns).index("bpb 16×") + 1
+    ranges = at.dataframe[1].value  # each range whole, in a table of its own: only the checkpoints with seeds
+    assert list(ranges["checkpoint"]) == ["ALiBi"] and ranges["training seeds"].iloc[0] == want

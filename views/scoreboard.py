@@ -45,11 +45,19 @@ if table.empty:
     st.stop()
 MAIN = ["checkpoint", "kind"] + [f"bpb {m}×" for m in scoreboard.MULTIPLES] + ["copy ratio", "effective length",
                                                                                  "KV cache (sliding window)"]
-if (table["training seeds"].fillna("one run") != "one run").any():  # beside the values: their range over the seeds
-    MAIN.insert(MAIN.index("copy ratio"), "training seeds")
+seeded = table["seeds"].fillna(1) > 1
+if seeded.any():  # beside the values: how many runs stand behind them (their ranges in the table below)
+    MAIN.insert(MAIN.index("copy ratio"), "seeds")
 shown_table = pd.DataFrame(scoreboard.shown_rows(table.to_dict("records")), columns=table.columns)
 st.dataframe(shown_table[MAIN], hide_index=True, width="stretch", height="content",
-             column_config={"checkpoint": st.column_config.TextColumn(width="medium")})  # "RoPE + Leaky ReRoPE" whole
+             column_config={"checkpoint": st.column_config.TextColumn(width="medium"),  # "RoPE + Leaky ReRoPE" whole
+                            "seeds": st.column_config.TextColumn(
+                                help="Training runs of this recipe (other seeds: other initial weights and data "
+                                     "order); their ranges are in the table below.")})
+if seeded.any():  # each range whole: in the main table's narrow column it was cut after its first length
+    st.markdown("**Across training seeds:** the lowest–highest bits per byte over each recipe's runs")
+    st.dataframe(shown_table[seeded.to_numpy()][["checkpoint", "training seeds"]], hide_index=True, width="stretch",
+                 height="content", column_config={"checkpoint": st.column_config.TextColumn(width="medium")})
 row = st.container(horizontal=True, vertical_alignment="center")
 row.download_button("Table (CSV)", csv_file(table), file_name="posviz-scoreboard.csv", mime="text/csv",
                     key="csv-scoreboard", width="content", on_click="ignore")

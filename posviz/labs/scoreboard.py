@@ -22,7 +22,7 @@ MULTIPLES = (1, 4, 16)
 # a length the model cannot run (the learned table past its rows), or a number the evaluation does not store
 # (a scaling's or a remap's copy probe and intervals).
 MISSING = "—"
-NUMBER_FORMATS = {**{f"bpb {m}×": "{:.3f}" for m in MULTIPLES}, "copy ratio": "{:.2f}"}
+NUMBER_FORMATS = {**{f"bpb {m}×": "{:.3f}" for m in MULTIPLES}, "copy ratio": "{:.2f}", "seeds": "{:.0f}"}
 COPY_GAP_MULTIPLE = 4  # the far-copy ratio's gap, in trained contexts
 
 
@@ -78,6 +78,7 @@ def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
             row[f"bpb {m}×"] = _bpb(ev.get("nonoverlapping_bpb", {}), m * base)
             row[f"{m}× interval"] = noise.get(m * base)
         row["training seeds"] = _seed_range(model, [m * base for m in MULTIPLES])
+        row["seeds"] = max([k for *_, k in extrapolation.seed_band(model)], default=1)  # runs of this recipe
         row["copy ratio"] = _copy_ratio(ev, COPY_GAP_MULTIPLE * base)
         row["effective length"], row["why"] = _effective(effective.get("as_trained"))
         row["KV cache (sliding window)"] = _verdict(model)
@@ -92,7 +93,7 @@ def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
                 for m in MULTIPLES:
                     scaled[f"bpb {m}×"] = _bpb(table, m * base)
                     scaled[f"{m}× interval"] = None
-                scaled["copy ratio"] = scaled["training seeds"] = None
+                scaled["copy ratio"] = scaled["training seeds"] = scaled["seeds"] = None
                 scaled["effective length"], scaled["why"] = _effective(effective.get(variant))
                 if kind == "remap":
                     scaled["KV cache (sliding window)"] = _verdict(model.with_position_options({"remap": variant}))
