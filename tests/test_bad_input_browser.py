@@ -187,6 +187,10 @@ def test_learned_past_its_table_says_why_and_the_others_still_run(browser, serve
         errors = [a for a in alert_texts(tab) if "learned" in a]
         assert errors and f"{train_length:,} rows" in errors[0], alert_texts(tab)
         assert "cannot run" in main_text(tab)
+        # the others' numbers, once drawn (a fresh server may still be drawing them when the error box shows)
+        tab.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stMetricValue"]')]
+                                   .filter(e => /^[0-9]+[.][0-9]+$/.test(e.innerText.trim())).length >= 2""",
+                              timeout=60_000)
         metrics = tab.locator(f'{MAIN} [data-testid="stMetricValue"]').all_inner_texts()
         assert sum(v.replace(".", "", 1).isdigit() for v in metrics) >= 2, f"other checkpoints did not run: {metrics}"
     finally:
