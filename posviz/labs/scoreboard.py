@@ -45,10 +45,9 @@ def _effective(block: Mapping | None) -> tuple[str, str]:
     return ("not measurable" if multiple is None else f"{multiple:g}×"), block.get("reason", "")
 
 
-def _seed_range(model: LabModel, lengths: list[int]) -> str:
+def _seed_range(band: dict, lengths: list[int]) -> str:
     """"1×: low–high · 16×: low–high (k seeds)": the stored bits per byte over the recipe's training seeds at the
-    table's lengths (``extrapolation.seed_band``); "one run" where no other seed was trained."""
-    band = {n: (low, high, k) for n, low, high, k in extrapolation.seed_band(model)}
+    table's lengths (``band``: {length: (lowest, highest, seeds)}); "one run" where no other seed was trained."""
     cells = [f"{n // lengths[0]}×: {band[n][0]:.3f}–{band[n][1]:.3f}" for n in lengths if n in band]
     return "one run" if not cells else " · ".join(cells) + f" ({max(v[2] for v in band.values())} seeds)"
 
@@ -77,8 +76,9 @@ def scoreboard_rows(models: Mapping[str, LabModel]) -> list[dict]:
         for m in MULTIPLES:
             row[f"bpb {m}×"] = _bpb(ev.get("nonoverlapping_bpb", {}), m * base)
             row[f"{m}× interval"] = noise.get(m * base)
-        row["training seeds"] = _seed_range(model, [m * base for m in MULTIPLES])
-        row["seeds"] = max([k for *_, k in extrapolation.seed_band(model)], default=1)  # runs of this recipe
+        band = {n: (low, high, k) for n, low, high, k in extrapolation.seed_band(model)}  # seeds.json read once
+        row["training seeds"] = _seed_range(band, [m * base for m in MULTIPLES])
+        row["seeds"] = max([k for *_, k in band.values()], default=1)  # runs of this recipe
         row["copy ratio"] = _copy_ratio(ev, COPY_GAP_MULTIPLE * base)
         row["effective length"], row["why"] = _effective(effective.get("as_trained"))
         row["KV cache (sliding window)"] = _verdict(model)
