@@ -249,18 +249,38 @@ def script_idle(page) -> bool:
                 and page.locator(DRAWN).count())
 
 
+# Settled, judged inside the page in one wait: a MutationObserver stamps every change of the script state, and the
+# page counts as settled once the script is idle, has drawn something, and no state change has happened for
+# ``quiet`` ms of the page's own clock since this wait began. (Polling from Python counted its 100 ms sleeps as the
+# quiet time, and three round trips to a busy renderer per poll made a 0.5 s quiet take 2-3 s per page load.)
+_SETTLED_JS = """
+([quiet, token, drawn]) => {
+  const now = performance.now();
+  if (!window.__posvizStates) {
+    window.__posvizStates = {last: now};
+    new MutationObserver(() => { window.__posvizStates.last = performance.now(); })
+      .observe(document, {attributes: true, subtree: true, attributeFilter: ['data-test-script-state']});
+  }
+  if (window.__posvizStates.token !== token) { window.__posvizStates.token = token; window.__posvizStates.start = now; }
+  const app = document.querySelector('[data-testid="stApp"]');
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning' || !document.querySelector(drawn)) return false;
+  return now - Math.max(window.__posvizStates.last, window.__posvizStates.start) >= quiet;
+}
+"""
+
+
 def wait_rendered(page, timeout_ms: float = 60_000, quiet_ms: int = 500) -> None:
-    """Wait until Streamlit has run the page script and stayed idle (``script_idle``) for ``quiet_ms``:
-    a widget change or a page's own rerun passes through notRunning briefly, so one sighting is not enough.
-    """
+    """Wait until Streamlit has run the page script and stayed idle (``script_idle``) for ``quiet_ms`` since this
+    call: a widget change or a page's own rerun passes through notRunning briefly, so one sighting is not enough,
+    and a rerun a click has asked for may not have started yet when this is called."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.wait_for_selector(RENDERED, timeout=timeout_ms)
-    page.wait_for_selector(DRAWN, state="attached", timeout=timeout_ms)
-    deadline, quiet, step = time.monotonic() + timeout_ms / 1000, 0, 100
-    while quiet < quiet_ms:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the page script did not settle within {timeout_ms / 1000:.0f} s")
-        page.wait_for_timeout(step)
-        quiet = quiet + step if script_idle(page) else 0
+    token = f"{time.monotonic_ns()}"
+    try:
+        page.wait_for_function(_SETTLED_JS, arg=[quiet_ms, token, DRAWN], polling=100, timeout=timeout_ms)
+    except PlaywrightTimeout:
+        raise TimeoutError(f"the page script did not settle within {timeout_ms / 1000:.0f} s") from None
     page.wait_for_selector(MAIN, timeout=timeout_ms)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from posviz_tools.look import ConsoleWatch, Sight, look_at, output_fingerprint, sight
 from posviz_tools.loadtest import (EXCEPTION, MAIN, StreamlitServer, app_pages, exception_texts, launch_chromium,
-                             main_text, screenshot_whole_main, wait_for_change, wait_rendered)
+                             main_text, screenshot_whole_main, stream_url, wait_for_change, wait_rendered)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
@@ -22,7 +22,7 @@ SCREENSHOTS = OUTPUT / "screenshots"
 
 __all__ = ["EXCEPTION", "MAIN", "OUTPUT", "ROOT", "SCREENSHOTS", "StreamlitServer", "app_pages", "browser",
            "exception_texts", "main_text", "new_tab", "wait_rendered", "wait_for_change", "copy_models",
-           "assert_serving", "alert_texts", "screenshot_main", "assert_no_script_ran", "ConsoleWatch", "Sight",
+           "assert_serving", "protocol_visit", "alert_texts", "screenshot_main", "assert_no_script_ran", "ConsoleWatch", "Sight",
            "look_at", "output_fingerprint", "wait_for_output_change", "menu_sections"]
 
 
@@ -89,14 +89,19 @@ def copy_models(source: Path, target: Path) -> Path:
     return target
 
 
-def assert_serving(server: StreamlitServer, browser, path: str = "/about") -> None:
-    """The server still answers its health check and renders a page without an exception."""
+def assert_serving(server: StreamlitServer, page: str = "about") -> None:
+    """The server still answers its health check and renders a page without an exception: asked for over its own
+    protocol (views/_warm.ProtocolSession), the server's whole answer in a fraction of a second, where a browser tab
+    spent 3-4 s drawing it (how a page looks is test_browser.py's)."""
     assert server.healthy(), f"health check failed after bad input; server log:\n{server.log_tail()}"
-    tab = new_tab(browser)
-    try:
-        tab.goto(server.url + path)
-        wait_rendered(tab)
-        assert not exception_texts(tab), exception_texts(tab)
-        assert main_text(tab).strip(), f"{path} rendered nothing"
-    finally:
-        tab.context.close()
+    answer = protocol_visit(server, page)
+    assert answer.ok, f"/{page} after bad input: {answer.status} {answer.exceptions}"
+    assert answer.texts, f"/{page} rendered nothing"
+
+
+def protocol_visit(server: StreamlitServer, page: str, query: str = ""):
+    """The server's answer (views/_warm.Answer) to a new visitor of ``page`` (its url_path; "" the default page)."""
+    from views._warm import ProtocolSession
+
+    with ProtocolSession(stream_url(server), page, query, timeout_s=120) as session:
+        return session.open()
