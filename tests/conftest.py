@@ -23,14 +23,27 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the
 # and never results an earlier run computed.
 # One folder per pytest-xdist worker: each test empties it when it ends (fresh_shared_results), and the other
 # worker's test would lose what it wrote meanwhile (a Workshop run's folder, between two of its page switches).
+def _run_folder(prefix: str) -> str:
+    """A temporary folder of this process, removed when it exits (a run left 0.5 GB of dequantised GGUF behind)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 if "posviz-test-store-" in os.environ.get("POSVIZ_STORE", "posviz-test-store-"):  # unset, or the controller's
-    os.environ["POSVIZ_STORE"] = __import__("tempfile").mkdtemp(prefix="posviz-test-store-")
+    os.environ["POSVIZ_STORE"] = _run_folder("posviz-test-store-")
 # The servers the tests start do not warm themselves up (views/_serving.warm_the_store): each warm-up is up
 # to 90 s of background work on the 2 cores the whole suite shares, which made the browser tests beside it
 # slower and the suite longer than its 10 minutes. tests/test_warm.py starts its server with the warm-up on.
 os.environ.setdefault("POSVIZ_WARM", "0")
 # GGUF files are dequantised into this run's own folder: the conversion is tested, never an earlier run's copy.
-os.environ.setdefault("POSVIZ_GGUF_CACHE", __import__("tempfile").mkdtemp(prefix="posviz-test-gguf-"))
+# Made by the first process (pytest-xdist's controller), whose workers inherit it: one conversion per run.
+if not os.environ.get("POSVIZ_GGUF_CACHE"):
+    os.environ["POSVIZ_GGUF_CACHE"] = _run_folder("posviz-test-gguf-")
 
 from posviz.models.checkpoint_files import read_metrics, save_checkpoint, write_metrics  # noqa: E402
 from posviz.config import ModelConfig  # noqa: E402
