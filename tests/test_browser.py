@@ -7,12 +7,16 @@ touching this file. Each page, on the tiny checkpoints of conftest.py (fast), as
    or page error, at least one chart drawn with data, nothing cut off (text narrower than its box,
    a table hiding rows or columns, a chart label outside its chart, a legend that does not name every
    series drawn); a screenshot of its main area goes to test-output/screenshots/<url_path>.png;
-2. when a widget moves, what the page shows changes (a number outside the widgets, a chart's marks
+2. in presentation mode (the sidebar's toggle), a slide: at 1920×1080 the sidebar closed, the first chart starting
+   on the first screen and covering at least a third of it; nothing cut off at either size; the slide's "Leave the
+   slide" brings the page back;
+3. when a widget moves, what the page shows changes (a number outside the widgets, a chart's marks
    or an image), not only the URL;
-3. survives a link with junk in every query parameter it keeps in its URL: no exception, no
-   markup or script from the link, the defaults, and a notice naming each ignored parameter;
-4. in presentation mode (the sidebar's toggle), a slide: at 1920×1080 the sidebar closed, the first chart starting on the first screen and
-   covering at least a third of it; nothing cut off at either size.
+4. survives a link with junk in every query parameter it keeps in its URL: the server's answer to that link (over
+   its protocol, views/_warm.ProtocolSession: a second page load per page cost the suite a minute) has no
+   exception, a notice naming each ignored parameter, and none of the link's text as markup (no Markdown drawn as
+   HTML holding it, no tag, image or link of it outside a code span); one junk link is drawn in Chromium too, and
+   runs no script.
 
 A deep link with settings as the very first request of a new server opens inside the app (its menu,
 its wide layout, the link's settings), and /home opens the Home page. The home page also runs once on
@@ -21,14 +25,15 @@ the real models/ folder. The other bad-input cases are in test_bad_input_browser
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 
 import pytest
 
 from browser_support import (MAIN, OUTPUT, ROOT, ConsoleWatch, StreamlitServer, alert_texts, app_pages,  # noqa: F401
                              assert_no_script_ran, browser, exception_texts, look_at, main_text, menu_sections,
-                             new_tab, output_fingerprint, screenshot_main, wait_for_change, wait_for_output_change,
-                             wait_rendered)
+                             new_tab, output_fingerprint, protocol_visit, screenshot_main, wait_for_change,
+                             wait_for_output_change, wait_rendered)
 from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz_tools.loadtest import move_a_widget
 from posviz_tools.look import slide_seen
@@ -38,6 +43,17 @@ PAGES = app_pages()
 # Markup, script, markdown image/link, out-of-range and non-numbers, empty, NUL, and very long text
 JUNK = ["<script>window.__xss=1</script>", "-1", "99999999999999999999", "NaN", "![x](/x.png)",
         "<img src=x onerror=window.__xss=1>", "", "\x00", "[a](javascript:window.__xss=1)", "ä" * 300]
+MARKUP = re.compile(r"<\w|!\[|\]\(")  # the start of a tag, a Markdown image, a Markdown link
+
+
+def markup_from_the_link(answer, values) -> list[str]:
+    """What of a link's junk the server sent to be drawn as markup: any of it in Markdown drawn as HTML, or its
+    tags, images and links anywhere in a text outside a code span (which Streamlit draws as literal text)."""
+    found = [body for body in answer.html for value in values if value and value in body]
+    for text in answer.texts:
+        outside_code = re.sub(r"`[^`]*`", "", text)
+        found += [value for value in values if MARKUP.search(value or "") and value in outside_code]
+    return found
 
 
 def test_app_pages_are_read_from_the_menu():
@@ -88,32 +104,9 @@ def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browse
         assert not console.errors, f"{entry.title}: {console.errors}"
         screenshot_main(tab, entry.url_path)
 
-        # 2. a person moves a widget: what the page shows changes, not only its URL
-        shown = output_fingerprint(tab)
-        moved = move_a_widget(tab)
-        url, after = wait_for_change(tab, (tab.url, text))
-        assert not exception_texts(tab), f"{entry.title} after moving {moved}: {exception_texts(tab)}"
-        assert after.strip(), f"{entry.title} went blank after moving {moved}"
-        now = wait_for_output_change(tab, shown)
-        changed = [part for part in shown if shown[part] != now[part]]
-        assert changed, f"{entry.title}: moving {moved} changed no number, chart or image on the page"
-
-        # 3. every parameter the page keeps in its link, replaced by junk
-        params = urllib.parse.parse_qs(urllib.parse.urlparse(url).query, keep_blank_values=True)
-        assert params, f"{entry.title} keeps no state in its link"
-        junk = {key: JUNK[i % len(JUNK)] for i, key in enumerate(sorted(params))}
-        tab.goto(tiny_server.url + entry.url + "?" + urllib.parse.urlencode(junk))
-        wait_rendered(tab)
-        assert not exception_texts(tab), f"{entry.title} with junk {junk}: {exception_texts(tab)}"
-        assert_no_script_ran(tab)
-        assert main_text(tab).strip()
-        notices = " ".join(alert_texts(tab))
-        unmentioned = [key for key in junk if f"parameter {key}=" not in notices]
-        assert not unmentioned, f"{entry.title}: no notice for junk in {unmentioned}; notices: {notices[:500]}"
-
-        # 4. presentation mode is a slide: the chart first and large, the sidebar closed; still nothing cut off. Turned
+        # 2. presentation mode is a slide: the chart first and large, the sidebar closed; still nothing cut off. Turned
         # on with the sidebar's toggle, as a speaker does (no new page load; a link's present=1 is the deep-link
-        # test's), on the defaults the junk link fell back to
+        # test's), on the defaults; then left with the slide's own button, back to the page as it was
         before = (tab.url, main_text(tab))
         tab.locator('[data-testid="stSidebar"] [data-testid="stCheckbox"]').filter(has_text="Presentation mode").click()
         url, _ = wait_for_change(tab, before)
@@ -124,8 +117,59 @@ def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browse
         assert not slide.sidebar, f"{entry.title}: the sidebar shows on a slide"
         assert slide.top is not None and slide.top < 1080, f"{entry.title}: the slide's chart starts at {slide.top} px"
         assert slide.covers(1920, 1080) >= 1 / 3, f"{entry.title}: the slide's chart covers {slide.covers(1920, 1080):.0%} of the screen ({slide})"
+        before = (tab.url, main_text(tab))
+        tab.locator(f"{MAIN} button").filter(has_text="Leave the slide").click()
+        url, text = wait_for_change(tab, before)
+        assert "present=1" not in url and slide_seen(tab).sidebar, f"{entry.title}: the slide was not left ({url})"
+        assert not exception_texts(tab), f"{entry.title} after leaving the slide: {exception_texts(tab)}"
+
+        # 3. a person moves a widget: what the page shows changes, not only its URL
+        shown = output_fingerprint(tab)
+        moved = move_a_widget(tab)
+        url, after = wait_for_change(tab, (tab.url, text))
+        assert not exception_texts(tab), f"{entry.title} after moving {moved}: {exception_texts(tab)}"
+        assert after.strip(), f"{entry.title} went blank after moving {moved}"
+        now = wait_for_output_change(tab, shown)
+        changed = [part for part in shown if shown[part] != now[part]]
+        assert changed, f"{entry.title}: moving {moved} changed no number, chart or image on the page"
+
+        # 4. every parameter the page keeps in its link, replaced by junk: the server's whole answer to that link (its
+        # protocol, no second page load: test_a_junk_link_in_chromium_runs_no_script draws one in the browser)
+        params = urllib.parse.parse_qs(urllib.parse.urlparse(url).query, keep_blank_values=True)
+        assert params, f"{entry.title} keeps no state in its link"
+        junk = {key: JUNK[i % len(JUNK)] for i, key in enumerate(sorted(params))}
+        answer = protocol_visit(tiny_server, entry.url.lstrip("/"), urllib.parse.urlencode(junk))
+        assert answer.ok, f"{entry.title} with junk {junk}: {answer.status} {answer.exceptions}"
+        assert answer.texts, f"{entry.title} with junk {junk} rendered nothing"
+        notices = " ".join(answer.texts)
+        unmentioned = [key for key in junk if f"parameter {key}=" not in notices]
+        assert not unmentioned, f"{entry.title}: no notice for junk in {unmentioned}; notices: {notices[:500]}"
+        assert not markup_from_the_link(answer, junk.values()), f"{entry.title}: the link's text drawn as markup"
+
         assert not console.errors, f"{entry.title}: {console.errors}"
         assert tiny_server.healthy()
+    finally:
+        tab.context.close()
+
+
+def test_a_junk_link_in_chromium_runs_no_script_and_names_each_parameter(tiny_server, browser):
+    """Every page's junk link is checked in the server's answer (step 4 above); here one drawn in Chromium, as a
+    visitor who follows it sees it: a notice naming each parameter, no script run, no console error, a page."""
+    lab = next(p.url for p in PAGES if p.url_path == "extrapolation")
+    junk = {"L": JUNK[0], "models": JUNK[5], "stride": JUNK[4]}
+    tab = new_tab(browser, *SIZES[0])
+    console = ConsoleWatch(tab)
+    try:
+        tab.goto(tiny_server.url + lab + "?" + urllib.parse.urlencode(junk))
+        wait_rendered(tab)
+        assert not exception_texts(tab), exception_texts(tab)
+        assert_no_script_ran(tab)
+        assert "Bits per byte at" in main_text(tab), "the lab did not fall back to its defaults"
+        notices = " ".join(alert_texts(tab))
+        unmentioned = [key for key in junk if f"parameter {key}=" not in notices]
+        assert not unmentioned, f"no notice for junk in {unmentioned}; notices: {notices[:500]}"
+        assert tab.locator(f"{MAIN} img[src='x']").count() == 0, "the link's <img> was drawn"
+        assert not console.errors, console.errors
     finally:
         tab.context.close()
 

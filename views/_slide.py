@@ -53,6 +53,7 @@ header[data-testid="stHeader"], [data-testid="stToolbar"], [data-testid="stDecor
 [data-testid="stMainBlockContainer"] {{ padding: 1.2rem 2.5rem 0.5rem !important; max-width: 100% !important; }}
 [data-testid="stMainBlockContainer"] {BLOCKS} > :not({", ".join(KEEP)}) {{ display: none !important; }}
 [data-testid="stMain"] h1 {{ font-size: 2.6rem !important; padding: 0 0 0.2rem !important; }}
+.st-key-slidehead {{ position: relative; z-index: 5; }}  /* above the chart's toolbar, which overlapped "Leave the slide" */
 .st-key-slidehead [data-testid="stCaptionContainer"] p {{ font-size: 1.15rem !important; }}
 [class*="st-key-slide-"] [data-testid="stMarkdown"] p {{ font-size: 1.5rem !important; line-height: 1.4 !important; }}
 [class*="st-key-slide-"] img {{ max-height: 66vh; width: auto !important; }}

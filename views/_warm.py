@@ -75,6 +75,7 @@ class Answer:
     texts: list[str] = field(default_factory=list)  # what the run wrote: headings, Markdown, captions, alerts
     alerts: list[str] = field(default_factory=list)  # of which the error boxes
     progress: list[str] = field(default_factory=list)  # the texts of the progress bars the run drew (a computation)
+    html: list[str] = field(default_factory=list)  # Markdown sent to be drawn as HTML (unsafe_allow_html)
     messages: int = 0  # ForwardMsgs received
     bytes: int = 0  # their size on the wire
 
@@ -203,6 +204,8 @@ class ProtocolSession:
             return
         if kind in ("markdown", "heading", "alert"):
             answer.texts.append(getattr(element, kind).body)
+            if kind == "markdown" and element.markdown.allow_html:
+                answer.html.append(element.markdown.body)
             if kind == "alert" and element.alert.format == element.alert.ERROR:
                 answer.alerts.append(element.alert.body)
         elif kind == "progress":  # sent even when the run replaces it before a browser could draw it
