@@ -46,6 +46,24 @@ if not os.environ.get("POSVIZ_GGUF_CACHE"):
     os.environ["POSVIZ_GGUF_CACHE"] = _run_folder("posviz-test-gguf-")
 
 from posviz.models.checkpoint_files import read_metrics, save_checkpoint, write_metrics  # noqa: E402
+
+
+def _scan_installed_components_once() -> None:
+    """Each new AppTest scans the metadata of every installed distribution for Streamlit components before its first
+    run (streamlit.components.v2.manifest_scanner: 0.27 s of a 0.37 s page run here, for each of the suite's AppTests).
+    The installed packages do not change during a run, so each process scans once; what a run finds is the same."""
+    import functools
+
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # another Streamlit: nothing to spare
+        return
+    if not hasattr(manifest_scanner.scan_component_manifests, "cache_info"):
+        manifest_scanner.scan_component_manifests = functools.lru_cache(maxsize=1)(
+            manifest_scanner.scan_component_manifests)
+
+
+_scan_installed_components_once()
 from posviz.config import ModelConfig  # noqa: E402
 from posviz.training.data import load_corpus  # noqa: E402
 from posviz.training.evaluate import evaluate_checkpoint  # noqa: E402

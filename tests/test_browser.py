@@ -149,7 +149,7 @@ def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browse
         assert not console.errors, f"{entry.title}: {console.errors}"
         assert tiny_server.healthy()
     finally:
-        tab.context.close()
+        tab.close()
 
 
 def test_a_junk_link_in_chromium_runs_no_script_and_names_each_parameter(tiny_server, browser):
@@ -171,7 +171,7 @@ def test_a_junk_link_in_chromium_runs_no_script_and_names_each_parameter(tiny_se
         assert tab.locator(f"{MAIN} img[src='x']").count() == 0, "the link's <img> was drawn"
         assert not console.errors, console.errors
     finally:
-        tab.context.close()
+        tab.close()
 
 
 def test_a_deep_link_as_a_new_servers_first_request_opens_inside_the_app(tiny_models_dir, browser):
@@ -204,7 +204,7 @@ def test_a_deep_link_as_a_new_servers_first_request_opens_inside_the_app(tiny_mo
             assert menu_sections(tab) == sections
             assert tab.locator('[data-testid="stSidebarNav"] a[aria-current="page"]').text_content().strip().endswith(home.title)
         finally:
-            tab.context.close()
+            tab.close()
 
 
 def test_home_on_the_shipped_models(browser):
@@ -220,7 +220,7 @@ def test_home_on_the_shipped_models(browser):
                 assert "No checkpoints found" not in main_text(tab)
             screenshot_main(tab, "home-shipped-models")
         finally:
-            tab.context.close()
+            tab.close()
 
 
 def test_the_workshop_trains_a_formula_that_the_extrapolation_lab_then_runs(tiny_server, browser):
@@ -246,4 +246,4 @@ def test_the_workshop_trains_a_formula_that_the_extrapolation_lab_then_runs(tiny
         assert not console.errors, console.errors
         screenshot_main(tab, "workshop-in-extrapolation")
     finally:
-        tab.context.close()
+        tab.close()

@@ -281,4 +281,4 @@ def test_the_image_file_tree_serves_the_app(browser, tiny_models_dir, tmp_path):
             assert not exception_texts(tab), exception_texts(tab)
             assert "Bits per byte at" in main_text(tab), main_text(tab)[:500]
         finally:
-            tab.context.close()
+            tab.close()

@@ -66,7 +66,7 @@ def test_a_warm_server_has_every_labs_default_view_ready(tiny_models_dir, browse
             wait_rendered(tab)
             assert not exception_texts(tab), (labs[-1].url_path, exception_texts(tab))
         finally:
-            tab.context.close()
+            tab.close()
 
 
 def test_a_server_prepares_every_checkpoint_before_its_first_visit_and_skips_a_broken_one(tiny_models_dir, tmp_path,
