@@ -16,6 +16,8 @@ Refs: a path to a ``.gguf`` file, a folder holding exactly one (and no config.js
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -157,6 +159,25 @@ def read_config(path: Path):
         raise PosvizError(f"{path.name}: transformers cannot read its GGUF metadata ({type(exc).__name__}: {exc}).") from exc
 
 
+@contextlib.contextmanager
+def _one_tensor_name_map():
+    """transformers (5.24) builds gguf's tensor-name map anew for every module of the model it maps (397 times for
+    SmolLM2-135M: 10 of a 30 s conversion); the map depends on the architecture and layer count alone, so within a
+    conversion each is built once. transformers imports ``get_tensor_name_map`` from gguf at each call, which is
+    what makes it swappable here; where a version does otherwise this changes nothing."""
+    import gguf
+
+    built = getattr(gguf, "get_tensor_name_map", None)
+    if built is None:
+        yield
+        return
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(built)
+    try:
+        yield
+    finally:
+        gguf.get_tensor_name_map = built
+
+
 def convert(path: Path, header: Header, config=None, progress=None) -> Path:
     """Dequantise ``path`` once into ``converted_folder(path)`` (written aside, then renamed into place, so a
     half-written folder is never read) and return that folder."""
@@ -175,8 +196,9 @@ def convert(path: Path, header: Header, config=None, progress=None) -> Path:
             report(0.05)
             tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
             report(0.25)
-            net = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32",
-                                                       config=config)  # the config read already: not parsed again
+            with _one_tensor_name_map():  # (under _CONVERTING: one conversion swaps it at a time)
+                net = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32",
+                                                           config=config)  # the config read already: not parsed again
             report(0.85)
             config = net.config
             if hasattr(config, "quantization_config"):  # the weights are float32 now: nothing is quantised
