@@ -88,6 +88,25 @@ def test_a_gguf_file_is_read_from_its_header_then_dequantised_once(gguf_file, re
     forget_models()
 
 
+def test_a_conversion_builds_each_tensor_name_map_once_and_puts_gguf_back():
+    """transformers maps every module's tensor names with a tensor-name map it builds anew each time (397 builds for
+    SmolLM2-135M, a third of the conversion); within ``convert`` one map per architecture and layer count serves them
+    all, and gguf's own function is back afterwards, even when the conversion fails."""
+    import gguf as gguf_py
+
+    own = gguf_py.get_tensor_name_map
+    arch = gguf_py.MODEL_ARCH.LLAMA
+    with gguf._one_tensor_name_map():
+        first = gguf_py.get_tensor_name_map(arch, 30)
+        assert gguf_py.get_tensor_name_map(arch, 30) is first  # built once
+        assert gguf_py.get_tensor_name_map(arch, 2) is not first  # a map per layer count
+        assert first.get_name("model.layers.29.self_attn.q_proj") == own(arch, 30).get_name("model.layers.29.self_attn.q_proj") == "blk.29.attn_q"
+    assert gguf_py.get_tensor_name_map is own
+    with pytest.raises(RuntimeError), gguf._one_tensor_name_map():
+        raise RuntimeError("a conversion that fails")
+    assert gguf_py.get_tensor_name_map is own
+
+
 def ids_of(model, text: bytes) -> torch.Tensor:
     return model.encode(text)[None]
 
