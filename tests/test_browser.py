@@ -32,7 +32,7 @@ import pytest
 
 from browser_support import (MAIN, OUTPUT, ROOT, ConsoleWatch, StreamlitServer, alert_texts, app_pages,  # noqa: F401
                              assert_no_script_ran, browser, exception_texts, look_at, main_text, menu_sections,
-                             new_tab, output_fingerprint, protocol_visit, screenshot_main, wait_for_change,
+                             new_tab, output_fingerprint, protocol_visit, screenshot_main, sight, wait_for_change,
                              wait_for_output_change, wait_rendered)
 from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz_tools.loadtest import move_a_widget
@@ -80,10 +80,6 @@ def tiny_server(tiny_models_dir):
 SIZES = [(1366, 768), (1920, 1080)]
 
 
-ERROR_BOXES_JS = f"""() => [...document.querySelectorAll('{MAIN} [data-testid="stAlertContentError"]')]
-                          .map(box => (box.innerText || '').trim().slice(0, 300))"""
-
-
 def assert_seen_whole(tab, what: str, sizes=SIZES, said=()) -> None:
     """``said``: error boxes the page already showed for the same settings (a length a checkpoint cannot run)."""
     for width, height in sizes:
@@ -126,7 +122,7 @@ def test_page_renders_reacts_and_survives_a_junk_link(entry, tiny_server, browse
         now = wait_for_output_change(tab, shown)
         changed = [part for part in shown if shown[part] != now[part]]
         assert changed, f"{entry.title}: moving {moved} changed no number, chart or image on the page"
-        said = tab.evaluate(ERROR_BOXES_JS)  # what the moved settings make the page say (learned past its table)
+        said = sight(tab).error_boxes  # what the moved settings make the page say (learned past its table)
 
         # 3. every parameter the page keeps in its link, replaced by junk: the server's whole answer to that link (its
         # protocol, no second page load: test_a_junk_link_in_chromium_runs_no_script draws one in the browser)
