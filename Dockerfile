@@ -1,5 +1,5 @@
 # Hugging Face Docker Space (see the YAML block at the top of README.md): the app on port 7860.
-# torch==2.13.0 from requirements.txt is PyPI's Linux build, which runs on the CPU and uses a CUDA GPU
+# torch==2.13.0 from requirements.lock (every package pinned, as make app and CI install them) is PyPI's Linux build, which runs on the CPU and uses a CUDA GPU
 # when the Space has one (posviz.limits.default_device picks it). At run time only a published model a visitor
 # picks from $POSVIZ_MODELS is downloaded (from the Hugging Face hub); the shipped checkpoints are in the image.
 # Streamlit reads its settings (no file watcher, headless, no usage stats) from .streamlit/config.toml.
@@ -24,8 +24,8 @@ RUN useradd --create-home --uid 1000 user
 WORKDIR /home/user/app
 
 # Dependencies first, so a code change does not reinstall them.
-COPY requirements.txt ./
-RUN pip install -r requirements.txt
+COPY requirements.lock ./
+RUN pip install -r requirements.lock
 
 COPY --chown=user app.py ./
 COPY --chown=user menu.py ./

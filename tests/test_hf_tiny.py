@@ -158,23 +158,34 @@ def test_alibi_families():
     assert torch.allclose(mpt[:, 0, -2], -bloom[:, 0, 1])
 
 
-def test_falcon_eager_attention_adds_alibi_twice(hf_family_dir, monkeypatch):
-    """A fact of transformers 5.24, checked so that a fix upstream is noticed: Falcon's eager attention
-    (also taken by output_attentions=True) is its sdpa attention with the ALiBi doubled."""
+def test_falcon_eager_attention_adds_the_alibi_the_probe_measured(hf_family_dir, monkeypatch):
+    """Whatever the installed transformers does (5.24 added Falcon's ALiBi twice in eager attention, 5.25 once),
+    posviz's probe says it: eager attention (also taken by output_attentions=True) gives the logits of the default
+    (sdpa) attention with the bias builder scaled by the probe's multiple, and not those of the other count."""
     from transformers.models.falcon import modeling_falcon
+
+    from posviz.models.hf.probes import measured
 
     folder = hf_family_dir["falcon"]
     ids = sample_ids(AutoTokenizer.from_pretrained(folder), 40)
     sdpa = AutoModelForCausalLM.from_pretrained(folder).eval()
     assert sdpa.config._attn_implementation == "sdpa"
+    probe = measured(sdpa.config, "alibi")
+    multiple = round(probe.alibi_eager_multiple)
+    assert multiple in (1, 2) and probe.alibi_eager_multiple == pytest.approx(multiple, abs=0.02)
+    build = modeling_falcon.build_alibi_tensor
     with torch.no_grad():
         plain = sdpa(ids).logits
         with_maps = sdpa(ids, output_attentions=True).logits
-        build = modeling_falcon.build_alibi_tensor
-        monkeypatch.setattr(modeling_falcon, "build_alibi_tensor", lambda *a, **k: 2 * build(*a, **k))
-        doubled = sdpa(ids).logits
-    assert not torch.allclose(plain, with_maps, atol=1e-3)
-    assert torch.allclose(with_maps, doubled, atol=1e-5)
+        scaled = {}
+        for m in (1, 2):
+            monkeypatch.setattr(modeling_falcon, "build_alibi_tensor", lambda *a, m=m, **k: m * build(*a, **k))
+            scaled[m] = sdpa(ids).logits
+        monkeypatch.setattr(modeling_falcon, "build_alibi_tensor", build)
+    torch.testing.assert_close(scaled[1], plain)
+    assert torch.allclose(with_maps, scaled[multiple], atol=1e-5)
+    assert not torch.allclose(with_maps, scaled[3 - multiple], atol=1e-3)  # the other count is told apart
+    assert probe.eager_equals_default == (multiple == 1)
 
 
 def test_mpt_cannot_run_past_max_seq_len():

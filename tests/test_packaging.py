@@ -132,9 +132,14 @@ def test_make_app_installs_and_runs_what_the_readme_documents():
     documented = code_lines(section("Quick start"))
     install = next(c for c in documented if c.startswith("pip install"))
     run = next(c for c in documented if c.startswith("streamlit run"))
-    assert install == "pip install -r requirements.txt" and run == "streamlit run app.py"
+    assert install == "pip install -r requirements.lock" and run == "streamlit run app.py"
     recipe = " ".join(make_recipe("app")) + MAKEFILE[MAKEFILE.index("$(APP_STAMP):"):]
-    assert "$(PY) -m " + install in recipe, "make app must install requirements.txt with pip"
+    assert "$(PY) -m " + install in recipe, "make app must install requirements.lock with pip"
+    # make test installs the same lock, and both stamps are remade when the lock changes
+    test_install = MAKEFILE[MAKEFILE.index("$(TEST_STAMP):"):]
+    assert "$(PY) -m " + install in test_install.split("\n\n")[0]
+    assert re.search(r"^\$\(APP_STAMP\): \$\(LOCK\)", MAKEFILE, re.M) and re.search(r"^\$\(TEST_STAMP\): \$\(LOCK\)", MAKEFILE, re.M)
+    assert re.search(r"^LOCK := requirements.lock$", MAKEFILE, re.M)
     assert "$(PY) -m " + run in " ".join(make_recipe("app")), "make app must run streamlit run app.py"
 
 
@@ -203,10 +208,10 @@ def test_readme_front_matter_is_a_docker_space():
 
 def test_image_contains_everything_the_app_imports():
     copied = {line.split()[-2].rstrip("/") for line in docker_instructions("COPY")}
-    assert {"requirements.txt", "app.py", "menu.py", ".streamlit", "views", "posviz", "models"} <= copied, copied
+    assert {"requirements.lock", "app.py", "menu.py", ".streamlit", "views", "posviz", "models"} <= copied, copied
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
-    assert not ignored & {"app.py", "menu.py", ".streamlit", "views", "posviz", "models", "requirements.txt"}, ignored
+    assert not ignored & {"app.py", "menu.py", ".streamlit", "views", "posviz", "models", "requirements.lock"}, ignored
 
 
 
@@ -246,13 +251,39 @@ def test_torch_is_pinned_and_test_requirements_extend_the_runtime_ones():
     assert any(line.startswith(("transformers", "playwright", "pytest")) for line in test)
 
 
+def test_the_lock_pins_every_installed_package_within_the_ranges():
+    """requirements.lock (what every install takes) pins each package once, with ==, and each direct requirement
+    within its range in requirements.txt / requirements-test.txt; the ranges' lower ends are what
+    `make test-lowest` installs; torch is the pinned release without a local build label."""
+    from posviz_tools import ranges
+
+    lines = [line.split("#")[0].strip() for line in (ROOT / "requirements.lock").read_text().splitlines()]
+    pins = [line for line in lines if line]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][0-9A-Za-z.+-]*", p) for p in pins), pins
+    names = [ranges.normalise(p.split("==")[0]) for p in pins]
+    assert len(names) == len(set(names))
+    assert ranges.lock_problems() == []
+    assert ranges.locked()["torch"] == "2.13.0"
+    requirements = ranges.direct_requirements()
+    assert {"transformers", "streamlit", "altair", "pandas", "numpy", "torch", "pytest"} <= set(requirements)
+    low = dict(p.split("==") for p in ranges.lowest(requirements))
+    assert low["torch"] == "2.13.0" and all(low[n] for n in requirements)
+    # what the check catches: a missing pin, a pin outside its range
+    assert ranges.lock_problems({"numpy": ">=1.26"}, {}) == ["numpy (>=1.26) is not in requirements.lock: run `make lock`"]
+    assert "outside >=5.23,<6" in ranges.lock_problems({"transformers": ">=5.23,<6"}, {"transformers": "6.0.0"})[0]
+    for target in ("lock", "test-lowest", "test-newest"):
+        make_recipe(target)
+    assert "pip-compile" in " ".join(make_recipe("lock")) and "requirements-test.txt" in " ".join(make_recipe("lock"))
+    assert any("posviz_tools.ranges lowest" in line for line in make_recipe("test-lowest"))
+
+
 def test_ci_runs_the_readme_test_command_from_a_fresh_venv():
     test_command = quick_start()[1]
     commands = [line.strip() for line in CI.splitlines() if line.strip() and not line.strip().startswith("#")]
     assert commands[0].startswith("set -euo pipefail") or "set -euo pipefail" in commands
     assert commands[-1] == test_command, "the last thing CI does is the README's test command"
     assert any(re.match(r"python3 -m venv \.venv\b", c) for c in commands)
-    assert any("pip install -r requirements-test.txt" in c for c in commands)
+    assert any("pip install -r requirements.lock" in c for c in commands)
     assert any("apt-get install" in c and "chromium" in c for c in commands)
     # the emoji font: page icons drawn, not boxes, in the browser tests and the screenshots
     assert any("apt-get install" in c and "fonts-noto-color-emoji" in c for c in commands)

@@ -9,8 +9,11 @@
   ``apply_rotary_pos_emb`` (GPT-OSS's sink logits and Gemma 2's soft-cap included), and scores a NoPE layer
   (SmolLM3's) plainly.
 * **Every rotary family's tiny model**: a remap changes nothing inside its near window, runs past the context,
-  and decodes with a KV cache exactly as the full pass; a sliding-window layer keeps its window; a model whose
-  attention cannot take one (Falcon's rotary attention) says so in words.
+  and decodes with a KV cache exactly as the full pass; a sliding-window layer keeps its window. Falcon's rotary
+  models too, where the installed transformers routes their attention through its interface (5.25 does, 5.24 did
+  not), and a refusal in words where it does not: whether a family takes the remaps is measured on the installed
+  library (``posviz/models/hf/probes.py``), checked here against the family's source and against the family's
+  own forward.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from tests.hf_tiny import FAMILIES as TINY, Family, _save, family_config
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORT = ROOT / "models" / "hf" / "rope-neox"
-ROTARY_FAMILIES = ("neox", "llama3", "llama_yarn", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3")
+ROTARY_FAMILIES = ("neox", "llama3", "llama_yarn", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3", "falcon_rope")
 CONTEXT = 64  # the tiny families' trained context (tests/hf_tiny.py); llama_yarn and phi3 state 128
 
 
@@ -40,6 +43,25 @@ CONTEXT = 64  # the tiny families' trained context (tests/hf_tiny.py); llama_yar
 def single_thread():
     with g.one_thread():  # tiny models: a second intra-op thread costs more than it saves
         yield
+
+
+@pytest.fixture(scope="module")
+def rotary_dirs(hf_family_dir, tmp_path_factory):
+    """The tiny rotary families' folders, and Falcon's rotary arrangement (the tiny Falcon with alibi=False)."""
+    spec = TINY["falcon"]
+    falcon_rope = _save(Family(spec.config_class, {**spec.kwargs, "alibi": False}, "rope", seed=spec.seed),
+                        tmp_path_factory.mktemp("falcon-rope"))
+    return lambda family: falcon_rope if family == "falcon_rope" else hf_family_dir[family]
+
+
+def falcon_uses_the_interface() -> bool:
+    """An independent reading of the installed library: Falcon's modeling source hands attention to transformers'
+    attention interface (5.25) or does not (5.24)."""
+    import inspect
+
+    from transformers.models.falcon import modeling_falcon
+
+    return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(modeling_falcon)
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +211,13 @@ def near_window(remap: str, options: dict) -> int:
 
 @pytest.mark.parametrize("family", ROTARY_FAMILIES)
 def test_each_remap_on_each_rotary_family_keeps_its_near_window_runs_past_the_context_and_decodes_alike(
-        family, hf_family_dir, source_code):
-    plain = open_model(hf_family_dir[family], None, "cpu")
+        family, rotary_dirs, source_code):
+    plain = open_model(rotary_dirs(family), None, "cpu")
+    if family == "falcon_rope" and not falcon_uses_the_interface():  # transformers 5.24 and before: refused in words
+        assert plain.remaps == () and "attention interface" in plain.remap_refusal
+        with pytest.raises(PosvizError, match="cannot take the dca remap: transformers .*'s falcon attention"):
+            plain.with_position_options({"remap": "dca"})
+        return
     assert plain.remaps == tuple(ROPE_REMAPS) and plain.remap_refusal is None
     L = plain.train_length
     ids = plain.encode(source_code)[: 4 * L][None]
@@ -227,14 +254,34 @@ def test_a_sliding_window_layer_keeps_its_window_under_a_remap(hf_family_dir, so
     torch.testing.assert_close(every[sliding[0]], probs)
 
 
-def test_a_model_whose_attention_cannot_take_a_remap_says_so_in_words(hf_family_dir, tmp_path):
-    spec = TINY["falcon"]
-    rotary = _save(Family(spec.config_class, {**spec.kwargs, "alibi": False}, "rope", seed=spec.seed), tmp_path / "falcon-rope")
-    model = open_model(rotary, None, "cpu")
-    assert model.method == "rope" and model.remaps == ()
-    assert "attention interface" in model.remap_refusal
-    with pytest.raises(PosvizError, match="cannot take the dca remap: transformers' falcon attention"):
-        model.with_position_options({"remap": "dca"})
+def test_a_family_takes_the_remaps_exactly_where_its_attention_goes_through_the_interface():
+    """posviz's probe (a small model of the family, run plainly and as a remap runs it) against an independent
+    reading of the installed library's source: a rotary family whose attention is handed to transformers' attention
+    interface takes the remaps, one whose attention is its own (GPT-NeoX-Japanese's, Falcon's before 5.25) is
+    refused in words, with the logit difference that refused it."""
+    import inspect
+
+    from transformers import FalconConfig, GPTNeoXJapaneseConfig
+    from transformers.models.gpt_neox_japanese import modeling_gpt_neox_japanese
+
+    from posviz.models.hf import probes
+
+    japanese = GPTNeoXJapaneseConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=256,
+                                     intermediate_multiple_size=2)
+    refusal = probes.measured(japanese, "rope").remap_refusal
+    if "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(modeling_gpt_neox_japanese):
+        assert refusal is None
+    else:
+        assert "does not go through its attention interface" in refusal and "changed its logits by" in refusal
+        assert f"transformers {transformers.__version__}'s gpt_neox_japanese" in refusal
+    falcon = FalconConfig(**{**TINY["falcon"].kwargs, "alibi": False})
+    assert (probes.measured(falcon, "rope").remap_refusal is None) == falcon_uses_the_interface()
+    # what the probe compares moves: without posviz's attention, the identity rotation changes the logits
+    gap, moved = probes.measure_remap_gap(family_config("qwen2"))
+    assert gap <= probes.SAME_LOGITS < probes.MOVED_LOGITS < moved
+
+
+def test_a_model_whose_attention_cannot_take_a_remap_says_so_in_words(hf_family_dir):
     with pytest.raises(PosvizError, match="rotary models only"):
         open_model(hf_family_dir["bloom"], {"remap": "rerope"}, "cpu")
     with pytest.raises(PosvizError, match="Unknown RoPE remap 'nope'"):

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import transformers
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -203,7 +204,11 @@ def test_a_scaling_is_transformers_rope_parameters_on_the_same_weights(hf_family
 @pytest.mark.parametrize("name", ["bloom", "mpt", "falcon"])
 def test_alibi_slopes_are_measured_as_the_model_adds_them(hf_family_dir, name):
     """With every query and key zeroed, a layer's attention row is softmax(bias): the log-ratio of
-    neighbouring keys is the slope the model really adds (Falcon's eager attention adds it twice)."""
+    neighbouring keys is the slope the model really adds in eager attention, the one that draws the maps. It is
+    the stated slope times the multiple posviz's probe measured on the installed transformers (Falcon's: twice on
+    5.24, once on 5.25), and the notes a visitor reads say that same multiple."""
+    from posviz.models.hf.probes import measured
+
     folder = hf_family_dir[name]
     model = open_model(folder)
     net = model.net
@@ -212,15 +217,21 @@ def test_alibi_slopes_are_measured_as_the_model_adds_them(hf_family_dir, name):
             if "query_key_value" in pname or "Wqkv" in pname:
                 p.zero_()
     probs = model(model.encode(TEXT)[None, :16], attention_layer=0).attention[0]  # (H, T, T)
-    measured = (probs[:, -1, 1:].log() - probs[:, -1, :-1].log()).mean(-1)  # (H,)
+    measured_slopes = (probs[:, -1, 1:].log() - probs[:, -1, :-1].log()).mean(-1)  # (H,)
     slopes = model.position.slopes
+    multiple = measured(model.config, "alibi").alibi_eager_multiple
+    ratio = float((measured_slopes / slopes).median())
+    assert ratio == pytest.approx(multiple, abs=0.02)  # what the notes say is what the model does
+    said_twice = any("twice" in note for note in model.position.notes)
+    assert said_twice == (abs(ratio - 2.0) < 0.05)
+    assert any(f"transformers {transformers.__version__}" in note for note in model.position.notes) == said_twice
     if name == "falcon":
-        torch.testing.assert_close(measured, 2 * slopes, atol=2e-3, rtol=1e-2)  # bf16 bias, added twice in eager
+        torch.testing.assert_close(measured_slopes, multiple * slopes, atol=2e-3, rtol=1e-2)  # a bf16 bias
         bloom_like, _ = alibi_slopes_as_added(direct(hf_family_dir["bloom"]).config, 4)
         torch.testing.assert_close(slopes, bloom_like / math.sqrt(8), atol=1e-6, rtol=1e-3)
-        assert any("twice" in note for note in model.position.notes)
     else:
-        torch.testing.assert_close(measured, slopes, atol=1e-5, rtol=1e-4)
+        assert multiple == pytest.approx(1.0, abs=1e-4) and not said_twice
+        torch.testing.assert_close(measured_slopes, slopes, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(slopes, 2.0 ** (-8.0 * torch.arange(1, 5) / 4))  # the paper's, for 4 heads
 
 

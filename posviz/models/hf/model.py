@@ -21,7 +21,7 @@ from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import MAX_LENGTH_MULTIPLE_CPU, MAX_LENGTH_MULTIPLE_GPU
 from posviz.models.interface import MODEL_KINDS, LabModel, ModelKind, ModelOutput, open_model
 from posviz.models.hf.cache import PublishedCache
-from posviz.models.hf.families import (ACTS_ON, EAGER_DIFFERS, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
+from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added, eager_differs,
                                               attention_module, decoder_layers, layer_layout, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, is_transformers_folder, read_hf_config
@@ -334,7 +334,7 @@ class PublishedModel(LabModel):
             finally:
                 if hook is not None:
                     hook.remove()
-        if attention_layer is not None and cache is None and self.family_name in EAGER_DIFFERS:
+        if attention_layer is not None and cache is None and eager_differs(self.config, self.method):
             # the map is eager attention's; the scores come from the implementation the model runs by default
             logits = self(ids, positions=pos).logits
         if cache is not None:

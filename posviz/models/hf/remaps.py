@@ -284,15 +284,10 @@ def exact_speeds(buffer: torch.Tensor, params: dict) -> torch.Tensor:
 
 def refusal(config, method: str) -> str | None:
     """Why a published model cannot take the remaps, in a page's words; None when it can: its positions are RoPE's,
-    and its attention goes through transformers' attention interface (Falcon's rotary attention does not)."""
-    import inspect
-
-    from posviz.models.hf.families import modeling_module
+    and a twin of it on the installed transformers runs under posviz's remap attention exactly as it runs plainly
+    (``probes``: its attention goes through the attention interface and rotates with the module posviz swaps)."""
+    from posviz.models.hf.probes import measured
 
     if method != "rope":
         return f"it uses {method} positions: the remaps move the positions RoPE rotates pairs by"
-    source = inspect.getsource(modeling_module(config))
-    if "ALL_ATTENTION_FUNCTIONS" not in source or "RotaryEmbedding" not in source:
-        return (f"transformers' {config.model_type} attention does not go through its attention interface, where "
-                "posviz's remaps enter")
-    return None
+    return measured(config, method).remap_refusal
