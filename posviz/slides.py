@@ -8,6 +8,7 @@ under the other, and the sentence. The sentences are written from the numbers th
 """
 from __future__ import annotations
 
+import copy
 import io
 import textwrap
 from typing import Mapping, Sequence
@@ -16,18 +17,28 @@ import pandas as pd
 
 from posviz.display import display_name
 
-SLIDE_WIDTH = 1920  # px: a slide is drawn at 1920 wide and scaled (by Vega's renderer, so text stays sharp)
+SLIDE_WIDTH = 1920  # px: a slide is designed at 1920 wide and drawn scaled (by Vega's renderer, so text stays sharp)
 PAD = 40  # px around the slide
-SENTENCE_CHARACTERS = 120  # a line of the sentence at 24 px in 1,840 px
+SENTENCE_CHARACTERS = 110  # a line of the sentence at 26 px in 1,840 px
+# Type a hall can read at 1920 px (scaled with the slide at 1280): the title, the settings line, the sentence.
+TITLE_SIZE, SETTINGS_SIZE, SENTENCE_SIZE = 52, 26, 26
+# One sans-serif for every text of the PNG (title, settings line, axes, legend, sentence): the renderer's own
+# (vl-convert draws "sans-serif" in its bundled Liberation Sans). Streamlit's Source Sans ships only as variable
+# WOFF2, which the renderer cannot read; cutting static TrueType instances from it took 30-90 s a machine.
+FONT = "sans-serif"
+HEAD_GAP = 20  # px between the settings line and the chart
+FIT_ROUNDS = 4  # renders to fit the chart to its box (each a few tenths of a second)
 
 
 def _sentence_view(sentence: str) -> dict:
     lines = textwrap.wrap(sentence, SENTENCE_CHARACTERS) or [""]
     return {"data": {"values": [{"line": line, "row": i} for i, line in enumerate(lines)]},
-            "mark": {"type": "text", "align": "left", "baseline": "top", "fontSize": 24, "color": "#31333F"},
+            "mark": {"type": "text", "align": "left", "baseline": "top", "fontSize": SENTENCE_SIZE, "color": "#31333F",
+                     "font": FONT},
             "encoding": {"text": {"field": "line"}, "x": {"value": 0},
                          "y": {"field": "row", "type": "ordinal", "axis": None, "scale": {"paddingOuter": 0}}},
-            "width": SLIDE_WIDTH - 2 * PAD - 40, "height": 34 * len(lines), "view": {"stroke": None}}
+            "width": SLIDE_WIDTH - 2 * PAD - 40, "height": round(1.4 * SENTENCE_SIZE) * len(lines),
+            "view": {"stroke": None}}
 
 
 def _plot_width(view: dict, width: int) -> None:
@@ -42,50 +53,158 @@ def _plot_width(view: dict, width: int) -> None:
         _plot_width(view["spec"], width // 3)
     elif not isinstance(view.get("width"), (int, float)):
         view["width"] = width
+    else:
+        view["_posviz_square"] = True  # a fixed width came with it: it keeps its aspect when fitted
 
 
-def slide_spec(views: Sequence[dict], title: str, settings: str, sentence: str | None,
-               config: Mapping[str, Mapping]) -> dict:
-    """One Vega-Lite spec for the whole slide: ``views`` (each a chart's spec, datasets as rows) under the title
-    and the settings line, the sentence under them."""
-    datasets, body = {}, []
-    for view in views:
-        datasets.update(view.get("datasets", {}))
-        part = {k: v for k, v in view.items() if k not in ("$schema", "config", "datasets")}
-        _plot_width(part, SLIDE_WIDTH - 2 * PAD - 420)  # room for a legend beside the plot
-        body.append(part)
+def _plots(view: dict):
+    """Every plot of ``view`` that has a size of its own (in concatenations, facets and layers)."""
+    for key in ("hconcat", "vconcat", "concat"):
+        for part in view.get(key, []):
+            yield from _plots(part)
+    if "spec" in view:
+        yield from _plots(view["spec"])
+    if "width" in view or "height" in view:
+        yield view
+    for part in view.get("layer", []):
+        if "width" in part or "height" in part:
+            yield part
+
+
+def _scaled(body: list[dict], mw: float, mh: float) -> list[dict]:
+    """The body with every plot's width times ``mw`` and height times ``mh`` (a plot that keeps its aspect: both
+    times the smaller)."""
+    out = copy.deepcopy(body)
+    for part in out:
+        squares = {id(p) for p in _plots(part) if p.pop("_posviz_square", False)}
+        for plot in _plots(part):
+            fw, fh = (min(mw, mh),) * 2 if id(plot) in squares else (mw, mh)
+            if isinstance(plot.get("width"), (int, float)):
+                plot["width"] = max(20, round(plot["width"] * fw))
+            if isinstance(plot.get("height"), (int, float)):
+                plot["height"] = max(20, round(plot["height"] * fh))
+    return out
+
+
+def _merged_config(views: Sequence[dict], config: Mapping[str, Mapping]) -> dict:
     merged = {}
     for view in views:
         for group, values in view.get("config", {}).items():
             merged[group] = {**merged.get(group, {}), **values} if isinstance(values, Mapping) else values
     for group, values in config.items():
         merged[group] = {**merged.get(group, {}), **values}
+    merged["font"] = FONT
+    return merged
+
+
+def slide_spec(views: Sequence[dict], title: str, settings: str, sentence: str | None,
+               config: Mapping[str, Mapping]) -> dict:
+    """One Vega-Lite spec for the whole slide, as the PNG is drawn at its natural size: ``views`` (each a chart's
+    spec, datasets as rows) under the title and the settings line, the sentence under them."""
+    spec = _body_spec(views, sentence, config)
+    spec["title"] = _title(title, settings)
+    return spec
+
+
+def _title(title: str, settings: str) -> dict:
+    return {"text": title, "subtitle": settings or "", "anchor": "start", "fontSize": TITLE_SIZE, "offset": HEAD_GAP,
+            "subtitleFontSize": SETTINGS_SIZE, "subtitleColor": "#555", "subtitlePadding": 10, "font": FONT,
+            "subtitleFont": FONT, "limit": SLIDE_WIDTH - 2 * PAD, "subtitleLimit": SLIDE_WIDTH - 2 * PAD} if title else {}
+
+
+def _body_spec(views: Sequence[dict], sentence: str | None, config: Mapping[str, Mapping], mw: float = 1.0,
+               mh: float = 1.0) -> dict:
+    datasets, body = {}, []
+    for view in views:
+        datasets.update(view.get("datasets", {}))
+        part = {k: v for k, v in view.items() if k not in ("$schema", "config", "datasets")}
+        _plot_width(part, SLIDE_WIDTH - 2 * PAD - 420)  # room for a legend beside the plot
+        body.append(part)
     spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-            "title": {"text": title, "subtitle": settings or "", "anchor": "start", "fontSize": 40, "offset": 24,
-                      "subtitleFontSize": 20, "subtitleColor": "#555", "subtitlePadding": 10},
-            "vconcat": body + ([_sentence_view(sentence)] if sentence else []), "spacing": 24,
-            "config": merged, "background": "white", "padding": PAD}
+            "vconcat": _scaled(body, mw, mh) + ([_sentence_view(sentence)] if sentence else []), "spacing": 24,
+            "config": _merged_config(views, config), "background": "white", "padding": 0}
+    if not body:  # the sentence alone
+        spec["vconcat"] = spec["vconcat"][-1:]
     if datasets:
         spec["datasets"] = datasets
     return spec
 
 
-def slide_png(views: Sequence[dict], title: str, settings: str, sentence: str | None, width: int, height: int,
-              config: Mapping[str, Mapping]) -> bytes:
-    """The slide as a PNG of exactly ``width``×``height`` px: drawn at ``SLIDE_WIDTH`` scaled to ``width``, shrunk
-    to fit when taller, on white."""
+def _render(spec: dict, scale: float):
     import vl_convert as vlc
     from PIL import Image
 
+    return Image.open(io.BytesIO(vlc.vegalite_to_png(spec, scale=scale))).convert("RGB")
+
+
+def _head(title: str, settings: str, scale: float):
+    """The slide's head (title and settings line) as a picture, at ``scale``."""
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": _title(title, settings),
+            "data": {"values": [{}]}, "mark": {"type": "point", "opacity": 0}, "width": 1, "height": 1,
+            "config": {"view": {"stroke": None}, "font": FONT}, "background": "white", "padding": 0}
+    picture = _render(spec, scale)
+    return picture.crop((0, 0, picture.width, max(1, picture.height - round(3 * scale))))  # less the 1-px plot
+
+
+def head_height(title: str, settings: str, width: int) -> int:
+    """The height (px) of a slide's head in its ``width``-wide PNG: where the chart may start."""
     scale = width / SLIDE_WIDTH
-    raw = vlc.vegalite_to_png(slide_spec(views, title, settings, sentence, config), scale=scale)
-    picture = Image.open(io.BytesIO(raw)).convert("RGB")
-    if picture.width > width or picture.height > height:
-        fit = min(width / picture.width, height / picture.height)
-        picture = picture.resize((max(1, int(picture.width * fit)), max(1, int(picture.height * fit))),
-                                 Image.LANCZOS)
+    return round(PAD * scale) + _head(title, settings, scale).height + round(HEAD_GAP * scale)
+
+
+def _fitted_body(views, sentence, config, box_w: int, box_h: int, scale: float):
+    """The charts and the sentence drawn to fill ``box_w`` × ``box_h`` px as nearly as their shapes allow: every
+    plot's width and height scaled until the whole (axes, legends, titles included) meets the box. What a plot
+    adds around itself does not scale with it, so each dimension is fitted by the secant method on the rendered size."""
+    tries = []  # (mw, mh, picture)
+    mw = mh = 1.0
+    for _ in range(FIT_ROUNDS):
+        picture = _render(_body_spec(views, sentence, config, mw, mh), scale)
+        tries.append((mw, mh, picture))
+        if abs(picture.width - box_w) <= 0.02 * box_w and abs(picture.height - box_h) <= 0.02 * box_h and \
+                picture.width <= box_w and picture.height <= box_h:
+            break
+        mw, mh = (_next(tries, 0, box_w, "width"), _next(tries, 1, box_h, "height"))
+    fitting = [t for t in tries if t[2].width <= box_w and t[2].height <= box_h]
+    return max(fitting, key=lambda t: t[2].width * t[2].height)[2] if fitting else tries[-1][2]
+
+
+def _next(tries, index: int, target: int, side: str) -> float:
+    """The next multiplier of one dimension: the secant through the last two tries (the proportional step after
+    one), aiming 1 % inside the box."""
+    target = 0.99 * target
+    m1, size1 = tries[-1][index], getattr(tries[-1][2], side)
+    if len(tries) < 2 or getattr(tries[-2][2], side) == size1 or tries[-2][index] == m1:
+        return max(0.2, m1 * target / max(1, size1))
+    m0, size0 = tries[-2][index], getattr(tries[-2][2], side)
+    slope = (size1 - size0) / (m1 - m0)
+    return max(0.2, min(8.0, m1 + (target - size1) / slope)) if slope > 0 else max(0.2, m1 * target / max(1, size1))
+
+
+def slide_png(views: Sequence[dict], title: str, settings: str, sentence: str | None, width: int, height: int,
+              config: Mapping[str, Mapping]) -> bytes:
+    """The slide as a PNG of exactly ``width``×``height`` px: the head (title, settings line) at the top left, the
+    sentence at the bottom, and between them the charts fitted to the rest of the canvas (``_fitted_body``), in
+    the type sizes of a 1920-px slide scaled to ``width``, shrunk to fit only where a chart's shape cannot be
+    fitted otherwise."""
+    from PIL import Image
+
+    scale = width / SLIDE_WIDTH
+    pad = round(PAD * scale)
+    head = _head(title, settings, scale)
+    top = pad + head.height + round(HEAD_GAP * scale)
+    words = _render(_body_spec([], sentence, config), scale) if sentence else None
+    under = words.height + round(24 * scale) if words is not None else 0
+    box_w, box_h = width - 2 * pad, height - top - pad - under
+    body = _fitted_body(views, None, config, box_w, box_h, scale)
+    if body.width > box_w or body.height > box_h:
+        fit = min(box_w / body.width, box_h / body.height)
+        body = body.resize((max(1, int(body.width * fit)), max(1, int(body.height * fit))), Image.LANCZOS)
     canvas = Image.new("RGB", (width, height), "white")
-    canvas.paste(picture, ((width - picture.width) // 2, 0))
+    canvas.paste(head.crop((0, 0, min(head.width, box_w), head.height)), (pad, pad))
+    canvas.paste(body, (pad + (box_w - body.width) // 2, top))
+    if words is not None:
+        canvas.paste(words.crop((0, 0, min(words.width, box_w), words.height)), (pad, top + body.height + round(24 * scale)))
     out = io.BytesIO()
     canvas.save(out, format="PNG", optimize=True)
     return out.getvalue()

@@ -31,12 +31,13 @@ CHART_NAME = re.compile(r"[A-Za-z0-9_.-]{1,120}")
 # sentence under it, the slide fills a 1920×1080 screen without scrolling.
 SLIDE_PLOT_HEIGHT = 700
 # Fonts of a chart on a slide, scaled as the captions are (Vega-Lite's defaults are 10-11 px: unreadable from a hall)
+# (at least 20 px at 1920 for a projector: issue #72)
 SLIDE_CHART_CONFIG = {
-    "axis": {"labelFontSize": 17, "titleFontSize": 19, "titlePadding": 12, "labelLimit": 300},
-    "legend": {"labelFontSize": 17, "titleFontSize": 18, "symbolSize": 180, "labelLimit": 420, "rowPadding": 6},
-    "header": {"labelFontSize": 18, "titleFontSize": 19},
-    "title": {"fontSize": 22},
-    "text": {"fontSize": 15},
+    "axis": {"labelFontSize": 22, "titleFontSize": 24, "titlePadding": 14, "labelLimit": 360},
+    "legend": {"labelFontSize": 22, "titleFontSize": 24, "symbolSize": 260, "labelLimit": 460, "rowPadding": 8},
+    "header": {"labelFontSize": 22, "titleFontSize": 24},
+    "title": {"fontSize": 26},
+    "text": {"fontSize": 20},
 }
 
 # What is hidden on a slide: in every block of the main area, each element that is not the head, the slide's chart

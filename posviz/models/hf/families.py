@@ -148,20 +148,15 @@ def rope_parameters_for(own: Mapping, rotary_dims: int, train_length: int, overr
     return params
 
 
-def eager_differs(config, method: str) -> bool:
-    """Whether the family's eager attention (the one that returns probabilities) computes other logits than its
-    default attention, measured on a twin (``probes``): transformers 5.24's Falcon with ALiBi added the bias twice
-    in eager, 5.25's once. Where it differs, a map comes from eager attention and the scores from the default pass."""
-    from posviz.models.hf.probes import measured
+def default_attention(config) -> str:
+    """sdpa where the family's class says it supports it (``_supports_sdpa``), else eager (BLOOM, MPT, Gemma 2's
+    soft-capped logits): read from the installed library's class, as transformers itself decides."""
+    from transformers import AutoModelForCausalLM
 
-    return not measured(config, method).eager_equals_default
+    return "sdpa" if getattr(AutoModelForCausalLM._model_mapping[type(config)], "_supports_sdpa", False) else "eager"
 
 
 def sdpa_ok(config) -> bool:
-    """Whether the family's class supports sdpa (read from the installed transformers; BLOOM, MPT and Gemma 2,
-    whose soft-capped logits have no sdpa path, run eager attention)."""
-    from posviz.models.hf.probes import default_attention
-
     return default_attention(config) == "sdpa"
 
 
@@ -187,10 +182,10 @@ def attention_module(layer) -> torch.nn.Module:
     raise PosvizError(f"cannot find the attention of {type(layer).__name__}")
 
 
-def alibi_slopes_as_added(config, n_head: int, measure: bool = True) -> tuple[torch.Tensor, list[str]]:
+def alibi_slopes_as_added(config, n_head: int) -> tuple[torch.Tensor, list[str]]:
     """(H,) the bias per unit of distance the model adds to its attention logits (after the 1/sqrt(d)
-    scaling), from the family's own bias builder; and what differs from the ALiBi paper. With ``measure``, the
-    notes also say what eager attention adds, measured on a twin of the model (``probes``)."""
+    scaling), from the family's own bias builder; and what differs from the ALiBi paper. What its eager
+    attention adds of it is measured, not read here (``probes.eager_alibi_notes``)."""
     module, notes = modeling_module(config), []
     n = 8
     if config.model_type == "mpt":
@@ -205,22 +200,4 @@ def alibi_slopes_as_added(config, n_head: int, measure: bool = True) -> tuple[to
             slopes = slopes / math.sqrt(head_dim)
             notes.append(f"Falcon divides its ALiBi bias by √(head dim) = √{head_dim} along with q·k, so its slopes "
                          f"are the paper's / {math.sqrt(head_dim):.2f}, and it builds the bias in bfloat16.")
-    if measure:
-        notes.extend(eager_alibi_notes(config))
     return slopes, notes
-
-
-def eager_alibi_notes(config) -> list[str]:
-    """What eager attention (the one that returns maps) adds of the bias, in words, as measured on a twin of the
-    model with every query and key zeroed; nothing where it adds the bias once, as its default attention does."""
-    from posviz.models.hf.probes import measured
-
-    probe = measured(config, "alibi")
-    multiple = probe.alibi_eager_multiple
-    if multiple is not None and abs(multiple - 1.0) <= 0.05 and probe.eager_equals_default:
-        return []
-    times = "twice" if multiple is not None and abs(multiple - 2.0) <= 0.05 else f"{multiple:.2f}×"
-    name = {"falcon": "Falcon", "bloom": "BLOOM", "mpt": "MPT"}.get(config.model_type, config.model_type)
-    return [f"{name}'s eager attention, the one that returns attention maps, adds this bias {times} "
-            f"(measured on transformers {probe.transformers_version}, with every query and key of a small "
-            f"{name} zeroed): its maps are sharper than what its default attention computes."]

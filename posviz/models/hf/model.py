@@ -21,7 +21,7 @@ from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import MAX_LENGTH_MULTIPLE_CPU, MAX_LENGTH_MULTIPLE_GPU
 from posviz.models.interface import MODEL_KINDS, LabModel, ModelKind, ModelOutput, open_model
 from posviz.models.hf.cache import PublishedCache
-from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added, eager_differs,
+from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
                                               attention_module, decoder_layers, layer_layout, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, HUB_ID, WEIGHT_FILES, count_parameters, is_transformers_folder, read_hf_config
@@ -31,6 +31,7 @@ from posviz.models.hf.text import TokenizerText
 from posviz.models.shipped import _frozen  # a remap's options are a mapping: keys hashable all the way down
 from posviz.models.hf import gguf
 from posviz.models.hf import remaps as hf_remaps
+from posviz.models.hf import probes
 from posviz.positions.rope_remaps import ROPE_REMAPS
 
 
@@ -91,7 +92,7 @@ class PublishedModel(LabModel):
         self.hidden = int(config.hidden_size)
         self.rotary_dims = (int(self.head_dim * float(base_rope.get("partial_rotary_factor", 1.0))) // 2 * 2
                             if self.method == "rope" else None)
-        self.remap_refusal = hf_remaps.refusal(config, self.method)  # None: it takes every remap
+        self.remap_refusal = probes.remap_refusal(config, self.method)  # None: it takes every remap
         self.remaps = tuple(ROPE_REMAPS) if self.remap_refusal is None else ()
         remap = self._overrides.get("remap", "none")
         if self._overrides and self.method != "rope":
@@ -334,7 +335,7 @@ class PublishedModel(LabModel):
             finally:
                 if hook is not None:
                     hook.remove()
-        if attention_layer is not None and cache is None and eager_differs(self.config, self.method):
+        if attention_layer is not None and cache is None and probes.eager_differs(self.config, self.method):
             # the map is eager attention's; the scores come from the implementation the model runs by default
             logits = self(ids, positions=pos).logits
         if cache is not None:
@@ -402,7 +403,7 @@ class PublishedModel(LabModel):
                                  f"({self.rotary_dims / self.head_dim:.0%}); the rest carry no position.")
         else:
             out.slopes, notes = alibi_slopes_as_added(self.config, self.n_head)
-            out.notes.extend(notes)
+            out.notes.extend(notes + probes.eager_alibi_notes(self.config))
         return out
 
     def stored_metrics(self) -> dict:

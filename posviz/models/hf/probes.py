@@ -33,6 +33,9 @@ from dataclasses import dataclass
 import torch
 
 from posviz.errors import PosvizError
+from posviz.models.hf import remaps as hf_remaps
+from posviz.models.hf.families import alibi_slopes_as_added, attention_module, decoder_layers, default_attention
+from posviz.positions.rope_remaps import ROPE_REMAPS
 
 TWIN_HEADS = 4
 TWIN_TOKENS = 24
@@ -63,12 +66,6 @@ def causal_lm_class(config):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM._model_mapping[type(config)]
-
-
-def default_attention(config) -> str:
-    """sdpa where the family's class says it supports it (``_supports_sdpa``), else eager (BLOOM, MPT, Gemma 2's
-    soft-capped logits): read from the installed library's class, as transformers itself decides."""
-    return "sdpa" if getattr(causal_lm_class(config), "_supports_sdpa", False) else "eager"
 
 
 def _kept_layers(config) -> list[int]:
@@ -152,8 +149,6 @@ def _logits(net, ids, attention: str, **kwargs) -> torch.Tensor:
 
 
 def _attention_modules(net) -> list[torch.nn.Module]:
-    from posviz.models.hf.families import attention_module, decoder_layers
-
     return [attention_module(layer) for layer in decoder_layers(net)]
 
 
@@ -174,9 +169,6 @@ def measure_alibi_eager_multiple(config, slopes_stated: torch.Tensor) -> float:
 def measure_remap_gap(config) -> tuple[float, float]:
     """(max |remapped - plain|, max |identity rotation alone - plain|) of the twin's logits, where the remap keeps
     every pair at its own position (Self-Extend with a window past the text)."""
-    from posviz.models.hf import remaps as hf_remaps
-    from posviz.positions.rope_remaps import ROPE_REMAPS
-
     net = build_twin(config)
     attention = net.config._attn_implementation
     ids = _ids()
@@ -242,8 +234,6 @@ def measured(config, method: str) -> Measured:
 
 
 def _measure(config, method: str) -> Measured:
-    from posviz.models.hf.families import alibi_slopes_as_added
-
     attention = default_attention(config)
     try:
         net, ids = build_twin(config), _ids()
@@ -253,7 +243,38 @@ def _measure(config, method: str) -> Measured:
         gap = math.inf
     multiple = None
     if method == "alibi":
-        stated, _ = alibi_slopes_as_added(twin_config(config), TWIN_HEADS, measure=False)
+        stated, _ = alibi_slopes_as_added(twin_config(config), TWIN_HEADS)
         multiple = measure_alibi_eager_multiple(config, stated)
     refusal = _remap_refusal(config) if method == "rope" else None
     return Measured(transformers_version(), attention, gap <= SAME_LOGITS, gap, multiple, refusal)
+
+
+def remap_refusal(config, method: str) -> str | None:
+    """Why a published model cannot take the remaps, in a page's words; None when it can: its positions are RoPE's,
+    and a twin of it on the installed transformers runs under posviz's remap attention exactly as it runs plainly
+    (its attention goes through the attention interface and rotates with the module posviz swaps)."""
+    if method != "rope":
+        return f"it uses {method} positions: the remaps move the positions RoPE rotates pairs by"
+    return measured(config, method).remap_refusal
+
+
+def eager_differs(config, method: str) -> bool:
+    """Whether the family's eager attention (the one that returns probabilities) computes other logits than its
+    default attention (transformers 5.24's Falcon with ALiBi added the bias twice in eager, 5.25's once). Where it
+    differs, a map comes from eager attention and the scores from the default pass."""
+    return not measured(config, method).eager_equals_default
+
+
+def eager_alibi_notes(config) -> list[str]:
+    """What eager attention (the one that returns maps) adds of the ALiBi bias, in words, as measured on a twin of
+    the model with every query and key zeroed; nothing where it adds the bias once, as its default attention does."""
+    probe = measured(config, "alibi")
+    multiple = probe.alibi_eager_multiple
+    if multiple is not None and abs(multiple - 1.0) <= 0.05 and probe.eager_equals_default:
+        return []
+    times = ("twice" if multiple is not None and abs(multiple - 2.0) <= 0.05
+             else f"{multiple:.2f}×" if multiple is not None else "an unmeasured amount of")
+    name = {"falcon": "Falcon", "bloom": "BLOOM", "mpt": "MPT"}.get(config.model_type, config.model_type)
+    return [f"{name}'s eager attention, the one that returns attention maps, adds this bias {times} "
+            f"(measured on transformers {probe.transformers_version}, with every query and key of a small "
+            f"{name} zeroed): its maps are sharper than what its default attention computes."]

@@ -279,15 +279,3 @@ def exact_speeds(buffer: torch.Tensor, params: dict) -> torch.Tensor:
     exact = 1.0 / float(params.get("rope_theta", 10000.0)) ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims)
     # the same speeds, to float32's rounding: anything else means the buffer is not θ^(-2i/d) (keep the model's)
     return exact if torch.allclose(exact, buffer, rtol=1e-6, atol=0) else buffer
-
-
-
-def refusal(config, method: str) -> str | None:
-    """Why a published model cannot take the remaps, in a page's words; None when it can: its positions are RoPE's,
-    and a twin of it on the installed transformers runs under posviz's remap attention exactly as it runs plainly
-    (``probes``: its attention goes through the attention interface and rotates with the module posviz swaps)."""
-    from posviz.models.hf.probes import measured
-
-    if method != "rope":
-        return f"it uses {method} positions: the remaps move the positions RoPE rotates pairs by"
-    return measured(config, method).remap_refusal
