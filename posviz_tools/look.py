@@ -255,8 +255,13 @@ def slide_seen(page) -> Slide:
 _STREAMLIT_PROBE = re.compile(r"/[^/?#]+/_stcore/(health|host-config)$")
 
 
+# Vega's own logger warns, not errs, when a chart cannot be drawn as specified ("WARN Log scale domain includes
+# zero": FoPE's bars on a log axis drew nothing, and no console error said so).
+VEGA_WARNING = re.compile(r"^WARN\b")
+
+
 class ConsoleWatch:
-    """Collects the console errors and uncaught exceptions of a Playwright page from now on."""
+    """Collects the console errors, Vega's warnings and the uncaught exceptions of a Playwright page from now on."""
 
     def __init__(self, page):
         self.errors: list[str] = []
@@ -264,6 +269,9 @@ class ConsoleWatch:
         page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"[:500]))
 
     def _console(self, message) -> None:
+        if message.type == "warning" and VEGA_WARNING.search(message.text):
+            self.errors.append(f"Vega warning: {message.text}"[:500])
+            return
         if message.type != "error":
             return
         url = (message.location or {}).get("url", "")

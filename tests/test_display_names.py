@@ -40,12 +40,16 @@ def _id_pattern(ids) -> re.Pattern:
 
 
 CODE = re.compile(r"```.*?```|`[^`]*`", re.DOTALL)  # a command or a link to type: ids are what it takes
+LONE_CODE = re.compile(r"`([^`\s]+)`")  # a code span holding one token: a name in code type ("What the `t5` checkpoint")
 README = (ROOT / "README.md").read_text(encoding="utf-8")  # the About page shows it whole: a developers' document
 
 
 def ids_in_text(text: str, ids: dict[str, str]) -> list[str]:
-    """The ids in prose (code spans aside): every id token but those that are also words."""
-    return _id_pattern([i for i in ids if i not in WORDS]).findall(CODE.sub("", as_shown(str(text))))
+    """The ids in prose (commands in code spans aside): every id token but those that are also words, and an id
+    alone in a code span (a heading's "the `t5` checkpoint" names a checkpoint in code type, not a command)."""
+    shown = as_shown(str(text))
+    lone = [m for m in LONE_CODE.findall(shown) if m in ids]
+    return lone + _id_pattern([i for i in ids if i not in WORDS]).findall(CODE.sub("", shown))
 
 
 def id_value(value, ids: dict[str, str]) -> str | None:
@@ -84,8 +88,9 @@ def chart_findings(spec: dict, frames: list[pd.DataFrame], ids: dict[str, str]) 
             found.append(f"legend title {title!r}")
         for frame in frames:
             if field in frame.columns:
+                # a legend's value is a word or a name, not an id nor a column's name ("norm_after")
                 found += [f"legend value {v!r} of {field!r}" for v in frame[field].dropna().unique()
-                          if isinstance(v, str) and id_value(v, ids)]
+                          if isinstance(v, str) and (id_value(v, ids) or COLUMN_NAME.match(v))]
     return found
 
 
@@ -129,6 +134,15 @@ def findings(at, ids: dict[str, str] | None = None) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 IDS = {"transformer_xl": "Transformer-XL", "rope": "RoPE", "rope+yarn": "RoPE + YaRN", "string": "STRING",
        "rope-yarn-ft4x": "RoPE + YaRN, fine-tuned at 4×", "p_rope": "p-RoPE"}
+
+
+def test_the_detector_catches_column_names_as_legend_values_and_an_id_alone_in_code_type():
+    spec = {"mark": "line", "encoding": {"color": {"field": "vector", "type": "nominal", "title": None}}}
+    frame = pd.DataFrame({"vector": ["norm_before", "norm_after"]})
+    assert chart_findings(spec, [frame], IDS) == ["legend value 'norm_before' of 'vector'", "legend value 'norm_after' of 'vector'"]
+    assert not chart_findings(spec, [pd.DataFrame({"vector": ["before rotation", "after rotation"]})], IDS)
+    assert ids_in_text("What the `p_rope` checkpoint learned", IDS) == ["p_rope"]
+    assert ids_in_text("run `python -m posviz.train --method p_rope`", IDS) == []
 
 
 def test_the_detector_catches_ids_in_prose_cells_and_legends():

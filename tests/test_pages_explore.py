@@ -599,3 +599,37 @@ def test_about_with_a_corrupt_checkpoint_and_junk_url(tiny_models_dir, tmp_path,
     assert "alibi" in warnings(at) and "Ignored URL parameter present=" in warnings(at)
     checkpoints = table_with(at, about.VAL_BPB)
     assert display_name("alibi") not in set(checkpoints["checkpoint"]) and display_name("rope") in set(checkpoints["checkpoint"])
+
+
+def _bars_from_zero_on_a_log_axis(spec) -> list[str]:
+    """Each bar or area of ``spec`` whose length axis is logarithmic but which rises from 0 (no y2 / x2): Vega
+    cannot draw it ("Log scale domain includes zero") and the chart shows no bar at all."""
+    found = []
+    if isinstance(spec, dict):
+        mark = spec.get("mark")
+        mark = mark.get("type") if isinstance(mark, dict) else mark
+        encoding = spec.get("encoding", {})
+        if mark in ("bar", "area"):
+            for axis in ("x", "y"):
+                scale = (encoding.get(axis) or {}).get("scale") or {}
+                if scale.get("type") == "log" and f"{axis}2" not in encoding:
+                    found.append(f"{mark} on a log {axis} axis from 0: {json.dumps(encoding.get(axis))[:120]}")
+        for value in spec.values():
+            found += _bars_from_zero_on_a_log_axis(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += _bars_from_zero_on_a_log_axis(value)
+    return found
+
+
+@pytest.mark.parametrize("page", [ROPE, BIASES, ABSOLUTE, "views/content_positions.py"])
+def test_no_chart_draws_bars_from_zero_on_a_log_axis(tiny_models, page):
+    """FoPE's wavelength bars (a log axis, bars from 0) drew an empty chart in the browser; every chart of the explore
+    pages is held to a baseline its scale can draw. The check itself catches the bar that was broken."""
+    at = open_page(page)
+    specs = [spec for spec, _ in chart_frames(at)]
+    assert specs
+    assert not [problem for spec in specs for problem in _bars_from_zero_on_a_log_axis(spec)]
+    broken = {"mark": "bar", "encoding": {"x": {"field": "pair"}, "y": {"field": "wavelength", "scale": {"type": "log"}}}}
+    assert _bars_from_zero_on_a_log_axis({"layer": [broken]}) and not _bars_from_zero_on_a_log_axis(
+        {"layer": [{**broken, "encoding": {**broken["encoding"], "y2": {"datum": 1.0}}}]})

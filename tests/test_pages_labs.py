@@ -155,6 +155,27 @@ def test_extrapolation_junk_url_params_fall_back_with_a_notice(tiny_models):
         assert f"Ignored URL parameter {key}" in notices, key
     assert metrics(at)["nope"] != "—" and "sinusoidal" not in metrics(at)  # the good part of models= is kept
     assert at.select_slider(key="w_L").value == 32
+    # the notice says what is kept, by the name the picker shows, not the default the page did not use
+    models_notice = next(w for w in texts(at.warning).splitlines() if "models=" in w)
+    assert "kept NoPE (dropped 1 value naming no choice here)" in models_notice and "default" not in models_notice
+    assert at.multiselect(key="w_models").value == ["nope"]
+    junk = run(page("extrapolation", models="<script>,zzz"))  # nothing usable: the default, in display names
+    notice = next(w for w in texts(junk.warning).splitlines() if "models=" in w)
+    assert "using the default `" in notice and "'nope'" not in notice and "NoPE" in notice
+
+
+def test_an_empty_selection_in_a_pages_own_link_raises_no_notice(tiny_models):
+    """The page's own link for a cleared multiselect ("refs=", as sync_url writes it after Context extension's
+    "Compare with" is emptied) is no junk: it reopens the empty selection without an "Ignored URL parameter" notice."""
+    at = run(page("context_extension", refs=""))
+    assert "Ignored URL parameter" not in texts(at.warning)
+    assert at.multiselect(key="w_refs").value == []
+    at.multiselect(key="w_refs").set_value([at.multiselect(key="w_refs").options[0]])
+    run(at)
+    at.multiselect(key="w_refs").set_value([])
+    run(at)
+    again = run(page("context_extension", **{k: at.query_params[k] for k in at.query_params}))
+    assert "Ignored URL parameter" not in texts(again.warning)
 
 
 def test_extrapolation_pasted_text(tiny_models):

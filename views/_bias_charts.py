@@ -76,7 +76,10 @@ def published_slope_chart(facts: dict) -> tuple[alt.Chart, pd.DataFrame]:
 
 
 def bucket_chart(buckets: pd.DataFrame) -> tuple[alt.Chart, pd.DataFrame]:
-    bucket_long = buckets.melt(id_vars="distance", var_name="direction", value_name="bucket")
+    # the legend reads in words, not the table's column names
+    shown = buckets.rename(columns={"causal": "causal (decoder)", "bidirectional_before": "bidirectional, key before",
+                                    "bidirectional_after": "bidirectional, key after"})
+    bucket_long = shown.melt(id_vars="distance", var_name="direction", value_name="bucket")
     chart = alt.Chart(bucket_long).mark_line(interpolate="step-after").encode(
         x=alt.X("distance:Q", title="distance between query and key (positions)"),
         y=alt.Y("bucket:Q", title="bucket index"),

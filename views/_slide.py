@@ -40,6 +40,12 @@ SLIDE_CHART_CONFIG = {
     "text": {"fontSize": 20},
 }
 
+# Streamlit's own categorical colours (its light theme), which it gives a chart on screen when the chart names none:
+# the PNG's renderer would take Vega's (the Scoreboard's "remap" turned from light blue to orange in the PNG).
+STREAMLIT_CATEGORY = ["#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a",
+                      "#6d3fc0", "#d5dae5"]
+SLIDE_PNG_CONFIG = {**SLIDE_CHART_CONFIG, "range": {"category": STREAMLIT_CATEGORY}, "line": {"strokeWidth": 3}}
+
 # What is hidden on a slide: in every block of the main area, each element that is not the head, the slide's chart
 # container, something that holds it or sits in it, a progress bar, a spinner, an error or a warning.
 KEEP = ('.st-key-slidehead', '.st-key-slidehead *', ':has(.st-key-slidehead)', '[class*="st-key-slide-"]', '[class*="st-key-slide-"] *',
@@ -289,7 +295,7 @@ def _png_now(specs, run: SlideRun, sentence, width: int, height: int) -> bytes:
     from posviz.slides import slide_png
 
     return slide_png([_json_datasets(slide_spec(s, len(specs))) for s in specs], run.title, settings_of(run),
-                     sentence, width, height, SLIDE_CHART_CONFIG)
+                     sentence, width, height, SLIDE_PNG_CONFIG)
 
 
 def settings_of(run: SlideRun) -> str:

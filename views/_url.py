@@ -8,10 +8,13 @@ from typing import Sequence
 import streamlit as st
 
 
-def notice_junk(key: str, raw: str, default) -> None:
+def notice_junk(key: str, raw: str, default, kept: str | None = None) -> None:
+    """A notice under the page's title that the link's ``key`` was (partly) ignored, saying what the page uses
+    instead: ``kept`` (in words) where part of it was kept, else the default."""
     # The value sits in a code span, so a link's text can never become Markdown (images, links, colours).
     shown = repr(raw[:40]).replace("`", "'")
-    message = f"Ignored URL parameter {key}=`{shown}`; using the default `{default!r}`."
+    message = (f"Ignored URL parameter {key}=`{shown}` in part; kept {kept}." if kept is not None else
+               f"Ignored URL parameter {key}=`{shown}`; using the default `{_in_words(default)}`.")
     slot = st.session_state.get("_url_notice_slot")
     if slot is None:  # before page_header has drawn the title: shown by page_header
         st.session_state.setdefault("_url_notices", []).append(message)
@@ -19,6 +22,15 @@ def notice_junk(key: str, raw: str, default) -> None:
         st.warning(message, icon="⚠️")
     else:  # parameters read by the page body: shown right under the title, in this same run
         slot.warning(message, icon="⚠️")
+
+
+def _in_words(value) -> str:
+    """A default as the page shows it: a list by its display names ("RoPE, ALiBi"), not as registry ids."""
+    from posviz.display import display_name
+
+    if isinstance(value, (list, tuple)):
+        return ", ".join(display_name(str(v)) for v in value) if value else "none"
+    return repr(value).replace("`", "'")
 
 
 def _fragment_rerun() -> bool:
@@ -74,9 +86,13 @@ def qp_multi(key: str, default: Sequence[str], options: Sequence[str]) -> list[s
     if not raw:
         return list(default)
     values = [r for part in raw for r in part.split(",") if r]
+    if not values:  # "refs=": the page's own link for an empty selection (sync_url writes it so), not junk
+        return []
     good = [v for v in values if v in options]
     if len(good) != len(values) or not good:
-        notice_junk(key, ",".join(values), list(default))
+        dropped = len(values) - len(good)
+        notice_junk(key, ",".join(values), list(default), None if not good else
+                    f"{_in_words(good)} (dropped {dropped} value{'s' if dropped != 1 else ''} naming no choice here)")
         return list(default) if not good else good
     return good
 

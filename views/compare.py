@@ -292,17 +292,20 @@ def methods_section() -> None:
     layers = [alt.Chart(df[df["model"].isin([display_name(n) for n in curves])]).mark_line().encode(
         x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("model:N", title=None, scale=method_scales([display_name(n) for n in curves])[0], legend=alt.Legend(orient="top")),
         tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
-    if marks:
-        layers.append(alt.Chart(pd.DataFrame({"position": marks})).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
-    top = alt.layer(*layers)
+    if marks:  # the training length, said on the chart (a dashed line alone said nothing on a slide)
+        trained = pd.DataFrame({"position": marks, "label": [f"training length {m:,}" for m in marks]})
+        layers.append(alt.Chart(trained).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
+        layers.append(alt.Chart(trained).mark_text(align="left", baseline="top", dx=4, y=2, color="grey").encode(
+            x="position:Q", text="label:N"))
+    top = alt.layer(*layers).properties(height=300)
     if len(curves) == 2 and a != b:
         diff_df = df[df["model"] == f"{display_name(b)} − {display_name(a)}"]
         bottom = alt.layer(
             alt.Chart(diff_df).mark_area(opacity=0.5, color="#b07aa1").encode(
-                x, alt.Y("bits:Q", title="difference (bits)"),
+                x, alt.Y("bits:Q", title=f"{display_name(b)} − {display_name(a)} (bits; below 0: {display_name(b)} better)"),
                 tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
             alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"),
-            *layers[1:]).properties(height=180)
+            *layers[1:]).properties(height=220)
         show_cached_chart(("compare", text_bytes) + models[a].key + models[b].key + (f"compare-loss-{a}-{b}-L{length}",),
                           lambda: (alt.vconcat(top, bottom), df), f"compare-loss-{a}-{b}-L{length}",
                           "Mean over the windows" + (f", smoothed over {smooth} positions" if smooth > 1 else "")

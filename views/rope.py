@@ -260,7 +260,8 @@ norms = kept(VIEW, "norms", (head_dim, base, norm_length, seed),
 
 
 def norm_chart():
-    norm_plot = norms.melt(id_vars="position", value_vars=["norm_before", "norm_after"], var_name="vector", value_name="norm")
+    norm_plot = norms.rename(columns={"norm_before": "before rotation", "norm_after": "after rotation"}).melt(
+        id_vars="position", value_vars=["before rotation", "after rotation"], var_name="vector", value_name="norm")
     lines = alt.Chart(norm_plot).mark_line().encode(
         x=alt.X("position:Q", title="position"), y=alt.Y("norm:Q", title="‖x‖", axis=alt.Axis(format=".3f")),
         color=alt.Color("vector:N", title=None), strokeDash=alt.StrokeDash("vector:N", title=None),

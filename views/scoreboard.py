@@ -76,15 +76,23 @@ with st.expander("How far each score moves with the evaluation windows (95 % int
 st.subheader("Perplexity far out against the length a model still recalls")
 ORDER = ["not measurable", "1×", "2×", "4×", "8×", "16×"]
 points = table[table["bpb 16×"].notna() & table["effective length"].isin(ORDER)]
-chart = alt.Chart(points).mark_point(filled=True, size=90).encode(
-    x=alt.X("effective length:O", sort=ORDER, scale=alt.Scale(domain=ORDER), title="effective length (× context)",
-            axis=alt.Axis(labelAngle=0)),
-    y=alt.Y("bpb 16×:Q", title="bits/byte at 16×", scale=alt.Scale(zero=False)),
-    color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
-    shape=alt.Shape("kind:N", title=None, legend=alt.Legend(orient="bottom")),
+KINDS = ["checkpoint", "scaling", "remap", scoreboard.PUBLISHED]  # one colour and one shape each, named in the key
+kind_scale = dict(domain=KINDS, range=["#0072B2", "#E69F00", "#CC79A7", "#009E73"])
+x = alt.X("effective length:O", sort=ORDER, scale=alt.Scale(domain=ORDER), title="effective length (× context)",
+          axis=alt.Axis(labelAngle=0))
+y = alt.Y("bpb 16×:Q", title="bits/byte at 16× (lower is better)", scale=alt.Scale(zero=False))
+dots = alt.Chart(points).mark_point(filled=True, size=110).encode(
+    x=x, y=y,
+    color=alt.Color("kind:N", title="kind", scale=alt.Scale(**kind_scale), legend=alt.Legend(orient="bottom")),
+    shape=alt.Shape("kind:N", title="kind", scale=alt.Scale(domain=KINDS), legend=alt.Legend(orient="bottom")),
     tooltip=["checkpoint", "kind", alt.Tooltip("bpb 1×:Q", format=".3f"), alt.Tooltip("bpb 16×:Q", format=".3f"),
              "effective length", "why"],
-).properties(height=340)
+)
+# the best and the worst of each kind named beside their dots (every name would overlap on 35 dots)
+named = scoreboard.extremes_by(points, "kind", "bpb 16×")
+labels = alt.Chart(named).mark_text(align="left", dx=9, dy=-9, fontSize=12).encode(
+    x=x, y=y, text="checkpoint:N", color=alt.Color("kind:N", scale=alt.Scale(**kind_scale), legend=None))
+chart = (dots + labels).properties(height=340)
 show_chart(chart, points, "posviz-scoreboard-points",
            "A model low on this chart but at the left reads 16× its context well and recalls little of it: its flat "
            "curve comes from the near text.",

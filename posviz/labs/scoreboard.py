@@ -161,3 +161,15 @@ def shown_rows(rows: list[dict]) -> list[dict]:
     """``scoreboard_rows`` as the page's table shows them: every cell text, no None or nan."""
     return [{k: shown_cell(k, v, NOT_MEASURED if row.get("kind") == PUBLISHED else MISSING) for k, v in row.items()}
             for row in rows]
+
+
+def extremes_by(rows, group: str, value: str):
+    """The rows of ``rows`` (a DataFrame) with the lowest and the highest ``value`` in each ``group``: the points a
+    slide names when naming every one would overlap."""
+    import pandas as pd
+
+    rows = rows[pd.to_numeric(rows[value], errors="coerce").notna()]
+    if rows.empty:
+        return rows
+    picks = [i for _, part in rows.groupby(group, sort=False) for i in {part[value].idxmin(), part[value].idxmax()}]
+    return rows.loc[sorted(set(picks))]

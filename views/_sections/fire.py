@@ -1,5 +1,6 @@
 """FIRE's section of the Attention biases page: the normalised distance its MLP reads, and the checkpoint's
 curves per head in the layer the curves section shows."""
+from posviz.display import display_name
 import pandas as pd
 import streamlit as st
 
@@ -41,7 +42,7 @@ def input_section(page: BiasPage, method: str) -> None:
     if model is None:
         st.warning(problem, icon="⚠️")
         return
-    st.markdown(f"**What the `{method}` checkpoint learned in layer {fire_layer}**: one curve per head (the layer slider above "
+    st.markdown(f"**What the {display_name(method)} checkpoint learned in layer {fire_layer}**: one curve per head (the layer slider above "
                 "picks the layer). Heads that differ are what lets one head look far while another stays local.")
     position = model.position
 

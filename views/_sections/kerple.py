@@ -1,5 +1,6 @@
 """KERPLE's section of the Attention biases page: its formula by hand, next to the ALiBi head shown above,
 and the (r1, r2) the checkpoint learned."""
+from posviz.display import display_name
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -21,7 +22,7 @@ def formula_section(page: BiasPage, method: str) -> None:
     model, _ = shipped_lab_model(method)
     if model is not None:
         table = kept(VIEW, "kerple-learned", tuple(model.key), lambda: _learned_table(model))
-        st.markdown(f"**What the `{method}` checkpoint learned** (per layer and head)")
+        st.markdown(f"**What the {display_name(method)} checkpoint learned** (per layer and head)")
         st.dataframe(table, hide_index=True, height="content")
 
 

@@ -65,6 +65,7 @@ def fope_section(page: RopePage, method: str) -> None:
         bars = alt.Chart(data).mark_bar().encode(
             x=alt.X("pair:O", title="RoPE pair p (frequency base^(-2p/hs))"),
             y=alt.Y("wavelength:Q", title=["wavelength (positions", "per turn, log scale)"], scale=alt.Scale(type="log")),
+            y2=alt.datum(1.0),  # a bar on a log scale rises from 1 position, not from 0 (log 0: no bar at all)
             color=alt.Color("status:N", title=None, legend=alt.Legend(orient="bottom"),
                             scale=alt.Scale(domain=["kept", "zeroed (frequency 0)"], range=[colour(method), "#bbbbbb"])),
             tooltip=["pair:Q", alt.Tooltip("wavelength:Q", format=",.1f"), "status:N"])

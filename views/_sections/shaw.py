@@ -1,5 +1,6 @@
 """Shaw's section of the Attention biases page: which relative key each (query, key) uses, and how far
 the checkpoint's learned keys let a head reach."""
+from posviz.display import display_name
 import streamlit as st
 
 from posviz.explore import attention_biases
@@ -23,7 +24,7 @@ def clip_section(page: BiasPage, method: str) -> None:
     page.handed_on["learned_relative_keys"] = (method, shaw, problem, None if model is None else tuple(model.key))
     default_k = POSITION_METHODS[method].Options().max_distance if shaw is None else shaw["max_distance"]
     _clip(default_k)
-    st.subheader(f"What the `{method}` checkpoint allows")
+    st.subheader(f"What the {display_name(method)} checkpoint allows")
     if shaw is None:
         st.warning(problem, icon="⚠️")
     else:

@@ -1,5 +1,6 @@
 """T5's section of the Attention biases page: how distances fall into buckets, and what the checkpoint
 learned per bucket and head."""
+from posviz.display import display_name
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -59,7 +60,7 @@ def _buckets(page: BiasPage, method: str, model, problem: str | None, t5: dict |
         show_matrix(matrix, f"t5_bucket_matrix_{'bi' if bidirectional else 'causal'}", x_title="key position",
                     y_title="query position", value_title="bucket", key=(t5_len, num_buckets, max_distance))
 
-    st.subheader(f"What the `{method}` checkpoint learned")
+    st.subheader(f"What the {display_name(method)} checkpoint learned")
     if t5 is None:
         st.warning(problem, icon="⚠️")
         return
