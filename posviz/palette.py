@@ -25,14 +25,40 @@ METHOD_COLOURS: dict[str, str] = {
     "fire": "#332288",  # Tol indigo
     "transformer_xl": "#DDCC77",  # Tol sand
     # the methods that took the spare hues in turn, pinned to them so that a method added later moves none of them
-    "p_rope": "#CC6677", "irope": "#88CCEE", "local_global": "#EE7733", "rope_sinks": "#AAAA00", "fox": "#FFAABB",
-    "cope": "#EEDD88", "stick_breaking": "#BBBBBB",
+    "p_rope": "#CC6677", "irope": "#88CCEE", "rope_sinks": "#AAAA00", "fox": "#FFAABB", "stick_breaking": "#BBBBBB",
+    # moved (issue #72) where two methods drawn together could not be told apart (CIE76 ΔE under 12: ALiBi's
+    # vermillion and an orange, Transformer-XL's sand and a sand, a sky blue and a cyan): see MIN_DELTA_E
+    "local_global": "#276419",  # dark green
+    "cope": "#A50026",  # dark red
     # the methods of 2025 (Tol's high- and medium-contrast hues used nowhere else here)
     "canon": "#555555",  # dark grey: NoPE's family (no position in attention)
     "fope": "#004488",  # dark blue: RoPE's family, darker than RoPE
     "pope": "#997700",  # dark yellow
-    "path": "#66CCEE",  # cyan
+    "path": "#E7298A",  # magenta (was a cyan: RoPE, FoPE and PaTH read as three blues)
 }
+# The least CIE76 colour difference between any two methods' colours (what tests/test_display_names holds them to):
+# 14 keeps every pair apart at a glance on a projector (2.3 is "just noticeable").
+MIN_DELTA_E = 14.0
+
+
+def delta_e(a: str, b: str) -> float:
+    """CIE76 ΔE between two "#rrggbb" colours (sRGB, D65), the distance in CIELAB."""
+    def lab(colour: str) -> tuple[float, float, float]:
+        def linear(c: float) -> float:
+            return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+        r, g, b = (linear(int(colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+        x, y, z = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b, \
+            (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+        def f(t: float) -> float:
+            return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+        return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+    return sum((p - q) ** 2 for p, q in zip(lab(a), lab(b))) ** 0.5
+
+
 # For a method registered later that has no colour above: Tol hues used nowhere else here, in order.
 SPARE_COLOURS = ["#CC6677", "#88CCEE", "#EE7733", "#AAAA00", "#FFAABB", "#EEDD88", "#BBBBBB"]
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from posviz import palette
@@ -76,6 +77,15 @@ def test_every_method_and_rope_variant_has_its_own_colour():
             apart = abs(hues[a] - hues[b]) % 360
             assert min(apart, 360 - apart) >= 10, (a, b, hues[a], hues[b])
     assert palette.rope_series("none") == "rope" and palette.colour(palette.rope_series("yarn")) == palette.colour("rope+yarn")
+    # any two methods drawn together are told apart at a glance: CIE76 ΔE of at least MIN_DELTA_E between every
+    # pair of method colours (RoPE, FoPE and PaTH were three blues; ALiBi and local/global two oranges)
+    methods = method_names()
+    close = [(a, b, round(palette.delta_e(palette.colour(a), palette.colour(b)), 1)) for i, a in enumerate(methods)
+             for b in methods[i + 1:] if palette.delta_e(palette.colour(a), palette.colour(b)) < palette.MIN_DELTA_E]
+    assert not close, close
+    # the measure itself: white and black 100 apart, a colour and itself 0, the old cyan beside sky blue too close
+    assert palette.delta_e("#ffffff", "#000000") == pytest.approx(100.0, abs=0.01) and palette.delta_e("#0072B2", "#0072B2") == 0
+    assert palette.delta_e("#66CCEE", "#88CCEE") < palette.MIN_DELTA_E
     # a checkpoint that is no method still gets a colour, the same on every call
     assert palette.colour("my-model") == palette.colour("my-model") and HEX.match(palette.colour("my-model"))
 
@@ -112,6 +122,12 @@ def test_home_says_cannot_run_and_the_sidebar_header_fits(tiny_models):
     sidebar = json.loads(at.sidebar.dataframe[0].proto.columns)
     label = sidebar[VAL_BPB]["label"]
     assert len(label) <= len("val bits/byte"), label  # the sidebar's default width cuts a longer header
+    # one quantity, one name: the sidebar's number is the About page's column and docs/results.md's "first 64 KiB"
+    from views._checkpoints import VAL_BPB_HELP
+
+    assert label == "final bpb" and "first 64 KiB of the long held-out validation documents" in VAL_BPB_HELP
+    results = (ROOT / "docs" / "results.md").read_text()
+    assert "| checkpoint | whole validation split | first 64 KiB of the long validation documents |" in results
 
 
 def test_retrieval_slope_legend_names_heads_by_integer(tiny_models):

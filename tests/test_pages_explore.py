@@ -438,9 +438,10 @@ def test_t5_buckets_and_learned_bias(tiny_models_dir, tmp_path, monkeypatch):
     at.select_slider(key="md").set_value(64).run()
     buckets = frame_with(at, "distance", "direction", "bucket")
     expected = attention_biases.t5_bucket_table(256, 16, 64)
-    causal_rows = buckets[buckets.direction == "causal"].sort_values("distance")
+    causal_rows = buckets[buckets.direction == "causal (decoder)"].sort_values("distance")
     assert np.array_equal(causal_rows["bucket"], expected["causal"])
-    assert set(buckets["direction"]) == {"causal", "bidirectional_before", "bidirectional_after"}
+    # the legend in words, not the table's column names
+    assert set(buckets["direction"]) == {"causal (decoder)", "bidirectional, key before", "bidirectional, key after"}
     at.slider(key="tlen").set_value(16).run()
     causal = frame_with(at, "row", "col", "value", spec_has='"title": "bucket"')
     assert len(causal) == 16 * 17 // 2

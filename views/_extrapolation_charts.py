@@ -15,6 +15,11 @@ from posviz.display import display_name
 LEGEND = alt.Legend(columns=2, symbolSize=90, labelLimit=160)
 
 
+# The key of the two sources a chart draws (on a slide, the dot and the curve of one checkpoint differ by the text)
+KEY = alt.TitleParams("", subtitle="dashed lines: stored, the held-out validation set  ·  big dots: live, this document",
+                      anchor="start", subtitleColor="#555", subtitleFontSize=13)
+
+
 def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, train_length: int, length: int,
               multiple: float | None = None, band: pd.DataFrame | None = None) -> alt.LayerChart:
     """Bits per byte against the evaluation length: the stored curves dashed, live results as big dots, and with
@@ -45,7 +50,7 @@ def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, tra
         x="length:Q", tooltip=["what", "length"]))
     layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6, color="grey", baseline="top").encode(
         x="length:Q", y=alt.value(0), text="what"))
-    return alt.layer(*layers).properties(height=360)
+    return alt.layer(*layers).properties(height=360, title=KEY)
 
 
 def multiple_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, multiple: float) -> alt.LayerChart:
@@ -66,7 +71,7 @@ def multiple_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, multiple:
         x="multiple:Q", tooltip=["what", "multiple"]))
     layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6, color="grey", baseline="top").encode(
         x="multiple:Q", y=alt.value(0), text="what"))
-    return alt.layer(*layers).properties(height=360)
+    return alt.layer(*layers).properties(height=360, title=KEY)
 
 
 def multiple_loss_chart(scores: dict, lengths: dict, models: dict, colours, multiple: float) -> tuple[alt.LayerChart, pd.DataFrame]:

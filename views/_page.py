@@ -28,7 +28,7 @@ def page_header(title: str, intro: str, headline: str | None = None) -> None:
             # Short header: the sidebar's default width cuts a longer one; the help says which text it scores.
             st.sidebar.dataframe(summary[["checkpoint", VAL_BPB]], hide_index=True, width="stretch", height="content",
                                  column_config={VAL_BPB: st.column_config.NumberColumn(
-                                     "val-split bpb", format="%.3f", help=VAL_BPB_HELP)})
+                                     "final bpb", format="%.3f", help=VAL_BPB_HELP)})
         st.title(title)
         st.caption(intro)
     show_url_notices()

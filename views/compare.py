@@ -294,7 +294,7 @@ def methods_section() -> None:
         tooltip=["model", "position", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
     if marks:  # the training length, said on the chart (a dashed line alone said nothing on a slide)
         trained = pd.DataFrame({"position": marks, "label": [f"training length {m:,}" for m in marks]})
-        layers.append(alt.Chart(trained).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
+        layers.append(alt.Chart(pd.DataFrame({"position": marks})).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
         layers.append(alt.Chart(trained).mark_text(align="left", baseline="top", dx=4, y=2, color="grey").encode(
             x="position:Q", text="label:N"))
     top = alt.layer(*layers).properties(height=300)

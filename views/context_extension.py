@@ -174,8 +174,11 @@ def finetuned_chart(ft_all: pd.DataFrame, ft_length: int) -> alt.LayerChart:
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
     colour = alt.Color("curve:N", scale=ft_colours, title=None, legend=legend_for(ft_all["curve"].nunique()))
     tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
-    stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
-        domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"], range=[[1, 0], [5, 4], [1, 0]]))
+    # a line per stage in the key, each its own dash (a point per stage drew three identical black dots)
+    stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(
+        orient="bottom", symbolType="stroke", symbolStrokeColor="#333", symbolStrokeWidth=2, symbolSize=500),
+        scale=alt.Scale(domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"],
+                        range=[[1, 0], [6, 4], [1, 3]]))
     ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
     ft_rules = alt.Chart(pd.DataFrame({"length": [ft_length, 4 * ft_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
     return alt.layer(ft_chart, ft_rules).properties(height=340)
@@ -319,7 +322,7 @@ def at_this_factor() -> None:
         elif shipped.empty:
             st.info("No stored curves yet (run `python -m posviz.evaluate_all`).")
         else:
-            show_cached_chart(view_key + ("shipped",), lambda: (curve_chart(shipped, "Shipped: factor = length ÷ training length"),
+            show_cached_chart(view_key + ("shipped",), lambda: (curve_chart(shipped, "Stored, held-out set: each length at the factor that fits it"),
                                                                shipped), "context-extension-shipped",
                               "Stored in metrics.json (131 kB of validation text). Static scalings were evaluated at the factor that "
                               "exactly fits each length; dynamic NTK adapts by itself (factor 2). Every window is one full forward pass, so "
@@ -354,7 +357,7 @@ def at_this_factor() -> None:
                 error_box(PosvizError(f"The text has {rope.count_ids(text_bytes):,} {unit}s, fewer than the training "
                                       f"length ({train_length:,})."), "Pick a validation document or paste a longer text.")
         st.stop()
-    LIVE_TITLE = f"Live on this text: every scaling at s = {factor:g}"
+    LIVE_TITLE = f"Live on this document: every scaling at s = {factor:g} for every length"
     # each reference's own lengths: the same as the scaled model's, or the same multiples of its own context
     ref_lengths = {n: context_extension.reference_lengths(rope, lengths, catalog.models[n], catalog.models[n].count_ids(text_bytes))
                    for n in references}
@@ -400,8 +403,11 @@ def at_this_factor() -> None:
 
     best = (live[live["multiple"] == max(lengths) / train_length] if mixed else live[live["length"] == max(lengths)]).sort_values("bpb")
     if not best.empty:
-        st.markdown(f"**At {max(lengths) // train_length}× each model's trained context, live:**" if mixed else
-                    f"**At {max(lengths):,} {unit}s ({max(lengths) // train_length}× the training length), live:**")
+        # which text and which setting, where the number stands: the stored curve beside it reads the held-out set at
+        # the factor that fits each length, this one this document at one factor for every length
+        setting = f"live on this document, every scaling at s = {factor:g}"
+        st.markdown(f"**At {max(lengths) // train_length}× each model's trained context ({setting}):**" if mixed else
+                    f"**At {max(lengths):,} {unit}s ({max(lengths) // train_length}× the training length; {setting}):**")
         metric_rows([dict(label=plain(display_name(r["curve"])), value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
                     per_row=4)
 

@@ -267,6 +267,9 @@ def at_this_length() -> None:
     # Each checkpoint's number appears as soon as it is computed (its metric, and its dot on the chart);
     # results another visitor already asked for come from the server's store at once.
     scores, errors = {}, {}
+    # which text and which length, where the numbers stand (the chart's dashed curves are the held-out set's)
+    st.markdown(f"**Bits per byte on this document, live**, at {'each model’s ' + format(multiple, 'g') + '× its trained context' if mixed else format(length, ',') + ' ' + unit + 's'} "
+                "(the dashed curves below: the held-out validation set, stored)")
     cells = metric_cells(len(chosen), per_row=5)
     # The chart is redrawn with the dots so far at most once a REDRAW_S: each redraw builds the whole chart (about
     # 0.15 s on 2 cores), which drawn after every checkpoint was a third of a first visit's wait.

@@ -94,7 +94,7 @@ st.dataframe(
 )
 st.caption("Columns from each method's definition in `posviz/positions`; the bits/byte columns and "
            "“extrapolates” from the shipped checkpoints' metrics.json (same model, data and recipe for every method), "
-           f"on {EVAL_TEXT}. The sidebar's “val-split bpb” is the training run's own score on other text.")
+           f"on {EVAL_TEXT}. The sidebar's “final bpb” is the training run's own last check, on the first 64 KiB of those documents.")
 
 
 @st.fragment

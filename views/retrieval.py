@@ -245,7 +245,7 @@ def alibi_reach_section() -> None:
             reach_rules = alt.Chart(reach).mark_rule(strokeDash=[4, 3]).encode(x="reach:Q", color="head:N")
             show_cached_chart(("alibi-induction-vs-reach", margin, stored_key), lambda: (chart + reach_rules, alibi_heads),
                               "alibi-induction-vs-reach",
-                              "Lines: the `alibi` checkpoint's induction score per layer and head, by gap. Dashed: each head's reach "
+                              f"Lines: the {display_name('alibi')} checkpoint's induction score per layer and head, by gap. Dashed: each head's reach "
                               "Δ/m. A head's score collapses around its reach: past it the penalty beats any match.")
     else:
         right.info("No stored induction scores for `alibi`.", icon="ℹ️")

@@ -36,7 +36,7 @@ def input_section(page: BiasPage, method: str) -> None:
 
     chart(VIEW, ("fire-normalised", float(c_value), float(threshold), train_length, tuple(multiples)), normalised,
           "fire_normalised_distance",
-          f"c = {c_value:.3g}, L = {threshold:,.0f} ({f'layer {fire_layer} of the `{method}` checkpoint' if facts is not None else 'FIRE’s initial values: no `fire` checkpoint'}). "
+          f"c = {c_value:.3g}, L = {threshold:,.0f} ({f'layer {fire_layer} of the {display_name(method)} checkpoint' if facts is not None else 'FIRE’s initial values: no FIRE checkpoint'}). "
           "Queries before L all use ψ(L); past it the farthest key always maps to 1, so a long context never asks the MLP "
           "about an input it has not seen: it reads far keys as 'about as far as anything I saw'.")
     if model is None:
