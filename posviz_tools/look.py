@@ -256,8 +256,8 @@ _STREAMLIT_PROBE = re.compile(r"/[^/?#]+/_stcore/(health|host-config)$")
 
 
 # Vega's own logger warns, not errs, when a chart cannot be drawn as specified ("WARN Log scale domain includes
-# zero": FoPE's bars on a log axis drew nothing, and no console error said so).
-VEGA_WARNING = re.compile(r"^WARN\b")
+# zero": FoPE's bars on a log axis drew nothing, and no console error said so). These warnings mean marks are lost.
+VEGA_WARNING = re.compile(r"^WARN (Log scale domain includes zero|Invalid (scale|field|mark)|Unrecognized (scale|mark|channel))")
 
 
 class ConsoleWatch:

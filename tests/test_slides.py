@@ -89,6 +89,37 @@ def test_a_slides_png_is_exactly_its_size_with_title_chart_and_sentence(width, h
     assert blank != png  # the sentence is drawn
 
 
+@pytest.mark.parametrize("width, height", [(1920, 1080), (1280, 720)])
+@pytest.mark.parametrize("shape", ["line", "square", "stacked"])
+def test_a_slides_png_fills_its_canvas_in_a_projectors_type(width, height, shape):
+    """Issue #72: the chart filled 36-58 % of the PNG's width. Below the head, the drawn content now spans at least
+    75 % of the width and 70 % of the height, for a wide chart, a square map (which keeps its aspect: it fills the
+    height) and two charts one under the other; the type is a projector's (axis labels and legend >= 20 px at 1920,
+    the title >= 48), in one sans-serif, and the PNG takes Streamlit's category colours, as the screen does."""
+    from posviz import slides
+    from posviz_tools.slide_fill import GOAL_HEIGHT, GOAL_WIDTH, filled
+
+    data = pd.DataFrame({"x": list(range(12)) * 2, "y": [float(i % 5) for i in range(24)], "c": ["a"] * 12 + ["b"] * 12})
+    line = {"data": {"values": data.to_dict("records")}, "mark": "line", "height": _slide.SLIDE_PLOT_HEIGHT,
+            "encoding": {"x": {"field": "x", "type": "quantitative", "title": "length (bytes)"},
+                         "y": {"field": "y", "type": "quantitative", "title": "bits per byte"},
+                         "color": {"field": "c", "type": "nominal"}}}
+    square = {"data": {"values": [{"r": r, "k": k, "v": r - k} for r in range(8) for k in range(8)]}, "mark": "rect",
+              "width": 300, "height": 300, "encoding": {"x": {"field": "k", "type": "ordinal"}, "y": {"field": "r", "type": "ordinal"},
+                                                        "color": {"field": "v", "type": "quantitative"}}}
+    views = {"line": [line], "square": [square], "stacked": [_slide.slide_spec(line, 2), _slide.slide_spec(line, 2)]}[shape]
+    views = [_slide.slide_spec(v) if shape != "stacked" else v for v in views]
+    png = slide_png(views, "Extrapolation lab", "Checkpoints: RoPE, ALiBi", "At 4,096 bytes, ALiBi is lowest.", width,
+                    height, _slide.SLIDE_PNG_CONFIG)
+    assert Image.open(io.BytesIO(png)).size == (width, height)
+    w, h = filled(png, slides.head_height("Extrapolation lab", "Checkpoints: RoPE, ALiBi", width))
+    assert w >= GOAL_WIDTH or shape == "square", (w, h)  # a square is as wide as the height allows
+    assert h >= GOAL_HEIGHT, (w, h)
+    config = _slide.SLIDE_PNG_CONFIG
+    assert min(config["axis"]["labelFontSize"], config["legend"]["labelFontSize"]) >= 20 and slides.TITLE_SIZE >= 48
+    assert config["range"]["category"] == _slide.STREAMLIT_CATEGORY and "serif" not in slides.FONT.replace("sans-serif", "")
+
+
 def test_the_sentence_names_the_lowest_and_highest_at_the_longest_length_drawn():
     rows = pd.DataFrame({"model": ["a", "b", "c", "a", "b", "c"], "length": [256, 256, 256, 1024, 1024, 1024],
                          "bpb": [1.0, 1.1, 1.2, 3.0, 1.5, np.nan]})

@@ -302,7 +302,7 @@ def methods_section() -> None:
         diff_df = df[df["model"] == f"{display_name(b)} − {display_name(a)}"]
         bottom = alt.layer(
             alt.Chart(diff_df).mark_area(opacity=0.5, color="#b07aa1").encode(
-                x, alt.Y("bits:Q", title=f"{display_name(b)} − {display_name(a)} (bits; below 0: {display_name(b)} better)"),
+                x, alt.Y("bits:Q", title=f"{display_name(b)} − {display_name(a)} (bits)"),
                 tooltip=["position", alt.Tooltip("bits:Q", format="+.3f")]),
             alt.Chart(pd.DataFrame({"bits": [0]})).mark_rule(color="black").encode(y="bits:Q"),
             *layers[1:]).properties(height=220)

@@ -91,7 +91,8 @@ dots = alt.Chart(points).mark_point(filled=True, size=110).encode(
 # the best and the worst of each kind named beside their dots (every name would overlap on 35 dots)
 named = scoreboard.extremes_by(points, "kind", "bpb 16×")
 labels = alt.Chart(named).mark_text(align="left", dx=9, dy=-9, fontSize=12).encode(
-    x=x, y=y, text="checkpoint:N", color=alt.Color("kind:N", scale=alt.Scale(**kind_scale), legend=None))
+    x=x, y=y, text="checkpoint:N", color=alt.Color("kind:N", title="kind", scale=alt.Scale(**kind_scale),
+                                                   legend=alt.Legend(orient="bottom")))
 chart = (dots + labels).properties(height=340)
 show_chart(chart, points, "posviz-scoreboard-points",
            "A model low on this chart but at the left reads 16× its context well and recalls little of it: its flat "
