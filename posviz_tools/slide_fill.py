@@ -49,10 +49,10 @@ def page_slide(page: str, query: dict | None = None):
 
     slide.offer_png = catch
     try:
-        at = AppTest.from_file(str(ROOT / "views" / f"{page}.py"), default_timeout=600)
-        at.query_params["present"] = "1"
-        for key, value in (query or {}).items():
-            at.query_params[key] = value
+        at = AppTest.from_file(str(ROOT / "menu.py"), default_timeout=600)  # the app, its menu and settings notes
+        at.run()
+        at.switch_page(f"views/{page}.py")
+        at.query_params = {"present": "1", **(query or {})}
         at.run()
     finally:
         slide.offer_png = original

@@ -12,12 +12,13 @@ from posviz.display import display_name
 
 # In two columns: in one, a dozen checkpoints' entries (spaced for the live points' size) ran past the
 # chart's 360 px at 1366x768 and the last ones were cut off; below the chart, they squeezed its plot.
-LEGEND = alt.Legend(columns=2, symbolSize=90, labelLimit=160)
+# symbolOpacity 1: a seed band (an area at 0.18) would otherwise wash its swatch out to a tint
+LEGEND = alt.Legend(columns=2, symbolSize=90, labelLimit=160, symbolOpacity=1)
 
 
 # The key of the two sources a chart draws (on a slide, the dot and the curve of one checkpoint differ by the text)
-KEY = alt.TitleParams("", subtitle="dashed lines: stored, the held-out validation set  ·  big dots: live, this document",
-                      anchor="start", subtitleColor="#555", subtitleFontSize=13)
+KEY = alt.TitleParams("dashed lines: stored, the held-out validation set  ·  big dots: live, this document",
+                      anchor="start", color="#555", fontSize=13, fontWeight="normal")
 
 
 def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, train_length: int, length: int,

@@ -90,7 +90,7 @@ dots = alt.Chart(points).mark_point(filled=True, size=110).encode(
 )
 # the best and the worst of each kind named beside their dots (every name would overlap on 35 dots)
 named = scoreboard.extremes_by(points, "kind", "bpb 16×")
-labels = alt.Chart(named).mark_text(align="left", dx=9, dy=-9, fontSize=12).encode(
+labels = alt.Chart(named).mark_text(align="left", dx=9, dy=-9).encode(
     x=x, y=y, text="checkpoint:N", color=alt.Color("kind:N", title="kind", scale=alt.Scale(**kind_scale),
                                                    legend=alt.Legend(orient="bottom")))
 chart = (dots + labels).properties(height=340)
