@@ -217,8 +217,17 @@ def source_digest(roots=("posviz", "views"), base: Path | None = None) -> str:
 
 
 def edition(device: str) -> str:
-    """The subfolder a result belongs to: the code, the format, torch's version and the device type."""
-    return f"{source_digest()}-f{FORMAT}-torch{torch.__version__}-{device}".replace("/", "_").replace("+", "_")
+    """The subfolder a result belongs to: the code, the format, torch's and transformers' versions (a release can
+    change what a published model computes: Falcon's eager ALiBi, twice in 5.24 and once in 5.25) and the device
+    type."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        library = version("transformers")
+    except PackageNotFoundError:
+        library = "none"
+    return (f"{source_digest()}-f{FORMAT}-torch{torch.__version__}-transformers{library}-{device}"
+            .replace("/", "_").replace("+", "_"))
 
 
 class ResultFiles:

@@ -111,6 +111,10 @@ def test_the_edition_names_the_code_and_the_device(tmp_path):
     cpu, cuda = ResultFiles(tmp_path, "cpu"), ResultFiles(tmp_path, "cuda")
     assert cpu.folder != cuda.folder and cpu.folder.name.endswith("-cpu")
     assert torch.__version__.replace("+", "_") in cpu.folder.name
+    # and the transformers release: a stored published-model answer of another release is never read back
+    import transformers
+
+    assert f"-transformers{transformers.__version__}-" in cpu.folder.name
 
 
 def test_an_edition_stops_growing_at_its_bound(tmp_path):
