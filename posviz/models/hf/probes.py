@@ -26,6 +26,7 @@ Measured (``Measured``):
 from __future__ import annotations
 
 import copy
+import json
 import math
 import threading
 from dataclasses import dataclass
@@ -224,7 +225,10 @@ _MEASURED: dict[tuple, Measured] = {}
 def measured(config, method: str) -> Measured:
     """What the installed transformers does with ``config``'s family; measured once per config and process (one
     at a time: many visitors opening one model wait for one measurement)."""
-    key = (type(config).__name__, method, config.to_json_string(use_diff=False))
+    # what the twin is made of: the config's fields, less where it was read from (every folder of one family
+    # and shape is measured once, not once per folder)
+    fields = {k: v for k, v in config.to_dict().items() if k not in ("_name_or_path", "name_or_path", "transformers_version")}
+    key = (type(config).__name__, method, json.dumps(fields, sort_keys=True, default=str))
     with _LOCK:
         if key not in _MEASURED:
             if len(_MEASURED) >= 64:
