@@ -267,6 +267,13 @@ class PublishedModel(LabModel):
             if swapped is not None:
                 swapped[0].rotary_emb = swapped[1]
 
+    def _eager_differs(self) -> bool:
+        """The probe's answer, kept on the model: a map's pass asks it every time, and the probe's own cache is
+        keyed on the serialised config (a few milliseconds a call)."""
+        if getattr(self, "_eager_differs_measured", None) is None:
+            self._eager_differs_measured = probes.eager_differs(self.config, self.method)
+        return self._eager_differs_measured
+
     def _remap_speeds(self) -> tuple[dict, list | None]:
         if getattr(self, "_speeds", None) is None:  # once per variant
             self._speeds = hf_remaps.speeds_of(self)
@@ -335,7 +342,7 @@ class PublishedModel(LabModel):
             finally:
                 if hook is not None:
                     hook.remove()
-        if attention_layer is not None and cache is None and probes.eager_differs(self.config, self.method):
+        if attention_layer is not None and cache is None and self._eager_differs():
             # the map is eager attention's; the scores come from the implementation the model runs by default
             logits = self(ids, positions=pos).logits
         if cache is not None:
