@@ -291,7 +291,7 @@ MODEL_KINDS: dict[str, ModelKind] = {}  # filled by the modules below as they ar
 # The modules that register a kind, in the order refs are tried, imported by name when a ref is first
 # resolved: the kinds depend on this interface, never the other way round, and the published models'
 # kind (transformers is seconds to import) loads only when a ref is no shipped checkpoint.
-KIND_MODULES = ("posviz.models.shipped", "posviz.models.hf.model")
+KIND_MODULES = ("posviz.models.shipped", "posviz.models.hf.kinds")
 
 _OPEN: OrderedDict[tuple, LabModel] = OrderedDict()
 _OPEN_LOCK = threading.Lock()

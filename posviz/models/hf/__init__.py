@@ -24,5 +24,5 @@ Shape legend as in ``model.py``: B batch, T new ids, Tk keys, H heads, V vocabul
 
 The rooms: ``settings`` (the deployer's list and the caps), ``families`` (each architecture's facts),
 ``hub`` (files and safety), ``gguf`` (GGUF files: the header, the dequantised copy), ``text`` (ids and their
-bytes), ``cache`` (the KV cache) and ``model`` (the ``LabModel`` and its kinds).
+bytes), ``cache`` (the KV cache), ``model`` (the ``LabModel``) and ``kinds`` (the refs each kind opens).
 """
