@@ -4,7 +4,8 @@
 - ``sight(page)``: the charts drawn (Vega-Lite renders SVG here, so marks and legends are elements),
   error boxes, text cut off (an element narrower than its text, an SVG label outside its chart or
   past the edge of the chart's box),
-  tables that hide rows or columns behind a scroll, legends that do not name every series drawn.
+  tables that hide rows or columns behind a scroll, legends that do not name every series drawn, a chart
+  that runs past its column (under the one beside it), a chart drawn with no marks.
 - ``output_fingerprint(page)``: what the page *shows*, without its widgets: the numbers in its text,
   the marks of its charts and its images. A widget move that changes only the URL or the widget's
   own label leaves it unchanged.
@@ -60,6 +61,12 @@ SIGHT_JS = r"""
       out.errorBoxes.push((box.innerText || '').trim().slice(0, 300));
   }
   out.images = document.querySelectorAll('[data-testid="stMain"] [data-testid="stImage"] img, [data-testid="stMain"] [data-testid="stFullScreenFrame"] img').length;
+  // how far a chart drawn in a column runs past the column's right edge, under its neighbour (0: it fits)
+  const spill = (chart, drawing) => {
+    const column = chart.closest('[data-testid="stColumn"]');
+    if (!column || !drawing) return 0;
+    return Math.max(0, Math.round(drawing.getBoundingClientRect().right - column.getBoundingClientRect().right));
+  };
   for (const chart of document.querySelectorAll('[data-testid="stMain"] [data-testid="stVegaLiteChart"]')) {
     const svg = chart.querySelector('svg.marks');
     if (!svg) {
@@ -71,7 +78,7 @@ SIGHT_JS = r"""
         for (let i = 0; i < pixels.length; i += 4 * 97)
           if (pixels[i + 3] > 0 && (pixels[i] < 240 || pixels[i + 1] < 240 || pixels[i + 2] < 240)) drawn++;
       }
-      out.charts.push({drawn, cut: [], legend: [], canvas: true});
+      out.charts.push({drawn, cut: [], legend: [], canvas: true, spill: spill(chart, canvas), shown: shown(chart)});
       continue;
     }
     // the part of the chart a visitor sees: its SVG, clipped to the chart's own box (a chart drawn wider
@@ -108,7 +115,7 @@ SIGHT_JS = r"""
           if (!legendColours.has(c)) legend.push(`a series drawn in ${c} has no legend entry`);
     }
     const drawn = svg.querySelectorAll('.role-mark > path, .role-mark > line, .role-mark > rect, .role-mark > text, .role-mark > g, .role-mark > image').length;
-    out.charts.push({drawn, cut, legend: [...new Set(legend)], title});
+    out.charts.push({drawn, cut, legend: [...new Set(legend)], title, spill: spill(chart, svg), shown: shown(chart)});
   }
   return out;
 }
@@ -160,6 +167,10 @@ class Sight:
             name = f"chart {i}" + (f" ({chart['title']!r})" if chart.get("title") else "")
             out += [f"{name}: {text!r} lies outside the chart" for text in chart["cut"]]
             out += [f"{name}: {problem}" for problem in chart["legend"]]
+            if chart.get("spill", 0) > 3:
+                out.append(f"{name} runs {chart['spill']} px past its column, under the column beside it")
+            if chart["drawn"] == 0 and chart.get("shown", True):  # a view drawn without a mark: a spec Vega could not draw (log 0, bad field)
+                out.append(f"{name} is drawn with no marks")
         return out
 
 

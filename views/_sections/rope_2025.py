@@ -122,9 +122,8 @@ def canon_section(page: RopePage, method: str) -> None:
     st.caption(f"From {source}. No layer of this model reads a position: attention is NoPE. Order enters through "
                f"Canon layers, a causal convolution over the byte and its {canon.options.kernel - 1} predecessors "
                "added to the hidden state, at four sites of every block: A (attention's input), B (queries, keys and "
-               "values), C (the MLP's input), D (the MLP's hidden layer). Left: how much each site weighs each byte "
-               "back, on average over its channels. Right: the kernel of one site, channel by channel.")
-    left, right = st.columns(2)
+               "values), C (the MLP's input), D (the MLP's hidden layer). First: how much each site weighs each byte "
+               "back, on average over its channels. Then: the kernel of one site, channel by channel.")
 
     def build_reach():
         data = pd.DataFrame(rope_2025.canon_reach(canon))
@@ -135,24 +134,24 @@ def canon_section(page: RopePage, method: str) -> None:
         ).properties(height=70)
         return bars, data
 
-    with left:
-        chart(VIEW, ("canon-reach", method, source), build_reach, f"{method}_reach")
-    with right:
-        pick = st.columns(2)
-        layer = pick[0].selectbox("Layer", list(range(canon.shape.n_layer)), key="w_canon_layer")
-        site = pick[1].selectbox("Site", list(canon.options.sites), key="w_canon_site")
-        kernel = rope_2025.canon_kernel(canon, layer, site)
+    # Its own row: a chart faceted by layer has a fixed width (16 bars a layer), which ran under a neighbouring column.
+    chart(VIEW, ("canon-reach", method, source), build_reach, f"{method}_reach")
+    pick, heat_column = st.columns([1, 3])
+    layer = pick.selectbox("Layer", list(range(canon.shape.n_layer)), key="w_canon_layer")
+    site = pick.selectbox("Site", list(canon.options.sites), key="w_canon_site")
+    kernel = rope_2025.canon_kernel(canon, layer, site)
 
-        def build_kernel():
-            K = kernel.shape[1]
-            data = pd.DataFrame({"channel": np.repeat(np.arange(kernel.shape[0]), K),
-                                 "bytes back": np.tile(np.arange(K - 1, -1, -1), kernel.shape[0]),
-                                 "weight": kernel.reshape(-1)})
-            heat = alt.Chart(data).mark_rect().encode(
-                x=alt.X("channel:O", axis=alt.Axis(labels=False, ticks=False), title=f"channel (of {kernel.shape[0]})"),
-                y=alt.Y("bytes back:O"),
-                color=alt.Color("weight:Q", scale=alt.Scale(scheme="redblue", domainMid=0, reverse=True)),
-                tooltip=["channel:Q", "bytes back:Q", alt.Tooltip("weight:Q", format=".3f")]).properties(height=160)
-            return heat, data
+    def build_kernel():
+        K = kernel.shape[1]
+        data = pd.DataFrame({"channel": np.repeat(np.arange(kernel.shape[0]), K),
+                             "bytes back": np.tile(np.arange(K - 1, -1, -1), kernel.shape[0]),
+                             "weight": kernel.reshape(-1)})
+        heat = alt.Chart(data).mark_rect().encode(
+            x=alt.X("channel:O", axis=alt.Axis(labels=False, ticks=False), title=f"channel (of {kernel.shape[0]})"),
+            y=alt.Y("bytes back:O"),
+            color=alt.Color("weight:Q", scale=alt.Scale(scheme="redblue", domainMid=0, reverse=True)),
+            tooltip=["channel:Q", "bytes back:Q", alt.Tooltip("weight:Q", format=".3f")]).properties(height=160)
+        return heat, data
 
+    with heat_column:
         chart(VIEW, ("canon-kernel", method, source, layer, site), build_kernel, f"{method}_kernel_L{layer}{site}")
