@@ -43,6 +43,8 @@ def test_the_rope_page_as_a_slide_shows_its_headline_chart_with_the_settings_and
     # the settings line states what the widgets show, as they show it
     line = _slide.settings_of(at.session_state[_slide.RUN_KEY])
     assert "head dimension d: 32" in line and "base: 10,000" in line, line
+    # and only what the chart depends on: not the one-pair section's position above it, nor the sections below it
+    assert "position m" not in line and "query position" not in line and "extension factor" not in line, line
     # the sentence from the table: pair i turns at θ_i = 10000^(-2i/32); a pair never completes a turn in training
     # when its wavelength 2π/θ_i exceeds the training length (32 positions on the tiny checkpoints)
     wavelengths = [2 * math.pi / 10000 ** (-2 * i / 32) for i in range(16)]

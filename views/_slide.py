@@ -9,7 +9,9 @@ hidden by one stylesheet, so no page knows it is drawn as a slide. The slide's c
 
 The settings line is what the page's widgets show (their labels and formatted values, in the order the page
 drew them): each widget Streamlit draws is noted by ``note_widget``, which ``install_widget_notes`` hooks into
-Streamlit's widget functions once per process. Nothing is noted outside presentation mode.
+Streamlit's widget functions once per process, with where it stood (the sidebar, or the main area's section: one
+per ``st.header``). The line keeps those the slide's chart can depend on (``settings_of``). Nothing is noted outside
+presentation mode.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import threading
 from dataclasses import dataclass, field
 
 import streamlit as st
+from streamlit.proto.RootContainer_pb2 import RootContainer
 
 from views._url import notice_junk, qp_bool, sync_url
 
@@ -86,6 +89,12 @@ class SlideRun:
     headline: str | None = None  # without one: the first chart whose name starts with this (the page's own choice)
     chosen: str | None = None  # the chart drawn as the slide, once drawn
     settings: list[tuple[str, str]] = field(default_factory=list)
+    # where each setting's widget stood: SIDEBAR, or the number of the main area's section (0: above its first
+    # st.header, the page's own controls); the slide's line keeps only those its chart can depend on
+    places: list = field(default_factory=list)
+    section: int = 0  # the main area's section being drawn (one per st.header)
+    chosen_place: tuple[int, int] | None = None  # (section, settings noted) when the slide's chart was drawn
+    charts_drawn: list[tuple[int, int]] = field(default_factory=list)  # the same, for every chart of the page
     settings_slot: object = None
     png_slot: object = None
 
@@ -139,6 +148,7 @@ def claims(name: str) -> bool:
     run = current()
     if run is None:
         return False
+    run.charts_drawn.append((run.section, len(run.settings)))
     if run.chosen is not None:
         return run.chosen == name
     if run.wanted is not None and run.wanted != name:
@@ -146,6 +156,7 @@ def claims(name: str) -> bool:
     if run.wanted is None and run.headline and not name.startswith(run.headline):
         return False
     run.chosen = name
+    run.chosen_place = (run.section, len(run.settings))
     return True
 
 
@@ -164,6 +175,8 @@ def finish() -> None:
 
 WIDGETS = ("slider", "select_slider", "selectbox", "radio", "multiselect", "toggle", "checkbox", "number_input",
            "text_input", "segmented_control", "pills")
+SIDEBAR = "sidebar"  # a setting's place: the sidebar's widgets set every chart of the page
+SIDEBAR_ROOT = RootContainer.SIDEBAR  # the root of a DeltaGenerator drawn in the sidebar
 MAX_SHOWN = 80  # characters of one widget's value on the settings line (a long pasted text is cut)
 
 
@@ -185,15 +198,23 @@ def _shown(value, format_func, kind: str = "") -> str:
     return str(value)
 
 
-def note_widget(kind: str, label, value, format_func=None, key=None) -> None:
+def note_widget(kind: str, label, value, format_func=None, key=None, place=None) -> None:
     """Note what a widget shows for the slide's settings line (in presentation mode only)."""
     run = current()
     if run is not None:
-        note(run, kind, label, value, format_func, key)
+        note(run, kind, label, value, format_func, key, place)
 
 
-def note(run: SlideRun, kind: str, label, value, format_func=None, key=None) -> None:
-    """Add what a widget shows (its label, its value as it shows it) to ``run``'s settings line."""
+def note_section() -> None:
+    """A header drawn in the main area: the widgets after it set the charts after it (in presentation mode only)."""
+    run = current()
+    if run is not None:
+        run.section += 1
+
+
+def note(run: SlideRun, kind: str, label, value, format_func=None, key=None, place=None) -> None:
+    """Add what a widget shows (its label, its value as it shows it) to ``run``'s settings line; ``place``: SIDEBAR
+    for a sidebar widget, else the main area's current section."""
     if key in (PRESENT_KEY, "w_leave_slide"):
         return
     try:
@@ -205,6 +226,7 @@ def note(run: SlideRun, kind: str, label, value, format_func=None, key=None) -> 
         text = text[: MAX_SHOWN - 1] + "…"
     label = " ".join(str(label or "").split())
     run.settings.append((label, f"“{text}”" if kind == "text_input" else text))
+    run.places.append(place if place is not None else run.section)
 
 
 def install_widget_notes() -> None:
@@ -227,13 +249,24 @@ def _install(DeltaGenerator) -> None:
 
         def noted(self, label, *args, _original=original, _kind=kind, **kwargs):
             value = _original(self, label, *args, **kwargs)
-            note_widget(_kind, label, value, kwargs.get("format_func"), kwargs.get("key"))
+            note_widget(_kind, label, value, kwargs.get("format_func"), kwargs.get("key"),
+                        SIDEBAR if self._root_container == SIDEBAR_ROOT else None)
             return value
 
         functools.update_wrapper(noted, original)
         setattr(DeltaGenerator, kind, noted)
         # st.slider and the others are methods bound to the main area when streamlit is imported
         setattr(st, kind, getattr(st._main, kind))
+    header = DeltaGenerator.header
+
+    def sectioned(self, *args, _original=header, **kwargs):
+        if self._root_container != SIDEBAR_ROOT:
+            note_section()
+        return _original(self, *args, **kwargs)
+
+    functools.update_wrapper(sectioned, header)
+    DeltaGenerator.header = sectioned
+    st.header = st._main.header
     DeltaGenerator._posviz_notes = True
 
 
@@ -307,7 +340,22 @@ def _png_now(specs, run: SlideRun, sentence, width: int, height: int) -> bytes:
 
 
 def settings_of(run: SlideRun) -> str:
-    return "  ·  ".join(f"{label}: {value}" for label, value in run.settings if value)
+    """The settings the slide's chart can depend on: the sidebar's, and the main area's drawn before it, less those of
+    another section that drew a chart of its own after them (they set that chart: the RoPE page's one-pair section).
+    A widget drawn after the chart cannot set it. Before a chart is chosen (or outside a page run), every setting."""
+    kept = [(label, value) for i, (label, value) in enumerate(run.settings) if value and _sets_the_chart(run, i)]
+    return "  ·  ".join(f"{label}: {value}" for label, value in kept)
+
+
+def _sets_the_chart(run: SlideRun, i: int) -> bool:
+    if run.chosen_place is None or i >= len(run.places):
+        return True
+    place, (section, noted_before) = run.places[i], run.chosen_place
+    if place == SIDEBAR:
+        return True
+    if i >= noted_before:
+        return False
+    return place == section or not any(s == place and n > i for s, n in run.charts_drawn)
 
 
 def _json_datasets(spec: dict) -> dict:

@@ -87,6 +87,17 @@ def colour_scale(where) -> bool:
     return scale == "log"
 
 
+def map_controls(n_layer: int, n_head: int) -> tuple[int, int, bool, str]:
+    """The maps' layer, head and colour, drawn in the attention section they set (not above the loss chart, which
+    they do not change: a slide of the loss lists only what set it)."""
+    c1, c2, c3 = st.columns(3)
+    layer = c1.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
+    head = c2.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
+    log_scale = colour_scale(c3)
+    sync_url(layer=layer, head=head)
+    return layer, head, log_scale, "log₁₀ attention probability" if log_scale else "attention probability"
+
+
 catalog = usable_models(open_model)  # each resolved once for this run; weights load when run
 models, names = catalog.models, catalog.names
 shipped_names = catalog.shipped  # the defaults: published models are picked on request
@@ -136,13 +147,7 @@ def methods_apart(a: str, b: str, where) -> None:
     multiple = float(where.select_slider("Length (multiple of each model's trained context)", stops,
                                          value=qp_choice("M", "2" if "2" in stops else stops[-1], stops), key="w_M",
                                          format_func=lambda m: f"{float(m):g}×"))
-    c4, c5, c6 = st.columns(3)
-    n_layer, n_head = min(ma.n_layer, mb.n_layer), min(ma.n_head, mb.n_head)
-    layer = c4.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
-    head = c5.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
-    log_scale = colour_scale(c6)
-    map_title = "log₁₀ attention probability" if log_scale else "attention probability"
-    sync_url(a=a, b=b, M=f"{multiple:g}", layer=layer, head=head)
+    sync_url(a=a, b=b, M=f"{multiple:g}")
     lengths = {n: extrapolation.length_at_multiple(models[n], multiple) for n in (a, b)}
     qa, qb = plain(display_name(a)), plain(display_name(b))  # the names as Markdown quotes them, for the words below
     st.caption(f"{qa} and {qb} read the text as different ids (bytes or tokens) or were trained on different contexts: "
@@ -189,7 +194,8 @@ def methods_apart(a: str, b: str, where) -> None:
                       says=lambda: means_sentence(df, "model", "bits", "the mean loss per id (bits)"))
     if len(curves) < 2:
         return
-    st.subheader(f"Attention, layer {layer} head {head}: {qa} vs {qb}")
+    st.subheader(f"Attention maps: {qa} vs {qb}")
+    layer, head, log_scale, map_title = map_controls(min(ma.n_layer, mb.n_layer), min(ma.n_head, mb.n_head))
     try:
         with st.spinner("Extracting attention maps…"):
             maps = methods_attention_apart(ma, lengths[a], mb, lengths[b], text_bytes, layer, head, log_scale)
@@ -238,13 +244,7 @@ def methods_section() -> None:
     default = default if default in options else options[-1]
     length = c3.select_slider(f"Length L ({unit}s)", options, value=int(qp_choice("L", str(default), [str(o) for o in options])),
                               key="w_L", format_func=lambda n: f"{n:,}")
-    c4, c5, c6 = st.columns(3)
-    n_layer, n_head = min(models[a].n_layer, models[b].n_layer), min(models[a].n_head, models[b].n_head)
-    layer = c4.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
-    head = c5.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
-    log_scale = colour_scale(c6)
-    map_title = "log₁₀ attention probability" if log_scale else "attention probability"
-    sync_url(a=a, b=b, L=length, layer=layer, head=head)
+    sync_url(a=a, b=b, L=length)
     marks = [train_length] if train_length < length else []
     qa, qb = plain(display_name(a)), plain(display_name(b))  # the names as Markdown quotes them, for the words below
 
@@ -319,7 +319,9 @@ def methods_section() -> None:
             st.info("Pick two different methods to see a difference.")
 
     if len(curves) == 2 and a != b:
-        st.subheader(f"Attention, layer {layer} head {head}: {qa} vs {qb}")
+        st.subheader(f"Attention maps: {qa} vs {qb}")
+        layer, head, log_scale, map_title = map_controls(min(models[a].n_layer, models[b].n_layer),
+                                                         min(models[a].n_head, models[b].n_head))
         try:
             with st.spinner("Extracting attention maps…"):
                 maps = methods_attention(models[a], models[b], text_bytes, length,
@@ -362,12 +364,7 @@ def lengths_section() -> None:
     length = c2.select_slider(f"Length L ({unit}s); compared with 2L", options,
                               value=int(qp_choice("L", str(default), [str(o) for o in options])), key="w_L2",
                               format_func=lambda n: f"L = {n:,}, 2L = {2 * n:,}")
-    c3, c4, c5 = st.columns(3)
-    layer = c3.selectbox("Layer", range(model.n_layer), index=qp_int("layer", 0, 0, model.n_layer - 1), key="w_layer")
-    head = c4.selectbox("Head", range(model.n_head), index=qp_int("head", 0, 0, model.n_head - 1), key="w_head")
-    log_scale = colour_scale(c5)
-    map_title = "log₁₀ attention probability" if log_scale else "attention probability"
-    sync_url(model=model_name, L=length, layer=layer, head=head)
+    sync_url(model=model_name, L=length)
 
     st.subheader(f"{plain(display_name(model_name))}: the same {unit}s with L = {length:,} vs 2L = {2 * length:,} {unit}s of window")
     try:
@@ -408,6 +405,7 @@ def lengths_section() -> None:
                       (f", past the training length of {train_length:,}" if 2 * length > train_length else "") + ".")
 
     st.subheader(f"Attention on the same {length:,} {unit}s, alone vs after {length:,} more")
+    layer, head, log_scale, map_title = map_controls(model.n_layer, model.n_head)
     try:
         with st.spinner("Extracting attention maps…"):
             maps = lengths_attention(model, text_bytes, length, layer, head, log_scale)
