@@ -171,3 +171,24 @@ def ids_by_name() -> dict[str, str]:
     """{display name: id} of every registered id: how a chart whose series are shown by name finds each one's
     colour (``posviz.palette`` is keyed on ids)."""
     return {shown: ident for ident, shown in known_ids().items()}
+
+
+def for_export(table):
+    """``table`` (a pandas DataFrame) as a CSV file gives it: every column that holds ids shows their display names,
+    and keeps the ids in a column of its own beside it (``"<column> (id)"``) for a script to join on. A column's other
+    values (a published model's hub id, a Workshop run's label) are kept as they are."""
+    out = table
+    for column in table.columns:
+        values = table[column]
+        if values.dtype.kind in "biufcmM":  # numbers, booleans and times hold no id
+            continue
+        distinct = [v for v in dict.fromkeys(values.dropna()) if isinstance(v, str)]
+        shown = {v: display_name(v) for v in distinct}
+        if all(shown[v] == v for v in distinct):
+            continue
+        if out is table:
+            out = table.copy()
+        at = list(out.columns).index(column)
+        out.insert(at + 1, f"{column} (id)", values)
+        out[column] = values.map(lambda v: shown.get(v, v) if isinstance(v, str) else v)
+    return out

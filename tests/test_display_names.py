@@ -1,6 +1,6 @@
 """Every page at its default view shows display names, never the registry ids behind them (#56).
 
-An id (``transformer_xl``, ``rope+yarn``, ``rope-yarn-ft4x``, ``shifted_cache``) stays in links and CSV files;
+An id (``transformer_xl``, ``rope+yarn``, ``rope-yarn-ft4x``, ``shifted_cache``) stays in links and in a CSV's "(id)" columns;
 what a visitor reads is ``posviz.display.display_name``. The check reads what a page draws: its prose (markdown,
 captions, titles, boxes), its tables (headers and cells), its widgets' options as shown, its metrics' labels,
 and the values of every chart field a legend or colour encodes (from each chart's Vega-Lite spec and
@@ -11,6 +11,7 @@ likely to leak); the checks themselves are unit-tested below on a page that show
 """
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -197,3 +198,41 @@ def open_page(page: str):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def test_a_csv_shows_display_names_and_keeps_each_id_in_a_column_beside():
+    from posviz.display import for_export
+
+    table = pd.DataFrame({"length": [256, 512], "scaling": ["none", "self_extend"], "bpb": [1.2, 1.3],
+                          "series": ["rope+yarn", "HuggingFaceTB/SmolLM2-135M"], "status": ["kept", "zeroed"]})
+    out = for_export(table)
+    assert list(out.columns) == ["length", "scaling", "scaling (id)", "bpb", "series", "series (id)", "status"]
+    assert out["scaling"].tolist() == [display_name("none"), display_name("self_extend")] == ["no scaling", "Self-Extend"]
+    assert out["scaling (id)"].tolist() == ["none", "self_extend"]
+    assert out["series"].tolist() == [display_name("rope+yarn"), "HuggingFaceTB/SmolLM2-135M"]  # a hub id is its own name
+    assert table["scaling"].tolist() == ["none", "self_extend"]  # the page's own table is left as it was
+
+
+def test_every_csv_a_page_offers_is_written_with_display_names(ids, monkeypatch):
+    """Every download goes through ``views._charts.csv_bytes``; on the Context extension page (the "none" and
+    "self_extend" a visitor found in its CSVs) no cell outside an "(id)" column is an id."""
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "views").rglob("*.py"))
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if ".to_csv(" in line]
+    assert offenders == ["views/_charts.py:" + str(next(i for i, line in enumerate(
+        (ROOT / "views/_charts.py").read_text().splitlines(), 1) if ".to_csv(" in line))], offenders
+    from views import _charts
+
+    written = []
+    own = _charts.csv_bytes
+    monkeypatch.setattr(_charts, "csv_bytes", lambda data, index=False: written.append(own(data, index)) or written[-1])
+    monkeypatch.setenv("POSVIZ_MODELS", "")
+    open_page("context_extension")
+    assert written, "the page wrote no CSV"
+    found = []
+    for csv in written:
+        table = pd.read_csv(io.BytesIO(csv))
+        for column in table.columns:
+            if not column.endswith("(id)"):
+                found += [f"{column}: {v}" for v in table[column].dropna().unique() if isinstance(v, str) and v in ids]
+    assert not found, found
+    assert any(b"Self-Extend" in csv or b"no scaling" in csv for csv in written)

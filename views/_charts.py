@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from posviz.display import for_export
 from views import _slide as slide
 from views._serving import shared
 
@@ -18,7 +19,12 @@ from views._serving import shared
 def csv_file(data: pd.DataFrame, index: bool = False):
     """The CSV of ``data``, written when the visitor clicks its download button, not on every run:
     a 4,096-byte page's tables took 0.8 s a run to write out as CSV that nobody had asked for."""
-    return lambda: data.to_csv(index=index).encode()
+    return lambda: csv_bytes(data, index)
+
+
+def csv_bytes(data: pd.DataFrame, index: bool = False) -> bytes:
+    """Every CSV a page offers: ids shown by their display names, each id column kept beside (``for_export``)."""
+    return for_export(data).to_csv(index=index).encode()
 
 
 def show_chart(chart: alt.Chart, data: pd.DataFrame, name: str, caption: str | None = None,
@@ -95,7 +101,7 @@ def show_specs(specs: list[dict], csv, name: str, caption: str | None = None, wi
 def _specs_of(chart: alt.TopLevelMixin, data: pd.DataFrame) -> tuple[list[dict], bytes]:
     parts = chart.vconcat if isinstance(chart, alt.VConcatChart) else [chart]
     return [_spec_and_data(part.configure_axisY(minExtent=48) if len(parts) > 1 else part, None)[0]
-            for part in parts], data.to_csv(index=False).encode()
+            for part in parts], csv_bytes(data)
 
 
 def draw_spec(spec: dict, width: str = "stretch") -> None:

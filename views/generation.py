@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from posviz.slides import extremes_sentence
-from views._charts import method_scales, show_cached_chart
+from views._charts import csv_file, method_scales, show_cached_chart
 from views._models import usable_models
 from views._page import error_box, page_header, plain
 from views._serving import compute_once, heavy_turn, shared, store_result, stored_result
@@ -307,5 +307,5 @@ per_id = pd.DataFrame([row for name, r in done.items() for row in generation.per
 c1, c2 = st.columns(2)
 c1.download_button("Texts (plain text)", texts.encode("utf-8"), file_name="generation.txt", mime="text/plain",
                    key="dl-texts")
-c2.download_button(in_units("Per-byte numbers (CSV)", done_unit), per_id.to_csv(index=False).encode(),
+c2.download_button(in_units("Per-byte numbers (CSV)", done_unit), csv_file(per_id),
                    file_name="generation.csv", mime="text/csv", key="dl-csv")

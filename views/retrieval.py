@@ -9,7 +9,7 @@ import streamlit as st
 
 from posviz.positions import opening_set
 from posviz.slides import extremes_sentence
-from views._charts import cached_spec, draw_spec, legend_for, method_scales, named, show_cached_chart, show_chart, split_title
+from views._charts import cached_spec, csv_file, draw_spec, legend_for, method_scales, named, show_cached_chart, show_chart, split_title
 from views._models import usable_models
 from views._page import error_box, page_header, plain
 from views._serving import compute_once
@@ -190,7 +190,7 @@ def induction_section() -> None:
     ).properties(width=110, height=90)
     draw_spec(cached_spec(("induction-grid", head_gap, stored_key), lambda: grid), width="content")
     c2.caption(f"Each square: one layer and head of one checkpoint at gap {head_gap:,}. Bright: an induction head.")
-    st.download_button("Data (CSV)", maps.to_csv(index=False).encode(), file_name=f"induction-gap{head_gap}.csv",
+    st.download_button("Data (CSV)", csv_file(maps), file_name=f"induction-gap{head_gap}.csv",
                        mime="text/csv", key="csv-induction")
     # the checkpoints picked above: a line per checkpoint of 29 would be a legend taller and wider than the chart
     best = heads[heads["best"] & heads["model"].isin([display_name(n) for n in drawn])].assign(
