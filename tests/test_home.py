@@ -25,7 +25,7 @@ def test_method_rows_from_registry_and_metrics():
     del short["eval"]["nonoverlapping_bpb"]["4096"]
     row = {r["method"]: r for r in home.method_rows({"alibi": short})}["alibi"]
     assert row["extrapolates"] == "yes (+0.03 bits/byte at 8x)"
-    assert rows["learned"]["extrapolates"] == "no (cannot run)"
+    assert rows["learned"]["extrapolates"] == "no"
     assert home.extrapolation(metrics["learned"])["reason"] == "cannot run past 256 positions"
     assert rows["learned"]["KV-cacheable"] == "yes (≤ 256)" and rows["rope"]["KV-cacheable"] == "yes"
     assert rows["nope"]["extrapolates"].startswith("unknown")

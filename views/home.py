@@ -78,6 +78,9 @@ st.dataframe(
         # Short headers: with the long ones the last columns were cut at 1366 px.
         "absolute / relative": st.column_config.TextColumn("kind", help="absolute, relative or neither"),
         "fixed / learned": st.column_config.TextColumn("weights", help="fixed by a formula, or learned in training"),
+        "acts on": st.column_config.TextColumn(help="Where the position enters: added to the input, rotating queries "
+                                               "and keys, a bias on the logits, the attention weights themselves (no "
+                                               "softmax), or the hidden states through a short convolution."),
         "KV-cacheable": st.column_config.TextColumn(help="Can keys and values be computed once and reused while "
                                                     "generating? Added vectors: " + home.KV_CACHE_REASON["input"]
                                                     + "; rotations: " + home.KV_CACHE_REASON["q/k"] + "; biases: "

@@ -16,13 +16,15 @@ from posviz.positions import POSITION_METHODS, ModelShape, build_position_method
 Columns = dict[str, np.ndarray]
 
 
+# Short: a cell of Home's table shows about 24 characters at 1366 px ("hidden states (short convolution)" was cut);
+# the column's help says the rest.
 ACTS_ON_LABEL = {
     "input": "input (added)",
     "q/k": "queries & keys (rotated)",
     "logits": "logits (bias)",
-    "weights": "attention weights (no softmax)",
+    "weights": "weights (no softmax)",
     "nothing": "nowhere",
-    "hidden": "hidden states (short convolution)",
+    "hidden": "hidden states (conv.)",
 }
 KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to the table
     "input": "the position is baked into each cached key and value",
@@ -80,7 +82,8 @@ def extrapolation(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
 def extrapolation_label(ext: Mapping[str, Any]) -> str:
     """The verdict, plus why when the numbers beside it do not say it (no run, or a shorter multiple)."""
     if ext["bpb_long"] is None:
-        return "no (cannot run)" if ext["verdict"] == "no" else f"{ext['verdict']} ({ext['reason']})"
+        # the bits/byte column beside it already says "cannot run"
+        return "no" if ext["verdict"] == "no" else f"{ext['verdict']} ({ext['reason']})"
     if ext["long_multiple"] != EXTRAPOLATION_MULTIPLE:
         return f"{ext['verdict']} ({ext['reason']})"
     return ext["verdict"]
