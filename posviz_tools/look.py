@@ -5,7 +5,8 @@
   error boxes, text cut off (an element narrower than its text, an SVG label outside its chart or
   past the edge of the chart's box),
   tables that hide rows or columns behind a scroll, legends that do not name every series drawn, a chart
-  that runs past its column (under the one beside it), a chart drawn with no marks.
+  that runs past its column (under the one beside it), a chart drawn with no marks, a multiselect hiding chosen
+  options behind a scroll.
 - ``output_fingerprint(page)``: what the page *shows*, without its widgets: the numbers in its text,
   the marks of its charts and its images. A widget move that changes only the URL or the widget's
   own label leaves it unchanged.
@@ -56,6 +57,13 @@ SIGHT_JS = r"""
         out.tables.push(`${name} shows ${scroller.clientHeight} px of its ${scroller.scrollHeight} px of rows`);
       if (scroller.scrollWidth > scroller.clientWidth + 2)
         out.tables.push(`${name} shows ${scroller.clientWidth} px of its ${scroller.scrollWidth} px of columns`);
+    }
+    // a multiselect whose chosen chips sit in one row that scrolls: the chips past its edge are hidden
+    for (const pick of root.querySelectorAll('[data-testid="stMultiSelect"]')) {
+      if (!shown(pick)) continue;
+      const row = [...pick.querySelectorAll('*')].find(e => e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0
+        && ['auto', 'scroll', 'hidden'].includes(getComputedStyle(e).overflowX) && e.querySelector('[data-baseweb="tag"], span'));
+      if (row) out.cut.push(`${where}: ${label(pick)} shows ${row.clientWidth} px of its ${row.scrollWidth} px of chosen options`);
     }
     for (const box of root.querySelectorAll('[data-testid="stAlertContentError"]'))
       out.errorBoxes.push((box.innerText || '').trim().slice(0, 300));

@@ -84,12 +84,12 @@ with left:
                               help="Position interpolation (linear), NTK, dynamic NTK, Llama 3 and LongRoPE change how fast "
                                    "each pair turns. The training-free remaps (Self-Extend, ReRoPE, Leaky ReRoPE, "
                                    "dual chunk attention, STRING; checkpoints only) keep the speeds and change which relative position each pair "
-                                   "is seen at, so none sees a distance it never trained on. Each adds a live curve.")
+                                   "is seen at, so none sees a distance it never trained on. Each adds a live curve.", wrap=True)
     references = st.multiselect("Compare with", others, default=qp_multi("refs", [], others), key="w_refs",
                                 format_func=catalog.label,
                                 placeholder="e.g. ALiBi: a method that needs no scaling",
                                 help="Models that need no scaling, drawn solid in their own colours beside the "
-                                     "scalings, stored and live.")
+                                     "scalings, stored and live.", wrap=True)
     catalog.caption()
 with right:
     text = choose_text()

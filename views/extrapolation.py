@@ -87,7 +87,7 @@ with left:
     chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
                             default=qp_multi("models", first_view, names), key="w_models",
                             help="One checkpoint of each kind of position method by default; every shipped checkpoint "
-                                 "is in the list. Each one picked is scored live at the length below.")
+                                 "is in the list. Each one picked is scored live at the length below.", wrap=True)
     catalog.caption()
     sync_url(models=chosen)
 # the legend names only what is drawn, by display name (posviz.display): the charts' "model" column holds names

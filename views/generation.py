@@ -56,7 +56,7 @@ with left:
     catalog.add_input()
     chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
                             default=qp_multi("models", default_models, names), key="w_models",
-                            help="Each writes its own continuation, with its own KV cache.")
+                            help="Each writes its own continuation, with its own KV cache.", wrap=True)
     catalog.caption()
     unit = shared_unit(models[n] for n in chosen)  # what every count below is in: "byte", "token" or "id" (a mix)
     # each model may write a multiple of its own training length; the slider holds the chosen models' smallest

@@ -49,7 +49,7 @@ with left:
     default_models = [n for n in ("sinusoidal", "alibi", "rope") if n in catalog.shipped] or catalog.shipped[:3]
     chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
                             default=qp_multi("models", default_models, names), key="w_models",
-                            help="Each model scores the text three times, one byte (or token) at a time.")
+                            help="Each model scores the text three times, one byte (or token) at a time.", wrap=True)
     catalog.caption()
     # The window and the bytes scored count each model's own ids: bytes for a checkpoint, tokens for a published model.
     one, many = kv_cache.unit_words({models[n].unit for n in chosen if n in models} or {"byte"})

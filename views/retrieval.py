@@ -110,7 +110,7 @@ if not shipped.empty:
     stored = [n for n in names if n in set(shipped["model"])]
     drawn = st.multiselect("Checkpoints drawn", stored, default=qp_multi("shown", opening_set(stored), stored),
                            format_func=display_name, key="w_shown",
-                           help="The charts open on one method of each family; add any other here.")
+                           help="The charts open on one method of each family; add any other here.", wrap=True)
     sync_url(shown=drawn)
     shipped = shipped[shipped["model"].isin(drawn)]
 else:
@@ -297,7 +297,7 @@ default_models = [n for n in ("shaw", "alibi", "rope") if n in names] or names[:
 with c1:
     catalog.add_input()
     chosen = st.multiselect(catalog.say("Checkpoints", "Models"), names, format_func=catalog.label,
-                            default=qp_multi("models", default_models, names), key="w_models")
+                            default=qp_multi("models", default_models, names), key="w_models", wrap=True)
     catalog.caption()
 # Each model runs in its own ids (bytes for a checkpoint, tokens for a published model): the gaps are counted
 # in them, from the first chosen model's training length, up to the smallest device cap among the chosen.

@@ -54,7 +54,7 @@ def wave_section(length: int, dim: int, base: float) -> None:
     default_dims = list(dict.fromkeys(default_dims))
     dims_shown = st.multiselect("dimensions to draw as waves", [str(d) for d in range(dim)],
                                 default=qp_multi("dims", default_dims, [str(d) for d in range(dim)]), key=f"dims-{dim}",
-                                help="Even dimensions are sines, odd ones cosines of the same pair.")
+                                help="Even dimensions are sines, odd ones cosines of the same pair.", wrap=True)
     if dims_shown:
         sync_url(dims=[int(d) for d in dims_shown])
     else:
