@@ -107,6 +107,17 @@ SIGHT_JS = r"""
       const n = g.querySelectorAll('.role-legend-label text').length;
       if (m && +m[1] !== n) legend.push(`legend lists ${n} of its ${m[1]} values`);
     }
+    // a key's symbol that draws nothing: a line (no area to fill) with no stroke, or neither fill nor stroke
+    const none = c => !c || c === 'none' || c === 'transparent';
+    for (const sym of svg.querySelectorAll('.role-legend-symbol path')) {
+      const d = sym.getAttribute('d') || '', stroke = sym.getAttribute('stroke'), fill = sym.getAttribute('fill');
+      const line = !/[AZCQz]/.test(d);
+      if ((line && none(stroke)) || (none(stroke) && none(fill))) {
+        const g = sym.closest('.role-legend-symbol').parentNode;
+        const text = g && g.querySelector('.role-legend-label text');
+        legend.push(`legend symbol of "${text ? text.textContent : '?'}" draws nothing`);
+      }
+    }
     const legendColours = new Set([...svg.querySelectorAll('.role-legend-symbol path')]
       .flatMap(p => [p.getAttribute('stroke'), p.getAttribute('fill')]).filter(Boolean).map(c => c.toLowerCase()));
     if (legendColours.size) {

@@ -171,7 +171,8 @@ class RedrawClock:
         self._last = now
         return True
 
-DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
+# A key of lines long enough to show a dash pattern (YaRN's short dashes drew a smudge in the default 100-px² symbol).
+DASHED_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5, symbolSize=500)
 
 
 def legend_for(n_series: int, **options) -> alt.Legend:

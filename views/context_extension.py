@@ -174,14 +174,21 @@ def finetuned_chart(ft_all: pd.DataFrame, ft_length: int) -> alt.LayerChart:
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
     colour = alt.Color("curve:N", scale=ft_colours, title=None, legend=legend_for(ft_all["curve"].nunique()))
     tip = ["curve", "stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
-    # a line per stage in the key, each its own dash (a point per stage drew three identical black dots)
-    stage_dash = alt.StrokeDash("stage:N", title="stage", legend=alt.Legend(
-        orient="bottom", symbolType="stroke", symbolStrokeColor="#333", symbolStrokeWidth=2, symbolSize=500),
-        scale=alt.Scale(domain=["after fine-tuning", "before fine-tuning", "no fine-tuning needed"],
-                        range=[[1, 0], [6, 4], [1, 3]]))
-    ft_chart = alt.Chart(ft_all).mark_line(point=True).encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
+    # Each stage its own dash on the lines and its own point shape in the key: Vega-Lite draws a strokeDash legend's
+    # symbols with a transparent stroke when colour is another field's (the key's three lines were invisible; it
+    # ignores symbolStrokeColor), and a point per stage in one shape drew three identical black dots.
+    stages = ["after fine-tuning", "before fine-tuning", "no fine-tuning needed"]
+    stage_dash = alt.StrokeDash("stage:N", legend=None, scale=alt.Scale(domain=stages, range=[[1, 0], [6, 4], [1, 3]]))
+    # Its own field and values, naming each line's dash: Vega-Lite merges a shape legend into a dash legend of the
+    # same values (and the dash's has none, so both went).
+    keyed = dict(zip(stages, [f"{stage} ({line})" for stage, line in zip(stages, ["solid line", "dashed", "dotted"])]))
+    ft_all = ft_all.assign(key_of_stage=ft_all["stage"].map(keyed))
+    stage_shape = alt.Shape("key_of_stage:N", title="stage", legend=alt.Legend(orient="bottom", symbolSize=90, symbolFillColor="#333"),
+                            scale=alt.Scale(domain=list(keyed.values()), range=["circle", "triangle-up", "square"]))
+    ft_lines = alt.Chart(ft_all).mark_line().encode(x, y, colour, stage_dash, detail="of:N", tooltip=tip)
+    ft_points = alt.Chart(ft_all).mark_point(filled=True, opacity=1).encode(x, y, colour, stage_shape, tooltip=tip)
     ft_rules = alt.Chart(pd.DataFrame({"length": [ft_length, 4 * ft_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
-    return alt.layer(ft_chart, ft_rules).properties(height=340)
+    return alt.layer(ft_lines, ft_points, ft_rules).properties(height=340)
 
 
 def finetuning_chart(curves: pd.DataFrame) -> alt.Chart:
