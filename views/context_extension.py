@@ -197,8 +197,9 @@ def finetuning_chart(curves: pd.DataFrame) -> alt.Chart:
     return alt.Chart(curves).mark_line().encode(
         x=alt.X("tokens:Q", title="fine-tuning bytes"), y=alt.Y("train_bpb:Q", title="training loss (bits/byte)",
                                                                 scale=alt.Scale(zero=False)),
+        # the legend names the fine-tuning runs drawn, not every curve above, in full ("RoPE + linear, fine-tuned …")
         color=alt.Color("checkpoint:N", scale=method_scales(list(dict.fromkeys(curves["checkpoint"])))[0],
-                        title=None),  # the legend names the fine-tuning runs drawn, not every curve above
+                        title=None, legend=legend_for(curves["checkpoint"].nunique())),
         tooltip=["checkpoint", "tokens", alt.Tooltip("train_bpb:Q", format=".3f")]).properties(height=200)
 
 
