@@ -41,6 +41,6 @@ COPY --chown=user models ./models
 # are trained into its store of runs there too (about 3 minutes each), so a visitor's Train on one answers at once.
 RUN chown user /home/user/app
 USER user
-RUN python -m views._warm --defaults-only
+RUN python -m views._build_store --defaults-only
 EXPOSE 7860
 CMD ["streamlit", "run", "app.py", "--server.port", "7860", "--server.address", "0.0.0.0"]

@@ -35,7 +35,7 @@ app: $(APP_STAMP)
 # it. A server also fills them itself, with its first start's warm-up; the Docker image builds them. Then the
 # Workshop's six examples are trained into its store of runs (about 3 minutes each), so their results show at once.
 store: $(APP_STAMP)
-	$(PY) -m views._warm
+	$(PY) -m views._build_store
 
 # Two pytest-xdist workers, one torch thread each (tests/conftest.py): the browser tests mostly wait on a server
 # and a browser, so the two cores stay busy; worksteal evens out the long tests.

@@ -67,7 +67,7 @@ WORKSHOP_TRAININGS_AT_ONCE = 1  # one training uses every core through torch's t
 WORKSHOP_QUEUE = 8  # runs waiting behind it; past this a visitor is told to try again later
 WORKSHOP_MAX_TRAIN_SECONDS = 300  # the quick recipe takes about 3 minutes on 2 cores; past this a run stops early
 WORKSHOP_RESULTS_PER_SESSION = 3  # trained checkpoints a session keeps (the oldest goes first): disk and memory
-# A formula a visitor types (posviz/workshop/formula.py). Its cost is that of its walk: every operation makes one
+# A formula a visitor types (posviz/positions/formula_language.py). Its cost is that of its walk: every operation makes one
 # tensor of the scope's shape, and a nested operation keeps its operands alive until it is done, so the number of
 # operations bounds the time of a walk and its depth bounds the memory. The six examples have at most 33 nodes and a
 # depth of 12 (the T5-like buckets); these leave room for a formula twice as long, and no more.

@@ -275,12 +275,12 @@ def test_fire_past_its_threshold_gives_the_logits_of_its_mlp():
 
 
 # ------------------------------------------------------------------------------------------------
-# The workshop's formulas (posviz/workshop/formula.py, issue #47): the same biases as the methods
+# The workshop's formulas (posviz/positions/formula_language.py, issue #47): the same biases as the methods
 # ------------------------------------------------------------------------------------------------
 def test_alibi_and_kerple_log_written_as_formulas_are_their_methods_biases():
     """ALiBi as -m[h] * d and KERPLE-log as -a[layer, h] * log(1 + b[layer, h] * d), at the methods' own parameter
     values, equal ``logit_bias`` on every causal pair (the formula's own -inf above the diagonal)."""
-    from posviz.workshop.formula import evaluate, parse_formula
+    from posviz.positions.formula_language import evaluate, parse_formula
 
     T, H = 24, 4
     shape = ModelShape(n_layer=2, n_head=H, head_dim=8, n_embd=32, train_length=16)

@@ -237,7 +237,7 @@ def test_training_cli_reports_bad_recipes_as_one_line(argv, message, tmp_path):
     assert not (tmp_path / "out").exists()  # nothing was trained or written
 
 
-# -- a formula a visitor types (posviz/workshop/formula.py) -------------------------------------------------------
+# -- a formula a visitor types (posviz/positions/formula_language.py) -------------------------------------------------------
 HOSTILE_FORMULAS = [  # (text, words the refusal must hold)
     ("__import__('os').system('touch /tmp/posviz-pwned')", "Calling an attribute (x.y) is not allowed"),
     ("__import__('os')", "Calling __import__ is not allowed"),
@@ -264,7 +264,7 @@ HOSTILE_FORMULAS = [  # (text, words the refusal must hold)
 def test_a_hostile_formula_gets_words_and_no_side_effect(text, words):
     from pathlib import Path
 
-    from posviz.workshop.formula import FormulaError, evaluate, parse_formula
+    from posviz.positions.formula_language import FormulaError, evaluate, parse_formula
 
     with pytest.raises(FormulaError) as caught:
         evaluate(parse_formula(text), 16, 2, 16)
@@ -273,7 +273,7 @@ def test_a_hostile_formula_gets_words_and_no_side_effect(text, words):
 
 
 def test_a_hard_cut_is_allowed_where_every_row_keeps_a_key():
-    from posviz.workshop.formula import evaluate, parse_formula
+    from posviz.positions.formula_language import evaluate, parse_formula
 
     bias = evaluate(parse_formula("where(d > 4, -inf, -0.25 * d)"), 12, 2, 16)
     assert torch.isneginf(bias[0, 11, :7]).all() and bias[0, 11, 7:].tolist() == [-1.0, -0.75, -0.5, -0.25, 0.0]

@@ -28,7 +28,7 @@ from posviz.models.shipped import as_lab_model
 from posviz.positions import POSITION_METHODS, VISITOR_METHODS, ModelShape, build_position_method, method_names
 from posviz.training.command_line import formula_options, main
 from posviz.training.train import TrainConfig, TrainingCancelled, train
-from posviz.workshop.formula import FormulaError
+from posviz.positions.formula_language import FormulaError
 
 ALIBI = "-(2**(-8*(h+1)/H))*d"  # ALiBi's slopes for a power-of-two head count, as the issue writes it
 KERPLE = "-a[layer, h] * log(1 + b[layer, h] * d)"

@@ -21,7 +21,7 @@ from posviz.errors import PosvizError
 from posviz.limits import WORKSHOP_FORMULA_DEPTH, WORKSHOP_FORMULA_NODES, WORKSHOP_WALK_ELEMENTS
 from posviz.positions import ModelShape, build_position_method
 from posviz.training.command_line import main
-from posviz.workshop.formula import FormulaError, parse_formula
+from posviz.positions.formula_language import FormulaError, parse_formula
 
 SHAPE = ModelShape(n_layer=2, n_head=4, head_dim=8, n_embd=32, train_length=32)
 SCORED = 16 * SHAPE.train_length  # a quick run is scored up to 16x its context
@@ -173,7 +173,7 @@ def test_values_past_float32_are_refused_not_drawn_as_cuts():
 
 # -- cost -----------------------------------------------------------------------------------------------------------
 def test_a_formula_of_i_and_j_is_walked_in_bounded_pieces():
-    from posviz.workshop.formula import pair_pieces
+    from posviz.positions.formula_language import pair_pieces
 
     formula = parse_formula("-abs(j * h - i) * 0.01")
     pieces = list(pair_pieces(formula, torch.arange(4096), torch.arange(4096), 4, 256, 0, {}))
@@ -200,7 +200,7 @@ def test_a_formula_is_checked_once_not_once_per_layer_and_per_distance_when_it_c
     build_position_method("formula", four_layers, {"formula": "-0.1 * d * (layer + 1)"})
     assert scopes == [0, 1, 2, 3]
 
-    from posviz.workshop import formula as language
+    from posviz.positions import formula_language as language
 
     shapes = []
     walk = language.formula_values
@@ -303,7 +303,7 @@ def test_a_parse_that_cpythons_shared_depth_count_failed_is_parsed_again(monkeyp
     (before=63, after=39)" as a traceback on the page."""
     import ast
 
-    from posviz.workshop import formula as language
+    from posviz.positions import formula_language as language
 
     real, failures = ast.parse, []
 
@@ -325,7 +325,7 @@ def test_every_hostile_formula_on_the_page(tiny_models):
 
     from test_workshop import shown, workshop_page
 
-    from posviz.workshop.formula import MAX_CHARACTERS
+    from posviz.positions.formula_language import MAX_CHARACTERS
 
     at = workshop_page(tiny_models)
     for formula, words in HOSTILE:
@@ -451,7 +451,7 @@ def test_one_formula_written_two_ways_is_one_run():
 
 
 def test_a_chain_of_comparisons_is_each_pair_of_them():
-    from posviz.workshop.formula import evaluate
+    from posviz.positions.formula_language import evaluate
 
     bias = evaluate(parse_formula("-5 * (2 <= d < 6 != 4)"), 10, 1, 16)[0, 9]  # the last query: distances 9..0
     want = [-5.0 if 2 <= d < 6 and 6 != 4 else 0.0 for d in range(9, -1, -1)]

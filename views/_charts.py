@@ -61,7 +61,7 @@ def _chart_row(csv, name: str, caption: str | None) -> None:
 def _draw_slide(specs: list[dict], name: str, says, caption: str | None, width: str = "stretch") -> None:
     """The slide's chart: its views large with fonts a hall can read, the sentence under it, and the slide's PNG
     buttons in the slide's head. ``says``: the sentence, or the function that writes it; else the ``caption``."""
-    from views._page import plain
+    from views._quote import plain
 
     sentence = (says() if callable(says) else says) or caption
     with st.container(key=slide.container_key(name)):

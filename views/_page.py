@@ -12,6 +12,7 @@ from posviz.errors import PosvizError
 from posviz.limits import device_label
 from views._checkpoints import VAL_BPB, VAL_BPB_HELP, checkpoint_summary
 from views import _slide as slide
+from views._quote import MARKDOWN_SPECIAL, plain  # noqa: F401  (the pages import plain from here)
 from views._url import show_url_notices
 
 def page_header(title: str, intro: str, headline: str | None = None) -> None:
@@ -58,13 +59,6 @@ def usable_checkpoints(read) -> tuple[dict, dict]:
     return checkpoints, facts
 
 
-MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~:$"
-
-
-def plain(text: str) -> str:
-    """``text`` with every Markdown character escaped, for words that quote what a visitor typed (a formula's
-    names, a string in it): shown as typed, never as emphasis, a link or an image."""
-    return "".join("\\" + c if c in MARKDOWN_SPECIAL else c for c in str(text))
 
 
 def error_box(exc: Exception, what_next: str | None = None) -> None:

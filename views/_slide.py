@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 from streamlit.proto.RootContainer_pb2 import RootContainer
 
+from views._quote import plain  # the settings line quotes what a visitor typed
 from views._url import notice_junk, qp_bool, sync_url
 
 PRESENT_KEY = "w_present"  # the sidebar toggle's key: the Slide buttons and "Leave the slide" set it
@@ -166,7 +167,6 @@ def finish() -> None:
     if run is None or run.settings_slot is None:
         return
     shown = settings_of(run)
-    from views._page import plain  # the line quotes what a visitor typed: shown as typed, never as Markdown
 
     run.settings_slot.caption(plain(shown) if shown else "At its default settings.")
 

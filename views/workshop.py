@@ -1,5 +1,5 @@
 """Workshop: write a position method as a formula of a logit bias, see it at once, train it in minutes, and find it
-in every lab as "yours: …". The formula language is posviz/workshop/formula.py, the drawing posviz/workshop/drawing.py,
+in every lab as "yours: …". The formula language is posviz/positions/formula_language.py, the drawing posviz/workshop/drawing.py,
 the training queue posviz/workshop/training.py; nothing is computed here.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from posviz.positions import ModelShape
 from posviz.training.quick import QUICK_MULTIPLES, QUICK_RECIPE_WHY
 from posviz.training.train import TrainConfig
 from posviz.workshop import drawing
-from posviz.workshop.formula import FUNCTIONS, MAX_CHARACTERS, VARIABLES, parse_formula
+from posviz.positions.formula_language import FUNCTIONS, MAX_CHARACTERS, VARIABLES, parse_formula
 from posviz.workshop.training import check_before_training, page_recipe, run_key
 from views._bias_charts import distance_axis
 from posviz.slides import extremes_sentence

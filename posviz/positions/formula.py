@@ -1,4 +1,4 @@
-"""A logit bias written as a formula in the Workshop (issue #47): ``posviz.workshop.formula`` parses and walks it.
+"""A logit bias written as a formula in the Workshop (issue #47): ``posviz.positions.formula_language`` parses and walks it.
 
 A visitor's method, not one of the literature's: it is registered apart (``VISITOR_METHODS``), so it is on no page
 and needs no shipped checkpoint, but a checkpoint trained with it loads like any other (``load_checkpoint``,
@@ -22,7 +22,7 @@ from torch import nn
 from posviz.config import require
 from posviz.positions.base import PositionMethod, at_least, position_range
 from posviz.limits import WORKSHOP_FORMULA_NODES
-from posviz.workshop.formula import (FormulaError, check_formula, distance_scope, formula_values, pair_pieces, pair_scope,
+from posviz.positions.formula_language import (FormulaError, check_formula, distance_scope, formula_values, pair_pieces, pair_scope,
                                      parse_formula)
 
 SPEC_KEYS = ("init", "floor")
@@ -52,7 +52,7 @@ def parameter_spec(name: str, spec) -> dict:
 
 @dataclasses.dataclass
 class FormulaOptions:
-    formula: str  # no default: a formula method is the formula (posviz.workshop.formula's language)
+    formula: str  # no default: a formula method is the formula (posviz.positions.formula_language's language)
     parameters: dict = dataclasses.field(default_factory=dict)  # name -> {"init": ..., "floor": ...}, one per name[...]
 
     def __post_init__(self):

@@ -59,7 +59,7 @@ def main(argv=None) -> None:
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--method", help="position method name, e.g. rope, alibi, t5")
     what.add_argument("--formula", help='a logit bias written as a formula, e.g. "-(2**(-8*(h+1)/H))*d" (the Workshop\'s '
-                                       "language: posviz/workshop/formula.py)")
+                                       "language: posviz/positions/formula_language.py)")
     ap.add_argument("--param", nargs="*", default=[], action="extend", metavar="NAME=INIT",
                     help="a learned parameter's initial value, a number or a uniform range LOW:HIGH, e.g. a=1.0 b=0:2")
     ap.add_argument("--floor", nargs="*", default=[], action="extend", metavar="NAME=MIN", help="a learned parameter's floor, e.g. a=0.01")

@@ -15,7 +15,7 @@ import torch
 
 from posviz.errors import ConfigError
 from posviz.positions import ModelShape, build_position_method
-from posviz.workshop.formula import parse_formula
+from posviz.positions.formula_language import parse_formula
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,7 +61,7 @@ def run_key(cfg) -> str:
     """What determines a run's result, as a digest: the recipe (``cfg``, a ``TrainConfig``) with its formula as parsed
     (the syntax tree: spaces, brackets and comments do not matter) and its parameters as the method reads them."""
     from posviz.positions.formula import FormulaOptions
-    from posviz.workshop.formula import parse_formula
+    from posviz.positions.formula_language import parse_formula
 
     options = FormulaOptions(**cfg.position_options)  # normalised: "1" and 1.0 are one initial value
     recipe = dataclasses.asdict(cfg)
