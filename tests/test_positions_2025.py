@@ -23,7 +23,7 @@ from maths_support import text_ids  # noqa: F401  (a fixture)
 SHAPE = ModelShape(n_layer=2, n_head=3, head_dim=16, n_embd=48, train_length=64)
 
 
-def _fope_naive(method, q, k, positions):
+def _fope_naive(method, q, k, positions, normalise=True):
     """vLLM's FourierRotaryEmbedding, one pair at a time: the kept frequencies are RoPE's inv_freq with a period no longer
     than the training length (2 pi / w <= L); pair p < columns of head h turns by cos_p(t) = sum_D cos(t w_D) Cn[h, D, p]
     with Cn the coefficients over their column sums (the paper's listing), the pairs past the columns are padded with
@@ -42,8 +42,9 @@ def _fope_naive(method, q, k, positions):
             for t_index, t in enumerate(positions.tolist()):
                 for p in range(half):
                     if p < columns:
-                        c = sum(math.cos(t * kept[d]) * C[h, d, p] / C[h, :, p].sum() for d in range(len(kept)))
-                        s = sum(math.sin(t * kept[d]) * S[h, d, p] / S[h, :, p].sum() for d in range(len(kept)))
+                        c_sum, s_sum = (C[h, :, p].sum(), S[h, :, p].sum()) if normalise else (1.0, 1.0)
+                        c = sum(math.cos(t * kept[d]) * C[h, d, p] / c_sum for d in range(len(kept)))
+                        s = sum(math.sin(t * kept[d]) * S[h, d, p] / s_sum for d in range(len(kept)))
                     else:
                         c, s = 1.0, 0.0
                     x1, x2 = x[:, h, t_index, p], x[:, h, t_index, p + half]
@@ -58,7 +59,8 @@ def test_fope_keeps_the_frequencies_that_turn_within_the_training_length():
     # the checkpoints' shape: RoPE's 16 frequencies 10000^(-p/16); 2 pi / 256 = 0.0245 keeps p = 0..6
     assert method.kept_freq.numel() == 7 and method.series_pairs == 7
     assert float(method.kept_freq.min()) >= 2 * math.pi / 256 > 10000 ** (-7 / 16)
-    assert method.pinned_options() == {"base": 10000.0, "floor_length": 256, "init_gain": 0.3}
+    assert method.pinned_options() == {"base": 10000.0, "floor_length": 256, "init_gain": 0.3, "normalise": True,
+                                       "per_layer": False}
     # fixed, not trained: buffers in the weights, no parameter
     assert not list(method.parameters()) and {"cos_coef", "sin_coef"} <= set(method.state_dict())
 
@@ -134,6 +136,50 @@ def test_pope_scores_depend_on_distance_alone_and_cached_decoding_matches():
     assert method.is_shift_invariant()
 
 
+def test_fope_as_the_training_code_has_it_one_set_per_layer_raw_coefficients():
+    """The paper's training code (olmo/model.py): a FourierEmbedding in every block, each its own draw, and
+    fourier_norm off by default (the coefficients used as drawn); the padding stays vLLM's (sin 0)."""
+    torch.manual_seed(2)
+    method = build_position_method("fope", SHAPE, {"per_layer": True, "normalise": False}).double()
+    layers = [method.at_layer(layer) for layer in range(SHAPE.n_layer)]
+    assert layers[0] is method and layers[1] is not method
+    assert not torch.equal(layers[0].cos_coef, layers[1].cos_coef)  # each layer its own draw
+    assert {"cos_coef", "later_layers.0.cos_coef"} <= set(method.state_dict())
+    q, k = torch.randn(1, 3, 6, 16, dtype=torch.float64), torch.randn(1, 3, 6, 16, dtype=torch.float64)
+    positions = torch.tensor([0, 3, 64, 65, 300, 4000])
+    for layer in layers:
+        got_q, got_k = layer.rotate_qk(q, k, positions)
+        want_q, want_k = _fope_naive(layer, q, k, positions, normalise=False)
+        torch.testing.assert_close(got_q, want_q, rtol=0, atol=1e-12)
+        torch.testing.assert_close(got_k, want_k, rtol=0, atol=1e-12)
+    # a model built with it runs, and its pinned options build it again
+    net = GPT(ModelConfig(n_layer=2, n_head=3, n_embd=48, train_length=64, position="fope",
+                          position_options={"per_layer": True})).eval()
+    assert net.position.pinned_options()["per_layer"] is True and net(torch.randint(0, 256, (1, 20))).logits.isfinite().all()
+
+
+def test_fope_refuses_a_shape_whose_normalised_coefficients_blow_up():
+    """More kept frequencies than columns (hs 64, L 4,096: 23 for 16): the reference's step identity leaves columns
+    12-15 without an entry, and such a column of noise over its sum blows up."""
+    big = ModelShape(n_layer=1, n_head=2, head_dim=64, n_embd=128, train_length=4096)
+    with pytest.raises(ConfigError, match="columns 12–15 without their identity entry"):
+        build_position_method("fope", big)
+    worst = []
+    for seed in range(8):  # what the refusal spares: the same coefficients, normalised by hand
+        torch.manual_seed(seed)
+        raw = build_position_method("fope", big, {"normalise": False})
+        cos, _ = raw.cos_sin(torch.arange(4096))
+        assert cos.abs().max() < 10  # raw, as the training code's default: bounded
+        C = raw.cos_coef.double()
+        normalised = torch.einsum("tD,hDp->htp", torch.cos(torch.arange(4096, dtype=torch.float64)[:, None] * raw.kept_freq),
+                                  C / C.sum(dim=1, keepdim=True))
+        worst.append(float(normalised.abs().max()))
+    assert max(worst) > 10, worst
+    # the shipped shape is square (7 kept, 7 columns): normalised and bounded
+    shipped = build_position_method("fope", ModelShape(4, 4, 32, 128, 256))
+    assert shipped.series_pairs == shipped.kept_freq.numel() == 7 and shipped.cos_sin(torch.arange(4096))[0].abs().max() < 3
+
+
 @pytest.mark.parametrize("name", ["pope", "fope", "canon", "path"])
 def test_a_model_with_the_method_decodes_from_its_cache_as_it_runs_whole(name):
     torch.manual_seed(4)
@@ -153,7 +199,8 @@ def test_a_model_with_the_method_decodes_from_its_cache_as_it_runs_whole(name):
 @pytest.mark.parametrize("name, options, words", [
     ("pope", {"bias_init": "normal"}, "bias_init"), ("pope", {"theta": 1}, "theta"),
     ("fope", {"floor_length": 1}, "floor_length"), ("fope", {"init_gain": -1.0}, "init_gain"),
-    ("fope", {"base": 2.0, "floor_length": 2}, "keeps no frequency")])
+    ("fope", {"base": 2.0, "floor_length": 2}, "keeps no frequency"), ("fope", {"normalise": "yes"}, "normalise"),
+    ("fope", {"per_layer": 1}, "per_layer")])
 def test_bad_options_are_refused_in_words(name, options, words):
     with pytest.raises(ConfigError, match=words):
         build_position_method(name, SHAPE, options)

@@ -25,13 +25,13 @@ def fope_frequencies(method) -> dict[str, np.ndarray]:
 
 def fope_series(method, head: int) -> dict[str, np.ndarray]:
     """Long table of head ``head``'s series: for every pair p with a series and every kept frequency D, the weight
-    of cos(t w_D) in the pair's cos and of sin(t w_D) in its sin (the coefficients over their column sums, as the
-    rotation uses them). Pairs past the series turn at frequency 0 and are not listed."""
+    of cos(t w_D) in the pair's cos and of sin(t w_D) in its sin (as the rotation uses them: over their column sums
+    when the method normalises). Pairs past the series turn at frequency 0 and are not listed. A method with a set per
+    layer: layer 0's."""
     rows = {"pair": [], "frequency index": [], "frequency": [], "part": [], "weight": []}
     kept = method.kept_freq.numpy()
-    for part, coef in (("cos", method.cos_coef), ("sin", method.sin_coef)):
-        c = coef[head].double()
-        c = (c / c.sum(dim=0, keepdim=True)).numpy()  # (D, pairs)
+    for part, coef in zip(("cos", "sin"), method.coefficients()):
+        c = coef[head].double().numpy()  # (D, pairs)
         for d in range(c.shape[0]):
             for p in range(c.shape[1]):
                 rows["pair"].append(p)

@@ -16,12 +16,22 @@ RoPE gives pair p of a head one frequency: cos(t w_p), sin(t w_p). FoPE's two ch
    (gain 0.3), per head, and are **fixed**: the reference listing makes them ``nn.Parameter(...,
    requires_grad=False)``; here they are buffers, saved with the weights and never trained.
 
-Reference paths (the issue's two): the paper's listing (``FourierEmbedding``: D = the kept frequencies, columns
-min(D, hs/4), coefficients normalised by their column sums, Xavier-normal gain 0.3 plus the identity), and vLLM's
-``rotary_embedding/fope.py`` (per-head coefficients, ``x cos + rotate_half(x) sin``, the pairs past the series padded
-with cos = 1 and sin = 0). Where the two differ, posviz follows vLLM: the paper's listing pads sin with 1 as well,
-which is no zero frequency (vLLM's comment: it would mix in rotate_half); and its listing rotates by - sin, a mirror
-convention with the same expressiveness.
+Reference paths: the paper's training code (``TsinghuaC3I/Fourier-Position-Embedding``, ``olmo/model.py``
+``FourierEmbedding`` and ``olmo/config.py``), and vLLM's ``rotary_embedding/fope.py``. posviz follows, choice by choice:
+
+- **the columns**: the training code's ``output_dim`` = min(D, hs/4), D the kept frequencies (vLLM the same);
+- **the identity**: the training code's step identity (1 at (i * ceil(D / columns), i)) plus Xavier-normal noise of
+  gain 0.3 (``fourier_init = "eye_xavier_norm"``, ``fourier_init_norm_gain``);
+- **the padding** of the pairs past the series: vLLM's cos = 1, sin = 0 (frequency 0). The training code pads sin
+  with 1 as well (``F.pad(..., value=1)``), which is no zero frequency: it mixes rotate_half into those pairs;
+- **the normalisation** (``normalise``): each column divided by its sum, as the paper's listing writes it; the
+  training code's ``fourier_norm`` defaults to False (raw coefficients). When more frequencies are kept than there are
+  columns, the step identity leaves the last columns without an identity entry, and a normalised column of pure noise
+  blows up (its sum passes near 0: max |cos| 15 to 83 over eight draws at hs 64 and L 4,096); posviz refuses that
+  shape in words unless ``normalise`` is off. The shipped shape (hs 32, L 256: D = 7 of 8 columns) is square;
+- **one set of coefficients or one per layer** (``per_layer``): the training code builds a ``FourierEmbedding`` in
+  every block (each layer its own random C and S); posviz's shipped checkpoint shares one set across its layers
+  (``per_layer`` false, pinned in its config.json), which is what its pages draw.
 
 Because cos_p^2 + sin_p^2 != 1 and the frequencies mix, q_m . k_n is no function of m - n alone: FoPE is
 not shift-invariant, and a KV cache keeps its keys as they were written.
@@ -35,6 +45,7 @@ import math
 import torch
 
 from posviz.config import require
+from posviz.errors import ConfigError
 from posviz.positions.base import PositionMethod
 from posviz.positions.rope import rotate_half
 
@@ -44,12 +55,18 @@ class FopeOptions:
     base: float = 10000.0  # RoPE's base for the frequencies w_p = base^(-2p/hs)
     floor_length: int | None = None  # frequencies with a period longer than this are zeroed; None: the train_length
     init_gain: float = 0.3  # the reference's rope_fourier_init_norm_gain (Xavier-normal noise on the identity)
+    # Each column of C and S divided by its sum (the paper's listing); the training code's fourier_norm default is off.
+    normalise: bool = True
+    # One set of C and S per layer, as the training code builds one FourierEmbedding per block; off: one set shared.
+    per_layer: bool = False
 
     def __post_init__(self):
         require(self.base > 1, f"FoPE's base must be > 1, got {self.base}")
         require(self.floor_length is None or (isinstance(self.floor_length, int) and self.floor_length >= 2),
                 f"FoPE's floor_length must be an integer >= 2 or None, got {self.floor_length!r}")
         require(self.init_gain >= 0, f"FoPE's init_gain must be >= 0, got {self.init_gain}")
+        require(isinstance(self.normalise, bool), f"FoPE's normalise must be true or false, got {self.normalise!r}")
+        require(isinstance(self.per_layer, bool), f"FoPE's per_layer must be true or false, got {self.per_layer!r}")
 
 
 def kept_frequencies(head_dim: int, base: float, floor_length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,6 +97,13 @@ class FourierPositions(PositionMethod):
         # the reference's output_dim: every kept frequency, at most a quarter of the head's features (one pair for a
         # head smaller than 4, where the quarter is 0)
         columns = D if D <= shape.head_dim // 4 else max(1, shape.head_dim // 4)
+        bare = bare_columns(D, columns)
+        if bare and self.options.normalise:
+            raise ConfigError(
+                f"FoPE at head size {shape.head_dim} keeps {D} frequencies within {self.options.floor_length:,} positions "
+                f"for {columns} columns: the reference's identity leaves columns {bare[0]}–{bare[-1]} without their "
+                "identity entry, and such a column of noise divided by its sum (near 0) blows up (|cos| far past 1). "
+                "Turn normalise off (the training code's default), or choose a shorter floor_length or a larger head.")
         # (D,) float64, kept out of the module's buffers: a model cast to float32 would round the speeds (3e-6 off at 1,000)
         self.kept_freq = kept
         cos_coef, sin_coef = (torch.empty(shape.n_head, D, columns) for _ in range(2))
@@ -88,6 +112,13 @@ class FourierPositions(PositionMethod):
             coef += _step_eye(D, columns)
         self.register_buffer("cos_coef", cos_coef)  # (H, D, columns), fixed
         self.register_buffer("sin_coef", sin_coef)
+        # per_layer: this set is layer 0's; each later layer draws its own (after this one, in layer order)
+        self.later_layers = torch.nn.ModuleList(
+            [FourierPositions(shape, {**dataclasses.asdict(self.options), "per_layer": False})
+             for _ in range(shape.n_layer - 1)] if self.options.per_layer else [])
+
+    def at_layer(self, layer: int) -> "FourierPositions":
+        return self.later_layers[layer - 1] if self.options.per_layer and layer > 0 else self
 
     @property
     def series_pairs(self) -> int:
@@ -98,9 +129,17 @@ class FourierPositions(PositionMethod):
         """False whenever a series mixes frequencies or its cos and sin weights differ (cos^2 + sin^2 != 1: scores read
         m and n, not m - n alone); True only when every pair turns at one frequency alone, as RoPE's (a head so small
         that one frequency is kept)."""
-        cos = self.cos_coef / self.cos_coef.sum(dim=1, keepdim=True)
-        sin = self.sin_coef / self.sin_coef.sum(dim=1, keepdim=True)
+        return all(layer._one_frequency_per_pair() for layer in (self, *self.later_layers))
+
+    def _one_frequency_per_pair(self) -> bool:
+        cos, sin = self.coefficients()
         return bool(torch.equal(cos, sin) and ((cos != 0).sum(dim=1) == 1).all())
+
+    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(C, S) (H, D, columns) as the series uses them: divided by their column sums when ``normalise``."""
+        if not self.options.normalise:
+            return self.cos_coef, self.sin_coef
+        return (self.cos_coef / self.cos_coef.sum(dim=1, keepdim=True), self.sin_coef / self.sin_coef.sum(dim=1, keepdim=True))
 
     def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of shape (H, T, hs) at positions ``pos`` (T,), in float64: the Fourier series of each pair, then
@@ -109,7 +148,9 @@ class FourierPositions(PositionMethod):
         out = []
         for coef, wave, pad in ((self.cos_coef, torch.cos(angles), 1.0), (self.sin_coef, torch.sin(angles), 0.0)):
             coef = coef.to(device=pos.device, dtype=torch.float64)
-            series = torch.einsum("tD,hDp->htp", wave, coef / coef.sum(dim=-2, keepdim=True))  # (H, T, columns)
+            if self.options.normalise:
+                coef = coef / coef.sum(dim=-2, keepdim=True)
+            series = torch.einsum("tD,hDp->htp", wave, coef)  # (H, T, columns)
             series = torch.nn.functional.pad(series, (0, self.shape.head_dim // 2 - series.shape[-1]), value=pad)
             out.append(torch.cat((series, series), dim=-1))  # (H, T, hs)
         return out[0], out[1]
@@ -119,7 +160,7 @@ class FourierPositions(PositionMethod):
             cos, sin = self.cos_sin(pos)
             return cos.to(device=q.device, dtype=q.dtype), sin.to(device=q.device, dtype=q.dtype)
 
-        cos, sin = self._memoized(pos, pos, compute, ("fope", q.dtype))  # once per pass, shared by the layers
+        cos, sin = self._memoized(pos, pos, compute, ("fope", q.dtype))  # once per pass, shared by the layers it serves
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
@@ -132,3 +173,9 @@ def _step_eye(rows: int, columns: int) -> torch.Tensor:
         if i * step < rows:
             eye[i * step, i] = 1.0
     return eye
+
+
+def bare_columns(rows: int, columns: int) -> list[int]:
+    """The columns the reference's step identity leaves without an entry (more frequencies kept than columns)."""
+    step = -(-rows // columns)
+    return [i for i in range(columns) if i * step >= rows]
