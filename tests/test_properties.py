@@ -241,7 +241,8 @@ def test_sliding_window_cache_equals_a_forward_pass_over_each_window(method):
         # only distances matter: the window may as well start at 0, so the cache equals a fresh forward
         torch.testing.assert_close(at_start, expected[-1], rtol=1e-4, atol=1e-4)
     else:
-        assert not torch.allclose(at_start, expected[-1], atol=1e-3)  # absolute methods see the shift
+        # absolute methods see the shift (a temperature that reads the query's position only a little: 1e-6)
+        assert (at_start - expected[-1]).abs().max() > 1e-6
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -224,8 +224,17 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
                 blocks: dict):
-        B, T, C = x.shape
+        """(B, T, C) output through c_proj, and the weights (B, H, T, Tk) when ``want_probs``; each head's output
+        multiplied first by the method's output gate, where it has one."""
         position = position.at_layer(layer)  # a layout's method for this layer; any other method is itself
+        y, probs = self._attend(x, pos, position, layer, cache, want_probs, blocks)  # (B, H, T, hs of v)
+        gate = position.output_gate(layer, x)
+        return self._project(y if gate is None else y * gate.to(y.dtype)), probs
+
+    def _attend(self, x, pos, position: PositionMethod, layer: int, cache: KVCache | None, want_probs: bool,
+                blocks: dict):
+        """Each head's output (B, H, T, hs of v) and the weights when ``want_probs``."""
+        B, T, C = x.shape
         window = _narrower(None if cache is None else cache.max_size, position.window)  # of the cache and the layer
         q, k, v = self.heads(x, position, layer, cache)  # (B, H, T, hs) each
         q, k = position.rotate_qk(q, k, pos)
@@ -247,15 +256,15 @@ class CausalSelfAttention(nn.Module):
                 # v padded to the same width: the fused CPU kernel takes only equal widths (else a 10x slower path)
                 v2 = F.pad(v, (0, q2.shape[-1] - v.shape[-1]))
                 y = F.scaled_dot_product_attention(q2, k2, v2, is_causal=True, dropout_p=dropout, scale=scale)
-                return self._project(y[..., :v.shape[-1]]), None
+                return y[..., :v.shape[-1]], None
             y, probs = self._attend_by_content(q, k, v, state, pos, k_pos, position, layer, cache, window, blocks,
                                                want_probs, dropout)
-            return self._project(y), probs
+            return y, probs
 
         if not position.has_logit_bias and cache is None and window is None and not want_probs:
             # the one case the fused kernels handle alone
             y = _sdpa(q, k, v, is_causal=True, dropout_p=dropout)
-            return self._project(y), None
+            return y, None
 
         shortcut = position.has_distance_bias or position.has_banded_bias or position.has_relative_key_range
         if FAST_PATHS and shortcut and not (torch.is_grad_enabled() and q.requires_grad):
@@ -267,21 +276,21 @@ class CausalSelfAttention(nn.Module):
             table = None if plan is None else position.distance_bias(layer, pos, 0, plan.max_visible)
             if table is not None:
                 y, probs = self._attend_by_distance(q, k, v, plan, table, want_probs, dropout)
-                return self._project(y), probs
+                return y, probs
             band = None if plan is None else position.banded_bias(layer, q, pos)
             if band is not None:
                 y, probs = self._attend_banded(q, k, v, plan, band, blocks, want_probs, dropout)
-                return self._project(y), probs
+                return y, probs
             keys = None if plan is None or want_probs else position.relative_key_range(
                 layer, q, plan.d_max - plan.N + 1, plan.d_max)
             if keys is not None:
-                return self._project(self._attend_relative_shift(q, k, v, plan, *keys, dropout)), None
+                return self._attend_relative_shift(q, k, v, plan, *keys, dropout), None
 
         if (FAST_PATHS and T == 1 and not position.has_logit_bias and not want_probs and cache is not None
                 and cache.attended_keys_are_run and window == cache.max_size):
             # a decoding step without a bias: the cache returned exactly the keys the query sees
             # (positions up to its own, inside its window), so nothing needs masking
-            return self._project(_sdpa(q, k, v, dropout_p=dropout)), None
+            return _sdpa(q, k, v, dropout_p=dropout), None
 
         plan = _query_blocks(blocks, pos, k_pos, window, B * self.n_head, q.device, cache)
         Tk = k.shape[-2]
@@ -306,7 +315,7 @@ class CausalSelfAttention(nn.Module):
                 else:
                     mask = visible if bias is None else plan.masked_bias(i, bias, visible)
                 y[:, :, r0:r1] = _sdpa(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
-        return self._project(y), probs
+        return y, probs
 
     def _attend_by_content(self, q, k, v, state, pos, k_pos, position: PositionMethod, layer: int, cache, window,
                            blocks: dict, want_probs: bool, dropout: float):

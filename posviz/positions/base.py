@@ -166,6 +166,12 @@ class PositionMethod(nn.Module):
     def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None  # else broadcastable to (B, H, Tq, Tk)
 
+    def output_gate(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
+        """None, or (B, H, T, hs) factors that multiply each head's output before the output projection, from the
+        layer's input x (B, T, C): gated attention's sigmoid gate (Qwen3-Next), which lets a head output nothing
+        without parking its weight on a sink."""
+        return None
+
     # -- mixing neighbouring positions (see the module docstring) ----------------------------------
     def mix_hidden(self, layer: int, site: str, h: torch.Tensor, cache=None) -> torch.Tensor:
         return h  # (B, T, D) at ``site`` of ``layer``; a KVCache or None

@@ -1,0 +1,152 @@
+"""The position methods of 2026's open models against transformers' own modules, in float64 (forward and gradients):
+gated attention against ``Qwen3NextAttention`` (its gate from ``q_proj``), NoPE's temperature against
+``Llama4TextAttention``'s query scale. Each check also runs a deliberately broken copy, which must fail it."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from posviz.config import ModelConfig
+from posviz.models.attention import CausalSelfAttention
+from posviz.models.byte_gpt import GPT
+from posviz.models.kv_cache import KVCache
+from posviz.positions import ModelShape, build_position_method
+
+H, HS, C, T = 3, 16, 48, 9
+
+
+def _qwen3_next_attention():
+    """transformers' Qwen3NextAttention at posviz's attention: full rotation (partial_rotary_factor 1), q and k not
+    normed (the RMSNorms replaced by identities: posviz's RoPE has none, and they are not the gate)."""
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextAttention, Qwen3NextRotaryEmbedding
+
+    config = Qwen3NextConfig(hidden_size=C, num_attention_heads=H, num_key_value_heads=H, head_dim=HS,
+                             partial_rotary_factor=1.0, attention_bias=False, num_hidden_layers=4,
+                             layer_types=["full_attention"] * 4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config._attn_implementation = "eager"
+    attention = Qwen3NextAttention(config, layer_idx=3).double()
+    attention.q_norm, attention.k_norm = nn.Identity(), nn.Identity()
+    return attention, Qwen3NextRotaryEmbedding(config).double()
+
+
+def _posviz_copy(reference):
+    """posviz's attention with the gated_attention method, holding the reference's weights: q_proj's rows are each
+    head's query then its gate (``view(..., -1, 2 hs)``, ``chunk(2)``)."""
+    shape = ModelShape(n_layer=4, n_head=H, head_dim=HS, n_embd=C, train_length=64)
+    method = build_position_method("gated_attention", shape).double()
+    attention = CausalSelfAttention(ModelConfig(n_layer=4, n_head=H, n_embd=C, train_length=64,
+                                                position="gated_attention")).double()
+    rows = reference.q_proj.weight.detach().view(H, 2, HS, C)
+    with torch.no_grad():
+        attention.c_attn.weight.copy_(torch.cat((rows[:, 0].reshape(C, C), reference.k_proj.weight, reference.v_proj.weight)))
+        attention.c_attn.bias.zero_()
+        attention.c_proj.weight.copy_(reference.o_proj.weight)
+        attention.c_proj.bias.zero_()
+        method.gate_proj[3].weight.copy_(rows[:, 1].reshape(C, C))
+    return attention, method
+
+
+def test_gated_attention_equals_qwen3_next_attention_in_float64():
+    torch.manual_seed(0)
+    reference, _ = _qwen3_next_attention()
+    attention, method = _posviz_copy(reference)
+    x = torch.randn(2, T, C, dtype=torch.float64, requires_grad=True)
+    positions = torch.arange(T)
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+    # RoPE's cos and sin in float64 for both (transformers' rotary module computes them in float32): the angles are
+    # RoPE's, checked against transformers in tests/test_rope.py; here the gate is what is compared
+    inv_freq = 1.0 / 10000.0 ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS)
+    angles = torch.cat([positions[:, None].double() * inv_freq] * 2, dim=-1)[None]  # (1, T, hs)
+    want, _ = reference(x, (angles.cos(), angles.sin()), mask)
+    x2 = x.detach().clone().requires_grad_(True)
+    got, _ = attention(x2, positions, method, 3, None, False, {})
+    # posviz's RoPE turns by angles computed in float32 (as transformers' rotary module does): 1e-7
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
+    want.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=1e-7)
+    gate_rows = reference.q_proj.weight.grad.view(H, 2, HS, C)[:, 1].reshape(C, C)
+    torch.testing.assert_close(method.gate_proj[3].weight.grad, gate_rows, rtol=0, atol=1e-7)
+    # a broken copy (the gate without its sigmoid) fails the same check
+    broken = lambda layer, h: method.gate_proj[layer](h).view(*h.shape[:2], H, HS).transpose(1, 2)  # noqa: E731
+    method.output_gate = broken
+    with torch.no_grad():
+        wrong, _ = attention(x2, positions, method, 3, None, False, {})
+    assert (wrong - want).abs().max() > 1e-3
+
+
+def test_gated_attention_owns_its_gate_and_decodes_from_a_cache_as_it_runs_whole():
+    shape = ModelShape(n_layer=4, n_head=4, head_dim=32, n_embd=128, train_length=256)
+    method = build_position_method("gated_attention", shape)
+    # one projection per layer, initialised as the reference initialises q_proj (normal, std 0.02), no bias
+    assert [p.weight.shape for p in method.gate_proj] == [(128, 128)] * 4 and all(p.bias is None for p in method.gate_proj)
+    assert abs(float(method.gate_proj[0].weight.std()) - 0.02) < 0.002
+    net = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position="gated_attention")).eval()
+    assert net.position.gate_proj[0].weight.std().item() == pytest.approx(0.02, abs=0.003)  # kept: not GPT-2's re-init
+    ids = torch.randint(0, 256, (1, 70))
+    with torch.no_grad():
+        whole = net(ids).logits
+        cache = KVCache(n_layer=2)
+        steps = [net(ids[:, :30], cache=cache).logits] + [net(ids[:, t:t + 1], cache=cache).logits for t in range(30, 70)]
+    torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=1e-5)
+
+
+def _llama4_scale(position: int, floor_scale: int, attn_scale: float) -> float:
+    """Llama4TextAttention's attn_scales, one position at a time: log1p(floor((cache_position + 1) / floor_scale))
+    * attn_scale + 1."""
+    return math.log1p(math.floor((position + 1.0) / floor_scale)) * attn_scale + 1.0
+
+
+def test_nope_temperature_scales_the_queries_as_llama4_does():
+    from transformers import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
+
+    method = build_position_method("nope_temperature", ModelShape(4, 4, 32, 128, 256)).double()
+    assert method.pinned_options() == {"temperature_floor_scale": 8, "temperature_attn_scale": 0.1}
+    positions = torch.tensor([0, 1, 6, 7, 8, 255, 256, 1000, 4095])
+    q, k = torch.randn(1, 4, 9, 32, dtype=torch.float64), torch.randn(1, 4, 9, 32, dtype=torch.float64)
+    got_q, got_k = method.rotate_qk(q, k, positions)
+    want = torch.tensor([_llama4_scale(p, 8, 0.1) for p in positions.tolist()], dtype=torch.float64)
+    # in float32, as Llama 4 computes it (cache_position.float()): 1e-7 of the float64 reading
+    torch.testing.assert_close(got_q, q * want[:, None], rtol=1e-7, atol=0)
+    assert got_k is k
+    # transformers' own module: a NoPE layer (no_rope_layers 0) of a tiny Llama 4 with these two numbers, its queries
+    # read from the q_proj it runs (a hook), against posviz's scale of the same queries
+    config = Llama4TextConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                              intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=1, no_rope_layers=[0],
+                              floor_scale=8, attn_scale=0.1, attn_temperature_tuning=True, use_qk_norm=False)
+    config._attn_implementation = "eager"
+    layer = Llama4TextAttention(config, layer_idx=0).double()
+    captured = []
+    from transformers.models.llama4 import modeling_llama4
+
+    old = modeling_llama4.eager_attention_forward
+
+    def eager(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        captured.append(query.detach().clone())  # the queries as the layer attends with them, after its scale
+        return old(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+
+    from transformers import DynamicCache
+
+    small = build_position_method("nope_temperature", ModelShape(1, 2, 16, 32, 256)).double()
+    x = torch.randn(1, 9, 32, dtype=torch.float64)
+    raw = layer.q_proj(x).view(1, 9, 2, 16).transpose(1, 2)
+    modeling_llama4.eager_attention_forward = eager
+    try:
+        for seen_before in (0, 1000):  # the layer's positions: arange(T) past what its cache has seen
+            cache = DynamicCache(config=config)
+            if seen_before:
+                cache.update(torch.zeros(1, 2, seen_before, 16, dtype=torch.float64),
+                             torch.zeros(1, 2, seen_before, 16, dtype=torch.float64), 0)
+            layer(x, position_embeddings=None, attention_mask=None, cache=cache)
+            mine, _ = small.rotate_qk(raw, raw, torch.arange(9) + seen_before)
+            torch.testing.assert_close(mine.detach(), captured[-1], rtol=0, atol=1e-12)
+    finally:
+        modeling_llama4.eager_attention_forward = old
+    # a broken copy (floor of pos / floor_scale, without the + 1) differs at the steps' edges
+    off = torch.tensor([math.log1p(math.floor(p / 8)) * 0.1 + 1 for p in positions.tolist()], dtype=torch.float64)
+    assert not torch.allclose(off, want)
