@@ -195,6 +195,31 @@ def test_finetuning_refuses_another_method(tmp_path):
     assert result.returncode == 1 and "fine-tuning a 'alibi' checkpoint" in result.stderr
 
 
+def test_a_rope_checkpoint_recalibrated_as_nope_is_drope_and_nothing_else_changes_method(tmp_path):
+    """DroPE (arXiv 2512.12167): a RoPE model fine-tuned with its rotation removed. Every weight carries over (RoPE holds
+    none of its own), the config says what it came from; a method holding weights (FIRE's MLP) may not be dropped, and nope may not turn into rope."""
+    from posviz.training.train import drops_positions
+
+    base = tmp_path / "rope"
+    recipe = ["n_embd=32", "n_layer=1", "train_length=32", "batch_size=4", "eval_bytes=4096", "precision=fp32"]
+    run([str(PYTHON), "-m", "posviz.train", "--method", "rope", "--out", str(base), "--set", "tokens=1024", *recipe])
+    dropped = tmp_path / "rope-drope"
+    run([str(PYTHON), "-m", "posviz.train", "--method", "nope", "--out", str(dropped), "--set", "tokens=256", "lr=0.0003",
+         f"finetune_from={base}", *recipe])
+    config = json.loads((dropped / "config.json").read_text())
+    assert config["model"]["position"] == "nope" and config["finetuned_from"]["checkpoint"] == str(base)
+    start, after = load_checkpoint(base), load_checkpoint(dropped)
+    assert set(start.state_dict()) == set(after.state_dict())  # the same weights, recalibrated
+    assert drops_positions(start, "nope") and not drops_positions(start, "alibi")
+    fire = tmp_path / "fire"
+    run([str(PYTHON), "-m", "posviz.train", "--method", "fire", "--out", str(fire), "--set", "tokens=256", *recipe])
+    assert not drops_positions(load_checkpoint(fire), "nope")  # FIRE's MLP is weights: dropping it is no DroPE
+    result = subprocess.run([str(PYTHON), "-m", "posviz.train", "--method", "rope", "--out", str(tmp_path / "x"),
+                             "--set", *recipe, "tokens=256", f"finetune_from={dropped}"], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "fine-tuning a 'nope' checkpoint" in result.stderr
+
+
 def test_rows_that_begin_with_a_first_byte_still_predict_the_next_byte():
     """The sink experiment's rows (``first_byte``): the byte first, the text after it, every target the next byte."""
     from posviz.errors import ConfigError

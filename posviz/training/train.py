@@ -259,6 +259,13 @@ class TrainingCancelled(PosvizError):
     """The ``on_step`` callback asked training to stop (the Workshop's Cancel): nothing is saved."""
 
 
+def drops_positions(start, method: str) -> bool:
+    """Whether fine-tuning ``start`` as ``method`` is DroPE (Gelberg et al. 2025, "Extending the Context of Pretrained
+    LLMs by Dropping Their Positional Embeddings", https://arxiv.org/abs/2512.12167; SakanaAI/DroPE): the new method is
+    nope and the old one holds no weights (RoPE's rotation is computed, not learned), so every weight carries over and
+    only the positions are gone."""
+    return method == "nope" and not any(True for _ in start.position.state_dict())
+
 def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resume: bool = False,
           state_dir: str | Path | None = None, stop_after: int | None = None, on_step=None,
           max_seconds: float | None = None) -> dict:
@@ -284,8 +291,10 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
     model = initial_model(cfg)
     if cfg.finetune_from is not None:
         start = load_checkpoint(cfg.finetune_from)  # checked: a damaged folder says so here
-        require(start.config.position == cfg.method, f"fine-tuning a {start.config.position!r} checkpoint "
-                f"({cfg.finetune_from}) as {cfg.method!r}: the methods must match")
+        require(start.config.position == cfg.method or drops_positions(start, cfg.method),
+                f"fine-tuning a {start.config.position!r} checkpoint ({cfg.finetune_from}) as {cfg.method!r}: the "
+                "methods must match, or the new one be nope over a method that holds no weights (DroPE: a RoPE model "
+                "recalibrated with its rotation removed)")
         model.load_state_dict(start.state_dict())
     model = model.to(device)
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
