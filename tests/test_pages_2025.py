@@ -90,3 +90,21 @@ def test_paths_section_shows_how_far_each_key_turns_before_the_last_byte_reads_i
     at.slider(key="w_head").set_value(3).run()
     assert not at.exception
     assert "How far each key has turned by the time the last byte reads it" in [h.value for h in at.header]
+
+
+def test_the_temperature_section_draws_the_query_scale_against_llama4s(tiny_models):
+    """NoPE + temperature on the RoPE page: the scale drawn is Llama4TextAttention's formula at the checkpoint's
+    floor_scale (tests/test_positions_2026.py holds that formula to transformers' module), with Llama 4's own at the
+    same share of its 256K context."""
+    method = _position("nope_temperature")
+    at = open_page(ROPE)
+    assert "NoPE + temperature: each query scaled by its position" in [h.value for h in at.header]
+    curve = frame_with(at, "position", "query scale", "curve")
+    ours = curve[curve["curve"].str.startswith("this method")]
+    floor, scale = method.options.temperature_floor_scale, method.options.temperature_attn_scale
+    for _, r in ours.sample(15, random_state=0).iterrows():
+        assert r["query scale"] == pytest.approx(math.log1p(math.floor((r["position"] + 1) / floor)) * scale + 1, rel=1e-6)
+    assert ours["position"].max() == 16 * 32 - 1 and ours["query scale"].is_monotonic_increasing
+    llama = curve[curve["curve"].str.startswith("Llama 4")]
+    last = llama["position"].max() * (262_144 // 32)
+    assert llama["query scale"].iloc[-1] == pytest.approx(math.log1p(math.floor((last + 1) / 8192)) * 0.1 + 1, rel=1e-6)

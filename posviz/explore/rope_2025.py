@@ -99,3 +99,22 @@ def canon_reach(method) -> dict[str, np.ndarray]:
                 rows["bytes back"].append(back)
                 rows["mean |weight|"].append(float(np.abs(w[:, K - 1 - back]).mean()))
     return {k: np.asarray(v) for k, v in rows.items()}
+
+
+def temperature_curve(method, lengths) -> dict[str, np.ndarray]:
+    """Long table of the query scale at each position of ``lengths`` (a NoPE method with a temperature), beside
+    Llama 4's own (floor_scale 8,192 over its 256K-token context) at the same share of its context, so that the two
+    curves' steps compare: position i of a text trained at L reads as i × 262,144 / L for Llama 4."""
+    from posviz.positions.nope import query_temperature
+
+    pos = torch.as_tensor(np.asarray(lengths, dtype=np.int64))
+    ours = query_temperature(pos, method.options.temperature_floor_scale, method.options.temperature_attn_scale)
+    llama = query_temperature(pos * (LLAMA4_CONTEXT // method.shape.train_length), 8192, 0.1)
+    rows = {"position": np.concatenate([pos.numpy()] * 2),
+            "query scale": np.concatenate([ours.double().numpy(), llama.double().numpy()]),
+            "curve": np.repeat([f"this method (floor {method.options.temperature_floor_scale})",
+                                "Llama 4 at the same share of its context"], len(pos))}
+    return rows
+
+
+LLAMA4_CONTEXT = 262_144  # tokens: Llama 4's pretraining context, over which its floor_scale of 8,192 takes 32 steps

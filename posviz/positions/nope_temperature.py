@@ -44,3 +44,4 @@ class NoPETemperature(NoPE):
                "position, so attention stays sharp over longer contexts (Llama 4's NoPE layers).")
     paper = "https://arxiv.org/abs/2501.19399"
     Options = NoPETemperatureOptions
+    explore_sections = ("nope-temperature",)

@@ -155,3 +155,29 @@ def canon_section(page: RopePage, method: str) -> None:
 
     with heat_column:
         chart(VIEW, ("canon-kernel", method, source, layer, site), build_kernel, f"{method}_kernel_L{layer}{site}")
+
+
+@section("nope-temperature", "rope", order=26)
+def temperature_section(page: RopePage, method: str) -> None:
+    nope, source = _method(page, method)
+    floor, scale = nope.options.temperature_floor_scale, nope.options.temperature_attn_scale
+    st.header("NoPE + temperature: each query scaled by its position")
+    st.caption(f"From {source}. No layer reads a position, except that each query at position i is multiplied by "
+               f"1 + {scale:g} · log(1 + ⌊(i + 1) / {floor}⌋) (Llama 4's NoPE layers; Scalable-Softmax's s · log n): "
+               "the longer the context, the sharper each softmax, so that attention over many keys does not flatten. "
+               f"Dashed: the training length ({page.train_length:,}) and 16× it.")
+    lengths = np.unique(np.linspace(0, 16 * page.train_length - 1, 400).astype(int))
+
+    def build():
+        data = pd.DataFrame(rope_2025.temperature_curve(nope, lengths))
+        lines = alt.Chart(data).mark_line(interpolate="step-after").encode(
+            x=alt.X("position:Q", title="query position i (bytes)"),
+            y=alt.Y("query scale:Q", title="query scale (× q)", scale=alt.Scale(zero=False)),
+            color=alt.Color("curve:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=320),
+                            scale=alt.Scale(range=[colour(method), "#888888"])),
+            tooltip=["curve:N", "position:Q", alt.Tooltip("query scale:Q", format=".3f")])
+        rules = alt.Chart(pd.DataFrame({"x": [page.train_length, 16 * page.train_length]})).mark_rule(
+            strokeDash=[5, 4], color="gray").encode(x="x:Q")
+        return (lines + rules).properties(height=260), data
+
+    chart(VIEW, ("nope-temperature", method, source, page.train_length), build, f"{method}_query_scale")
