@@ -108,3 +108,26 @@ def test_the_temperature_section_draws_the_query_scale_against_llama4s(tiny_mode
     llama = curve[curve["curve"].str.startswith("Llama 4")]
     last = llama["position"].max() * (262_144 // 32)
     assert llama["query scale"].iloc[-1] == pytest.approx(math.log1p(math.floor((last + 1) / 8192)) * 0.1 + 1, rel=1e-6)
+
+
+def test_the_gate_section_draws_each_heads_gate_and_first_byte_weight(tiny_models):
+    """Gated attention on the RoPE page: each head's mean gate and the weight its queries put on the first byte, from
+    the checkpoint's own forward on the held-out text."""
+    import torch
+
+    from posviz.explore.rope_2025 import gates_and_sinks
+    from posviz.training.data import load_corpus
+
+    at = open_page(ROPE)
+    assert "Gated attention: does a head that can close still use a sink?" in [h.value for h in at.header]
+    drawn = frame_with(at, "layer", "head", "mean gate")
+    model = open_model(shipped_checkpoints()["gated_attention"])
+    model.load()
+    ids = torch.as_tensor(np.frombuffer(load_corpus().eval_stream(32), dtype=np.uint8).copy()).long()[None]
+    want = gates_and_sinks(model.net, ids)
+    assert len(drawn) == 2 * 4 and np.allclose(drawn["mean gate"], want["mean gate"], atol=1e-9)
+    assert ((0 < drawn["mean gate"]) & (drawn["mean gate"] < 1)).all()
+    # the first-byte weight, read again from the model's own attention at layer 1, head 2
+    probs = model.net(ids, attention_layer=1).attention[0, 2]
+    row = drawn[(drawn["layer"] == 1) & (drawn["head"] == 2)].iloc[0]
+    assert row["weight on the first byte"] == pytest.approx(float(probs[1:, 0].double().mean()), abs=1e-9)

@@ -118,3 +118,28 @@ def temperature_curve(method, lengths) -> dict[str, np.ndarray]:
 
 
 LLAMA4_CONTEXT = 262_144  # tokens: Llama 4's pretraining context, over which its floor_scale of 8,192 takes 32 steps
+
+
+def gates_and_sinks(net, ids: torch.Tensor) -> dict[str, np.ndarray]:
+    """Per layer and head of a gated-attention model (``net``, a byte GPT) on ``ids`` (1, T): the mean of its output
+    gate (sigmoid, 0 closed to 1 open) over positions and channels, and the weight its queries past the first put on
+    the first byte (the attention sink StreamingLLM found), so the two read side by side: does a head that can close
+    still park its weight on byte 0?"""
+    rows = {"layer": [], "head": [], "mean gate": [], "weight on the first byte": []}
+    inputs: dict[int, torch.Tensor] = {}
+    hooks = [block.attn.register_forward_pre_hook(lambda module, args, layer=layer: inputs.__setitem__(layer, args[0]))
+             for layer, block in enumerate(net.blocks)]
+    try:
+        with torch.no_grad():
+            for layer in range(len(net.blocks)):
+                probs = net(ids, attention_layer=layer).attention  # (1, H, T, T)
+                gate = net.position.at_layer(layer).output_gate(layer, inputs[layer])  # (1, H, T, hs) or None
+                for head in range(probs.shape[1]):
+                    rows["layer"].append(layer)
+                    rows["head"].append(head)
+                    rows["mean gate"].append(float("nan") if gate is None else float(gate[0, head].double().mean()))
+                    rows["weight on the first byte"].append(float(probs[0, head, 1:, 0].double().mean()))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {k: np.asarray(v) for k, v in rows.items()}

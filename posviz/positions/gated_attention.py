@@ -31,6 +31,7 @@ class GatedAttention(Rotary):
     summary = ("RoPE attention whose each head's output is multiplied, channel by channel, by a sigmoid gate from the "
                "layer's input (Qwen3-Next): a head can close instead of attending to a sink.")
     paper = "https://arxiv.org/abs/2505.06708"
+    explore_sections = ("output-gate",)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

@@ -7,6 +7,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 import streamlit as st
+import torch
 
 from posviz.display import display_name
 from posviz.explore import rope_2025
@@ -181,3 +182,32 @@ def temperature_section(page: RopePage, method: str) -> None:
         return (lines + rules).properties(height=260), data
 
     chart(VIEW, ("nope-temperature", method, source, page.train_length), build, f"{method}_query_scale")
+
+
+@section("output-gate", "rope", order=27)
+def gate_section(page: RopePage, method: str) -> None:
+    st.header("Gated attention: does a head that can close still use a sink?")
+    model, problem = shipped_lab_model(method)
+    if model is None:
+        st.info(f"{problem} This section reads the trained gates: a gate as initialised says nothing yet.", icon="ℹ️")
+        return
+    st.caption(f"From the shipped {display_name(method)} checkpoint, on the first {page.train_length:,} bytes of the "
+               "held-out text. Each head's output is multiplied, channel by channel, by a sigmoid gate from the layer's "
+               "input (Qwen3-Next): 0 closes the head, 1 lets it through. Beside it, the weight the head's queries put "
+               "on the first byte (the attention sink of StreamingLLM): a head that closes its gate need not park "
+               "its weight there. Compare the KV cache lab's first-byte share of the rope checkpoint.")
+
+    def build():
+        from posviz.training.data import load_corpus
+
+        ids = torch.as_tensor(np.frombuffer(load_corpus().eval_stream(page.train_length), dtype=np.uint8).copy()).long()
+        data = pd.DataFrame(rope_2025.gates_and_sinks(model.net, ids[None]))
+        bars = alt.Chart(data).transform_fold(["mean gate", "weight on the first byte"], as_=["measure", "value"]).mark_bar().encode(
+            x=alt.X("head:O"), y=alt.Y("value:Q", title="mean over the text", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("measure:N", title=None, legend=alt.Legend(orient="bottom"),
+                            scale=alt.Scale(range=[colour(method), "#888888"])),
+            xOffset="measure:N", column=alt.Column("layer:O", title="layer"),
+            tooltip=["layer:Q", "head:Q", "measure:N", alt.Tooltip("value:Q", format=".3f")]).properties(width=110, height=200)
+        return bars, data
+
+    chart(VIEW, ("output-gate", method, page.train_length, model.key), build, f"{method}_gates_and_sinks")
