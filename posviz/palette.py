@@ -35,6 +35,9 @@ METHOD_COLOURS: dict[str, str] = {
     "fope": "#004488",  # dark blue: RoPE's family, darker than RoPE
     "pope": "#997700",  # dark yellow
     "path": "#E7298A",  # magenta (was a cyan: RoPE, FoPE and PaTH read as three blues)
+    # the methods of 2026's open models (ColorBrewer's BrBG ends, ΔE at least 27 from every hue above)
+    "nope_temperature": "#7F3B08",  # dark brown: NoPE with a temperature
+    "gated_attention": "#01665E",  # dark teal: RoPE's blue turned green by its gate
 }
 # The least CIE76 colour difference between any two methods' colours (what tests/test_display_names holds them to):
 # 14 keeps every pair apart at a glance on a projector (2.3 is "just noticeable").

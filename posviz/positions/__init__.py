@@ -43,9 +43,9 @@ def build_position_method(name: str, shape: ModelShape, options: Mapping[str, An
 
 # The order the app lists methods in: no position (NoPE, and NoPE with Canon layers' local mixing), absolute, relative
 # keys, logit biases, rotary (and its 2025 variants), per-layer layouts of rotary layers, from content.
-DISPLAY_ORDER = ["nope", "canon", "sinusoidal", "learned", "shaw", "nezha", "transformer_xl", "t5", "alibi", "kerple",
-                 "fire", "rope", "p_rope", "fope", "pope", "irope", "local_global", "rope_sinks", "fox", "cope",
-                 "stick_breaking", "path"]
+DISPLAY_ORDER = ["nope", "canon", "nope_temperature", "sinusoidal", "learned", "shaw", "nezha", "transformer_xl", "t5",
+                 "alibi", "kerple", "fire", "rope", "p_rope", "fope", "pope", "irope", "local_global", "rope_sinks",
+                 "gated_attention", "fox", "cope", "stick_breaking", "path"]
 
 
 # What a chart of every checkpoint opens with: one of each family (none, absolute, learned table, bucketed bias,
