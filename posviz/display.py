@@ -49,9 +49,15 @@ def _own_name(ident: str) -> str | None:
             or strategy_name(ident))
 
 
+# A method's own option switched on at inference (what follows "+" in "nope+temperature"): the shipped checkpoint run
+# as the method trained with it runs (posviz.positions.nope_temperature), without retraining.
+INFERENCE_SWITCHES = {"temperature": "temperature, no retraining"}
+
+
 def _variant_name(variant: str) -> str | None:
-    """A scaling's or a remap's name (what follows "+" in "rope+yarn")."""
-    return remap_name(variant) or (scaling_name(variant) if variant not in ("none", "") else None)
+    """A scaling's, a remap's or an inference switch's name (what follows "+" in "rope+yarn", "nope+temperature")."""
+    return (remap_name(variant) or (scaling_name(variant) if variant not in ("none", "") else None)
+            or INFERENCE_SWITCHES.get(variant))
 
 
 @functools.lru_cache(maxsize=256)
@@ -155,7 +161,7 @@ def known_ids() -> dict[str, str]:
     except OSError:
         checkpoints = []
     # the series the pages build: the rope checkpoint under a scaling or a remap ("rope+yarn", "rope+dca")
-    series = [f"rope+{v}" for v in [*ROPE_SCALINGS, *ROPE_REMAPS] if v != "none"]
+    series = [f"rope+{v}" for v in [*ROPE_SCALINGS, *ROPE_REMAPS] if v != "none"] + ["nope+temperature"]
     out = {}
     for ident in dict.fromkeys(ids + checkpoints + series):
         shown = _own_name(ident)

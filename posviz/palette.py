@@ -86,6 +86,11 @@ ROPE_VARIANTS: dict[str, tuple[str, list[int]]] = {
     "rope+dca": ("#77AA11", [1, 1]),  # lime
     "rope+string": ("#229911", [9, 2]),  # leaf
 }
+# NoPE's inference-time switch (the shipped nope checkpoint run with nope_temperature's query temperature): the
+# trained method's hue, dashed, so the switch and the model trained with it read as one family.
+INFERENCE_VARIANTS: dict[str, tuple[str, list[int]]] = {
+    "nope+temperature": (METHOD_COLOURS["nope_temperature"], [4, 4]),
+}
 SOLID: list[int] = []
 UNKNOWN_VARIANT_DASH = [3, 6]
 
@@ -109,6 +114,8 @@ def colour(name: str) -> str:
         return METHOD_COLOURS[name]
     if name in ROPE_VARIANTS:
         return ROPE_VARIANTS[name][0]
+    if name in INFERENCE_VARIANTS:
+        return INFERENCE_VARIANTS[name][0]
     if name.startswith(("rope+", "rope-")):
         return METHOD_COLOURS["rope"]
     return _spare(name)
@@ -118,6 +125,8 @@ def dash(name: str) -> list[int]:
     """Solid for a method, a dash pattern for a RoPE variant."""
     if name in ROPE_VARIANTS:
         return list(ROPE_VARIANTS[name][1])
+    if name in INFERENCE_VARIANTS:
+        return list(INFERENCE_VARIANTS[name][1])
     if name.startswith(("rope+", "rope-")):
         return list(UNKNOWN_VARIANT_DASH)
     return list(SOLID)
@@ -127,7 +136,7 @@ def ordered(names: Iterable[str]) -> list[str]:
     """``names`` in the app's order: methods first (as ``method_names``), then variants, then the rest."""
     names = list(dict.fromkeys(names))
     methods = [n for n in method_names() if n in names]
-    variants = [n for n in ROPE_VARIANTS if n in names and n not in methods]
+    variants = [n for n in [*ROPE_VARIANTS, *INFERENCE_VARIANTS] if n in names and n not in methods]
     return methods + variants + [n for n in names if n not in methods and n not in variants]
 
 

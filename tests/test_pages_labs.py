@@ -457,11 +457,35 @@ def test_extrapolation_lab_runs_the_shipped_checkpoints(monkeypatch):
         # trained byte-level models on Python source: well under the 8 bits/byte of a uniform guess
         assert float(shown[name]) < 4.0, (name, shown[name])
     # every checkpoint, and the rope checkpoint under each training-free remap (covering 16x)
-    remapped = {f"rope+{r}" for r in ROPE_REMAPS}
+    remapped = {f"rope+{r}" for r in ROPE_REMAPS} | {"nope+temperature"}
     assert set(shown) >= set(pretrained)
     # the picker shows each by its display name (its id stays in the link)
     assert set(at.multiselect(key="w_models").options) == {display_name(n) for n in set(found) | remapped}
     assert at.select_slider(key="w_L").value == train_length
+
+
+def test_the_nope_checkpoint_runs_with_the_temperature_switched_on_beside_the_method_trained_with_it(tiny_models, doc_ids):
+    """"NoPE + temperature, no retraining" (issue #73): the shipped nope checkpoint with nope_temperature's query
+    temperature, listed in every lab's picker, scored as the lab scores any model, beside nope_temperature trained with
+    it, in the trained method's hue, dashed."""
+    from posviz import palette
+    from posviz.positions.nope_temperature import INFERENCE_TEMPERATURE
+
+    at = run(page("extrapolation", L="128", models="nope,nope+temperature,nope_temperature"))
+    shown = metrics(at)
+    folders = shipped_checkpoints()
+    switched = open_model(str(folders["nope"]), INFERENCE_TEMPERATURE)
+    switched.load()
+    assert switched.net.position.options.temperature_floor_scale == INFERENCE_TEMPERATURE["temperature_floor_scale"]
+    assert shown["nope+temperature"] == f"{extrapolation.score_at_length(switched, doc_ids, 128).bpb:.3f}"
+    plain = open_model(str(folders["nope"]))
+    plain.load()
+    ids = torch.as_tensor(doc_ids[:128]).clone()[None]
+    with torch.inference_mode():
+        assert (switched(ids).logits - plain(ids).logits).abs().max() > 1e-6  # the switch acts (the tiny model barely)
+    assert shown["nope_temperature"] == f"{extrapolation.score_at_length(open_model(folders['nope_temperature']), doc_ids, 128).bpb:.3f}"
+    assert display_name("nope+temperature") in at.multiselect(key="w_models").options
+    assert palette.colour("nope+temperature") == palette.colour("nope_temperature") and palette.dash("nope+temperature")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import streamlit as st
 from posviz.display import display_name
 from posviz.errors import PosvizError
 from posviz.models.hf.settings import any_model_allowed, deployer_models, download_size
+from posviz.positions.nope_temperature import INFERENCE_TEMPERATURE
 from posviz.limits import max_eval_length
 from posviz.models.interface import LabModel
 from views._page import error_box, plain, usable_checkpoints
@@ -162,6 +163,10 @@ def usable_models(read) -> ModelList:
                 remapped.append(f"{name}+{remap}")
                 refs[remapped[-1]] = refs[name]
                 models[remapped[-1]] = read(refs[name], {"remap": remap, "factor": float(max_eval_length(1, model.device))})
+        if model.method == "nope" and not model.finetuned_from():  # NoPE with nope_temperature's temperature, untrained
+            remapped.append(f"{name}+temperature")
+            refs[remapped[-1]] = refs[name]
+            models[remapped[-1]] = read(refs[name], INFERENCE_TEMPERATURE)
     listing = ModelList(refs, models, [], read, remapped)
     add_yours(listing)
     return add_published(listing)

@@ -21,6 +21,8 @@ from posviz.positions.nope import NoPE, NoPEOptions
 
 FLOOR_SCALE = 8  # bytes per step of the temperature: 32 steps within the 256-byte training length, as Llama 4's 256K / 8,192
 ATTN_SCALE = 0.1  # Llama 4's
+# The inference-time switch on the shipped nope checkpoint (listed in every lab as "NoPE + temperature, no retraining")
+INFERENCE_TEMPERATURE = {"temperature_floor_scale": FLOOR_SCALE, "temperature_attn_scale": ATTN_SCALE}
 
 
 @dataclasses.dataclass
