@@ -181,7 +181,7 @@ def finetuned_chart(ft_all: pd.DataFrame, ft_length: int) -> alt.LayerChart:
     stage_dash = alt.StrokeDash("stage:N", legend=None, scale=alt.Scale(domain=stages, range=[[1, 0], [6, 4], [1, 3]]))
     # Its own field and values, naming each line's dash: Vega-Lite merges a shape legend into a dash legend of the
     # same values (and the dash's has none, so both went).
-    keyed = dict(zip(stages, [f"{stage} ({line})" for stage, line in zip(stages, ["solid line", "dashed", "dotted"])]))
+    keyed = {stage: f"{stage} ({line})" for stage, line in zip(stages, ["solid line", "dashed", "dotted"])}
     ft_all = ft_all.assign(key_of_stage=ft_all["stage"].map(keyed))
     stage_shape = alt.Shape("key_of_stage:N", title="stage", legend=alt.Legend(orient="bottom", symbolSize=90, symbolFillColor="#333"),
                             scale=alt.Scale(domain=list(keyed.values()), range=["circle", "triangle-up", "square"]))
