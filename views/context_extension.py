@@ -157,7 +157,7 @@ def wavelength_chart(waves: pd.DataFrame, scalings: list[str], train_length: int
                           "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
     y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
     lines = alt.Chart(waves).mark_line(point=True).encode(
-        x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
+        x=alt.X("pair:Q", title="rotary pair i (fast → slow)", axis=alt.Axis(tickMinStep=1, format="d")), y=y,
         color=alt.Color("scaling:N", scale=wave_colours, title="scaling", legend=DASHED_LEGEND),
         strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling", legend=DASHED_LEGEND),
         tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
