@@ -27,6 +27,7 @@ TITLE_SIZE, SETTINGS_SIZE, SENTENCE_SIZE = 52, 26, 26
 # WOFF2, which the renderer cannot read; cutting static TrueType instances from it took 30-90 s a machine.
 FONT = "sans-serif"
 HEAD_GAP = 20  # px between the settings line and the chart
+SEPARATOR = "  ·  "  # between two settings (views._slide.settings_of joins them with it)
 FIT_ROUNDS = 4  # renders to fit the chart to its box (each a few tenths of a second)
 
 
@@ -106,8 +107,24 @@ def slide_spec(views: Sequence[dict], title: str, settings: str, sentence: str |
     return spec
 
 
+SETTINGS_CHARACTERS = 125  # a line of the settings line at 26 px in 1,840 px
+SETTINGS_LINES = 3  # at most: the chart keeps the rest of the canvas
+
+
+def settings_lines(settings: str) -> list[str]:
+    """The settings line wrapped at its separators into lines a 1920-px canvas shows whole (one line of a long
+    document's name cut its later settings off with an ellipsis: Compare's "Method A", "Method B", "Length")."""
+    lines: list[str] = []
+    for part in (settings or "").split(SEPARATOR):
+        if lines and len(lines[-1]) + len(SEPARATOR) + len(part) <= SETTINGS_CHARACTERS:
+            lines[-1] += SEPARATOR + part
+        else:
+            lines.append(part)
+    return lines[:SETTINGS_LINES] or [""]
+
+
 def _title(title: str, settings: str) -> dict:
-    return {"text": title, "subtitle": settings or "", "anchor": "start", "fontSize": TITLE_SIZE, "offset": HEAD_GAP,
+    return {"text": title, "subtitle": settings_lines(settings), "anchor": "start", "fontSize": TITLE_SIZE, "offset": HEAD_GAP,
             "subtitleFontSize": SETTINGS_SIZE, "subtitleColor": "#555", "subtitlePadding": 10, "font": FONT,
             "subtitleFont": FONT, "limit": SLIDE_WIDTH - 2 * PAD, "subtitleLimit": SLIDE_WIDTH - 2 * PAD} if title else {}
 

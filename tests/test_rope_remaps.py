@@ -335,6 +335,26 @@ def test_evaluate_runs_a_remap_covering_each_length(tiny_models_dir, capsys):
         main(["--checkpoint", str(folder), "--scaling", "dca", "--option", "chunk_size"])
 
 
+def test_evaluate_applies_a_methods_own_option_without_a_scaling(tiny_models_dir, capsys):
+    """``--option`` with no ``--scaling`` is the method's own option at inference (NoPE's query temperature on the nope
+    checkpoint): it was read and dropped, printing the plain model's numbers as the option's."""
+    from posviz.labs.scoring import bits_per_byte
+    from posviz.models.checkpoint_files import load_checkpoint
+    from posviz.training.data import as_id_tensor, load_corpus
+    from posviz.training.evaluate import main
+
+    folder = tiny_models_dir / "nope"
+    main(["--checkpoint", str(folder), "--option", "temperature_floor_scale=1", "--option", "temperature_attn_scale=20", "--multiples", "4", "--eval-bytes", "4096",
+          "--copy-gaps"])
+    out = capsys.readouterr().out
+    data = as_id_tensor(load_corpus().eval_stream(4096))
+    hot = bits_per_byte(load_checkpoint(folder, {"temperature_floor_scale": 1, "temperature_attn_scale": 20}), data, 128, progress=False)
+    plain = bits_per_byte(load_checkpoint(folder), data, 128, progress=False)
+    assert abs(hot - plain) > 1e-4 and f"     128    4.0 {hot:>10.4f}" in out, (hot, plain, out)
+    with pytest.raises(SystemExit, match="temperature_floor_scal"):  # a key the method does not have: refused in words
+        main(["--checkpoint", str(folder), "--option", "temperature_floor_scal=2", "--multiples", "1", "--copy-gaps"])
+
+
 def test_evaluate_all_reruns_one_remap_and_keeps_every_other_stored_result(tiny_models_dir, tmp_path, monkeypatch):
     """``python -m posviz.evaluate_all --remaps-only --remap dca`` (and ``--effective-only --remap dca``): that remap's
     block written as ``remap_block`` (``effective_length_block``) gives it, every other stored block as it was."""

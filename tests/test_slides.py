@@ -207,3 +207,16 @@ def test_the_png_button_draws_the_slide_from_the_charts_stored_spec():
     run = _slide.SlideRun(title="Extrapolation lab", wanted=None, settings=[("Checkpoints", "RoPE, ALiBi")])
     png = _slide._png_now(specs, run, "At 1,024 bytes, ALiBi is lowest.", 1280, 720)
     assert Image.open(io.BytesIO(png)).size == (1280, 720) and b"length" in csv
+
+
+def test_a_long_settings_line_wraps_in_the_png_instead_of_losing_its_last_settings():
+    """Compare's PNG cut "Method A: RoPE · Method B: ALiBi · Length L (bytes): 512" off behind a long document name."""
+    from posviz.slides import SETTINGS_CHARACTERS, SETTINGS_LINES, settings_lines
+
+    settings = _slide.SEPARATOR.join(["Compare: method A vs method B", "Text: Held-out document",
+                                      "Document: #0 · 61,444 bytes · The `ast` module helps Python applications to process tre…",
+                                      "Method A: RoPE", "Method B: ALiBi", "Length L (bytes): 512"])
+    lines = settings_lines(settings)
+    assert 2 <= len(lines) <= SETTINGS_LINES and all(len(line) <= SETTINGS_CHARACTERS for line in lines)
+    assert _slide.SEPARATOR.join(lines) == settings and lines[-1].endswith("Length L (bytes): 512")
+    assert settings_lines("") == [""] and settings_lines("Rows: every row") == ["Rows: every row"]

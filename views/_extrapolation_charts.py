@@ -18,7 +18,7 @@ LEGEND = alt.Legend(columns=2, symbolSize=90, labelLimit=160, symbolOpacity=1)
 
 # The key of the two sources a chart draws (on a slide, the dot and the curve of one checkpoint differ by the text)
 KEY = alt.TitleParams("dashed lines: stored, the held-out validation set  ·  big dots: live, this document",
-                      anchor="start", color="#555", fontSize=13, fontWeight="normal")
+                      anchor="start", color="#555", fontWeight="normal")  # its size the slide's config sets (13 px drew 8 in a PNG)
 
 
 def bpb_chart(shipped: pd.DataFrame, live: pd.DataFrame, colours, unit: str, train_length: int, length: int,

@@ -12,7 +12,7 @@ from posviz.errors import PosvizError
 from posviz.limits import device_label
 from views._checkpoints import VAL_BPB, VAL_BPB_HELP, checkpoint_summary
 from views import _slide as slide
-from views._quote import MARKDOWN_SPECIAL, plain  # noqa: F401  (the pages import plain from here)
+from views._quote import plain  # noqa: F401  (the pages import plain from here)
 from views._url import show_url_notices
 
 def page_header(title: str, intro: str, headline: str | None = None) -> None:

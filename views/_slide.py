@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 from streamlit.proto.RootContainer_pb2 import RootContainer
 
+from posviz.slides import SEPARATOR  # the settings line's, wrapped at it in the PNG
 from views._quote import plain  # the settings line quotes what a visitor typed
 from views._url import notice_junk, qp_bool, sync_url
 
@@ -344,7 +345,7 @@ def settings_of(run: SlideRun) -> str:
     another section that drew a chart of its own after them (they set that chart: the RoPE page's one-pair section).
     A widget drawn after the chart cannot set it. Before a chart is chosen (or outside a page run), every setting."""
     kept = [(label, value) for i, (label, value) in enumerate(run.settings) if value and _sets_the_chart(run, i)]
-    return "  ·  ".join(f"{label}: {value}" for label, value in kept)
+    return SEPARATOR.join(f"{label}: {value}" for label, value in kept)
 
 
 def _sets_the_chart(run: SlideRun, i: int) -> bool:

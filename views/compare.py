@@ -183,7 +183,7 @@ def methods_apart(a: str, b: str, where) -> None:
     layers = [alt.Chart(df).mark_line().encode(
         x, alt.Y("bits:Q", title="mean loss per id (bits)", scale=alt.Scale(zero=False)),
         alt.Color("model:N", title=None, scale=method_scales([display_name(n) for n in curves])[0], legend=alt.Legend(orient="top")),
-        tooltip=["model", "position", "unit", alt.Tooltip("bits:Q", format=".3f")]).properties(height=260)]
+        tooltip=["model", "position", "unit", alt.Tooltip("bits:Q", format=".3f")]).properties(height=360)]
     if multiple > 1:
         layers.append(alt.Chart(pd.DataFrame({"multiple": [1.0]})).mark_rule(color="grey", strokeDash=[4, 3]).encode(
             x="multiple:Q"))
@@ -297,7 +297,8 @@ def methods_section() -> None:
         layers.append(alt.Chart(pd.DataFrame({"position": marks})).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q"))
         layers.append(alt.Chart(trained).mark_text(align="left", baseline="top", dx=4, y=2, color="grey").encode(
             x="position:Q", text="label:N"))
-    top = alt.layer(*layers).properties(height=300)
+    # 360 px as the Extrapolation lab's: the chart a slide or a screenshot is taken of covers 40 % of a laptop's main area
+    top = alt.layer(*layers).properties(height=360)
     if len(curves) == 2 and a != b:
         diff_df = df[df["model"] == f"{display_name(b)} − {display_name(a)}"]
         bottom = alt.layer(
@@ -391,7 +392,7 @@ def lengths_section() -> None:
     rules = alt.Chart(marks_df).mark_rule(color="grey", strokeDash=[4, 3]).encode(x="position:Q", tooltip=["what"])
     top = alt.layer(alt.Chart(df[df["curve"] != "2L − L"]).mark_line().encode(
         x, alt.Y("bits:Q", title="mean loss (bits)", scale=alt.Scale(zero=False)), alt.Color("curve:N", title=None, legend=alt.Legend(orient="top")),
-        tooltip=["curve", "position", alt.Tooltip("bits:Q", format=".3f")]), rules).properties(height=260)
+        tooltip=["curve", "position", alt.Tooltip("bits:Q", format=".3f")]), rules).properties(height=360)
     bottom = alt.layer(
         alt.Chart(df[df["curve"] == "2L − L"]).mark_area(opacity=0.5, color="#b07aa1").encode(
             x, alt.Y("bits:Q", title="2L − L (bits)"),

@@ -157,7 +157,7 @@ def wavelength_chart(waves: pd.DataFrame, scalings: list[str], train_length: int
                           "what": [f"training length ({train_length:,})", f"target length ({factor * train_length:,.0f})"]})
     y = alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength (positions per full turn, log scale)")
     lines = alt.Chart(waves).mark_line(point=True).encode(
-        x=alt.X("pair:Q", title="rotary pair i (fast → slow)"), y=y,
+        x=alt.X("pair:Q", title="rotary pair i (fast → slow)", axis=alt.Axis(tickMinStep=1, format="d")), y=y,
         color=alt.Color("scaling:N", scale=wave_colours, title="scaling", legend=DASHED_LEGEND),
         strokeDash=alt.StrokeDash("scaling:N", scale=wave_dashes, title="scaling", legend=DASHED_LEGEND),
         tooltip=["scaling", "pair", alt.Tooltip("wavelength:Q", format=",.1f"), alt.Tooltip("attention_factor:Q", format=".3f")])
@@ -181,7 +181,7 @@ def finetuned_chart(ft_all: pd.DataFrame, ft_length: int) -> alt.LayerChart:
     stage_dash = alt.StrokeDash("stage:N", legend=None, scale=alt.Scale(domain=stages, range=[[1, 0], [6, 4], [1, 3]]))
     # Its own field and values, naming each line's dash: Vega-Lite merges a shape legend into a dash legend of the
     # same values (and the dash's has none, so both went).
-    keyed = dict(zip(stages, [f"{stage} ({line})" for stage, line in zip(stages, ["solid line", "dashed", "dotted"])]))
+    keyed = {stage: f"{stage} ({line})" for stage, line in zip(stages, ["solid line", "dashed", "dotted"])}
     ft_all = ft_all.assign(key_of_stage=ft_all["stage"].map(keyed))
     stage_shape = alt.Shape("key_of_stage:N", title="stage", legend=alt.Legend(orient="bottom", symbolSize=90, symbolFillColor="#333"),
                             scale=alt.Scale(domain=list(keyed.values()), range=["circle", "triangle-up", "square"]))

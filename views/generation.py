@@ -292,7 +292,7 @@ if rows:
         x="position:Q")
     lengths = ", ".join(f"{t:,}" for t in trained) + when_not_bytes(done_unit, f" {unit_note(done_unit)}")
     show_cached_chart(("generation-entropy",) + tuple(keys[n] for n in done) + (width,),
-                      lambda: (alt.layer(lines, rule).properties(height=300), df), f"generation-entropy-{strategy}-n{new_ids}",
+                      lambda: (alt.layer(lines, rule).properties(height=360), df), f"generation-entropy-{strategy}-n{new_ids}",
                       f"Grey line: the training length ({lengths}). A model that no longer knows where it is "
                       "usually becomes unsure (entropy up) or stuck in a loop (entropy down to 0).",
                       says=lambda: extremes_sentence(df, "checkpoint", "position", "mean", "mean entropy of the next byte, in bits,",

@@ -30,8 +30,8 @@ def fope_series(method, head: int) -> dict[str, np.ndarray]:
     layer: layer 0's."""
     rows = {"pair": [], "frequency index": [], "frequency": [], "part": [], "weight": []}
     kept = method.kept_freq.numpy()
-    for part, coef in zip(("cos", "sin"), method.coefficients()):
-        c = coef[head].double().numpy()  # (D, pairs)
+    for part, coef in zip(("cos", "sin"), method.coefficients(torch.float64)):
+        c = coef[head].numpy()  # (D, pairs)
         for d in range(c.shape[0]):
             for p in range(c.shape[1]):
                 rows["pair"].append(p)

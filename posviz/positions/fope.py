@@ -135,21 +135,22 @@ class FourierPositions(PositionMethod):
         cos, sin = self.coefficients()
         return bool(torch.equal(cos, sin) and ((cos != 0).sum(dim=1) == 1).all())
 
-    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(C, S) (H, D, columns) as the series uses them: divided by their column sums when ``normalise``."""
-        if not self.options.normalise:
-            return self.cos_coef, self.sin_coef
-        return (self.cos_coef / self.cos_coef.sum(dim=1, keepdim=True), self.sin_coef / self.sin_coef.sum(dim=1, keepdim=True))
+    def coefficients(self, dtype: torch.dtype | None = None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(C, S) (H, D, columns) as the series uses them, in ``dtype`` (cast before dividing): divided by their column
+        sums when ``normalise``."""
+        out = []
+        for coef in (self.cos_coef, self.sin_coef):
+            coef = coef.to(device=device, dtype=dtype)
+            out.append(coef / coef.sum(dim=-2, keepdim=True) if self.options.normalise else coef)
+        return out[0], out[1]
 
     def cos_sin(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of shape (H, T, hs) at positions ``pos`` (T,), in float64: the Fourier series of each pair, then
         cos = 1 and sin = 0 for the pairs with frequency 0, both halves of a pair alike (GPT-NeoX's split)."""
         angles = pos.to(torch.float64)[:, None] * self.kept_freq.to(pos.device)  # (T, D)
+        cos_coef, sin_coef = self.coefficients(torch.float64, pos.device)
         out = []
-        for coef, wave, pad in ((self.cos_coef, torch.cos(angles), 1.0), (self.sin_coef, torch.sin(angles), 0.0)):
-            coef = coef.to(device=pos.device, dtype=torch.float64)
-            if self.options.normalise:
-                coef = coef / coef.sum(dim=-2, keepdim=True)
+        for coef, wave, pad in ((cos_coef, torch.cos(angles), 1.0), (sin_coef, torch.sin(angles), 0.0)):
             series = torch.einsum("tD,hDp->htp", wave, coef)  # (H, T, columns)
             series = torch.nn.functional.pad(series, (0, self.shape.head_dim // 2 - series.shape[-1]), value=pad)
             out.append(torch.cat((series, series), dim=-1))  # (H, T, hs)
@@ -177,5 +178,4 @@ def _step_eye(rows: int, columns: int) -> torch.Tensor:
 
 def bare_columns(rows: int, columns: int) -> list[int]:
     """The columns the reference's step identity leaves without an entry (more frequencies kept than columns)."""
-    step = -(-rows // columns)
-    return [i for i in range(columns) if i * step >= rows]
+    return [int(i) for i in torch.nonzero(_step_eye(rows, columns).sum(dim=0) == 0).flatten()]

@@ -352,7 +352,9 @@ def main(argv=None) -> None:
                     help="the scaling's factor; for a remap, the multiple of the trained context its defaults cover "
                          "(omitted: each evaluated length's own multiple, so every length is covered)")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="one of the scaling's or remap's parameters (repeatable), e.g. group=8 window=64 for self_extend")
+                    help="one of the scaling's or remap's parameters (repeatable), e.g. group=8 window=64 for self_extend; "
+                         "without --scaling, one of the method's own options at inference, e.g. "
+                         "temperature_floor_scale=8 on nope (Llama 4's query temperature)")
     ap.add_argument("--sliding", type=int, nargs=2, metavar=("WINDOW", "STRIDE"), default=None)
     ap.add_argument("--copy-gaps", type=int, nargs="*", default=[0, 16, 64, 128, 192, 512, 1024, 2048])
     ap.add_argument("--window", type=int, default=None,
@@ -383,8 +385,8 @@ def main(argv=None) -> None:
         overrides = {"remap": args.scaling, "remap_options": options}
     elif args.scaling:
         overrides = {"scaling": args.scaling, "factor": args.factor or 1.0, **options}
-    else:
-        overrides = {}
+    else:  # the method's own options at inference (NoPE's temperature on the nope checkpoint): never dropped unread
+        overrides = options
     try:
         model = open_model(args.checkpoint, {} if remap else overrides, device=resolve_device(args.device))
         model.load()
