@@ -78,10 +78,9 @@ def _config_name(config_path: str, stamp: float) -> str | None:
                      and scaling_name(scaling) else "")
     tuned = config.get("finetuned_from")
     if isinstance(tuned, dict):
-        before = _base_config(Path(config_path).parent, tuned).get("model", {}).get("position")
-        if isinstance(before, str) and before != model["position"] and method_name(before):
-            # recalibrated without the positions it was trained with (DroPE: rope's rotation removed)
-            return f"DroPE (from {method_name(before)})"
+        dropped = tuned.get("dropped_positions")
+        if isinstance(dropped, str) and method_name(dropped):  # recalibrated without its base's positions
+            return f"DroPE (from {method_name(dropped)})"
         start = _start_length(Path(config_path).parent, tuned, options)
         length = model.get("train_length")
         if start and isinstance(length, int) and length % start == 0:
