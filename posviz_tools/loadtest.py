@@ -424,15 +424,23 @@ class LoadResult:
     healthy_after: bool
     server_cpu_s: float = 0.0  # CPU the server used while the sessions moved their widgets
     browser_cpu_s: float = 0.0  # and the browser drawing every answer, on the same cores
+    # wall-clock seconds between the two CPU readings: a round that starts before ``seconds`` is up runs to its
+    # end, so the answers (and the CPU they cost) can take longer than ``seconds``; 0 where not measured
+    measured_s: float = 0.0
+
+    def window_s(self) -> float:
+        return self.measured_s or self.seconds
 
     def answer_bound(self) -> float | None:
         """The most answers per session the machine's cores allow at the CPU each answer cost here (server
-        and browser together), had nothing else run: all cores busy for the whole run."""
+        and browser together), had nothing else run: all cores busy for the whole time the answers took.
+        The answers seen can never pass it (the CPU they used fits in the cores' time) unless the meter
+        misses some of that CPU."""
         total = sum(self.answers)
         if not total or not (self.server_cpu_s + self.browser_cpu_s):
             return None
         per_answer = (self.server_cpu_s + self.browser_cpu_s) / total
-        return (os.cpu_count() or 1) * self.seconds / per_answer / self.sessions
+        return (os.cpu_count() or 1) * self.window_s() / per_answer / self.sessions
 
     def summary(self) -> str:
         total = sum(self.answers)
@@ -446,9 +454,9 @@ class LoadResult:
             total = sum(self.answers)
             lines.append(f"CPU per answer: server {self.server_cpu_s / total:.2f} s, browser {self.browser_cpu_s / total:.2f} s "
                          f"(the browser shares the server's {os.cpu_count()} cores); at that cost the cores allow at most "
-                         f"{bound:.0f} answers per session in {self.seconds:.0f} s")
+                         f"{bound:.1f} answers per session in the {self.window_s():.0f} s the answers took")
             if self.server_cpu_s:  # where each visitor's browser runs on the visitor's own machine
-                server_only = (os.cpu_count() or 1) * self.seconds / (self.server_cpu_s / total) / self.sessions
+                server_only = (os.cpu_count() or 1) * self.window_s() / (self.server_cpu_s / total) / self.sessions
                 lines.append(f"the server's share alone would allow at most {server_only:.0f} answers per session "
                              f"(browsers on the visitors' own machines)")
         return "\n".join(lines + [f"  {e}" for e in self.errors + self.exceptions])
@@ -527,7 +535,7 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
     from playwright.sync_api import sync_playwright
 
     answers, errors, exceptions = [0] * sessions, [], []
-    server_cpu = browser_cpu = 0.0
+    server_cpu = browser_cpu = measured_s = 0.0
     with sync_playwright() as p:
         browser = launch_chromium(p)
         try:
@@ -547,6 +555,7 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
                 wait_rendered(tab, (answer_timeout_s + grace_s) * 1000)
             alive = set(range(sessions))
             server_cpu, browser_cpu = cpu_seconds(server.process.pid), browser_cpu_seconds()
+            measured_from = time.monotonic()
             deadline = time.monotonic() + seconds
             hard_deadline = deadline + grace_s
             names = {i: f"session {i}" for i in range(sessions)}
@@ -559,10 +568,11 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
                 errors += stopped
             server_cpu = cpu_seconds(server.process.pid) - server_cpu
             browser_cpu = browser_cpu_seconds() - browser_cpu
+            measured_s = time.monotonic() - measured_from
         finally:
             browser.close()
     return LoadResult(sessions, seconds, answers, exceptions, errors, server.peak_rss_mb(), server.healthy(),
-                      server_cpu, browser_cpu)
+                      server_cpu, browser_cpu, measured_s)
 
 
 # ---------------------------------------------------------------------------------------------
