@@ -23,7 +23,8 @@ def measure_slider_answer(models_dir=None, rounds: int = 3) -> dict | None:
     server could not be measured."""
     from views._warm import ProtocolSession
 
-    from .loadtest import StreamlitServer, cpu_seconds, stream_url
+    from .loadtest import StreamlitServer, stream_url
+    from .process_meter import cpu_seconds
 
     label = "Evaluation length (bytes)"
     env = {**os.environ, "POSVIZ_WARM": "0"}  # the answers alone on the server
@@ -62,7 +63,8 @@ def measure_pages_cpu(models_dir=None, rounds: int = 4, timeout_s: float = 300.0
     {url_path: {"widget", "stops", "cpu_s", "wall_s", "messages", "bytes", "answers", "problem"}}."""
     from views._warm import ProtocolSession, main_widget, next_stops
 
-    from .loadtest import StreamlitServer, app_pages, cpu_seconds, stream_url
+    from .loadtest import StreamlitServer, app_pages, stream_url
+    from .process_meter import cpu_seconds
 
     out = {}
     env = {**os.environ, "POSVIZ_WARM": "0"}  # the answers alone on the server

@@ -24,8 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-# what a process costs, from /proc (the names stay importable from here: bench_protocol and the tests read them)
-from posviz_tools.process_meter import _descendants, browser_cpu_seconds, cpu_seconds, peak_rss_mb  # noqa: F401
+from posviz_tools.process_meter import browser_cpu_seconds, cpu_seconds, peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
