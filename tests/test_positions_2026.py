@@ -14,6 +14,7 @@ from posviz.models.attention import CausalSelfAttention
 from posviz.models.byte_gpt import GPT
 from posviz.models.kv_cache import KVCache
 from posviz.positions import ModelShape, build_position_method
+from posviz.positions.rope import rope_cos_sin
 
 H, HS, C, T = 3, 16, 48, 9
 
@@ -150,3 +151,91 @@ def test_nope_temperature_scales_the_queries_as_llama4_does():
     # a broken copy (floor of pos / floor_scale, without the + 1) differs at the steps' edges
     off = torch.tensor([math.log1p(math.floor(p / 8)) * 0.1 + 1 for p in positions.tolist()], dtype=torch.float64)
     assert not torch.allclose(off, want)
+
+
+def _deepseek_v3_attention():
+    """transformers' DeepseekV3Attention at posviz's MLA sizes (scaled down: 3 heads of width 16), half-split RoPE
+    (``rope_interleave`` False, as posviz's RoPE pairs), no bias."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
+
+    config = DeepseekV3Config(hidden_size=C, num_attention_heads=H, num_key_value_heads=H, q_lora_rank=24,
+                              kv_lora_rank=20, qk_nope_head_dim=HS, qk_rope_head_dim=8, v_head_dim=HS,
+                              rope_interleave=False, attention_bias=False, num_hidden_layers=4,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config._attn_implementation = "eager"
+    return DeepseekV3Attention(config, layer_idx=3).double()
+
+
+MLA_OPTIONS = {"q_lora_rank": 24, "kv_lora_rank": 20, "qk_nope_head_dim": HS, "qk_rope_head_dim": 8, "v_head_dim": HS}
+
+
+def test_mla_rope_equals_deepseek_v3_attention_in_float64():
+    torch.manual_seed(0)
+    reference = _deepseek_v3_attention()
+    shape = ModelShape(n_layer=4, n_head=H, head_dim=HS, n_embd=C, train_length=64)
+    method = build_position_method("mla_rope", shape, MLA_OPTIONS).double()
+    attention = CausalSelfAttention(ModelConfig(n_layer=4, n_head=H, n_embd=C, train_length=64,
+                                                position="mla_rope")).double()
+    assert attention.c_attn is None  # the method makes q, k, v: no projection nothing reads
+    mine = method.mla[3]
+    with torch.no_grad():
+        for name in ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj"):
+            for (_, p), (_, r) in zip(getattr(mine, name).named_parameters(), getattr(reference, name).named_parameters()):
+                r.uniform_(0.5, 1.5) if name.endswith("layernorm") else None  # norms' weights away from one
+                p.copy_(r)
+        attention.c_proj.weight.copy_(reference.o_proj.weight)
+        attention.c_proj.bias.zero_()
+    x = torch.randn(2, T, C, dtype=torch.float64, requires_grad=True)
+    positions = torch.arange(T)
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+    # the reference turns by posviz's cos and sin (its angles, over the rotated part's 8 features, are RoPE's: checked
+    # against transformers in tests/test_rope.py), rounded to float32 as posviz's are: what differs is MLA alone
+    inv_freq, _ = method.frequencies(T)  # 1 / 10000 ** (2i / 8), i < 4, as posviz holds them (float32)
+    torch.testing.assert_close(inv_freq.double(), 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    cos, sin = rope_cos_sin(positions, inv_freq)  # (T, qk_rope) float32
+    angles = (cos.double()[None], sin.double()[None])
+    # the weights a lab draws: the reference's eager path, whose softmax runs in float32 as posviz's drawn weights' does
+    # (the two round alike but for an ulp, 6e-8, where the 1/sqrt(d) scale goes before or after the product)
+    with torch.no_grad():
+        _, want_weights = reference(x, angles, mask)
+        _, weights = attention(x, positions, method, 3, None, True, {})
+    torch.testing.assert_close(weights, want_weights, rtol=0, atol=1e-7)
+    # outputs and gradients in float64 throughout: the reference through torch's SDPA, posviz's fused path (training's)
+    reference.config._attn_implementation = "sdpa"
+    want, _ = reference(x, angles, mask)
+    x2 = x.detach().clone().requires_grad_(True)
+    got, _ = attention(x2, positions, method, 3, None, False, {})
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    want.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=1e-12)
+    for name in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "kv_a_layernorm"):
+        torch.testing.assert_close(getattr(mine, name).weight.grad, getattr(reference, name).weight.grad, rtol=0, atol=1e-12)
+    # a broken copy (each head its own rotated key, not the one shared by all: the first head's for every head)
+    # fails the same check
+    project = method.project_heads
+
+    def broken(layer, h):
+        q, k, v = project(layer, h)
+        return q, torch.cat((q[..., :8], k[..., 8:]), dim=-1), v
+
+    method.project_heads = broken
+    with torch.no_grad():
+        wrong, _ = attention(x2, positions, method, 3, None, False, {})
+    assert (wrong - want).abs().max() > 1e-3
+
+
+def test_mla_rope_owns_its_projections_and_decodes_from_a_cache_as_it_runs_whole():
+    net = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, train_length=256, position="mla_rope")).eval()
+    rope = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, train_length=256, position="rope"))
+    # sized to the q, k, v projection it replaces: within 4 % of rope's parameters
+    assert abs(net.num_parameters() / rope.num_parameters() - 1) < 0.04
+    assert all(block.attn.c_attn is None for block in net.blocks)
+    assert net.position.mla[0].kv_b_proj.weight.std().item() == pytest.approx(0.02, abs=0.003)  # kept: its own init
+    ids = torch.randint(0, 256, (1, 70))
+    with torch.no_grad():
+        whole = net(ids).logits
+        cache = KVCache(n_layer=4)
+        steps = [net(ids[:, :30], cache=cache).logits] + [net(ids[:, t:t + 1], cache=cache).logits for t in range(30, 70)]
+    torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=1e-5)

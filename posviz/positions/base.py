@@ -132,6 +132,8 @@ class PositionMethod(nn.Module):
     # re-encoded from its first byte then differs a little from the same keys kept in a cache, which saw those bytes.
     reads_before: ClassVar[int] = 0
     weights_sum_to_one: ClassVar[bool] = True  # a softmax's rows (and stick-breaking's, its remainder on the diagonal)
+    # The method makes each layer's q, k, v itself (``project_heads``: MLA's latents); attention then holds no c_attn.
+    projects_heads: ClassVar[bool] = False
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -165,6 +167,10 @@ class PositionMethod(nn.Module):
 
     def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None  # else broadcastable to (B, H, Tq, Tk)
+
+    def project_heads(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v (B, H, T, widths of its own) from x (B, T, C), for a method that ``projects_heads``."""
+        raise NotImplementedError(f"{self.name} does not project the heads itself")
 
     def output_gate(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
         """None, or (B, H, T, hs) factors that multiply each head's output before the output projection, from the
