@@ -87,6 +87,9 @@ def _verdict(model: LabModel, strategy: str) -> str:
         if model.acts_on == "hidden":  # Canon layers: order from a short convolution over neighbours, no index
             return (f"Correct: {name} reads no position; its convolutions mix each byte with the few before it, which "
                     "the cache keeps, so relabelling the window changes nothing.")
+        if model.acts_on == "recurrence":  # recurrent layers beside NoPE attention: order from the state, no index
+            return (f"Correct: {name} reads no position; its recurrent layers carry the text's order in their state, "
+                    "which the cache keeps, so relabelling the window changes nothing.")
         if model.acts_on == "pairs":  # a RoPE remap: keys cached unrotated, turned when attended
             if model.is_shift_invariant():
                 return (f"Correct: {name} rotates each pair when it is attended, at positions that depend on the "

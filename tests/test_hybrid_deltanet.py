@@ -1,0 +1,126 @@
+"""The hybrid's recurrent layer against transformers' ``Qwen3NextGatedDeltaNet`` (forward and gradients), its three
+forms of one rule held equal in float64 (byte by byte, by chunks, and the implied matrix a lab draws), cached decoding
+equal to the whole pass, and a deliberately broken copy that fails."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posviz.config import ModelConfig
+from posviz.models import gated_deltanet as gd
+from posviz.models.byte_gpt import GPT
+from posviz.models.kv_cache import KVCache
+
+H, HS, C, T = 3, 8, 24, 70
+
+
+def _reference():
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+
+    config = Qwen3NextConfig(hidden_size=C, linear_num_value_heads=H, linear_num_key_heads=H, linear_key_head_dim=HS,
+                             linear_value_head_dim=HS, linear_conv_kernel_dim=4, hidden_act="silu", rms_norm_eps=1e-6,
+                             num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"])
+    return Qwen3NextGatedDeltaNet(config, layer_idx=0).double()
+
+
+def _pair():
+    torch.manual_seed(0)
+    reference = _reference()
+    with torch.no_grad():  # away from the initial values, so that every parameter's place is tested
+        reference.norm.weight.uniform_(0.5, 1.5)
+        reference.dt_bias.uniform_(-1, 1)
+    mine = gd.GatedDeltaNet(C, H).double()
+    mine.load_state_dict(reference.state_dict())  # the same names and layouts: [q | k | v | z] and [b | a] per head
+    return reference, mine
+
+
+def test_the_gated_deltanet_layer_equals_qwen3_next_gated_deltanet():
+    reference, mine = _pair()
+    x = torch.randn(2, T, C, dtype=torch.float64, requires_grad=True)
+    want = reference(x)  # T = 70: the reference's chunked form, two chunks of 64
+    x2 = x.detach().clone().requires_grad_(True)
+    got, _ = mine(x2)
+    # the reference runs the rule and its norm in float32 whatever its input (``.to(torch.float32)``): 5e-6 of
+    # outputs up to about 0.05 (a broken rule is off by more than 1e-3); posviz's own forms agree in float64 below
+    assert want.abs().max() > 1e-2
+    torch.testing.assert_close(got, want, rtol=0, atol=5e-6)
+    want.square().sum().backward()
+    got.square().sum().backward()
+    # gradients: each within 1e-5 of its largest entry (float32's rounding summed over 140 bytes)
+    theirs = {"x": x.grad} | {name: p.grad for name, p in reference.named_parameters()}
+    ours = {"x": x2.grad} | {name: p.grad for name, p in mine.named_parameters()}
+    for name, grad in ours.items():
+        assert float((grad - theirs[name]).abs().max()) < 1e-5 * float(theirs[name].abs().max()), name
+    # a broken copy (the plain linear-attention update, without the delta rule's correction) fails the same check
+    with torch.no_grad():
+        rule = gd.chunked
+        gd.chunked = lambda q, k, v, g, beta, state=None: gd.recurrent(q, k, v, g, beta * 0 + 1e-9, state)
+        try:
+            wrong, _ = mine(x2)
+        finally:
+            gd.chunked = rule
+    assert (wrong - want).abs().max() > 1e-3
+
+
+def test_a_loop_by_loop_reading_of_the_reference_rule_equals_each_form_in_float64():
+    """The rule as ``torch_recurrent_gated_delta_rule`` runs it, one statement at a time in float64 here: decay the
+    state, read it with the key, write beta times the difference, read with the query."""
+    torch.manual_seed(1)
+    B, n = 2, 150
+    q, k, v = (torch.randn(B, H, n, HS, dtype=torch.float64) for _ in range(3))
+    q, k = gd.l2_normed(q) / HS ** 0.5, gd.l2_normed(k)
+    g, beta = -torch.rand(B, H, n, dtype=torch.float64) * 2, torch.rand(B, H, n, dtype=torch.float64)
+    state = torch.zeros(B, H, HS, HS, dtype=torch.float64)
+    want = torch.zeros(B, H, n, HS, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            S = state[b, h].clone()
+            for t in range(n):
+                S = S * torch.exp(g[b, h, t])
+                memory = S.T @ k[b, h, t]  # what the state says of this key
+                S = S + torch.outer(k[b, h, t], beta[b, h, t] * (v[b, h, t] - memory))
+                want[b, h, t] = S.T @ q[b, h, t]
+    by_byte, last = gd.recurrent(q, k, v, g, beta)
+    by_chunk, last_chunked = gd.chunked(q, k, v, g, beta, chunk=32)  # 150 = 4 chunks and a leftover of 22
+    torch.testing.assert_close(by_byte, want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(by_chunk, want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(last_chunked, last, rtol=0, atol=1e-12)
+    # the implied matrix is what it claims: times the values it gives the output, weight by weight
+    weights = gd.implied_matrix(q, k, g, beta)
+    torch.testing.assert_close(weights @ v, want, rtol=0, atol=1e-12)
+    assert bool((weights.triu(1) == 0).all())  # no byte reads a later one
+    # one weight by its definition: q_t^T [prod_(r = t..s+1) alpha_r (I - beta_r k_r k_r^T)] beta_s k_s
+    s_, t_ = 3, 9
+    carried = beta[0, 0, s_] * k[0, 0, s_]
+    for r in range(s_ + 1, t_ + 1):
+        carried = torch.exp(g[0, 0, r]) * (carried - beta[0, 0, r] * k[0, 0, r] * (k[0, 0, r] @ carried))
+    assert float(weights[0, 0, t_, s_]) == pytest.approx(float(q[0, 0, t_] @ carried), abs=1e-14)
+
+
+def test_the_implied_matrix_reproduces_the_layer_output_before_its_norm_and_gate():
+    _, mine = _pair()
+    x = torch.randn(1, 40, C, dtype=torch.float64)
+    with torch.no_grad():
+        q, k, v, g, beta, z = mine.inputs(x)  # v after the short convolution, as the rule reads it
+        rule, _ = gd.chunked(q, k, v, g, beta)
+        weights = gd.implied_matrix(q, k, g, beta)
+        _, drawn = mine(x, want_probs=True)
+    torch.testing.assert_close(weights @ v, rule, rtol=0, atol=1e-12)
+    torch.testing.assert_close(drawn, weights, rtol=0, atol=0)
+
+
+def test_the_hybrid_puts_recurrent_layers_in_attentions_place_and_decodes_as_it_runs_whole():
+    net = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, train_length=256, position="hybrid_deltanet")).eval()
+    assert net.position.layer_types == ["linear_attention"] * 3 + ["full_attention"]  # Qwen3-Next's interval of 4
+    assert [b.attn is None for b in net.blocks] == [True, True, True, False]  # no attention weights nothing reads
+    assert [net.position.layer_kind(i) for i in range(4)][2:] == ["Gated DeltaNet (recurrent)", "attention"]
+    ids = torch.randint(0, 256, (1, 90))
+    with torch.no_grad():
+        whole = net(ids).logits
+        cache = KVCache(n_layer=4)
+        steps = [net(ids[:, :30], cache=cache).logits] + [net(ids[:, t:t + 1], cache=cache).logits for t in range(30, 90)]
+        assert cache.next_position() == 90
+        maps = net(ids[:, :20], attention_layer=1).attention  # a recurrent layer's implied matrix, as a map
+    torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=1e-5)
+    assert maps.shape == (1, 4, 20, 20) and bool((maps.triu(1) == 0).all())
