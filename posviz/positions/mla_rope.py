@@ -20,7 +20,7 @@ initializer_range 0.02) without bias (``attention_bias`` False). Two choices dif
   the same model with the projection's rope rows permuted.
 The sizes, for n_embd 128 and 4 heads (DeepSeek-V3: hidden 7,168, 128 heads, q_lora_rank 1,536, kv_lora_rank 512,
 qk_nope 128, qk_rope 64, v 128): qk_nope = v = the head size 32, qk_rope = 16 (half of qk_nope, as 64 of 128), and
-both latents 64, so that the projections hold 47,104 weights against the 49,152 of the q, k, v projection they
+both latents n_embd / 2 = 64, so that the projections hold 47,104 weights against the 49,152 of the q, k, v projection they
 replace: the model's size stays the rope checkpoint's, and the latent's bottleneck is the difference.
 Shapes: x (B, T, C); q, k (B, H, T, qk_rope + qk_nope); v (B, H, T, v_head_dim).
 """
@@ -39,23 +39,31 @@ INIT_STD = 0.02  # DeepseekV3Config.initializer_range: _init_weights gives every
 
 @dataclasses.dataclass
 class MlaOptions(RopeOptions):
-    q_lora_rank: int = 64  # the query's latent (DeepSeek-V3: 1,536 of 7,168)
-    kv_lora_rank: int = 64  # the latent every head's key and value come from, what MLA caches (V3: 512)
-    qk_nope_head_dim: int = 32  # each head's unrotated, content part of query and key (V3: 128)
-    qk_rope_head_dim: int = 16  # each head's rotated part; the key's is shared by every head (V3: 64)
-    v_head_dim: int = 32  # each head's value: n_head x v_head_dim must be n_embd, the output projection's input
+    # None: sized from the model, as the module docstring says (written into config.json when built)
+    q_lora_rank: int | None = None  # the query's latent (DeepSeek-V3: 1,536 of 7,168); here n_embd / 2
+    kv_lora_rank: int | None = None  # the latent every head's key and value come from, what MLA caches (V3: 512); n_embd / 2
+    qk_nope_head_dim: int | None = None  # each head's unrotated, content part of query and key (V3: 128); the head size
+    qk_rope_head_dim: int | None = None  # each head's rotated part, the key's shared by every head (V3: 64); half that
+    v_head_dim: int | None = None  # each head's value; n_head x v_head_dim must be n_embd (the output projection's input)
     rms_norm_eps: float = 1e-6  # DeepseekV3Config.rms_norm_eps
 
     def __post_init__(self):
         super().__post_init__()
         for name in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             value = getattr(self, name)
-            require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                    f"mla_rope {name} must be a positive integer, got {value!r}")
-        require(self.qk_rope_head_dim % 2 == 0, f"mla_rope qk_rope_head_dim must be even (pairs turn), got "
-                                                f"{self.qk_rope_head_dim}")
+            require(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+                    f"mla_rope {name} must be a positive integer or None (sized from the model), got {value!r}")
+        require(self.qk_rope_head_dim is None or self.qk_rope_head_dim % 2 == 0,
+                f"mla_rope qk_rope_head_dim must be even (pairs turn), got {self.qk_rope_head_dim}")
         require(self.rotary_fraction == 1.0, "mla_rope rotates its whole qk_rope_head_dim part: leave rotary_fraction 1")
         require(self.rms_norm_eps > 0, f"mla_rope rms_norm_eps must be positive, got {self.rms_norm_eps!r}")
+
+    def sized_for(self, n_embd: int, head_dim: int) -> None:
+        """Fill the sizes left None from the model's: DeepSeek's proportions at posviz's width (module docstring)."""
+        for name, size in (("q_lora_rank", n_embd // 2), ("kv_lora_rank", n_embd // 2), ("qk_nope_head_dim", head_dim),
+                           ("qk_rope_head_dim", max(2, head_dim // 2 // 2 * 2)), ("v_head_dim", head_dim)):
+            if getattr(self, name) is None:
+                setattr(self, name, size)
 
 
 class RMSNorm(nn.Module):
@@ -101,6 +109,7 @@ class MlaRope(Rotary):
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
         o = self.options
+        o.sized_for(shape.n_embd, shape.head_dim)  # pinned: every size written out
         require(shape.n_head * o.v_head_dim == shape.n_embd,
                 f"mla_rope needs n_head x v_head_dim = n_embd ({shape.n_head} x {o.v_head_dim} != {shape.n_embd})")
         self.rot_dim = o.qk_rope_head_dim  # RoPE turns the rotated part alone, its speeds over that part's pairs
