@@ -239,3 +239,23 @@ def test_mla_rope_owns_its_projections_and_decodes_from_a_cache_as_it_runs_whole
         cache = KVCache(n_layer=4)
         steps = [net(ids[:, :30], cache=cache).logits] + [net(ids[:, t:t + 1], cache=cache).logits for t in range(30, 70)]
     torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=1e-5)
+
+
+def test_mla_logit_parts_add_up_to_the_logits_attention_takes_its_softmax_of():
+    from posviz.explore.rope_2025 import mla_logit_parts, mla_logit_tables
+
+    torch.manual_seed(3)
+    net = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position="mla_rope")).eval()
+    ids = torch.randint(0, 256, (1, 30))
+    tables = mla_logit_tables(net, ids)
+    assert sorted(tables) == [0, 1]
+    for layer, parts in tables.items():
+        logits = sum(parts.values())  # (H, T, T)
+        with torch.no_grad():
+            probs = net(ids, attention_layer=layer).attention[0].double()  # (H, T, T), a float32 softmax
+        # softmax is shift-invariant per row: the logits' differences from each row's first key are log p's
+        torch.testing.assert_close(logits - logits[..., :1], (probs.log() - probs[..., :1].log()).float().tril()
+                                   + (logits - logits[..., :1]).triu(1), rtol=0, atol=2e-4)
+        assert parts["position (rotated part)"].abs().max() > 0 and parts["content (unrotated part)"].abs().max() > 0
+    rows = mla_logit_parts(net, ids, 8)
+    assert len(rows["logit"]) == 2 * 2 * 8 and set(rows["distance"]) == set(range(8))

@@ -211,3 +211,31 @@ def gate_section(page: RopePage, method: str) -> None:
         return bars, data
 
     chart(VIEW, ("output-gate", method, page.train_length, model.key), build, f"{method}_gates_and_sinks")
+
+
+@section("mla-logit-parts", "rope", order=28)
+def mla_section(page: RopePage, method: str) -> None:
+    st.header("MLA: a logit's content part and its position part")
+    model, problem = shipped_lab_model(method)
+    if model is None:
+        st.info(f"{problem} This section reads the trained projections: as initialised they say nothing yet.", icon="ℹ️")
+        return
+    st.caption(f"From the shipped {display_name(method)} checkpoint, on the first {page.train_length:,} bytes of the "
+               "held-out text. DeepSeek's latent attention splits each head's query and key: an unrotated part from "
+               "the shared latent (content) and a small rotated part whose key every head shares (position). Each "
+               "logit is their sum; here each part's mean over heads and queries, by distance from the query.")
+
+    def build():
+        from posviz.training.data import load_corpus
+
+        ids = torch.as_tensor(np.frombuffer(load_corpus().eval_stream(page.train_length), dtype=np.uint8).copy()).long()
+        data = pd.DataFrame(rope_2025.mla_logit_parts(model.net, ids[None], min(64, page.train_length)))
+        lines = alt.Chart(data).mark_line().encode(
+            x=alt.X("distance:Q", title="distance i − j (bytes)"), y=alt.Y("logit:Q", title="mean logit part"),
+            color=alt.Color("part:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=320),
+                            scale=alt.Scale(range=[colour(method), "#888888"])),
+            facet=alt.Facet("layer:O", title="layer", columns=4),
+            tooltip=["layer:Q", "distance:Q", "part:N", alt.Tooltip("logit:Q", format=".3f")]).properties(width=150, height=180)
+        return lines, data
+
+    chart(VIEW, ("mla-logit-parts", method, page.train_length, model.key), build, f"{method}_logit_parts")
