@@ -124,3 +124,22 @@ def test_the_hybrid_puts_recurrent_layers_in_attentions_place_and_decodes_as_it_
         maps = net(ids[:, :20], attention_layer=1).attention  # a recurrent layer's implied matrix, as a map
     torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=1e-5)
     assert maps.shape == (1, 4, 20, 20) and bool((maps.triu(1) == 0).all())
+
+
+def test_a_lab_draws_a_recurrent_layer_as_its_implied_matrix_and_says_so():
+    from posviz.labs.attention_maps import attention_probs, attention_view
+    from posviz.models.shipped import as_lab_model
+
+    torch.manual_seed(4)
+    model = as_lab_model(GPT(ModelConfig(n_layer=4, n_head=4, n_embd=64, train_length=64,
+                                         position="hybrid_deltanet")).eval())
+    ids = torch.randint(0, 256, (80,))
+    assert [model.layer_kind(i) for i in range(4)] == ["Gated DeltaNet (recurrent)"] * 3 + ["attention"]
+    view = attention_view(model, ids, 60, 1, log_scale=False)
+    assert view.kind == "Gated DeltaNet (recurrent)"
+    shares = attention_probs(model, ids, 60, 1)
+    with torch.no_grad():
+        implied = model.net(ids[None, :60], attention_layer=1).attention[0]
+    torch.testing.assert_close(shares.sum(-1), torch.ones(4, 60), rtol=0, atol=1e-5)  # each row's |w| shares
+    torch.testing.assert_close(shares * implied.abs().sum(-1, keepdim=True), implied.abs(), rtol=1e-4, atol=1e-7)
+    assert attention_view(model, ids, 60, 3).kind == "attention"

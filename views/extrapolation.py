@@ -380,10 +380,16 @@ def at_this_length() -> None:
         except PosvizError as exc:  # a published model's map past this server's memory cap
             error_box(exc, "Choose a shorter length to see its attention; the scores above stand.")
             return
-        value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
+        value = "attention probability" if view.kind == "attention" else "share of the row's |implied weight|"
+        value_title = f"log₁₀ {value}" if scale == "log" else value
         marks = [T] if T < L else []
-        st.markdown(f"**Attention of {plain(display_name(inspect))}, layer {layer}, at {L:,} {u}s** "
+        what = "Attention" if view.kind == "attention" else f"Implied matrix ({view.kind})"
+        st.markdown(f"**{what} of {plain(display_name(inspect))}, layer {layer}, at {L:,} {u}s** "
                     f"(computed in {view.seconds:.2f} s)")
+        if view.kind != "attention":
+            st.caption(f"Layer {layer} is a {view.kind} layer: no softmax, but its output is still a weighted sum of "
+                       f"the values, o_t = Σ_s w_ts v_s. Drawn: each weight's share of its row's Σ|w| (signs dropped); "
+                       "distance and entropy read from those shares.")
         if head == "all":
             cols = st.columns(min(n_head, 4))
             for h in range(n_head):

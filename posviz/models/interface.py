@@ -199,6 +199,11 @@ class LabModel(ABC):
         ids = self.ids_on_device(ids)
         return torch.stack([self(ids[None], attention_layer=layer).attention[0].float() for layer in range(self.n_layer)])
 
+    def layer_kind(self, layer: int) -> str:
+        """What mixes the bytes in ``layer``: "attention", or a recurrent layer's name, whose map is its implied
+        matrix (signed, no softmax) rather than attention weights."""
+        return "attention"
+
     @abstractmethod
     def layer_layout(self) -> list[dict]:
         """What each layer does with positions: rows {layer, position, base, rotary share, window, sinks, options}

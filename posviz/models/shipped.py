@@ -125,6 +125,9 @@ class CheckpointModel(LabModel):
     def is_shift_invariant(self) -> bool:
         return self._described.is_shift_invariant()
 
+    def layer_kind(self, layer: int) -> str:
+        return self.net.position.at_layer(layer).layer_kind(layer)
+
     def layer_layout(self) -> list[dict]:
         from posviz.positions.layers import layer_rows
 
