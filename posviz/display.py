@@ -78,6 +78,9 @@ def _config_name(config_path: str, stamp: float) -> str | None:
                      and scaling_name(scaling) else "")
     tuned = config.get("finetuned_from")
     if isinstance(tuned, dict):
+        dropped = tuned.get("dropped_positions")
+        if isinstance(dropped, str) and method_name(dropped):  # recalibrated without its base's positions
+            return f"DroPE (from {method_name(dropped)})"
         start = _start_length(Path(config_path).parent, tuned, options)
         length = model.get("train_length")
         if start and isinstance(length, int) and length % start == 0:
@@ -86,16 +89,28 @@ def _config_name(config_path: str, stamp: float) -> str | None:
     return name
 
 
-def _start_length(folder: Path, tuned: dict, options: dict) -> int | None:
-    """The training length a fine-tuned checkpoint started from: its base's config where it is beside it,
-    else the scaling's original length."""
+def _base_config(folder: Path, tuned: dict) -> dict:
+    """The config.json of the checkpoint a fine-tuned one started from, where it is beside it (or at its recorded
+    path); {} where it is not."""
     base = tuned.get("checkpoint")
     if isinstance(base, str):
         for candidate in (folder.parent / Path(base).name / "config.json", Path(base) / "config.json"):
             try:
-                return int(json.loads(candidate.read_text())["model"]["train_length"])
-            except (OSError, ValueError, KeyError, TypeError):
+                config = json.loads(candidate.read_text())
+            except (OSError, ValueError):
                 continue
+            if isinstance(config, dict):
+                return config
+    return {}
+
+
+def _start_length(folder: Path, tuned: dict, options: dict) -> int | None:
+    """The training length a fine-tuned checkpoint started from: its base's config where it is beside it,
+    else the scaling's original length."""
+    try:
+        return int(_base_config(folder, tuned)["model"]["train_length"])
+    except (KeyError, ValueError, TypeError):
+        pass
     original = options.get("original_length") if isinstance(options, dict) else None
     return int(original) if isinstance(original, (int, float)) and original > 0 else None
 

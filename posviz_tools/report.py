@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posviz.models.checkpoint_files import read_config, read_metrics, shipped_checkpoints
+from posviz.models.checkpoint_files import extends_context, read_config, read_metrics, shipped_checkpoints
 from posviz.errors import PosvizError
 from posviz.labs.retrieval import COPY_TARGET, induction_rows, induction_table
 from posviz.labs import intervals
@@ -29,8 +29,9 @@ COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
 
 
 def _is_finetuned(folder: Path) -> bool:
+    """Fine-tuned for context (``extends_context``): a DroPE recalibration counts with the pre-trained ones."""
     try:
-        return bool(read_config(folder).get("finetuned_from"))
+        return extends_context(read_config(folder).get("finetuned_from"))
     except PosvizError:
         return False
 

@@ -167,6 +167,8 @@ def test_the_registry_names_every_id_it_lists():
     assert {"transformer_xl", "p_rope", "self_extend", "dca", "string", "stick_breaking", "rope+yarn",
             "rope-yarn-ft4x", "shifted_cache", "reencode"} <= set(ids)
     assert display_name("rope-yarn-ft4x") == "RoPE + YaRN, fine-tuned at 4×"
+    # recalibrated without the positions its base was trained with: named for what was done, not "NoPE, fine-tuned"
+    assert display_name("rope-drope") == "DroPE (from RoPE)"
     assert display_name("rope+dca") == "RoPE + dual chunk attention"
     assert display_name("shift") == display_name("shifted_cache")  # one strategy, one name on both labs
     assert display_name("openai-community/gpt2") == "openai-community/gpt2"  # a published model: its hub id

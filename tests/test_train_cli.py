@@ -208,6 +208,10 @@ def test_a_rope_checkpoint_recalibrated_as_nope_is_drope_and_nothing_else_change
          f"finetune_from={base}", *recipe])
     config = json.loads((dropped / "config.json").read_text())
     assert config["model"]["position"] == "nope" and config["finetuned_from"]["checkpoint"] == str(base)
+    assert config["finetuned_from"]["dropped_positions"] == "rope"  # a recalibration, not a fine-tune for context
+    from posviz.models.checkpoint_files import extends_context
+
+    assert not extends_context(config["finetuned_from"]) and extends_context({"checkpoint": "models/rope"})
     start, after = load_checkpoint(base), load_checkpoint(dropped)
     assert set(start.state_dict()) == set(after.state_dict())  # the same weights, recalibrated
     assert drops_positions(start, "nope") and not drops_positions(start, "alibi")

@@ -7,6 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from posviz.models.checkpoint_files import extends_context
 from posviz.positions import opening_set
 from posviz.slides import extremes_sentence
 from views._charts import cached_spec, csv_file, draw_spec, legend_for, method_scales, named, show_cached_chart, show_chart, split_title
@@ -32,7 +33,7 @@ page_header(
 catalog = usable_models(open_model)  # each resolved once for this run; weights load when run
 models, names = catalog.models, catalog.names
 metrics = {n: models[n].stored_metrics() for n in names}
-tuned = {n for n in names if models[n].finetuned_from()}  # fine-tuned from another checkpoint
+tuned = {n for n in names if extends_context(models[n].finetuned_from())}  # fine-tuned for context from another
 # The stored results, the induction heads and the ALiBi section are our checkpoints' (those that stored metrics).
 byte_names = [n for n in names if metrics[n]] or names
 train_length = models[byte_names[0]].train_length

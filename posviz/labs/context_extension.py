@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from posviz.errors import PositionLimitError, PosvizError
 from posviz.labs.extrapolation import LengthScore, _length_score, _predicted_bytes, mixed_contexts, score_at_length, windows_for
 from posviz.labs.inputs import LN2, Progress, _no_progress
+from posviz.models.checkpoint_files import extends_context
 from posviz.models.interface import LabModel
 from posviz.palette import rope_series
 from posviz.positions.rope_remaps import ROPE_REMAPS
@@ -32,8 +33,9 @@ from posviz.positions.rope_scaling import ROPE_SCALINGS
 
 
 def finetuned_models(models: Mapping[str, LabModel]) -> dict[str, LabModel]:
-    """{name: model} of the models that were fine-tuned from another (``finetuned_from``)."""
-    return {name: model for name, model in models.items() if model.finetuned_from()}
+    """{name: model} of the models fine-tuned from another for context (``extends_context``: not a DroPE
+    recalibration, which is a model of the training length)."""
+    return {name: model for name, model in models.items() if extends_context(model.finetuned_from())}
 
 
 def before_label(model: LabModel) -> str:

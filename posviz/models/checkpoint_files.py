@@ -52,6 +52,13 @@ def read_json(path: Path) -> dict:
     return value
 
 
+def extends_context(finetuned_from: Mapping[str, Any] | None) -> bool:
+    """Whether a checkpoint's ``finetuned_from`` record is a fine-tune for context (rope-ft4x: trained on at a longer
+    length, what the Context extension lab sets before and after): every fine-tune but a recalibration without its
+    base's positions (DroPE: ``dropped_positions``), which is a model of the training length in every table."""
+    return bool(finetuned_from) and not finetuned_from.get("dropped_positions")
+
+
 def read_config(folder: str | Path) -> dict:
     return read_json(Path(folder) / CONFIG)
 

@@ -158,7 +158,9 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     if documents:
         block["sinks"] = sinks_block(model, documents, data)
     if finetuned:  # the same lengths, the same position options, the weights before fine-tuning
-        base = load_checkpoint(base_folder, model.config.position_options, device=device)
+        # a recalibration without its base's positions (DroPE) is set against its base as that was: rope as trained
+        base = load_checkpoint(base_folder, None if finetuned.get("dropped_positions") else model.config.position_options,
+                               device=device)
         block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
                                       "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
     if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one

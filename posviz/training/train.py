@@ -296,6 +296,8 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
                 "methods must match, or the new one be nope over a method that holds no weights (DroPE: a RoPE model "
                 "recalibrated with its rotation removed)")
         model.load_state_dict(start.state_dict())
+    # DroPE: the method whose positions this run removed (recorded beside finetuned_from), None otherwise
+    dropped = start.config.position if cfg.finetune_from is not None and start.config.position != cfg.method else None
     model = model.to(device)
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "position" not in n]
@@ -386,7 +388,8 @@ def train(cfg: TrainConfig, out: str | Path | None, progress: bool = True, resum
         extra = {
             "train": dataclasses.asdict(cfg),
             **({"finetuned_from": {"checkpoint": str(cfg.finetune_from), "tokens": cfg.tokens,
-                                   "train_length": cfg.train_length, "position_options": dict(cfg.position_options)}}
+                                   "train_length": cfg.train_length, "position_options": dict(cfg.position_options),
+                                   **({"dropped_positions": dropped} if dropped else {})}}
                if cfg.finetune_from is not None else {}),
             "corpus": corpus.description,
             "trained_on": {"device": str(device), "processes": world, "platform": platform.platform(),
