@@ -202,8 +202,8 @@ def test_command_line_exports_a_checkpoint_folder(tmp_path, capsys):
 
 def test_shipped_checkpoints_do_not_list_models_hf():
     names = list(shipped_checkpoints(ROOT / "models"))
-    # one checkpoint per registered method, and the three fine-tuned RoPE ones
-    assert len(names) == len(method_names()) + 3 and "hf" not in names
+    # one checkpoint per registered method, the three fine-tuned RoPE ones and RoPE recalibrated without it (DroPE)
+    assert len(names) == len(method_names()) + 4 and "hf" not in names
     assert sorted(p.name for p in (ROOT / "models" / "hf").iterdir()) == sorted(SHIPPED_EXPORTS.values())
 
 

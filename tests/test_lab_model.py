@@ -132,6 +132,7 @@ def test_the_extrapolation_page_reads_each_stamp_once_and_loads_what_it_runs(tin
 
     from conftest import ROOT
 
+    from posviz.display import INFERENCE_SWITCHES
     from posviz.positions.rope_remaps import ROPE_REMAPS
 
     forget_models()
@@ -141,8 +142,9 @@ def test_the_extrapolation_page_reads_each_stamp_once_and_loads_what_it_runs(tin
         at.query_params["models"] = "rope,alibi"
         at.run()
         assert not at.exception, [e.value for e in at.exception]
-    # each checkpoint, and rope once more under each training-free remap (a model of its own, listed as rope+...)
-    assert counts == {"stamps": listed + len(ROPE_REMAPS), "loads": 2}
+    # each checkpoint, rope once more under each training-free remap (a model of its own, listed as rope+...) and nope
+    # once more under each inference switch (nope+temperature)
+    assert counts == {"stamps": listed + len(ROPE_REMAPS) + len(INFERENCE_SWITCHES), "loads": 2}
     forget_models()
 
 

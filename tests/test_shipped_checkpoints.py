@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from posviz.labs.scoring import LN2, position_losses
-from posviz.models.checkpoint_files import load_checkpoint, read_config, read_metrics, shipped_checkpoints
+from posviz.models.checkpoint_files import extends_context, load_checkpoint, read_config, read_metrics, shipped_checkpoints
 from posviz.training.data import load_corpus
 from posviz.training.evaluate import bits_per_byte
 from posviz.positions import method_names
@@ -22,8 +22,10 @@ from posviz.training.train import TrainConfig, as_recorded
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 ALL = shipped_checkpoints(MODELS)
-FINETUNED = {n: f for n, f in ALL.items() if read_config(f).get("finetuned_from")}
-SHIPPED = {n: f for n, f in ALL.items() if n not in FINETUNED}  # pre-trained: one per method
+TUNED = {n: f for n, f in ALL.items() if read_config(f).get("finetuned_from")}  # started from another checkpoint
+FINETUNED = {n: f for n, f in TUNED.items() if extends_context(read_config(f)["finetuned_from"])}  # for context
+RECALIBRATED = {n: f for n, f in TUNED.items() if n not in FINETUNED}  # DroPE: its base's positions removed
+SHIPPED = {n: f for n, f in ALL.items() if n not in TUNED}  # pre-trained: one per method
 RECIPE_FIELDS_THAT_MAY_DIFFER = {"method", "position_options"}
 # How a run asked to compute, not what it trained: "auto" on a CPU is fp32, and the checkpoints trained on a
 # GPU asked for fp32 by name (auto there is bf16). What every checkpoint must share is the corpus, byte for
@@ -177,9 +179,27 @@ def test_the_finetuned_rope_checkpoints_share_one_small_budget():
     assert all(r == recipes[0] for r in recipes), "the three fine-tunings must differ only by their scaling"
 
 
-@pytest.mark.parametrize("name", list(FINETUNED))
+def test_drope_is_rope_recalibrated_without_its_rotation_as_its_script_says():
+    """scripts/drope_rope.sh: the reference's recalibration (lr 3e-4 held after a 10 % warm-up, no weight decay) at
+    rope's own length, for 20 % of rope's bytes; every other setting rope's."""
+    assert set(RECALIBRATED) == {"rope-drope"}
+    config, base = read_config(RECALIBRATED["rope-drope"]), read_config(SHIPPED["rope"])
+    tuned, recipe = config["finetuned_from"], config["train"]
+    assert Path(tuned["checkpoint"]).name == "rope" and tuned["dropped_positions"] == "rope"
+    assert config["model"]["position"] == "nope" and tuned["train_length"] == base["model"]["train_length"]
+    assert tuned["tokens"] == 0.2 * base["train"]["tokens"]
+    assert (recipe["lr"], recipe["min_lr_ratio"], recipe["weight_decay"]) == (3e-4, 1.0, 0.0)
+    steps = tuned["tokens"] // (recipe["batch_size"] * recipe["train_length"])
+    assert recipe["warmup_steps"] == steps // 10
+    same = {k for k in base["train"] if k not in {"method", "position_options", "tokens", "lr", "min_lr_ratio",
+                                                   "weight_decay", "warmup_steps", "log_every", "checkpoint_every",
+                                                   "finetune_from", "device", "precision"}}
+    assert {k: recipe[k] for k in same} == {k: base["train"][k] for k in same}
+
+
+@pytest.mark.parametrize("name", [*FINETUNED, *RECALIBRATED])
 def test_finetuned_metrics_hold_before_and_after(name):
-    metrics = read_metrics(FINETUNED[name])
+    metrics = read_metrics(TUNED[name])
     after, before = metrics["eval"]["nonoverlapping_bpb"], metrics["eval"]["before_finetuning"]["nonoverlapping_bpb"]
     assert set(after) == set(before) and all(v is not None for v in after.values())
     assert metrics["eval"]["retrieval"]["repeat"]

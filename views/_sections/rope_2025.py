@@ -195,7 +195,7 @@ def gate_section(page: RopePage, method: str) -> None:
                "held-out text. Each head's output is multiplied, channel by channel, by a sigmoid gate from the layer's "
                "input (Qwen3-Next): 0 closes the head, 1 lets it through. Beside it, the weight the head's queries put "
                "on the first byte (the attention sink of StreamingLLM): a head that closes its gate need not park "
-               "its weight there. Compare the KV cache lab's first-byte share of the rope checkpoint.")
+               "its weight there. Compare the KV cache lab's first-byte share of the RoPE checkpoint.")
 
     def build():
         from posviz.training.data import load_corpus
