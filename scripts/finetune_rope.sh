@@ -2,7 +2,7 @@
 # Context extension by fine-tuning: from models/rope, train at 4 x its length with the same small budget
 # (409,600 bytes, about 3 % of pre-training) with no scaling, linear position interpolation (Chen et al.
 # 2023) and YaRN (Peng et al. 2023). One recipe for the three, so the scaling is the only difference.
-# OUT_DIR: where the base checkpoint is and the three go (default models/).
+# Then DroPE from the same base (below). OUT_DIR: where the base checkpoint is and the four go (default models/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -20,3 +20,12 @@ run() {  # name, then position options
 run rope-ft4x scaling=none
 run rope-linear-ft4x scaling=linear factor=4.0 original_length="$L"
 run rope-yarn-ft4x scaling=yarn factor=4.0 original_length="$L"
+
+# DroPE (Gelberg et al. 2025, arXiv 2512.12167; code SakanaAI/DroPE): the same base with its rotation removed (trained on
+# as nope, every weight carried over), recalibrated at its own training length with the reference's recalibration
+# config (cfgs/run_cfg/smollm_360m_drope.yaml over cfgs/trainer_cfg/base_trainer.yaml): learning rate 3e-4 held after
+# a warm-up of 10 % of the steps, no weight decay, gradients clipped at 1.0; its budget (120,000 steps of 512 x 2,048
+# tokens, 126 B tokens after SmolLM-360M's 600 B, 21 %) scaled to rope's 16 M bytes: 20 %, 3,200,000 bytes (781 steps).
+DROPE="tokens=3200000 lr=0.0003 min_lr_ratio=1.0 warmup_steps=78 weight_decay=0.0 grad_clip=1.0 log_every=10 checkpoint_every=50 finetune_from=$BASE"
+"$PY" -m posviz.train --method nope --out "$OUT_DIR/rope-drope" --resume --set $DROPE > runs/train-rope-drope.log 2>&1
+echo "recalibrated rope-drope"

@@ -7,7 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 "$PY" -m posviz_tools.train_all  # every registered method, two at a time, one progress line a minute with the time left
-"$(dirname "$0")/finetune_rope.sh"  # rope-ft4x, rope-linear-ft4x, rope-yarn-ft4x from models/rope
-"$(dirname "$0")/drope_rope.sh"  # rope-drope: models/rope with its rotation removed, recalibrated (DroPE)
+"$(dirname "$0")/finetune_rope.sh"  # rope-ft4x, rope-linear-ft4x, rope-yarn-ft4x and rope-drope (DroPE) from models/rope
 "$PY" -m posviz.evaluate_all
 "$PY" -m posviz_tools.report --out docs/bpb_vs_length.svg --results docs/results.md

@@ -180,7 +180,7 @@ def test_the_finetuned_rope_checkpoints_share_one_small_budget():
 
 
 def test_drope_is_rope_recalibrated_without_its_rotation_as_its_script_says():
-    """scripts/drope_rope.sh: the reference's recalibration (lr 3e-4 held after a 10 % warm-up, no weight decay) at
+    """scripts/finetune_rope.sh: the reference's recalibration (lr 3e-4 held after a 10 % warm-up, no weight decay) at
     rope's own length, for 20 % of rope's bytes; every other setting rope's."""
     assert set(RECALIBRATED) == {"rope-drope"}
     config, base = read_config(RECALIBRATED["rope-drope"]), read_config(SHIPPED["rope"])
