@@ -143,3 +143,55 @@ def test_a_lab_draws_a_recurrent_layer_as_its_implied_matrix_and_says_so():
     torch.testing.assert_close(shares.sum(-1), torch.ones(4, 60), rtol=0, atol=1e-5)  # each row's |w| shares
     torch.testing.assert_close(shares * implied.abs().sum(-1, keepdim=True), implied.abs(), rtol=1e-4, atol=1e-7)
     assert attention_view(model, ids, 60, 3).kind == "attention"
+
+
+def test_the_rows_of_cached_queries_are_the_whole_matrix_rows():
+    """``implied_rows`` (the sweep from each query back) equals ``implied_matrix`` (from each key forward) in float64;
+    a cached pass on a cache made for maps returns the rows the whole pass draws, every layer; any other cache says
+    in words why it cannot."""
+    from posviz.errors import PosvizError
+
+    torch.manual_seed(1)
+    q, k = torch.randn(2, H, 37, HS, dtype=torch.float64), gd.l2_normed(torch.randn(2, H, 37, HS, dtype=torch.float64))
+    g, beta = -torch.rand(2, H, 37, dtype=torch.float64), torch.rand(2, H, 37, dtype=torch.float64)
+    whole = gd.implied_matrix(q, k, g, beta)
+    torch.testing.assert_close(gd.implied_rows(q[:, :, -5:], k, g, beta), whole[:, :, -5:], rtol=0, atol=1e-14)
+    torch.testing.assert_close(gd.implied_rows(q, k, g, beta), whole, rtol=0, atol=1e-14)
+
+    net = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=64, train_length=64, position="hybrid_deltanet")).double().eval()
+    ids = torch.randint(0, 256, (2, 50))
+    with torch.no_grad():
+        for layer in (0, 2, 3):
+            full = net(ids, attention_layer=layer).attention  # (B, H, 50, 50)
+            cache = KVCache(n_layer=4, for_maps=True)
+            net(ids[:, :30], cache=cache)
+            net(ids[:, 30:41], cache=cache)  # two cached passes before the rows asked for
+            rows = net(ids[:, 41:], cache=cache, attention_layer=layer).attention
+            torch.testing.assert_close(rows, full[:, :, 41:], rtol=0, atol=1e-10)
+        plain = KVCache(n_layer=4)
+        net(ids[:, :30], cache=plain)
+        with pytest.raises(PosvizError, match="needs a cache made for maps"):
+            net(ids[:, 30:], cache=plain, attention_layer=0)
+    with pytest.raises(PosvizError, match="whole text"):
+        KVCache(n_layer=4, max_size=16, for_maps=True)
+
+
+def test_the_induction_probe_reads_a_recurrent_layer_as_its_share_of_the_implied_row():
+    """The Retrieval lab's induction scores of a hybrid: every layer measured, a recurrent layer's score the share of
+    its |w| on the byte after the earlier copy, as the whole pass's implied matrix gives it."""
+    from posviz.labs.attention_maps import implied_shares
+    from posviz.labs.probes import held_out, induction_scores, repeat_batch
+    from posviz.models.shipped import as_lab_model
+
+    torch.manual_seed(2)
+    model = as_lab_model(GPT(ModelConfig(n_layer=4, n_head=4, n_embd=64, train_length=64,
+                                         position="hybrid_deltanet")).eval())
+    text = bytes(range(32, 127)) * 40
+    scores = induction_scores(model, text, [16], chunk=16, chunks=2, seed=0)[16]
+    assert scores.shape == (4, 4) and bool(((scores >= 0) & (scores <= 1)).all())
+    batch = repeat_batch(held_out(text, model), 16, 16, 2, 16, unit=model.unit)  # as the probe draws it (seed + gap)
+    with torch.no_grad():
+        shares = implied_shares(model.net(batch, attention_layer=1).attention.float())  # (B, H, T, T)
+    t = torch.arange(15)
+    expected = shares[:, :, 32 + t, t + 1].mean(dim=(0, 2)).numpy()
+    assert scores[1] == pytest.approx(expected, abs=1e-5)

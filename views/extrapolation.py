@@ -12,7 +12,7 @@ import streamlit as st
 from views import _extrapolation_charts as charts
 from posviz.slides import extremes_sentence, length_words, multiple_words
 from views._charts import RedrawClock, cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
-from views._matrices import show_matrix, show_pooled_matrix
+from views._matrices import recurrent_layer_notes, show_matrix, show_pooled_matrix
 from views._models import usable_models
 from views._page import error_box, page_header, plain
 from views._serving import compute_once, shared
@@ -386,10 +386,8 @@ def at_this_length() -> None:
         what = "Attention" if view.kind == "attention" else f"Implied matrix ({view.kind})"
         st.markdown(f"**{what} of {plain(display_name(inspect))}, layer {layer}, at {L:,} {u}s** "
                     f"(computed in {view.seconds:.2f} s)")
-        if view.kind != "attention":
-            st.caption(f"Layer {layer} is a {view.kind} layer: no softmax, but its output is still a weighted sum of "
-                       f"the values, o_t = Σ_s w_ts v_s. Drawn: each weight's share of its row's Σ|w| (signs dropped); "
-                       "distance and entropy read from those shares.")
+        recurrent_layer_notes([(plain(display_name(inspect)), view.kind)], layer,
+                              "; distance and entropy read from those shares")
         if head == "all":
             cols = st.columns(min(n_head, 4))
             for h in range(n_head):

@@ -32,10 +32,14 @@ def attention_probs(model: LabModel, ids, length: int, layer: int, on_device: bo
     ids = model.ids_on_device(ids)
     length = model.checked(length, ids.numel())
     out = model(ids[None, :length], attention_layer=layer)
-    probs = out.attention[0].float()
-    if model.layer_kind(layer) != "attention":  # a recurrent layer's implied matrix: drawn as each row's |w| shares
-        probs = implied_shares(probs)
+    probs = as_drawn(model, layer, out.attention[0].float())
     return probs if on_device else probs.cpu()
+
+
+def as_drawn(model: LabModel, layer: int, weights: torch.Tensor) -> torch.Tensor:
+    """``layer``'s map (.., T, Tk) as a lab reads it: attention's probabilities as they are; a recurrent layer's
+    implied matrix (``LabModel.layer_kind``) as each row's |w| shares (``implied_shares``)."""
+    return weights if model.layer_kind(layer) == "attention" else implied_shares(weights)
 
 
 def implied_shares(weights: torch.Tensor) -> torch.Tensor:

@@ -99,6 +99,28 @@ def implied_matrix(q, k, g, beta):
     return weights
 
 
+@torch.no_grad()
+def implied_rows(q, k, g, beta):
+    """The rows of the implied matrix for the last n bytes only: (B, H, n, T) for queries q (B, H, n, hs_k) at
+    positions T-n..T-1 over every key k, g, beta (.., T, ..) since the first byte. The same weights read from the
+    query's end: u_t(t) = q_t, u_t(s-1) = alpha_s (I - beta_s k_s k_s^T) u_t(s) (each factor is symmetric), and
+    w_ts = beta_s k_s^T u_t(s); one sweep from the last byte back carries the n queries together, O(T n hs_k) per
+    head, so a cached pass of a few queries over a long text draws its rows without a (T, T) matrix."""
+    B, H, T, dk = k.shape
+    n = q.shape[2]
+    first = T - n  # position of the first query
+    u = q.new_zeros(B, H, n, dk)  # row i: u_(first+i)(s), zero while s is past that query
+    weights = q.new_zeros(B, H, n, T)
+    for s in range(T - 1, -1, -1):
+        if s >= first:
+            u[:, :, s - first] = q[:, :, s - first]
+        ks, bs = k[:, :, s, :, None], beta[:, :, s, None]  # (B, H, hs_k, 1), (B, H, 1)
+        read = (u @ ks)[..., 0]  # (B, H, n): k_s^T u
+        weights[:, :, :, s] = bs * read
+        u = (u - (bs * read)[..., None] * ks.transpose(-1, -2)) * g[:, :, s].exp()[..., None, None]
+    return weights
+
+
 class GatedRMSNorm(nn.Module):
     """``Qwen3NextRMSNormGated``: each head's output RMS-normed, scaled by a weight (one at first), times SiLU(z)."""
 
@@ -131,6 +153,25 @@ class GatedDeltaNet(nn.Module):
             nn.init.normal_(proj.weight, mean=0.0, std=INIT_STD)
         # conv1d keeps PyTorch's own initialisation, as the reference's _init_weights leaves it
 
+    @staticmethod
+    def cached_rows(q, k, g, beta, layer: int, cache, want_probs: bool):
+        """The implied rows of a cached pass's bytes over every byte since the first (B, H, T, seen) when
+        ``want_probs``, else None. The state forgets the keys it was written with, so a cache made ``for_maps``
+        (``KVCache.for_maps``) keeps them, with their gates and steps; any other cannot draw these rows."""
+        if cache.for_maps:
+            seen = cache.recent.get((layer, "deltanet_seen"))
+            if seen is not None:
+                k, g, beta = (torch.cat((old, new), dim=2) for old, new in zip(seen, (k, g, beta)))
+            cache.recent[(layer, "deltanet_seen")] = (k, g, beta)
+        if not want_probs:
+            return None
+        if not cache.for_maps:
+            from posviz.errors import PosvizError
+
+            raise PosvizError(f"layer {layer} is recurrent: its map of cached queries needs a cache made for maps "
+                              "(new_cache(for_maps=True)), which keeps the keys its state forgets")
+        return implied_rows(q, k, g, beta)
+
     def inputs(self, x, layer: int = 0, cache=None):
         """q, k (normed, q scaled), v after the convolution, g, beta (shapes in the legend), and z (B, T, H, hs_v)."""
         B, T, C = x.shape
@@ -156,11 +197,12 @@ class GatedDeltaNet(nn.Module):
         state = None if cache is None else cache.recent.get((layer, "deltanet_state"))
         rule = recurrent if x.shape[1] == 1 else chunked  # a decoding step is the recurrence's one step
         y, state = rule(q, k, v, g, beta, state)  # (B, H, T, hs_v)
+        probs = implied_matrix(q, k, g, beta) if want_probs and cache is None else None
         if cache is not None:
             cache.recent[(layer, "deltanet_state")] = state
             # no keys to keep, but the step is noted as every layer's is (positions, windows, sinks): width 0
             cache.append(layer, k[..., :0], v[..., :0], pos)
-        probs = implied_matrix(q, k, g, beta) if want_probs and cache is None else None
+            probs = self.cached_rows(q, k, g, beta, layer, cache, want_probs)
         B, H, T, hs = y.shape
         y = self.norm(y.transpose(1, 2), z).reshape(B, T, H * hs)
         return self.out_proj(y), probs

@@ -104,8 +104,8 @@ class CheckpointModel(LabModel):
     def load(self, progress=None) -> None:
         self.net
 
-    def new_cache(self, max_size: int | None = None, sinks: int = 0) -> KVCache:
-        return KVCache(self.n_layer, max_size=max_size, sinks=sinks)
+    def new_cache(self, max_size: int | None = None, sinks: int = 0, for_maps: bool = False) -> KVCache:
+        return KVCache(self.n_layer, max_size=max_size, sinks=sinks, for_maps=for_maps)
 
     def shift_cache_front(self, cache, count: int, start: int) -> bool:
         return cache.shift_front(count, start, self.net.position.shift_cached_keys)
