@@ -108,6 +108,9 @@ def test_the_temperature_section_draws_the_query_scale_against_llama4s(tiny_mode
     llama = curve[curve["curve"].str.startswith("Llama 4")]
     last = llama["position"].max() * (262_144 // 32)
     assert llama["query scale"].iloc[-1] == pytest.approx(math.log1p(math.floor((last + 1) / 8192)) * 0.1 + 1, rel=1e-6)
+    # the caption's gap between the two curves is the drawn data's
+    gap = (ours["query scale"].to_numpy() - llama["query scale"].to_numpy())
+    assert f"differ by at most {abs(gap).max():.3f} here" in " ".join(c.value for c in at.caption)
 
 
 def test_the_gate_section_draws_each_heads_gate_and_first_byte_weight(tiny_models):

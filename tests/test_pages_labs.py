@@ -354,6 +354,51 @@ def test_context_extension_shows_a_finetuned_rope_before_and_after(tiny_models_d
     assert "rope" in set(copying["model"]) and "rope-linear-ft4x" not in set(copying["model"])
 
 
+def test_context_extension_shows_drope_as_trained_dropped_and_recalibrated(tiny_models_dir, tmp_path, monkeypatch, corpus):
+    """A DroPE checkpoint (nope recalibrated from rope's weights) drawn in three stages, each the stored score: rope as
+    trained, rope's weights run without the rotation before any step, and the recalibrated checkpoint; the middle
+    stage equals rope's weights saved as a NoPE checkpoint and scored as any checkpoint is."""
+    import shutil
+
+    from posviz.config import ModelConfig
+    from posviz.models.byte_gpt import GPT
+    from posviz.models.checkpoint_files import load_checkpoint, save_checkpoint, write_metrics
+    from posviz.training.evaluate import eval_table, evaluate_checkpoint
+
+    models = tmp_path / "models"
+    shutil.copytree(tiny_models_dir, models)
+    rope = load_checkpoint(models / "rope")
+    as_nope = GPT(ModelConfig.from_dict({**rope.config.to_dict(), "position": "nope", "position_options": {}})).eval()
+    as_nope.load_state_dict(rope.state_dict())
+    save_checkpoint(as_nope, tmp_path / "dropped")  # the middle stage, reached another way: a checkpoint of its own
+    with torch.no_grad():  # recalibrated: weights that differ from the base's
+        gen = torch.Generator().manual_seed(5)
+        for p in as_nope.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.2)
+    extra = {"finetuned_from": {"checkpoint": str(models / "rope"), "tokens": 4096, "train_length": 32,
+                                "position_options": {}, "dropped_positions": "rope"}}
+    save_checkpoint(as_nope, models / "rope-drope", extra, {"train_curve": []})
+    data = corpus.eval_stream(1 << 12)
+    block = evaluate_checkpoint(models / "rope-drope", data, multiples=(1, 2, 4), progress=False)
+    write_metrics(models / "rope-drope", {"train_curve": [], "eval": block})
+    monkeypatch.setenv("POSVIZ_CHECKPOINTS", str(models))
+    dropped = eval_table(load_checkpoint(tmp_path / "dropped"), data, [32, 64, 128], progress=False)
+    assert block["before_recalibration"]["nonoverlapping_bpb"] == pytest.approx(dropped)
+
+    at = run(page("context_extension"))
+    assert "DroPE: RoPE's rotation dropped after training, then recalibrated" in [h.value for h in at.subheader]
+    rows = next(f for f in chart_frames(at) if {"stage", "bpb", "of"} <= set(f.columns) and "as trained" in set(f["stage"]))
+    stages = {stage: dict(zip(part["length"], part["bpb"])) for stage, part in rows.groupby("stage")}
+    assert stages["as trained"] == pytest.approx({int(k): v for k, v in block["before_finetuning"]["nonoverlapping_bpb"].items()})
+    assert stages["positions dropped, not recalibrated"] == pytest.approx({int(k): v for k, v in dropped.items()})
+    assert stages["recalibrated"] == pytest.approx({int(k): v for k, v in block["nonoverlapping_bpb"].items()})
+    nope = dict(extrapolation.shipped_bpb_curve(open_model(models / "nope")))
+    assert stages["NoPE, trained without positions"] == pytest.approx({n: v for n, v in nope.items() if v is not None})
+    caption = " ".join(c.value for c in at.caption)
+    assert (f"dropped, not recalibrated {dropped['32']:.3f} and {dropped['128']:.3f}" in caption
+            and f"recalibrated {block['nonoverlapping_bpb']['32']:.3f}" in caption), caption
+
+
 # ------------------------------------------------------------------------------------------------
 # Far-context retrieval
 # ------------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Context extension: the RoPE checkpoint under every registered inference-time scaling."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import altair as alt
 import pandas as pd
 import streamlit as st
@@ -297,6 +299,7 @@ def at_this_factor() -> None:
                 show_cached_chart(view_key + ("finetuning-curves",), lambda: (finetuning_chart(curves), curves), "finetuning-curves",
                                   "The loss during fine-tuning: a scaling that starts closer to what the model knows needs fewer bytes.")
 
+    drope_section()  # stored, as the fine-tunes above: drawn before anything that needs a text or a scaling
     if text is None:
         st.stop()
     if not scalings:
@@ -418,6 +421,50 @@ def at_this_factor() -> None:
                     f"**At {max(lengths):,} {unit}s ({max(lengths) // train_length}× the training length; {setting}):**")
         metric_rows([dict(label=plain(display_name(r["curve"])), value=f"{r['bpb']:.3f}", help="bits per byte") for _, r in best.iterrows()],
                     per_row=4)
+
+
+# ------------------------------------------------------------------------------------------------
+# DroPE: RoPE with its rotation dropped after training, before and after recalibration (stored, drawn at once)
+# ------------------------------------------------------------------------------------------------
+def drope_chart(rows: pd.DataFrame, train_length: int) -> alt.LayerChart:
+    stages = list(context_extension.RECALIBRATION_STAGES) + ["NoPE, trained without positions"]
+    x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
+    y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
+    colour = alt.Color("stage:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=360, symbolStrokeWidth=3),
+                       scale=alt.Scale(domain=stages, range=["#4c78a8", "#e45756", "#54a24b", "#888888"]))
+    tip = ["stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
+    lines = alt.Chart(rows).mark_line(point=True).encode(x, y, colour, tooltip=tip)
+    rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
+    return alt.layer(lines, rule).properties(height=320)
+
+
+def drope_section() -> None:
+    rows = pd.DataFrame(context_extension.recalibration_rows(models), columns=["of", "stage", "length", "bpb"])
+    if rows.empty:
+        return
+    name = rows["of"].iloc[0]  # the shipped set has one recalibration: DroPE from rope
+    model = models[name]
+    st.subheader("DroPE: RoPE's rotation dropped after training, then recalibrated")
+    tuned = model.finetuned_from()
+    st.markdown(
+        f"DroPE (Gelberg et al. 2025) takes a model trained with RoPE, removes the rotation, and trains on a little "
+        f"at the same length so that the model recalibrates without positions: {plain(display_name(name))} from "
+        f"{plain(display_name(Path(tuned['checkpoint']).name))} with {tuned['tokens']:,} bytes. Its paper's claim: a "
+        "model that merely drops RoPE breaks, one recalibrated keeps its quality within the context and extends "
+        "past it. Stored scores of the held-out set, the same bytes for every curve.")
+    nope = [{"of": "nope", "stage": "NoPE, trained without positions", "length": n, "bpb": v}
+            for n, v in extrapolation.shipped_bpb_curve(models["nope"]) if v is not None] if "nope" in models else []
+    drawn = pd.concat([rows[rows["of"] == name], pd.DataFrame(nope, columns=rows.columns)], ignore_index=True)
+    L = model.train_length
+    at = lambda stage, n: next((f"{v:.3f}" for v in drawn[(drawn["stage"] == stage) & (drawn["length"] == n)]["bpb"]), "—")  # noqa: E731
+    ours = drawn[drawn["of"] == name]["length"]
+    far = int(ours[ours <= 16 * L].max())  # the longest length every stage stores, up to 16x
+    show_cached_chart(("drope", model.key, tuple(m.key for n, m in models.items() if n == "nope")),
+                      lambda: (drope_chart(drawn, L), drawn), "context-extension-drope",
+                      f"Dotted: the training length ({L:,} bytes). At {L:,} and {far:,} bytes: as trained "
+                      f"{at('as trained', L)} and {at('as trained', far)}; dropped, not recalibrated "
+                      f"{at('positions dropped, not recalibrated', L)} and {at('positions dropped, not recalibrated', far)}; "
+                      f"recalibrated {at('recalibrated', L)} and {at('recalibrated', far)} bits per byte.")
 
 
 at_this_factor()

@@ -11,6 +11,8 @@ No plotting and no Streamlit here.
   fine-tuned checkpoint's metrics.json holds its bits per byte by length and, under
   ``before_finetuning``, the base checkpoint's at the same lengths with the same position options, so
   "before" and "after" differ only by the fine-tuning. Its config.json says from what and with how many bytes.
+* A recalibration without positions (DroPE): RoPE as trained, its weights with the rotation dropped before any
+  step, and after recalibration at the training length (``recalibration_rows``).
 """
 from __future__ import annotations
 
@@ -76,6 +78,29 @@ def finetuning_facts(models: Mapping[str, LabModel]) -> list[dict]:
         opts = f.get("position_options", {})
         rows.append({"checkpoint": name, "from": Path(f["checkpoint"]).name, "scaling": opts.get("scaling", "none"),
                      "factor": opts.get("factor", 1.0), "length (bytes)": f["train_length"], "bytes": f["tokens"]})
+    return rows
+
+
+# -- a recalibration without positions (DroPE) -------------------------------------------------------
+RECALIBRATION_STAGES = ("as trained", "positions dropped, not recalibrated", "recalibrated")
+
+
+def recalibration_rows(models: Mapping[str, LabModel]) -> list[dict]:
+    """Rows {of, stage, length, bpb} for every checkpoint recalibrated without its base's positions (DroPE: its
+    config's ``finetuned_from.dropped_positions``), at the lengths its metrics.json stores: its base as trained
+    (``before_finetuning``), the base's weights with the positions dropped before any step (``before_recalibration``)
+    and after recalibration (its own table). ``of`` names the recalibrated checkpoint."""
+    rows = []
+    for name, model in models.items():
+        tuned = model.finetuned_from() or {}
+        if not tuned.get("dropped_positions"):
+            continue
+        block = model.stored_metrics().get("eval", {})
+        tables = (block.get("before_finetuning", {}).get("nonoverlapping_bpb", {}),
+                  block.get("before_recalibration", {}).get("nonoverlapping_bpb", {}), block.get("nonoverlapping_bpb", {}))
+        for stage, table in zip(RECALIBRATION_STAGES, tables):
+            rows += [{"of": name, "stage": stage, "length": int(n), "bpb": float(v)} for n, v in table.items()
+                     if v is not None]
     return rows
 
 

@@ -139,11 +139,7 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
     finetuned = read_config(folder).get("finetuned_from")
     # A fine-tuned checkpoint is scored at the lengths of the one it came from (multiples of *its* training
     # length), so "before" and "after" and every other checkpoint share one x axis.
-    base_folder = None
-    if finetuned:
-        base_folder = Path(finetuned["checkpoint"])
-        if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
-            base_folder = Path(folder).parent / base_folder.name
+    base_folder = base_folder_of(folder, finetuned) if finetuned else None
     L_ref = read_config(base_folder)["model"]["train_length"] if finetuned else L
     data = as_id_tensor(data)
     lengths = [int(m * L_ref) for m in multiples if int(m * L_ref) <= data.numel()]
@@ -163,6 +159,9 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
                                device=device)
         block["before_finetuning"] = {"checkpoint": finetuned["checkpoint"],
                                       "nonoverlapping_bpb": eval_table(base, data, lengths, progress)}
+        if finetuned.get("dropped_positions"):  # DroPE's middle stage: the base's weights, positions gone, untrained
+            block["before_recalibration"] = before_recalibration(model, base, finetuned["checkpoint"], data, lengths,
+                                                                 progress)
     if model.config.position == "rope" and not finetuned:  # inference-time scalings of the pre-trained one
         block["rope_scalings"] = {name: scaling_block(folder, name, data, lengths, L, progress, device)
                                   for name in ROPE_SCALINGS if name != "none"}
@@ -173,6 +172,25 @@ def evaluate_checkpoint(folder, data, multiples=(1, 2, 4, 8, 16, 32), copy_gaps=
                                                   progress, device) for name in ROPE_REMAPS}
     block["effective_length"] = effective_lengths(folder, data if validation is None else validation, device)
     return block
+
+
+def base_folder_of(folder, finetuned: dict) -> Path:
+    """The folder of the checkpoint ``folder`` was fine-tuned from (its config's ``finetuned_from``)."""
+    base_folder = Path(finetuned["checkpoint"])
+    if not base_folder.is_absolute():  # recorded as given ("models/rope"): a sibling of this checkpoint
+        base_folder = Path(folder).parent / base_folder.name
+    return base_folder
+
+
+def before_recalibration(model, base, checkpoint: str, data, lengths, progress: bool = True) -> dict:
+    """A recalibration's (DroPE's) starting point as ``eval.before_recalibration`` stores it: the weights of ``base``
+    run as ``model``'s method (nope: the rotation removed) before any step of recalibration, at ``lengths``. What
+    the paper's recalibration recovers from (Gelberg et al. 2025 show the loss of a model that merely drops RoPE)."""
+    from posviz.models.byte_gpt import GPT
+
+    dropped = GPT(model.config).to(next(base.parameters()).device).eval()
+    dropped.load_state_dict(base.state_dict())  # the train step's own carry-over (posviz.training.train)
+    return {"checkpoint": checkpoint, "nonoverlapping_bpb": eval_table(dropped, as_id_tensor(data), lengths, progress)}
 
 
 def scaling_block(folder, name: str, data, lengths, train_length: int, progress: bool = True, device="cpu") -> dict:

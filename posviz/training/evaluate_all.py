@@ -9,8 +9,9 @@ import argparse
 
 from posviz.models.checkpoint_files import load_checkpoint, read_config, read_metrics, shipped_checkpoints, write_metrics
 from posviz.training.data import load_corpus
-from posviz.training.evaluate import (DEFAULT_EVAL_BYTES, EFFECTIVE_LENGTH_FACTOR, effective_lengths, eval_tables,
-                                     evaluate_checkpoint, remap_block, retrieval_block, sinks_block)
+from posviz.training.evaluate import (DEFAULT_EVAL_BYTES, EFFECTIVE_LENGTH_FACTOR, base_folder_of, before_recalibration,
+                                     effective_lengths, eval_tables, evaluate_checkpoint, remap_block, retrieval_block,
+                                     sinks_block)
 from posviz.limits import add_device_argument, resolve_device
 from posviz.positions.rope_remaps import ROPE_REMAPS
 
@@ -33,6 +34,9 @@ def main(argv=None) -> None:
     ap.add_argument("--effective-only", action="store_true",
                     help="only (re)measure the effective context length into eval.effective_length (and, for rope, "
                          "under each scaling and remap); keep the rest of each eval block")
+    ap.add_argument("--recalibration-only", action="store_true",
+                    help="only (re)score a recalibrated checkpoint's (DroPE's) base with its positions dropped and no "
+                         "recalibration into eval.before_recalibration; keep the rest of each eval block")
     ap.add_argument("--remap", choices=list(ROPE_REMAPS), default=None,
                     help="with --remaps-only or --effective-only: (re)run this remap alone, keeping every other stored "
                          "result (a change to one remap re-scores what it moves and nothing else)")
@@ -93,6 +97,17 @@ def main(argv=None) -> None:
             write_metrics(folder, metrics)
             print(name, "effective length:", {k: (b["multiple"], b["reason"]) for k, b in ev["effective_length"].items()},
                   flush=True)
+            continue
+        if args.recalibration_only:
+            tuned = read_config(folder).get("finetuned_from") or {}
+            if not tuned.get("dropped_positions"):
+                continue
+            ev = metrics.setdefault("eval", {})
+            ev["before_recalibration"] = before_recalibration(
+                load_checkpoint(folder, device=device), load_checkpoint(base_folder_of(folder, tuned), device=device),
+                tuned["checkpoint"], data, [int(n) for n in ev["nonoverlapping_bpb"]], progress=False)
+            write_metrics(folder, metrics)
+            print(name, "before recalibration:", ev["before_recalibration"]["nonoverlapping_bpb"], flush=True)
             continue
         if args.sinks_only:
             metrics.setdefault("eval", {})["sinks"] = sinks_block(load_checkpoint(folder, device=device),

@@ -169,13 +169,23 @@ def temperature_section(page: RopePage, method: str) -> None:
                f"Dashed: the training length ({page.train_length:,}) and 16× it.")
     lengths = np.unique(np.linspace(0, 16 * page.train_length - 1, 400).astype(int))
 
+    data = pd.DataFrame(rope_2025.temperature_curve(nope, lengths))
+    ours, llama = (data[data["curve"] == name]["query scale"].to_numpy() for name in data["curve"].unique())
+    # Why the two curves can lie on one another: floor 8 over 256 bytes is Llama 4's 8,192 over 262,144 tokens
+    # (a step every 1/32 of the context); the +1 inside the floor is all that parts them, so say it in numbers.
+    st.caption(f"The grey dashed curve is Llama 4's own scale with its position read at the same share of its "
+               f"{rope_2025.LLAMA4_CONTEXT:,}-token context; the two differ by at most "
+               f"{np.abs(ours - llama).max():.3f} here (at 16×: {ours[-1]:.3f} and {llama[-1]:.3f}).")
+
     def build():
-        data = pd.DataFrame(rope_2025.temperature_curve(nope, lengths))
+        names = list(data["curve"].unique())
         lines = alt.Chart(data).mark_line(interpolate="step-after").encode(
             x=alt.X("position:Q", title="query position i (bytes)"),
             y=alt.Y("query scale:Q", title="query scale (× q)", scale=alt.Scale(zero=False)),
             color=alt.Color("curve:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=320),
-                            scale=alt.Scale(range=[colour(method), "#888888"])),
+                            scale=alt.Scale(domain=names, range=[colour(method), "#888888"])),
+            strokeDash=alt.StrokeDash("curve:N", scale=alt.Scale(domain=names, range=[[1, 0], [6, 4]]), legend=None),
+            strokeWidth=alt.StrokeWidth("curve:N", scale=alt.Scale(domain=names, range=[4, 2]), legend=None),
             tooltip=["curve:N", "position:Q", alt.Tooltip("query scale:Q", format=".3f")])
         rules = alt.Chart(pd.DataFrame({"x": [page.train_length, 16 * page.train_length]})).mark_rule(
             strokeDash=[5, 4], color="gray").encode(x="x:Q")
@@ -205,7 +215,8 @@ def gate_section(page: RopePage, method: str) -> None:
         bars = alt.Chart(data).transform_fold(["mean gate", "weight on the first byte"], as_=["measure", "value"]).mark_bar().encode(
             x=alt.X("head:O"), y=alt.Y("value:Q", title="mean over the text", scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("measure:N", title=None, legend=alt.Legend(orient="bottom"),
-                            scale=alt.Scale(range=[colour(method), "#888888"])),
+                            scale=alt.Scale(domain=["mean gate", "weight on the first byte"],
+                                            range=[colour(method), "#888888"])),
             xOffset="measure:N", column=alt.Column("layer:O", title="layer"),
             tooltip=["layer:Q", "head:Q", "measure:N", alt.Tooltip("value:Q", format=".3f")]).properties(width=110, height=200)
         return bars, data
