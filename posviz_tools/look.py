@@ -219,6 +219,24 @@ def settle(page, step_ms: int = 150, at_least_ms: int = 300, at_most_ms: int = 1
         last = now
 
 
+_CHARTS_DRAWN_JS = """every => { const charts = [...document.querySelectorAll(
+    '[data-testid="stMain"] [data-testid="stVegaLiteChart"]')];
+  const drawn = c => c.querySelector('svg.marks .role-mark, canvas.marks');
+  return every ? charts.length > 0 && charts.every(drawn) : charts.some(drawn); }"""
+
+
+def wait_for_a_chart(page, at_most_ms: int = 20_000, every: bool = False) -> bool:
+    """Wait until the page shows a chart with its marks drawn (``every``: every chart on it), at most ``at_most_ms``;
+    whether it does. On a loaded machine a page's charts can come seconds after its script is done (Vega draws in
+    the browser): a look taken before that saw no chart at all, or only the smallest, and said so of pages that
+    draw them whole."""
+    try:
+        page.wait_for_function(_CHARTS_DRAWN_JS, arg=every, timeout=at_most_ms, polling=200)
+        return True
+    except Exception:  # Playwright's TimeoutError: the caller's own check says what is missing
+        return False
+
+
 def look_at(page, width: int, height: int) -> Sight:
     """``sight`` at ``width`` px: the window is made tall enough to hold the whole page (Streamlit draws
     tables and charts only once they scroll into view), then set back to ``height``."""
@@ -227,6 +245,8 @@ def look_at(page, width: int, height: int) -> Sight:
     full = page.evaluate("""() => document.querySelector('[data-testid="stMain"]').scrollHeight""")
     page.set_viewport_size({"width": width, "height": int(min(max(full + 40, height), 12000))})
     settle(page)  # charts and tables re-lay out at the new size
+    if page.evaluate(_CHARTS_DRAWN_JS, False):  # a page that draws charts: each one, now that all are in view
+        wait_for_a_chart(page, at_most_ms=10_000, every=True)
     seen = sight(page)
     page.set_viewport_size({"width": width, "height": height})
     return seen

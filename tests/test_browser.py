@@ -36,7 +36,7 @@ from browser_support import (MAIN, OUTPUT, ROOT, ConsoleWatch, StreamlitServer, 
                              wait_for_output_change, wait_rendered)
 from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz_tools.loadtest import move_a_widget
-from posviz_tools.look import slide_seen
+from posviz_tools.look import slide_seen, wait_for_a_chart
 
 pytestmark = pytest.mark.browser
 PAGES = app_pages()
@@ -82,6 +82,7 @@ SIZES = [(1366, 768), (1920, 1080)]
 
 def assert_seen_whole(tab, what: str, sizes=SIZES, said=()) -> None:
     """``said``: error boxes the page already showed for the same settings (a length a checkpoint cannot run)."""
+    wait_for_a_chart(tab)  # every page looked at whole draws one: wait for the browser to draw it, not for a clock
     for width, height in sizes:
         seen = look_at(tab, width, height)
         new_errors = [box for box in seen.error_boxes if box not in said]
@@ -273,6 +274,7 @@ def test_the_workshop_trains_a_formula_that_the_extrapolation_lab_then_runs(tiny
         assert not exception_texts(tab), exception_texts(tab)
         chips = tab.locator(f'{MAIN} [data-testid="stMultiSelect"]').first.inner_text()
         assert "yours: Hard cut at 64" in chips, chips
+        wait_for_a_chart(tab)
         seen = look_at(tab, 1366, 768)
         assert not seen.error_boxes and seen.charts_with_data >= 1, (seen.error_boxes, seen.charts)
         assert not console.errors, console.errors

@@ -9,7 +9,7 @@ import pytest
 import vl_convert as vlc
 from browser_support import browser, new_tab  # noqa: F401  (the fixture)
 
-from posviz_tools.look import sight
+from posviz_tools.look import sight, wait_for_a_chart
 
 pytestmark = pytest.mark.browser
 
@@ -47,5 +47,29 @@ def test_the_look_fails_on_a_key_that_draws_nothing_a_chart_past_its_column_and_
         # a view with no mark at all
         empty = alt.Chart(STAGES.iloc[:0]).mark_bar().encode(x="x:O", y="y:Q").properties(width=150, height=100)
         assert any("no marks" in p for p in problems(tab, empty)), problems(tab, empty)
+    finally:
+        tab.close()
+
+
+def test_the_wait_for_a_chart_waits_for_marks_and_gives_up_in_time(browser):  # noqa: F811
+    """``wait_for_a_chart``: true once a chart's marks are drawn, even when they come after the wait began (as Vega
+    draws after the script is done); false, within its bound, on a page whose chart has no marks; with ``every``,
+    true only once every chart has its marks."""
+    tab = new_tab(browser, 1200, 800)
+    try:
+        bars = alt.Chart(STAGES).mark_bar().encode(x="x:O", y="y:Q").properties(width=150, height=100)
+        svg = vlc.vegalite_to_svg(bars.to_json()).replace("<svg ", '<svg class="marks" ', 1)
+        tab.set_content(FRAME.format(svg=""))
+        assert not wait_for_a_chart(tab, at_most_ms=600)
+        tab.evaluate("svg => setTimeout(() => { document.querySelector('[data-testid=\"stVegaLiteChart\"]').innerHTML = svg; }, 800)",
+                     svg)
+        assert wait_for_a_chart(tab, at_most_ms=10_000)
+        # every chart: false while a second chart has no marks, true once it has them
+        tab.set_content(FRAME.format(svg=svg).replace('<div data-testid="stColumn" style="width:600px"></div>',
+                                                      '<div data-testid="stColumn" style="width:600px">'
+                                                      '<div data-testid="stVegaLiteChart"></div></div>'))
+        assert wait_for_a_chart(tab, at_most_ms=600) and not wait_for_a_chart(tab, at_most_ms=600, every=True)
+        tab.evaluate("svg => { document.querySelectorAll('[data-testid=\"stVegaLiteChart\"]')[1].innerHTML = svg; }", svg)
+        assert wait_for_a_chart(tab, at_most_ms=2_000, every=True)
     finally:
         tab.close()

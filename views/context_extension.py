@@ -18,7 +18,7 @@ from posviz.models.checkpoint_files import shipped_checkpoints
 from posviz.models.interface import open_model
 from posviz.errors import PosvizError
 from posviz.limits import device_label
-from posviz.palette import rope_series
+from posviz.palette import colour, rope_series
 from posviz.positions.rope_remaps import ROPE_REMAPS
 from posviz.positions.rope_scaling import ROPE_SCALINGS
 from posviz.display import display_name
@@ -430,10 +430,11 @@ def drope_chart(rows: pd.DataFrame, train_length: int) -> alt.LayerChart:
     stages = list(context_extension.RECALIBRATION_STAGES) + ["NoPE, trained without positions"]
     x = alt.X("length:Q", scale=alt.Scale(type="log", base=2), title="evaluation length (bytes, log scale)")
     y = alt.Y("bpb:Q", title="bits per byte", scale=alt.Scale(zero=False))
-    colour = alt.Color("stage:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=360, symbolStrokeWidth=3),
-                       scale=alt.Scale(domain=stages, range=["#4c78a8", "#e45756", "#54a24b", "#888888"]))
+    by_stage = alt.Color("stage:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=360, symbolStrokeWidth=3),
+                       # RoPE and NoPE in their colours on every page; the two stages between them apart from both
+                       scale=alt.Scale(domain=stages, range=[colour("rope"), "#E45756", "#54A24B", colour("nope")]))
     tip = ["stage", "length", alt.Tooltip("bpb:Q", format=".3f")]
-    lines = alt.Chart(rows).mark_line(point=True).encode(x, y, colour, tooltip=tip)
+    lines = alt.Chart(rows).mark_line(point=True).encode(x, y, by_stage, tooltip=tip)
     rule = alt.Chart(pd.DataFrame({"length": [train_length]})).mark_rule(color="grey", strokeDash=[2, 2]).encode(x="length:Q")
     return alt.layer(lines, rule).properties(height=320)
 
