@@ -104,16 +104,50 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def browser_cpu_seconds() -> float:
-    """CPU seconds used so far by every Chromium process on this machine (the load test's browser)."""
-    total = 0.0
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (which may hold spaces), or None when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below ``root`` in the process tree (by each process's parent id)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().startswith("chrom"):
-                    total += cpu_seconds(int(entry.name))
-            except OSError:
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def browser_cpu_seconds() -> float:
+    """CPU seconds used so far by the Chromium this process started (Playwright's driver's children), with
+    the renderers it has already reaped (cutime + cstime of the browser process).
+
+    Only this process's own descendants: on a test run with several workers another worker's Chromium
+    closing between two readings would make the difference negative (a CI run measured -32 s). A renderer
+    that exits and is reaped between two readings moves its time into its parent's cutime, so the sum does
+    not fall when a tab closes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in _descendants(os.getpid()):
+        try:
+            if not Path(f"/proc/{pid}/comm").read_text().startswith("chrom"):
                 continue
+        except OSError:
+            continue
+        fields = _stat_fields(pid)
+        if fields is not None:
+            total += sum(int(f) for f in fields[11:15]) / tick
     return total
 
 
@@ -390,15 +424,23 @@ class LoadResult:
     healthy_after: bool
     server_cpu_s: float = 0.0  # CPU the server used while the sessions moved their widgets
     browser_cpu_s: float = 0.0  # and the browser drawing every answer, on the same cores
+    # wall-clock seconds between the two CPU readings: a round that starts before ``seconds`` is up runs to its
+    # end, so the answers (and the CPU they cost) can take longer than ``seconds``; 0 where not measured
+    measured_s: float = 0.0
+
+    def window_s(self) -> float:
+        return self.measured_s or self.seconds
 
     def answer_bound(self) -> float | None:
         """The most answers per session the machine's cores allow at the CPU each answer cost here (server
-        and browser together), had nothing else run: all cores busy for the whole run."""
+        and browser together), had nothing else run: all cores busy for the whole time the answers took.
+        The answers seen can never pass it (the CPU they used fits in the cores' time) unless the meter
+        misses some of that CPU."""
         total = sum(self.answers)
         if not total or not (self.server_cpu_s + self.browser_cpu_s):
             return None
         per_answer = (self.server_cpu_s + self.browser_cpu_s) / total
-        return (os.cpu_count() or 1) * self.seconds / per_answer / self.sessions
+        return (os.cpu_count() or 1) * self.window_s() / per_answer / self.sessions
 
     def summary(self) -> str:
         total = sum(self.answers)
@@ -412,9 +454,9 @@ class LoadResult:
             total = sum(self.answers)
             lines.append(f"CPU per answer: server {self.server_cpu_s / total:.2f} s, browser {self.browser_cpu_s / total:.2f} s "
                          f"(the browser shares the server's {os.cpu_count()} cores); at that cost the cores allow at most "
-                         f"{bound:.0f} answers per session in {self.seconds:.0f} s")
+                         f"{bound:.1f} answers per session in the {self.window_s():.0f} s the answers took")
             if self.server_cpu_s:  # where each visitor's browser runs on the visitor's own machine
-                server_only = (os.cpu_count() or 1) * self.seconds / (self.server_cpu_s / total) / self.sessions
+                server_only = (os.cpu_count() or 1) * self.window_s() / (self.server_cpu_s / total) / self.sessions
                 lines.append(f"the server's share alone would allow at most {server_only:.0f} answers per session "
                              f"(browsers on the visitors' own machines)")
         return "\n".join(lines + [f"  {e}" for e in self.errors + self.exceptions])
@@ -493,7 +535,7 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
     from playwright.sync_api import sync_playwright
 
     answers, errors, exceptions = [0] * sessions, [], []
-    server_cpu = browser_cpu = 0.0
+    server_cpu = browser_cpu = measured_s = 0.0
     with sync_playwright() as p:
         browser = launch_chromium(p)
         try:
@@ -513,6 +555,7 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
                 wait_rendered(tab, (answer_timeout_s + grace_s) * 1000)
             alive = set(range(sessions))
             server_cpu, browser_cpu = cpu_seconds(server.process.pid), browser_cpu_seconds()
+            measured_from = time.monotonic()
             deadline = time.monotonic() + seconds
             hard_deadline = deadline + grace_s
             names = {i: f"session {i}" for i in range(sessions)}
@@ -525,10 +568,11 @@ def run_load(server: StreamlitServer, page_path: str, sessions: int, seconds: fl
                 errors += stopped
             server_cpu = cpu_seconds(server.process.pid) - server_cpu
             browser_cpu = browser_cpu_seconds() - browser_cpu
+            measured_s = time.monotonic() - measured_from
         finally:
             browser.close()
     return LoadResult(sessions, seconds, answers, exceptions, errors, server.peak_rss_mb(), server.healthy(),
-                      server_cpu, browser_cpu)
+                      server_cpu, browser_cpu, measured_s)
 
 
 # ---------------------------------------------------------------------------------------------
