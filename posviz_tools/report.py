@@ -327,6 +327,8 @@ def _format(value, spec: str) -> str:
         return f"{100 * value:.{spec[-1]}f} %"
     if spec == "num":
         return re.match(r"[\d,.]+", str(value)).group(0)
+    if spec == "multiple":  # an effective length: "2×", or the words for a model that does not recall within its context
+        return "not measurable" if value is None else f"{value:g}×"
     if isinstance(value, str):
         return value
     if spec in ("words", "Words"):
