@@ -278,9 +278,12 @@ def sinks_table(models=None) -> str:
             f"| weight left unspent | after eviction, W = {first['streaming']['window']} | with "
             f"{first['streaming']['sinks']} sinks | sinks save |", "|---|---:|---|---:|---:|---:|---:|"]
     for name, b in blocks.items():
-        share = np.array(b["first_byte_share"])
-        layer, head = np.unravel_index(int(share.argmax()), share.shape)
-        left = b["weight_left_by_layer"]
+        # attention layers only: a recurrent layer's entry is None (``sinks_block``)
+        layers = [i for i, heads in enumerate(b["first_byte_share"]) if heads is not None]
+        share = np.array([b["first_byte_share"][i] for i in layers])
+        row, head = np.unravel_index(int(share.argmax()), share.shape)
+        layer = layers[row]
+        left = [v for v in b["weight_left_by_layer"] if v is not None]
         stream = b["streaming"]
         without, with_ = stream["without"]["bpb_after_eviction"], stream["with_sinks"]["bpb_after_eviction"]
         rows.append(f"| {name} | {share.mean():.1%} | layer {layer}, head {head}: {share.max():.1%} | "

@@ -195,3 +195,25 @@ def test_the_induction_probe_reads_a_recurrent_layer_as_its_share_of_the_implied
     t = torch.arange(15)
     expected = shares[:, :, 32 + t, t + 1].mean(dim=(0, 2)).numpy()
     assert scores[1] == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_sink_measures_read_the_attention_layers_alone(corpus, monkeypatch):
+    """``eval.sinks`` of a hybrid: a recurrent layer's entries are None (its implied matrix is no softmax share), the
+    attention layer's are the lab's first-byte shares and leave no weight unspent."""
+    from posviz.labs import kv_cache
+    from posviz.models.shipped import as_lab_model
+    from posviz.training import evaluate as ev
+
+    monkeypatch.setattr(ev, "SINK_IDS", 120)
+    monkeypatch.setattr(ev, "SINK_WINDOW", 40)
+    torch.manual_seed(5)
+    net = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=64, train_length=64, position="hybrid_deltanet")).eval()
+    documents = [bytes(corpus.eval_documents[i][:200]) for i in range(2)]
+    block = ev.sinks_block(net, documents, corpus.eval_stream(1 << 12))
+    assert [heads is None for heads in block["first_byte_share"]] == [True, True, True, False]
+    assert block["weight_left_by_layer"][:3] == [None] * 3 and abs(block["weight_left_by_layer"][3]) < 1e-4
+    lab = as_lab_model(net)
+    rows = [kv_cache.first_id_share(lab, torch.tensor(list(d))) for d in documents]
+    assert {r["layer"] for r in rows[0]} == {3}
+    expected = [sum(r[h]["share"] for r in rows) / len(rows) for h in range(4)]
+    assert block["first_byte_share"][3] == pytest.approx(expected, abs=1e-4)

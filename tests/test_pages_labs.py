@@ -233,6 +233,25 @@ def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
     assert at2.select_slider(key="w_W").value == 32
 
 
+def test_kv_cache_draws_the_sinks_of_a_hybrids_attention_layers_only_and_says_why(tiny_models, doc_ids):
+    """A recurrent layer has no softmax weight to pour onto the first byte: the sink chart draws the hybrid's
+    attention layer alone (first_id_share's rows), and a caption names the layers left out."""
+    folders = shipped_checkpoints()
+    at = run(page("kv_cache", models="hybrid_deltanet,nope", W="16", n="60", cl="16"))
+    hybrid = open_model(folders["hybrid_deltanet"])
+    attends = [layer for layer in range(hybrid.n_layer) if hybrid.layer_kind(layer) == "attention"]
+    assert 0 < len(attends) < hybrid.n_layer
+    shares = next(f for f in chart_frames(at) if "share %" in f.columns)
+    drawn = shares[shares["model"] == "hybrid_deltanet"].sort_values(["layer", "head"])
+    assert sorted(set(drawn["layer"])) == attends
+    expected = kv_cache.first_id_share(hybrid, doc_ids)
+    assert np.allclose(drawn["share %"], [100 * r["share"] for r in expected], atol=1e-6)
+    assert sorted(set(shares[shares["model"] == "nope"]["layer"])) == list(range(hybrid.n_layer))
+    recurrent = [str(layer) for layer in range(hybrid.n_layer) if layer not in attends]
+    said = (f"layers {', '.join(recurrent)} are" if len(recurrent) > 1 else f"layer {recurrent[0]} is")
+    assert f"{said} Gated DeltaNet (recurrent), with no softmax weight" in texts(at.caption)
+
+
 def test_kv_cache_tables_are_whole_for_the_first_visitor_and_the_next(tiny_models):
     """The first run fills the tables as it scores (cells read "…" until then); the next finds every
     result stored and draws the same finished tables at once."""
