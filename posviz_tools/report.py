@@ -321,8 +321,10 @@ def results_tables(models=None, only: str | None = None) -> dict[str, str]:
 # "words" or "Words" (a count as a word: "eighteen", "Eighteen"), "x" (a multiple: 1.07x is "1.07×") or "num"
 # (a cell's leading number: "6.6" of "6.6 M bytes") or "pct0"/"pct1" (a share as "26 %", "26.5 %").
 VALUE_SPAN = re.compile(r"<!--v ([^>]*?)-->(.*?)<!--/v-->", re.S)
-WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four twenty-five").split()
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+# a count in words, up to ninety-nine (the shipped set passed twenty-five)
+WORDS = _UNITS + [tens + (f"-{_UNITS[unit]}" if unit else "") for tens in ("twenty thirty forty fifty sixty seventy eighty ninety").split()
+                  for unit in range(10)]
 
 
 def _format(value, spec: str) -> str:
@@ -419,7 +421,7 @@ def value_of(name: str, models=None, tables: dict[str, str] | None = None) -> st
     if source not in folders:
         raise PosvizError(f"value {name!r}: no shipped checkpoint {source!r}")
     value = _read(name, folders[source], path)
-    if value is None:
+    if value is None and spec != "multiple":  # an effective length's None is its own words (``_format``)
         return "cannot run"
     return _format(value, spec or "")
 
