@@ -18,7 +18,8 @@ import time
 import pytest
 
 from browser_support import OUTPUT, StreamlitServer, app_pages
-from posviz_tools.loadtest import _descendants, browser_cpu_seconds, run_load
+from posviz_tools.loadtest import run_load
+from posviz_tools.process_meter import _descendants, browser_cpu_seconds
 
 pytestmark = pytest.mark.browser
 SESSIONS = 4
