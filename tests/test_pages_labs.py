@@ -436,7 +436,7 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
     recurrent = [layer for layer in range(model.n_layer) if model.layer_kind(layer) != "attention"]
     assert sorted(set(hybrid["layer"])) == list(range(model.n_layer)) and hybrid["score"].between(0, 1).all()
     which = f"layer {recurrent[0]} is a" if len(recurrent) == 1 else f"layers {', '.join(map(str, recurrent))} are"
-    assert any(c.value.startswith(rf"Gated DeltaNet \+ NoPE attention: {which} Gated DeltaNet (recurrent) layer")
+    assert any(c.value.startswith(rf"DeltaNet \+ NoPE: {which} Gated DeltaNet (recurrent) layer")
                for c in at.caption), texts(at.caption)
     copying = [f for f in chart_frames(at) if {"bytes", "ratio", "gain", "step"} <= set(f.columns)]
     stored_curve = read_metrics(folders["alibi"])["copy_curve"]
@@ -514,7 +514,7 @@ def test_compare_draws_a_recurrent_layer_as_its_implied_matrix_and_says_so(tiny_
     lab's own computation), a note says what it is; at its last layer (attention) no note."""
     folders = shipped_checkpoints()
     at = run(page("compare", a="rope", b="hybrid_deltanet", L="64", scale="prob"))
-    note = r"Layer 0 of Gated DeltaNet \+ NoPE attention is a Gated DeltaNet (recurrent) layer"  # Markdown-quoted
+    note = r"Layer 0 of DeltaNet \+ NoPE is a Gated DeltaNet (recurrent) layer"  # Markdown-quoted
     assert any(c.value.startswith(note) and "(its implied matrix)" in c.value for c in at.caption), texts(at.caption)
     hybrid = open_model(folders["hybrid_deltanet"])
     shares = attention_maps.attention_probs(hybrid, doc_ids, 64, 0)[0].numpy()  # (T, T), head 0

@@ -19,6 +19,18 @@ from posviz.positions.rope import rope_cos_sin
 H, HS, C, T = 3, 16, 48, 9
 
 
+def _same_output_and_input_grads(want: torch.Tensor, run, x: torch.Tensor, atol: float) -> None:
+    """``run(x')`` on a fresh copy x' of the reference's input ``x`` equals ``want`` (the reference's output on
+    ``x``), and the gradients of the same loss (the squared sum) reach x and x' alike; both graphs are kept for
+    the parameters' gradients a caller compares next."""
+    x2 = x.detach().clone().requires_grad_(True)
+    got = run(x2)
+    torch.testing.assert_close(got, want, rtol=0, atol=atol)
+    want.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=atol)
+
+
 def _qwen3_next_attention():
     """transformers' Qwen3NextAttention at posviz's attention: full rotation (partial_rotary_factor 1), q and k not
     normed (the RMSNorms replaced by identities: posviz's RoPE has none, and they are not the gate)."""
@@ -63,20 +75,15 @@ def test_gated_attention_equals_qwen3_next_attention_in_float64():
     inv_freq = 1.0 / 10000.0 ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS)
     angles = torch.cat([positions[:, None].double() * inv_freq] * 2, dim=-1)[None]  # (1, T, hs)
     want, _ = reference(x, (angles.cos(), angles.sin()), mask)
-    x2 = x.detach().clone().requires_grad_(True)
-    got, _ = attention(x2, positions, method, 3, None, False, {})
     # posviz's RoPE turns by angles computed in float32 (as transformers' rotary module does): 1e-7
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
-    want.square().sum().backward()
-    got.square().sum().backward()
-    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=1e-7)
+    _same_output_and_input_grads(want, lambda x2: attention(x2, positions, method, 3, None, False, {})[0], x, 1e-7)
     gate_rows = reference.q_proj.weight.grad.view(H, 2, HS, C)[:, 1].reshape(C, C)
     torch.testing.assert_close(method.gate_proj[3].weight.grad, gate_rows, rtol=0, atol=1e-7)
     # a broken copy (the gate without its sigmoid) fails the same check
     broken = lambda layer, h: method.gate_proj[layer](h).view(*h.shape[:2], H, HS).transpose(1, 2)  # noqa: E731
     method.output_gate = broken
     with torch.no_grad():
-        wrong, _ = attention(x2, positions, method, 3, None, False, {})
+        wrong, _ = attention(x, positions, method, 3, None, False, {})
     assert (wrong - want).abs().max() > 1e-3
 
 
@@ -204,12 +211,7 @@ def test_mla_rope_equals_deepseek_v3_attention_in_float64():
     # outputs and gradients in float64 throughout: the reference through torch's SDPA, posviz's fused path (training's)
     reference.config._attn_implementation = "sdpa"
     want, _ = reference(x, angles, mask)
-    x2 = x.detach().clone().requires_grad_(True)
-    got, _ = attention(x2, positions, method, 3, None, False, {})
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    want.square().sum().backward()
-    got.square().sum().backward()
-    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=1e-12)
+    _same_output_and_input_grads(want, lambda x2: attention(x2, positions, method, 3, None, False, {})[0], x, 1e-12)
     for name in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "kv_a_layernorm"):
         torch.testing.assert_close(getattr(mine, name).weight.grad, getattr(reference, name).weight.grad, rtol=0, atol=1e-12)
     # a broken copy (each head its own rotated key, not the one shared by all: the first head's for every head)
@@ -222,7 +224,7 @@ def test_mla_rope_equals_deepseek_v3_attention_in_float64():
 
     method.project_heads = broken
     with torch.no_grad():
-        wrong, _ = attention(x2, positions, method, 3, None, False, {})
+        wrong, _ = attention(x, positions, method, 3, None, False, {})
     assert (wrong - want).abs().max() > 1e-3
 
 
@@ -258,4 +260,4 @@ def test_mla_logit_parts_add_up_to_the_logits_attention_takes_its_softmax_of():
                                    + (logits - logits[..., :1]).triu(1), rtol=0, atol=2e-4)
         assert parts["position (rotated part)"].abs().max() > 0 and parts["content (unrotated part)"].abs().max() > 0
     rows = mla_logit_parts(net, ids, 8)
-    assert len(rows["logit"]) == 2 * 2 * 8 and set(rows["distance"]) == set(range(8))
+    assert len(rows["mean logit"]) == 2 * 2 * 8 and set(rows["distance"]) == set(range(8))

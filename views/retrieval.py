@@ -191,9 +191,12 @@ def induction_section() -> None:
     ).properties(width=110, height=90)
     draw_spec(cached_spec(("induction-grid", head_gap, stored_key), lambda: grid), width="content")
     c2.caption(f"Each square: one layer and head of one checkpoint at gap {head_gap:,}. Bright: an induction head.")
+    answered = set(maps["model"])  # only the models that answered: a damaged checkpoint is not opened again here
     for name, model in models.items():  # a recurrent layer has no attention weights: say what its score reads
+        if display_name(name) not in answered:
+            continue
         recurrent = [layer for layer in range(model.n_layer) if model.layer_kind(layer) != "attention"]
-        if recurrent and display_name(name) in set(maps["model"]):
+        if recurrent:
             kinds = sorted({model.layer_kind(layer) for layer in recurrent})
             which = (f"layer {recurrent[0]} is a" if len(recurrent) == 1 else
                      f"layers {', '.join(map(str, recurrent))} are")

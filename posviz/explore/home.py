@@ -25,7 +25,7 @@ ACTS_ON_LABEL = {
     "weights": "weights (no softmax)",
     "nothing": "nowhere",
     "hidden": "hidden states (conv.)",
-    "recurrence": "recurrent layers (no index)",
+    "recurrence": "recurrent layers",
 }
 KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to the table
     "input": "the position is baked into each cached key and value",

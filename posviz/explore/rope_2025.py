@@ -172,9 +172,9 @@ def mla_logit_tables(net, ids: torch.Tensor) -> dict[int, dict[str, torch.Tensor
 
 
 def mla_logit_parts(net, ids: torch.Tensor, max_distance: int) -> dict[str, np.ndarray]:
-    """``mla_logit_tables`` as rows (layer, distance, part, logit): each part averaged over the heads and over the
+    """``mla_logit_tables`` as rows (layer, distance, part, mean logit): each part averaged over the heads and over the
     queries at each distance i - j < max_distance."""
-    rows = {"layer": [], "distance": [], "part": [], "logit": []}
+    rows = {"layer": [], "distance": [], "part": [], "mean logit": []}
     for layer, parts in mla_logit_tables(net, ids).items():
         for part, logits in parts.items():
             table = logits.double().mean(0)  # (T, T) over the heads
@@ -182,5 +182,5 @@ def mla_logit_parts(net, ids: torch.Tensor, max_distance: int) -> dict[str, np.n
                 rows["layer"].append(layer)
                 rows["distance"].append(d)
                 rows["part"].append(part)
-                rows["logit"].append(float(table.diagonal(-d).mean()))
+                rows["mean logit"].append(float(table.diagonal(-d).mean()))
     return {k: np.asarray(v) for k, v in rows.items()}

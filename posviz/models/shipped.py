@@ -126,7 +126,8 @@ class CheckpointModel(LabModel):
         return self._described.is_shift_invariant()
 
     def layer_kind(self, layer: int) -> str:
-        return self.net.position.at_layer(layer).layer_kind(layer)
+        # from the config alone, as the layout: asking what a layer is never opens (or fails on) the weights
+        return self._described.at_layer(layer).layer_kind(layer)
 
     def layer_layout(self) -> list[dict]:
         from posviz.positions.layers import layer_rows

@@ -34,12 +34,14 @@ class HybridOptions:
 
 class HybridDeltaNet(PositionMethod):
     name = "hybrid_deltanet"
-    display_name = "Gated DeltaNet + NoPE attention"
+    display_name = "DeltaNet + NoPE"  # short: a legend at 1366 px shows about 18 characters
     summary = ("Three recurrent Gated DeltaNet layers to one attention layer without positions (Qwen3-Next, Kimi "
                "Linear): order comes from the recurrence.")
     paper = "https://arxiv.org/abs/2412.06464"
     acts_on = "recurrence"
-    kind = "content"
+    # no index anywhere (its attention is NoPE, its recurrence reads the text in order): "none", as NoPE and Canon;
+    # "content" would put it on the Positions from content page, whose sections take attention scores apart
+    kind = "none"
     learned = True
     Options = HybridOptions
 

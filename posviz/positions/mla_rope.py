@@ -98,7 +98,7 @@ class MlaLayer(nn.Module):
 
 class MlaRope(Rotary):
     name = "mla_rope"
-    display_name = "MLA (decoupled RoPE)"
+    display_name = "MLA decoupled RoPE"  # short: a legend at 1366 px shows about 18 characters
     summary = ("DeepSeek's multi-head latent attention: keys and values from a small latent, position in a separate "
                "small rotated part of each query and one rotated key shared by every head.")
     paper = "https://arxiv.org/abs/2405.04434"
