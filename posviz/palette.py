@@ -38,6 +38,8 @@ METHOD_COLOURS: dict[str, str] = {
     # the methods of 2026's open models (ColorBrewer's BrBG ends, ΔE at least 27 from every hue above)
     "nope_temperature": "#7F3B08",  # dark brown: NoPE with a temperature
     "gated_attention": "#01665E",  # dark teal: RoPE's blue turned green by its gate
+    "hybrid_deltanet": "#7FBC41",  # leaf green (PiYG): the recurrent hybrid, apart from every hue above
+    "mla_rope": "#8073AC",  # lavender (PuOr): RoPE's family, its rotated part shared
 }
 # The least CIE76 colour difference between any two methods' colours (what tests/test_display_names holds them to):
 # 14 keeps every pair apart at a glance on a projector (2.3 is "just noticeable").

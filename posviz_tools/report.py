@@ -278,9 +278,12 @@ def sinks_table(models=None) -> str:
             f"| weight left unspent | after eviction, W = {first['streaming']['window']} | with "
             f"{first['streaming']['sinks']} sinks | sinks save |", "|---|---:|---|---:|---:|---:|---:|"]
     for name, b in blocks.items():
-        share = np.array(b["first_byte_share"])
-        layer, head = np.unravel_index(int(share.argmax()), share.shape)
-        left = b["weight_left_by_layer"]
+        # attention layers only: a recurrent layer's entry is None (``sinks_block``)
+        layers = [i for i, heads in enumerate(b["first_byte_share"]) if heads is not None]
+        share = np.array([b["first_byte_share"][i] for i in layers])
+        row, head = np.unravel_index(int(share.argmax()), share.shape)
+        layer = layers[row]
+        left = [v for v in b["weight_left_by_layer"] if v is not None]
         stream = b["streaming"]
         without, with_ = stream["without"]["bpb_after_eviction"], stream["with_sinks"]["bpb_after_eviction"]
         rows.append(f"| {name} | {share.mean():.1%} | layer {layer}, head {head}: {share.max():.1%} | "
@@ -318,8 +321,10 @@ def results_tables(models=None, only: str | None = None) -> dict[str, str]:
 # "words" or "Words" (a count as a word: "eighteen", "Eighteen"), "x" (a multiple: 1.07x is "1.07×") or "num"
 # (a cell's leading number: "6.6" of "6.6 M bytes") or "pct0"/"pct1" (a share as "26 %", "26.5 %").
 VALUE_SPAN = re.compile(r"<!--v ([^>]*?)-->(.*?)<!--/v-->", re.S)
-WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four twenty-five").split()
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+# a count in words, up to ninety-nine (the shipped set passed twenty-five)
+WORDS = _UNITS + [tens + (f"-{_UNITS[unit]}" if unit else "") for tens in ("twenty thirty forty fifty sixty seventy eighty ninety").split()
+                  for unit in range(10)]
 
 
 def _format(value, spec: str) -> str:
@@ -327,6 +332,8 @@ def _format(value, spec: str) -> str:
         return f"{100 * value:.{spec[-1]}f} %"
     if spec == "num":
         return re.match(r"[\d,.]+", str(value)).group(0)
+    if spec == "multiple":  # an effective length: "2×", or the words for a model that does not recall within its context
+        return "not measurable" if value is None else f"{value:g}×"
     if isinstance(value, str):
         return value
     if spec in ("words", "Words"):
@@ -414,7 +421,7 @@ def value_of(name: str, models=None, tables: dict[str, str] | None = None) -> st
     if source not in folders:
         raise PosvizError(f"value {name!r}: no shipped checkpoint {source!r}")
     value = _read(name, folders[source], path)
-    if value is None:
+    if value is None and spec != "multiple":  # an effective length's None is its own words (``_format``)
         return "cannot run"
     return _format(value, spec or "")
 

@@ -24,7 +24,16 @@ def sharp(model, gain: float = 12.0):
     with torch.no_grad():
         for block in net.blocks:
             C = net.config.n_embd
-            block.attn.c_attn.weight[: 2 * C] *= gain
+            if block.attn is not None and block.attn.c_attn is not None:
+                block.attn.c_attn.weight[: 2 * C] *= gain
+    if net.position.projects_heads:  # the method makes q, k, v itself (MLA): its queries scaled, as the rows above
+        project = net.position.project_heads
+
+        def sharpened(layer, x):
+            q, k, v = project(layer, x)
+            return q * gain * gain, k, v
+
+        net.position.project_heads = sharpened
     return model
 
 

@@ -200,7 +200,7 @@ def test_shifted_cache_is_broken_exactly_where_positions_are_baked_in(method, te
     reencode = kv_cache.sliding_score(model, text_ids, window, "reencode", n)
     assert shifted.error is None
     gap = np.abs(shifted.id_bits - reencode.id_bits)[window:].max()
-    if model.position.acts_on in ("nothing", "logits", "weights"):
+    if model.position.acts_on in ("nothing", "logits", "weights", "recurrence"):
         assert gap < 1e-4
         assert "Correct" in kv_cache.strategy_verdict(model, "shifted_cache")
     else:  # learned, sinusoidal (input) and rope (q/k): float noise is ~1e-6, this is 1,000x that

@@ -18,6 +18,21 @@ def _position(name):
     return open_model(shipped_checkpoints()[name]).position
 
 
+def _loaded(name):
+    model = open_model(shipped_checkpoints()[name])
+    model.load()
+    return model
+
+
+def _held_out(n: int):
+    """(1, n) the held-out text's first n bytes: what the RoPE page's trained sections read their model on."""
+    import torch
+
+    from posviz.training.data import load_corpus
+
+    return torch.as_tensor(np.frombuffer(load_corpus().eval_stream(n), dtype=np.uint8).copy()).long()[None]
+
+
 def test_fope_section_draws_its_checkpoints_series_and_zeroed_frequencies(tiny_models):
     fope = _position("fope")
     at = open_page(ROPE)
@@ -116,17 +131,12 @@ def test_the_temperature_section_draws_the_query_scale_against_llama4s(tiny_mode
 def test_the_gate_section_draws_each_heads_gate_and_first_byte_weight(tiny_models):
     """Gated attention on the RoPE page: each head's mean gate and the weight its queries put on the first byte, from
     the checkpoint's own forward on the held-out text."""
-    import torch
-
     from posviz.explore.rope_2025 import gates_and_sinks
-    from posviz.training.data import load_corpus
 
     at = open_page(ROPE)
     assert "Gated attention: does a head that can close still use a sink?" in [h.value for h in at.header]
     drawn = frame_with(at, "layer", "head", "mean gate")
-    model = open_model(shipped_checkpoints()["gated_attention"])
-    model.load()
-    ids = torch.as_tensor(np.frombuffer(load_corpus().eval_stream(32), dtype=np.uint8).copy()).long()[None]
+    model, ids = _loaded("gated_attention"), _held_out(32)
     want = gates_and_sinks(model.net, ids)
     assert len(drawn) == 2 * 4 and np.allclose(drawn["mean gate"], want["mean gate"], atol=1e-9)
     assert ((0 < drawn["mean gate"]) & (drawn["mean gate"] < 1)).all()
@@ -134,3 +144,21 @@ def test_the_gate_section_draws_each_heads_gate_and_first_byte_weight(tiny_model
     probs = model.net(ids, attention_layer=1).attention[0, 2]
     row = drawn[(drawn["layer"] == 1) & (drawn["head"] == 2)].iloc[0]
     assert row["weight on the first byte"] == pytest.approx(float(probs[1:, 0].double().mean()), abs=1e-9)
+
+
+def test_the_mla_section_draws_a_logits_content_and_position_parts(tiny_models):
+    """MLA on the RoPE page: each part of a logit (the unrotated content part, the shared rotated position part) by
+    distance, from the checkpoint's own projections on the held-out text; the two parts add up to the logit
+    (tests/test_positions_2026.py holds that sum to the softmax attention takes)."""
+    from posviz.explore.rope_2025 import mla_logit_tables
+
+    at = open_page(ROPE)
+    assert "MLA: a logit's content part and its position part" in [h.value for h in at.header]
+    drawn = frame_with(at, "distance", "mean logit", "part")
+    model, ids = _loaded("mla_rope"), _held_out(32)
+    assert sorted(set(drawn["part"])) == ["content (unrotated part)", "position (rotated part)"]
+    assert len(drawn) == 2 * 2 * 32  # layers x parts x distances 0..31
+    tables = mla_logit_tables(model.net, ids)
+    for _, r in drawn.sample(12, random_state=0).iterrows():
+        table = tables[int(r["layer"])][r["part"]].double().mean(0)  # over the heads: (T, T)
+        assert r["mean logit"] == pytest.approx(float(table.diagonal(-int(r["distance"])).mean()), abs=1e-9)

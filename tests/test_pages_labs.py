@@ -233,6 +233,25 @@ def test_kv_cache_strategies_and_t5_check(tiny_models, doc_ids):
     assert at2.select_slider(key="w_W").value == 32
 
 
+def test_kv_cache_draws_the_sinks_of_a_hybrids_attention_layers_only_and_says_why(tiny_models, doc_ids):
+    """A recurrent layer has no softmax weight to pour onto the first byte: the sink chart draws the hybrid's
+    attention layer alone (first_id_share's rows), and a caption names the layers left out."""
+    folders = shipped_checkpoints()
+    at = run(page("kv_cache", models="hybrid_deltanet,nope", W="16", n="60", cl="16"))
+    hybrid = open_model(folders["hybrid_deltanet"])
+    attends = [layer for layer in range(hybrid.n_layer) if hybrid.layer_kind(layer) == "attention"]
+    assert 0 < len(attends) < hybrid.n_layer
+    shares = next(f for f in chart_frames(at) if "share %" in f.columns)
+    drawn = shares[shares["model"] == "hybrid_deltanet"].sort_values(["layer", "head"])
+    assert sorted(set(drawn["layer"])) == attends
+    expected = kv_cache.first_id_share(hybrid, doc_ids)
+    assert np.allclose(drawn["share %"], [100 * r["share"] for r in expected], atol=1e-6)
+    assert sorted(set(shares[shares["model"] == "nope"]["layer"])) == list(range(hybrid.n_layer))
+    recurrent = [str(layer) for layer in range(hybrid.n_layer) if layer not in attends]
+    said = (f"layers {', '.join(recurrent)} are" if len(recurrent) > 1 else f"layer {recurrent[0]} is")
+    assert f"{said} Gated DeltaNet (recurrent), with no softmax weight" in texts(at.caption)
+
+
 def test_kv_cache_tables_are_whole_for_the_first_visitor_and_the_next(tiny_models):
     """The first run fills the tables as it scores (cells read "…" until then); the next finds every
     result stored and draws the same finished tables at once."""
@@ -412,6 +431,13 @@ def test_retrieval_shipped_probes_induction_and_live_run(tiny_models):
     assert list(alibi["ratio"]) == pytest.approx([r["ratio"] for r in stored["repeat"]])
     heat = [f for f in chart_frames(at) if {"layer", "head", "score"} <= set(f.columns)]
     assert heat and set(heat[0]["gap"]) == {0}  # the heatmap at the default gap
+    hybrid = heat[0][heat[0]["model"] == "hybrid_deltanet"]  # every layer scored, the recurrent too
+    model = open_model(folders["hybrid_deltanet"])
+    recurrent = [layer for layer in range(model.n_layer) if model.layer_kind(layer) != "attention"]
+    assert sorted(set(hybrid["layer"])) == list(range(model.n_layer)) and hybrid["score"].between(0, 1).all()
+    which = f"layer {recurrent[0]} is a" if len(recurrent) == 1 else f"layers {', '.join(map(str, recurrent))} are"
+    assert any(c.value.startswith(rf"DeltaNet \+ NoPE: {which} Gated DeltaNet (recurrent) layer")
+               for c in at.caption), texts(at.caption)
     copying = [f for f in chart_frames(at) if {"bytes", "ratio", "gain", "step"} <= set(f.columns)]
     stored_curve = read_metrics(folders["alibi"])["copy_curve"]
     assert "alibi" in set(copying[0]["model"]) and "learned" not in set(copying[0]["model"])  # 32 positions: no room
@@ -481,6 +507,24 @@ def test_compare_methods_and_lengths(tiny_models, doc_ids):
     assert shown["bits/byte at L = 32"] == f"{result['bpb_short']:.3f}"
     assert shown["bits/byte at 2L = 64"] == f"{result['bpb_long']:.3f}"
     assert at.query_params["mode"] == "lengths"
+
+
+def test_compare_draws_a_recurrent_layer_as_its_implied_matrix_and_says_so(tiny_models, doc_ids):
+    """The hybrid beside RoPE, layer 0 (Gated DeltaNet): the map is each row's share of its |implied weight| (the
+    lab's own computation), a note says what it is; at its last layer (attention) no note."""
+    folders = shipped_checkpoints()
+    at = run(page("compare", a="rope", b="hybrid_deltanet", L="64", scale="prob"))
+    note = r"Layer 0 of DeltaNet \+ NoPE is a Gated DeltaNet (recurrent) layer"  # Markdown-quoted
+    assert any(c.value.startswith(note) and "(its implied matrix)" in c.value for c in at.caption), texts(at.caption)
+    hybrid = open_model(folders["hybrid_deltanet"])
+    shares = attention_maps.attention_probs(hybrid, doc_ids, 64, 0)[0].numpy()  # (T, T), head 0
+    drawn = [f for f in chart_frames(at) if "value" in f.columns][1].dropna()  # A's map, then B's
+    cell = drawn.iloc[len(drawn) // 2]
+    assert cell["value"] == pytest.approx(float(shares[int(cell["row"]), int(cell["col"])]), abs=1e-6)
+    assert hybrid.layer_kind(0) != "attention" and hybrid.layer_kind(hybrid.n_layer - 1) == "attention"
+    at.selectbox(key="w_layer").set_value(hybrid.n_layer - 1)
+    run(at)
+    assert not any("(its implied matrix)" in c.value for c in at.caption)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -14,8 +14,21 @@ from posviz.models.attention import CausalSelfAttention
 from posviz.models.byte_gpt import GPT
 from posviz.models.kv_cache import KVCache
 from posviz.positions import ModelShape, build_position_method
+from posviz.positions.rope import rope_cos_sin
 
 H, HS, C, T = 3, 16, 48, 9
+
+
+def _same_output_and_input_grads(want: torch.Tensor, run, x: torch.Tensor, atol: float) -> None:
+    """``run(x')`` on a fresh copy x' of the reference's input ``x`` equals ``want`` (the reference's output on
+    ``x``), and the gradients of the same loss (the squared sum) reach x and x' alike; both graphs are kept for
+    the parameters' gradients a caller compares next."""
+    x2 = x.detach().clone().requires_grad_(True)
+    got = run(x2)
+    torch.testing.assert_close(got, want, rtol=0, atol=atol)
+    want.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=atol)
 
 
 def _qwen3_next_attention():
@@ -62,20 +75,15 @@ def test_gated_attention_equals_qwen3_next_attention_in_float64():
     inv_freq = 1.0 / 10000.0 ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS)
     angles = torch.cat([positions[:, None].double() * inv_freq] * 2, dim=-1)[None]  # (1, T, hs)
     want, _ = reference(x, (angles.cos(), angles.sin()), mask)
-    x2 = x.detach().clone().requires_grad_(True)
-    got, _ = attention(x2, positions, method, 3, None, False, {})
     # posviz's RoPE turns by angles computed in float32 (as transformers' rotary module does): 1e-7
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
-    want.square().sum().backward()
-    got.square().sum().backward()
-    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=1e-7)
+    _same_output_and_input_grads(want, lambda x2: attention(x2, positions, method, 3, None, False, {})[0], x, 1e-7)
     gate_rows = reference.q_proj.weight.grad.view(H, 2, HS, C)[:, 1].reshape(C, C)
     torch.testing.assert_close(method.gate_proj[3].weight.grad, gate_rows, rtol=0, atol=1e-7)
     # a broken copy (the gate without its sigmoid) fails the same check
     broken = lambda layer, h: method.gate_proj[layer](h).view(*h.shape[:2], H, HS).transpose(1, 2)  # noqa: E731
     method.output_gate = broken
     with torch.no_grad():
-        wrong, _ = attention(x2, positions, method, 3, None, False, {})
+        wrong, _ = attention(x, positions, method, 3, None, False, {})
     assert (wrong - want).abs().max() > 1e-3
 
 
@@ -150,3 +158,106 @@ def test_nope_temperature_scales_the_queries_as_llama4_does():
     # a broken copy (floor of pos / floor_scale, without the + 1) differs at the steps' edges
     off = torch.tensor([math.log1p(math.floor(p / 8)) * 0.1 + 1 for p in positions.tolist()], dtype=torch.float64)
     assert not torch.allclose(off, want)
+
+
+def _deepseek_v3_attention():
+    """transformers' DeepseekV3Attention at posviz's MLA sizes (scaled down: 3 heads of width 16), half-split RoPE
+    (``rope_interleave`` False, as posviz's RoPE pairs), no bias."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
+
+    config = DeepseekV3Config(hidden_size=C, num_attention_heads=H, num_key_value_heads=H, q_lora_rank=24,
+                              kv_lora_rank=20, qk_nope_head_dim=HS, qk_rope_head_dim=8, v_head_dim=HS,
+                              rope_interleave=False, attention_bias=False, num_hidden_layers=4,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config._attn_implementation = "eager"
+    return DeepseekV3Attention(config, layer_idx=3).double()
+
+
+MLA_OPTIONS = {"q_lora_rank": 24, "kv_lora_rank": 20, "qk_nope_head_dim": HS, "qk_rope_head_dim": 8, "v_head_dim": HS}
+
+
+def test_mla_rope_equals_deepseek_v3_attention_in_float64():
+    torch.manual_seed(0)
+    reference = _deepseek_v3_attention()
+    shape = ModelShape(n_layer=4, n_head=H, head_dim=HS, n_embd=C, train_length=64)
+    method = build_position_method("mla_rope", shape, MLA_OPTIONS).double()
+    attention = CausalSelfAttention(ModelConfig(n_layer=4, n_head=H, n_embd=C, train_length=64,
+                                                position="mla_rope")).double()
+    assert attention.c_attn is None  # the method makes q, k, v: no projection nothing reads
+    mine = method.mla[3]
+    with torch.no_grad():
+        for name in ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj"):
+            for (_, p), (_, r) in zip(getattr(mine, name).named_parameters(), getattr(reference, name).named_parameters()):
+                r.uniform_(0.5, 1.5) if name.endswith("layernorm") else None  # norms' weights away from one
+                p.copy_(r)
+        attention.c_proj.weight.copy_(reference.o_proj.weight)
+        attention.c_proj.bias.zero_()
+    x = torch.randn(2, T, C, dtype=torch.float64, requires_grad=True)
+    positions = torch.arange(T)
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+    # the reference turns by posviz's cos and sin (its angles, over the rotated part's 8 features, are RoPE's: checked
+    # against transformers in tests/test_rope.py), rounded to float32 as posviz's are: what differs is MLA alone
+    inv_freq, _ = method.frequencies(T)  # 1 / 10000 ** (2i / 8), i < 4, as posviz holds them (float32)
+    torch.testing.assert_close(inv_freq.double(), 1.0 / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    cos, sin = rope_cos_sin(positions, inv_freq)  # (T, qk_rope) float32
+    angles = (cos.double()[None], sin.double()[None])
+    # the weights a lab draws: the reference's eager path, whose softmax runs in float32 as posviz's drawn weights' does
+    # (the two round alike but for an ulp, 6e-8, where the 1/sqrt(d) scale goes before or after the product)
+    with torch.no_grad():
+        _, want_weights = reference(x, angles, mask)
+        _, weights = attention(x, positions, method, 3, None, True, {})
+    torch.testing.assert_close(weights, want_weights, rtol=0, atol=1e-7)
+    # outputs and gradients in float64 throughout: the reference through torch's SDPA, posviz's fused path (training's)
+    reference.config._attn_implementation = "sdpa"
+    want, _ = reference(x, angles, mask)
+    _same_output_and_input_grads(want, lambda x2: attention(x2, positions, method, 3, None, False, {})[0], x, 1e-12)
+    for name in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "kv_a_layernorm"):
+        torch.testing.assert_close(getattr(mine, name).weight.grad, getattr(reference, name).weight.grad, rtol=0, atol=1e-12)
+    # a broken copy (each head its own rotated key, not the one shared by all: the first head's for every head)
+    # fails the same check
+    project = method.project_heads
+
+    def broken(layer, h):
+        q, k, v = project(layer, h)
+        return q, torch.cat((q[..., :8], k[..., 8:]), dim=-1), v
+
+    method.project_heads = broken
+    with torch.no_grad():
+        wrong, _ = attention(x, positions, method, 3, None, False, {})
+    assert (wrong - want).abs().max() > 1e-3
+
+
+def test_mla_rope_owns_its_projections_and_decodes_from_a_cache_as_it_runs_whole():
+    net = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, train_length=256, position="mla_rope")).eval()
+    rope = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, train_length=256, position="rope"))
+    # sized to the q, k, v projection it replaces: within 4 % of rope's parameters
+    assert abs(net.num_parameters() / rope.num_parameters() - 1) < 0.04
+    assert all(block.attn.c_attn is None for block in net.blocks)
+    assert net.position.mla[0].kv_b_proj.weight.std().item() == pytest.approx(0.02, abs=0.003)  # kept: its own init
+    ids = torch.randint(0, 256, (1, 70))
+    with torch.no_grad():
+        whole = net(ids).logits
+        cache = KVCache(n_layer=4)
+        steps = [net(ids[:, :30], cache=cache).logits] + [net(ids[:, t:t + 1], cache=cache).logits for t in range(30, 70)]
+    torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=1e-5)
+
+
+def test_mla_logit_parts_add_up_to_the_logits_attention_takes_its_softmax_of():
+    from posviz.explore.rope_2025 import mla_logit_parts, mla_logit_tables
+
+    torch.manual_seed(3)
+    net = GPT(ModelConfig(n_layer=2, n_head=4, n_embd=64, train_length=64, position="mla_rope")).eval()
+    ids = torch.randint(0, 256, (1, 30))
+    tables = mla_logit_tables(net, ids)
+    assert sorted(tables) == [0, 1]
+    for layer, parts in tables.items():
+        logits = sum(parts.values())  # (H, T, T)
+        with torch.no_grad():
+            probs = net(ids, attention_layer=layer).attention[0].double()  # (H, T, T), a float32 softmax
+        # softmax is shift-invariant per row: the logits' differences from each row's first key are log p's
+        torch.testing.assert_close(logits - logits[..., :1], (probs.log() - probs[..., :1].log()).float().tril()
+                                   + (logits - logits[..., :1]).triu(1), rtol=0, atol=2e-4)
+        assert parts["position (rotated part)"].abs().max() > 0 and parts["content (unrotated part)"].abs().max() > 0
+    rows = mla_logit_parts(net, ids, 8)
+    assert len(rows["mean logit"]) == 2 * 2 * 8 and set(rows["distance"]) == set(range(8))

@@ -79,6 +79,33 @@ def test_a_run_of_another_recipe_or_the_same_seed_is_refused_in_words(two_seeds,
         seeds.record(shipped, shipped, b"x" * 4096, b"x" * 4096)
 
 
+def test_a_run_of_another_recipe_is_scored_beside_the_checkpoint_with_the_settings_that_differ(two_seeds, tmp_path):
+    """``python -m posviz.evaluate_all --only NAME --other-recipe KEY RUN`` (DroPE at rope's learning rate): the run
+    scored as the checkpoint is, at the checkpoint's stored lengths, with the settings in which the two differ."""
+    from posviz.training.evaluate_all import other_recipe_block
+
+    where, shipped, seeded = two_seeds
+    checkpoint = tmp_path / "models" / "alibi"
+    shutil.copytree(shipped, checkpoint)
+    metrics = json.loads((checkpoint / "metrics.json").read_text())
+    metrics["eval"] = {"nonoverlapping_bpb": {"32": 0.0, "64": 0.0}}  # the lengths it was scored at (values unread)
+    (checkpoint / "metrics.json").write_text(json.dumps(metrics))
+    run = tmp_path / "runs" / "alibi-lr"
+    with contextlib.chdir(where):
+        train_main(["--method", "alibi", "--out", str(run), "--set", *RECIPE, "lr=0.0007"])
+    corpus = load_corpus()
+    data, validation = corpus.eval_stream(1 << 12), corpus.validation[:1 << 14]
+    block = other_recipe_block(checkpoint, run, data, validation, "cpu")
+    shipped_lr = json.loads((shipped / "config.json").read_text())["train"]["lr"]
+    assert block["recipe"] == {"train": {"lr": 0.0007}} and block["checkpoint_recipe"] == {"train": {"lr": shipped_lr}}
+    full = evaluate_checkpoint(run, data, validation=validation, progress=False)
+    assert block["nonoverlapping_bpb"] == {n: full["nonoverlapping_bpb"][n] for n in ("32", "64")}
+    assert block["retrieval"]["repeat"] == full["retrieval"]["repeat"]
+    assert block["final_train_bpb"] == json.loads((run / "metrics.json").read_text())["final_train_bpb"]
+    with pytest.raises(SystemExit, match="record another seed"):  # the same recipe: a seed, not another recipe
+        other_recipe_block(checkpoint, seeded, data, validation, "cpu")
+
+
 # rope's options as a run of today writes them out (runs/seeds/rope-seed1/config.json, #59's first full-recipe seed)
 ROPE_WRITTEN_OUT = {"base": 10000.0, "rotary_fraction": 1.0, "scaling": "none", "factor": 1.0, "original_length": 32,
                     "beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None, "low_freq_factor": 1.0,

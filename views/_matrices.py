@@ -205,3 +205,13 @@ def _pooled_picture(pooled: np.ndarray, full_shape: tuple[int, int], scheme: str
     if domain is not None:
         lo, hi = domain
     return buf.getvalue(), lo, hi
+
+
+def recurrent_layer_notes(named_kinds: Sequence[tuple[str, str]], layer: int, also: str = "") -> None:
+    """A caption for each model whose ``layer`` is not attention (``LabModel.layer_kind``): what its map is instead.
+    ``named_kinds``: (display name, quoted for Markdown; kind) per model drawn; ``also``: what else reads the map."""
+    for name, kind in named_kinds:
+        if kind != "attention":
+            st.caption(f"Layer {layer} of {name} is a {kind} layer: no softmax, but its output is still a weighted "
+                       "sum of the values, o_t = Σ_s w_ts v_s (its implied matrix). Drawn: each weight's share of its "
+                       f"row's Σ|w| (signs dropped){also}.")

@@ -10,7 +10,7 @@ import streamlit as st
 
 from posviz.slides import means_sentence
 from views._charts import method_scales, show_cached_chart
-from views._matrices import show_matrix, show_pooled_matrix
+from views._matrices import recurrent_layer_notes, show_matrix, show_pooled_matrix
 from views._serving import compute_once, shared, stored_result
 from views._models import usable_models
 from views._page import error_box, page_header, plain
@@ -87,15 +87,21 @@ def colour_scale(where) -> bool:
     return scale == "log"
 
 
-def map_controls(n_layer: int, n_head: int) -> tuple[int, int, bool, str]:
+def map_controls(drawn: dict) -> tuple[int, int, bool, str]:
     """The maps' layer, head and colour, drawn in the attention section they set (not above the loss chart, which
-    they do not change: a slide of the loss lists only what set it)."""
+    they do not change: a slide of the loss lists only what set it). ``drawn``: {name: model} of the maps; where a
+    model's layer is recurrent, a note says its map is the implied matrix, and the colour's title says both."""
+    n_layer, n_head = min(m.n_layer for m in drawn.values()), min(m.n_head for m in drawn.values())
     c1, c2, c3 = st.columns(3)
     layer = c1.selectbox("Layer", range(n_layer), index=qp_int("layer", 0, 0, n_layer - 1), key="w_layer")
     head = c2.selectbox("Head", range(n_head), index=qp_int("head", 0, 0, n_head - 1), key="w_head")
     log_scale = colour_scale(c3)
     sync_url(layer=layer, head=head)
-    return layer, head, log_scale, "log₁₀ attention probability" if log_scale else "attention probability"
+    kinds = [(plain(display_name(name)), model.layer_kind(layer)) for name, model in drawn.items()]
+    recurrent_layer_notes(kinds, layer)
+    value = ("attention probability" if all(kind == "attention" for _, kind in kinds)
+             else "attention probability or share of |implied weight|")
+    return layer, head, log_scale, f"log₁₀ {value}" if log_scale else value
 
 
 catalog = usable_models(open_model)  # each resolved once for this run; weights load when run
@@ -195,7 +201,7 @@ def methods_apart(a: str, b: str, where) -> None:
     if len(curves) < 2:
         return
     st.subheader(f"Attention maps: {qa} vs {qb}")
-    layer, head, log_scale, map_title = map_controls(min(ma.n_layer, mb.n_layer), min(ma.n_head, mb.n_head))
+    layer, head, log_scale, map_title = map_controls({a: ma, b: mb})
     try:
         with st.spinner("Extracting attention maps…"):
             maps = methods_attention_apart(ma, lengths[a], mb, lengths[b], text_bytes, layer, head, log_scale)
@@ -321,8 +327,7 @@ def methods_section() -> None:
 
     if len(curves) == 2 and a != b:
         st.subheader(f"Attention maps: {qa} vs {qb}")
-        layer, head, log_scale, map_title = map_controls(min(models[a].n_layer, models[b].n_layer),
-                                                         min(models[a].n_head, models[b].n_head))
+        layer, head, log_scale, map_title = map_controls({a: models[a], b: models[b]})
         try:
             with st.spinner("Extracting attention maps…"):
                 maps = methods_attention(models[a], models[b], text_bytes, length,
@@ -406,7 +411,7 @@ def lengths_section() -> None:
                       (f", past the training length of {train_length:,}" if 2 * length > train_length else "") + ".")
 
     st.subheader(f"Attention on the same {length:,} {unit}s, alone vs after {length:,} more")
-    layer, head, log_scale, map_title = map_controls(model.n_layer, model.n_head)
+    layer, head, log_scale, map_title = map_controls({model_name: model})
     try:
         with st.spinner("Extracting attention maps…"):
             maps = lengths_attention(model, text_bytes, length, layer, head, log_scale)

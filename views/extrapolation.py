@@ -12,7 +12,7 @@ import streamlit as st
 from views import _extrapolation_charts as charts
 from posviz.slides import extremes_sentence, length_words, multiple_words
 from views._charts import RedrawClock, cached_spec, draw_spec, method_scales, metric_cells, show_cached_chart
-from views._matrices import show_matrix, show_pooled_matrix
+from views._matrices import recurrent_layer_notes, show_matrix, show_pooled_matrix
 from views._models import usable_models
 from views._page import error_box, page_header, plain
 from views._serving import compute_once, shared
@@ -380,10 +380,14 @@ def at_this_length() -> None:
         except PosvizError as exc:  # a published model's map past this server's memory cap
             error_box(exc, "Choose a shorter length to see its attention; the scores above stand.")
             return
-        value_title = "log₁₀ attention probability" if scale == "log" else "attention probability"
+        value = "attention probability" if view.kind == "attention" else "share of the row's |implied weight|"
+        value_title = f"log₁₀ {value}" if scale == "log" else value
         marks = [T] if T < L else []
-        st.markdown(f"**Attention of {plain(display_name(inspect))}, layer {layer}, at {L:,} {u}s** "
+        what = "Attention" if view.kind == "attention" else f"Implied matrix ({view.kind})"
+        st.markdown(f"**{what} of {plain(display_name(inspect))}, layer {layer}, at {L:,} {u}s** "
                     f"(computed in {view.seconds:.2f} s)")
+        recurrent_layer_notes([(plain(display_name(inspect)), view.kind)], layer,
+                              "; distance and entropy read from those shares")
         if head == "all":
             cols = st.columns(min(n_head, 4))
             for h in range(n_head):

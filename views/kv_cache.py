@@ -125,6 +125,12 @@ def sink_section() -> None:
             st.warning(f"**{plain(display_name(name))}**: {exc}", icon="⚠️")
             continue
         rows += [{"model": display_name(name), **r} for r in shares]
+        recurrent = [layer for layer in range(model.n_layer) if model.layer_kind(layer) != "attention"]
+        if recurrent:  # first_id_share reads attention layers only
+            st.caption(f"{plain(display_name(name))}: layer{'s' if len(recurrent) > 1 else ''} "
+                       f"{', '.join(map(str, recurrent))} {'are' if len(recurrent) > 1 else 'is'} "
+                       f"{model.layer_kind(recurrent[0])}, with no softmax weight to pour onto the first {one}: "
+                       "only its attention layers are drawn.")
     if not rows:
         return
     verdict = kv_cache.sink_sentence(rows, one)

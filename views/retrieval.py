@@ -191,6 +191,18 @@ def induction_section() -> None:
     ).properties(width=110, height=90)
     draw_spec(cached_spec(("induction-grid", head_gap, stored_key), lambda: grid), width="content")
     c2.caption(f"Each square: one layer and head of one checkpoint at gap {head_gap:,}. Bright: an induction head.")
+    answered = set(maps["model"])  # only the models that answered: a damaged checkpoint is not opened again here
+    for name, model in models.items():  # a recurrent layer has no attention weights: say what its score reads
+        if display_name(name) not in answered:
+            continue
+        recurrent = [layer for layer in range(model.n_layer) if model.layer_kind(layer) != "attention"]
+        if recurrent:
+            kinds = sorted({model.layer_kind(layer) for layer in recurrent})
+            which = (f"layer {recurrent[0]} is a" if len(recurrent) == 1 else
+                     f"layers {', '.join(map(str, recurrent))} are")
+            st.caption(f"{plain(display_name(name))}: {which} {' and '.join(kinds)} layer{'s' * (len(recurrent) > 1)}"
+                       ": their score is the share of the query's |implied weight| (o_t = Σ_s w_ts v_s) on that "
+                       "byte, from the layer's implied matrix.")
     st.download_button("Data (CSV)", csv_file(maps), file_name=f"induction-gap{head_gap}.csv",
                        mime="text/csv", key="csv-induction")
     # the checkpoints picked above: a line per checkpoint of 29 would be a legend taller and wider than the chart

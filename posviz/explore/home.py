@@ -25,6 +25,7 @@ ACTS_ON_LABEL = {
     "weights": "weights (no softmax)",
     "nothing": "nowhere",
     "hidden": "hidden states (conv.)",
+    "recurrence": "recurrent layers",
 }
 KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to the table
     "input": "the position is baked into each cached key and value",
@@ -32,6 +33,7 @@ KV_CACHE_REASON = {  # why a method works with a KV cache: shown as help next to
     "logits": "the bias is recomputed from the cached keys' positions",
     "nothing": "there is no position to keep",
     "hidden": "no position is kept; the cache keeps the last few bytes' hidden states for the convolution",
+    "recurrence": "no position is kept; the recurrent layers keep their state, which follows the text",
 }
 EXTRAPOLATION_MULTIPLE = 16  # "extrapolates": bits/byte at 16x the training length against 1x
 EXTRAPOLATES_WITHIN_BPB = 0.05  # at most this much worse: "yes"

@@ -143,3 +143,44 @@ def gates_and_sinks(net, ids: torch.Tensor) -> dict[str, np.ndarray]:
         for hook in hooks:
             hook.remove()
     return {k: np.asarray(v) for k, v in rows.items()}
+
+
+def mla_logit_tables(net, ids: torch.Tensor) -> dict[int, dict[str, torch.Tensor]]:
+    """Each attention layer's logits of an MLA model (``net``, a byte GPT with ``mla_rope``) on ``ids`` (1, T), split
+    in their two parts (H, T, T): content, q_nope . k_nope / sqrt(d), and position, q_rope . R(i - j) k_rope / sqrt(d)
+    (d the whole query width, the scale attention uses); their sum is the logit attention takes its softmax of."""
+    method = net.position
+    inputs: dict[int, torch.Tensor] = {}
+    hooks = [block.attn.register_forward_pre_hook(lambda module, args, layer=layer: inputs.__setitem__(layer, args[0]))
+             for layer, block in enumerate(net.blocks) if block.attn is not None]
+    try:
+        with torch.no_grad():
+            net(ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    pos = torch.arange(ids.shape[1], device=ids.device)
+    tables = {}
+    with torch.no_grad():
+        for layer in sorted(inputs):
+            q, k, _ = method.at_layer(layer).project_heads(layer, inputs[layer])  # (1, H, T, rot + nope)
+            q, k = method.rotate_qk(q, k, pos)  # the rotated part first (``mla_rope``)
+            r, scale = method.rot_dim, q.shape[-1] ** -0.5
+            tables[layer] = {"position (rotated part)": (q[..., :r] @ k[..., :r].transpose(-1, -2) * scale)[0],
+                             "content (unrotated part)": (q[..., r:] @ k[..., r:].transpose(-1, -2) * scale)[0]}
+    return tables
+
+
+def mla_logit_parts(net, ids: torch.Tensor, max_distance: int) -> dict[str, np.ndarray]:
+    """``mla_logit_tables`` as rows (layer, distance, part, mean logit): each part averaged over the heads and over the
+    queries at each distance i - j < max_distance."""
+    rows = {"layer": [], "distance": [], "part": [], "mean logit": []}
+    for layer, parts in mla_logit_tables(net, ids).items():
+        for part, logits in parts.items():
+            table = logits.double().mean(0)  # (T, T) over the heads
+            for d in range(min(max_distance, table.shape[0])):
+                rows["layer"].append(layer)
+                rows["distance"].append(d)
+                rows["part"].append(part)
+                rows["mean logit"].append(float(table.diagonal(-d).mean()))
+    return {k: np.asarray(v) for k, v in rows.items()}

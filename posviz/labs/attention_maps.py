@@ -32,7 +32,22 @@ def attention_probs(model: LabModel, ids, length: int, layer: int, on_device: bo
     ids = model.ids_on_device(ids)
     length = model.checked(length, ids.numel())
     out = model(ids[None, :length], attention_layer=layer)
-    return out.attention[0].float() if on_device else out.attention[0].float().cpu()
+    probs = as_drawn(model, layer, out.attention[0].float())
+    return probs if on_device else probs.cpu()
+
+
+def as_drawn(model: LabModel, layer: int, weights: torch.Tensor) -> torch.Tensor:
+    """``layer``'s map (.., T, Tk) as a lab reads it: attention's probabilities as they are; a recurrent layer's
+    implied matrix (``LabModel.layer_kind``) as each row's |w| shares (``implied_shares``)."""
+    return weights if model.layer_kind(layer) == "attention" else implied_shares(weights)
+
+
+def implied_shares(weights: torch.Tensor) -> torch.Tensor:
+    """A recurrent layer's implied matrix (H, T, T) (o_t = sum_s w_ts v_s; signed, rows need not sum to 1) as
+    what a map of attention draws: each weight's share of its row's sum of |w|. Its distance and entropy then read
+    as attention's do, of where the layer's output comes from."""
+    magnitude = weights.abs()
+    return magnitude / magnitude.sum(-1, keepdim=True).clamp(min=torch.finfo(magnitude.dtype).tiny)
 
 
 def attention_stats_per_query(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,6 +154,7 @@ class AttentionView:
     seconds: float
     query_distance: np.ndarray  # (H, T) per query, for prefix_growth
     query_entropy: np.ndarray
+    kind: str = "attention"  # ``LabModel.layer_kind``: else a recurrent layer, its maps each row's |w| shares
 
 
 def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bool, max_side: int,
@@ -157,8 +173,10 @@ def _view_from_probs(probs: torch.Tensor, length: int, layer: int, log_scale: bo
 
 def attention_view(model: LabModel, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
     start = time.perf_counter()
-    return _view_from_probs(attention_probs(model, ids, length, layer, on_device=True), length, layer, log_scale,
+    view = _view_from_probs(attention_probs(model, ids, length, layer, on_device=True), length, layer, log_scale,
                             max_side, start)
+    view.kind = model.layer_kind(layer)
+    return view
 
 
 def prefix_growth(view: AttentionView, lengths: Iterable[int]) -> list[dict]:

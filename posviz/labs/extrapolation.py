@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from posviz.labs.attention_maps import AttentionView, _view_from_probs, attention_view
+from posviz.labs.attention_maps import AttentionView, _view_from_probs, as_drawn, attention_view
 from posviz.errors import PosvizError
 from posviz.labs import intervals
 from posviz.labs.scoring import position_losses
@@ -263,7 +263,9 @@ def inspect_at_length(model: LabModel, ids, length: int, layer: int, log_scale: 
     out = model(ids[None, :length], attention_layer=layer)
     bits = (F.cross_entropy(out.logits[0].float(), ids[1:length + 1], reduction="none") / LN2).cpu().numpy()  # (L,)
     score = _length_score(bits[None], length, time.perf_counter() - start, _predicted_bytes(model, ids, length))
-    view = _view_from_probs(out.attention[0].float(), length, layer, log_scale, max_side, start)  # pooled where it is
+    view = _view_from_probs(as_drawn(model, layer, out.attention[0].float()), length, layer, log_scale, max_side,
+                            start)  # pooled where it is
+    view.kind = model.layer_kind(layer)
     return score, view
 
 

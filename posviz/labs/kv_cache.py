@@ -87,6 +87,9 @@ def _verdict(model: LabModel, strategy: str) -> str:
         if model.acts_on == "hidden":  # Canon layers: order from a short convolution over neighbours, no index
             return (f"Correct: {name} reads no position; its convolutions mix each byte with the few before it, which "
                     "the cache keeps, so relabelling the window changes nothing.")
+        if model.acts_on == "recurrence":  # recurrent layers beside NoPE attention: order from the state, no index
+            return (f"Correct: {name} reads no position; its recurrent layers carry the text's order in their state, "
+                    "which the cache keeps, so relabelling the window changes nothing.")
         if model.acts_on == "pairs":  # a RoPE remap: keys cached unrotated, turned when attended
             if model.is_shift_invariant():
                 return (f"Correct: {name} rotates each pair when it is attended, at positions that depend on the "
@@ -334,8 +337,8 @@ SINK_IDS = 256  # ids read for the share: the shipped checkpoints' training leng
 @torch.inference_mode()
 def first_id_share(model: LabModel, ids, n_ids: int = SINK_IDS, from_query: int = SINK_QUERIES_FROM,
                    progress: Progress = _no_progress) -> list[dict]:
-    """Each head's mean attention on the first id, from the queries at ``from_query`` and beyond of the first
-    ``n_ids`` ids: where StreamingLLM's sink would be. Rows {layer, head, share, uniform}; ``uniform`` is what
+    """Each attention head's mean attention on the first id, from the queries at ``from_query`` and beyond of the first
+    ``n_ids`` ids: where StreamingLLM's sink would be (no rows for a recurrent layer). Rows {layer, head, share, uniform}; ``uniform`` is what
     a head spreading its weight evenly over the keys it sees would put there (1 / (q + 1), averaged)."""
     ids = model.ids_on_device(ids)
     n = min(n_ids, ids.numel(), model.length_cap, model.max_positions or n_ids)
@@ -346,8 +349,10 @@ def first_id_share(model: LabModel, ids, n_ids: int = SINK_IDS, from_query: int 
     uniform = float((1.0 / torch.arange(from_query + 1, n + 1, dtype=torch.float64)).mean())
     shares = model.attention_all_layers(ids[:n])[:, :, from_query:, 0].mean(-1).cpu()  # (L, H)
     progress(1.0)
+    # attention layers only: a sink is a share of softmax weight, and a recurrent layer's map (its implied matrix,
+    # LabModel.layer_kind) is signed with rows that do not sum to one
     return [{"layer": layer, "head": h, "share": float(shares[layer, h]), "uniform": uniform}
-            for layer in range(shares.shape[0]) for h in range(shares.shape[1])]
+            for layer in range(shares.shape[0]) if model.layer_kind(layer) == "attention" for h in range(shares.shape[1])]
 
 
 def two_pass_diagram(window: int, t: int | None = None, sinks: int = STREAMING_SINKS) -> list[dict]:

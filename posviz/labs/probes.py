@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from posviz.errors import PosvizError
 from posviz.models.interface import LabModel
+from posviz.labs.attention_maps import as_drawn
 
 
 LN2 = math.log(2)
@@ -277,7 +278,7 @@ def repeat_probe(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, ch
 def induction_scores(model: LabModel, text, gaps: Sequence[int], chunk: int = 64, chunks: int = 8, seed: int = 0,
                      progress: Progress = no_progress) -> dict[int, np.ndarray | None]:
     """{gap: (n_layer, H) mean attention from second-copy id t to first-copy id t+1}, None where the
-    method cannot run. An induction head puts most of its weight there: "what came after this, last time?".
+    method cannot run; a recurrent layer's share of its implied row's |w| (``attention_maps.as_drawn``). An induction head puts most of its weight there: "what came after this, last time?".
     ``gaps`` and ``chunk`` are in the model's ids: the copies must be the very same ids to line up.
 
     The text before the second copy is encoded once into a KV cache; only the second copy's queries
@@ -298,9 +299,9 @@ def induction_scores(model: LabModel, text, gaps: Sequence[int], chunk: int = 64
         targets = t + 1  # ... look at first-copy ids 1..n-1
         scores = np.zeros((L, H))
         for layer in range(L):
-            cache = model.new_cache()
+            cache = model.new_cache(for_maps=True)  # a recurrent layer's rows read the keys before the copy
             model(prefix, cache=cache)
-            probs = model(second, cache=cache, attention_layer=layer).attention  # (B, H, n, T)
+            probs = as_drawn(model, layer, model(second, cache=cache, attention_layer=layer).attention.float())  # (B, H, n, T)
             scores[layer] = probs[:, :, t, targets].float().mean(dim=(0, 2)).cpu().numpy()
         out[gap] = scores
         progress((i + 1) / len(gaps))

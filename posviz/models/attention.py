@@ -15,7 +15,7 @@ from torch import nn
 
 from posviz.config import ModelConfig
 from posviz.models.kv_cache import KVCache
-from posviz.positions import PositionMethod
+from posviz.positions import POSITION_METHODS, PositionMethod
 from posviz.positions.base import Seen, mark_run, may_overwrite, run_start
 
 
@@ -205,7 +205,9 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head = cfg.n_head
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        method = POSITION_METHODS.get(cfg.position)  # a visitor's formula is none of these: plain projections
+        # None: the method makes q, k and v itself (MLA's latents), and a c_attn would be weights nothing reads
+        self.c_attn = None if method is not None and method.projects_heads else nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
@@ -217,6 +219,8 @@ class CausalSelfAttention(nn.Module):
         A functional call (not a module call) for the linear map: a cached step runs 17 of them on one
         byte, and the module machinery around each cost about as much as the product itself."""
         B, T, C = x.shape
+        if self.c_attn is None:
+            return position.project_heads(layer, x)
         qkv = F.linear(x, self.c_attn.weight, self.c_attn.bias)  # (B, T, 3C)
         if position is not None:
             qkv = position.mix_hidden(layer, "B", qkv, cache)

@@ -42,17 +42,20 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attends: bool = True):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = CausalSelfAttention(cfg)
+        # attends False: the position method puts a layer of its own in attention's place (``token_mixer``: a recurrent
+        # layer), whose weights it holds; an attention here would be weights nothing reads
+        self.attn = CausalSelfAttention(cfg) if attends else None
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
     def forward(self, x, pos, position, layer, cache, want_probs, blocks):
         here = position.at_layer(layer)
         h = here.mix_hidden(layer, "A", self.ln_1(x), cache)  # Canon-A: attention's input (the input unless a method mixes)
-        a, probs = self.attn(h, pos, position, layer, cache, want_probs, blocks)
+        mixer = self.attn if self.attn is not None else here.token_mixer(layer)  # attention, or the method's own layer
+        a, probs = mixer(h, pos, position, layer, cache, want_probs, blocks)
         x = x + a
         ln = self.ln_2
         h = here.mix_hidden(layer, "C", F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps), cache)  # Canon-C
@@ -76,7 +79,7 @@ class GPT(nn.Module):
         shape = ModelShape(cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.train_length)
         self.position = build_position_method(cfg.position, shape, cfg.position_options)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, self.position.at_layer(i).token_mixer(i) is None) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied, as in GPT-2

@@ -161,9 +161,10 @@ class LabModel(ABC):
         return False
 
     @abstractmethod
-    def new_cache(self, max_size: int | None = None, sinks: int = 0):
+    def new_cache(self, max_size: int | None = None, sinks: int = 0, for_maps: bool = False):
         """An empty KV cache for this model (keeping at most ``max_size`` positions, None: all; with ``sinks``,
-        StreamingLLM's: the first ``sinks`` entries and the newest ``max_size - sinks``)."""
+        StreamingLLM's: the first ``sinks`` entries and the newest ``max_size - sinks``). ``for_maps``: a pass on it
+        can return every layer's map of its queries (``attention_layer``), a recurrent layer's too (its keys kept)."""
 
     def shift_cache_front(self, cache, count: int, start: int) -> bool:
         """StreamingLLM's move without running the sinks again: turn the first ``count`` cached keys to the
@@ -198,6 +199,11 @@ class LabModel(ABC):
         from one pass does so."""
         ids = self.ids_on_device(ids)
         return torch.stack([self(ids[None], attention_layer=layer).attention[0].float() for layer in range(self.n_layer)])
+
+    def layer_kind(self, layer: int) -> str:
+        """What mixes the bytes in ``layer``: "attention", or a recurrent layer's name, whose map is its implied
+        matrix (signed, no softmax) rather than attention weights."""
+        return "attention"
 
     @abstractmethod
     def layer_layout(self) -> list[dict]:

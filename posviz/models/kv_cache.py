@@ -33,11 +33,16 @@ class KVCache:
     values: list = field(default_factory=list)
     positions: torch.Tensor | None = None  # (Tk,) of the kept keys, shared by all layers
     sinks: int = 0  # StreamingLLM: the first entries, kept whatever the window evicts (needs max_size > sinks)
+    # Keep what a layer without keys needs to draw its map of cached queries (a recurrent layer's keys, gates and
+    # steps, which its state forgets): for the probes that ask for maps of a cached pass; a whole text, no window.
+    for_maps: bool = False
 
     def __post_init__(self):
         if self.max_size is not None and not (isinstance(self.max_size, int) and self.max_size >= 1):
             raise PosvizError(f"KV cache max_size must be a positive integer or None, got {self.max_size!r}")
         check_sinks(self.sinks, self.max_size)
+        if self.for_maps and self.max_size is not None:
+            raise PosvizError("a KV cache kept for maps holds the whole text: it takes no max_size")
         self.keys = [None] * self.n_layer
         self.values = [None] * self.n_layer
         self._filled = [0] * self.n_layer  # entries of each buffer in use

@@ -104,8 +104,8 @@ class CheckpointModel(LabModel):
     def load(self, progress=None) -> None:
         self.net
 
-    def new_cache(self, max_size: int | None = None, sinks: int = 0) -> KVCache:
-        return KVCache(self.n_layer, max_size=max_size, sinks=sinks)
+    def new_cache(self, max_size: int | None = None, sinks: int = 0, for_maps: bool = False) -> KVCache:
+        return KVCache(self.n_layer, max_size=max_size, sinks=sinks, for_maps=for_maps)
 
     def shift_cache_front(self, cache, count: int, start: int) -> bool:
         return cache.shift_front(count, start, self.net.position.shift_cached_keys)
@@ -124,6 +124,10 @@ class CheckpointModel(LabModel):
 
     def is_shift_invariant(self) -> bool:
         return self._described.is_shift_invariant()
+
+    def layer_kind(self, layer: int) -> str:
+        # from the config alone, as the layout: asking what a layer is never opens (or fails on) the weights
+        return self._described.at_layer(layer).layer_kind(layer)
 
     def layer_layout(self) -> list[dict]:
         from posviz.positions.layers import layer_rows

@@ -75,6 +75,8 @@ import torch
 from torch import nn
 
 from posviz.config import strict_from_dict
+from posviz.positions.runs import (  # noqa: F401  (re-exported: the methods import them from here)
+    _version, mark_run, _noted_start, position_range, distance_range, run_start, relative_distance, bias_from_distance_table, at_least)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +134,8 @@ class PositionMethod(nn.Module):
     # re-encoded from its first byte then differs a little from the same keys kept in a cache, which saw those bytes.
     reads_before: ClassVar[int] = 0
     weights_sum_to_one: ClassVar[bool] = True  # a softmax's rows (and stick-breaking's, its remainder on the diagonal)
+    # The method makes each layer's q, k, v itself (``project_heads``: MLA's latents); attention then holds no c_attn.
+    projects_heads: ClassVar[bool] = False
 
     def __init__(self, shape: ModelShape, options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -165,6 +169,19 @@ class PositionMethod(nn.Module):
 
     def logit_bias(self, layer: int, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None  # else broadcastable to (B, H, Tq, Tk)
+
+    def project_heads(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v (B, H, T, widths of its own) from x (B, T, C), for a method that ``projects_heads``."""
+        raise NotImplementedError(f"{self.name} does not project the heads itself")
+
+    def token_mixer(self, layer: int) -> nn.Module | None:
+        """The layer the method puts in attention's place in ``layer`` (a recurrent layer: Gated DeltaNet), called as
+        attention is and answering the same; None (the default): attention."""
+        return None
+
+    def layer_kind(self, layer: int) -> str:
+        """What mixes the bytes in ``layer``, as a lab titles its map."""
+        return "attention"
 
     def output_gate(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
         """None, or (B, H, T, hs) factors that multiply each head's output before the output projection, from the
@@ -418,75 +435,3 @@ class PositionMethod(nn.Module):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(self.options).items())
-
-
-def _version(t: torch.Tensor) -> int:
-    """A tensor's in-place edit counter; inference tensors (``torch.inference_mode``) have none, and
-    cannot be edited outside inference mode, so they count as never edited."""
-    return 0 if t.is_inference() else t._version
-
-
-def mark_run(pos: torch.Tensor, p0: int) -> torch.Tensor:
-    """Note on ``pos`` that it is p0, p0+1, ...: what the model knows in Python when it builds positions.
-
-    Why: reading a position back (``int(pos[0])``) waits for the GPU to finish all queued work, a
-    host sync per call; with the note, ``run_start`` and ``position_range`` answer without reading.
-    The note is dropped when ``pos`` is edited in place (its version counter moves)."""
-    pos._posviz_run = (int(p0), _version(pos))
-    return pos
-
-
-def _noted_start(pos: torch.Tensor) -> int | None:
-    note = getattr(pos, "_posviz_run", None)
-    return note[0] if note is not None and note[1] == _version(pos) else None
-
-
-def position_range(pos: torch.Tensor) -> tuple[int, int]:
-    """(smallest, largest) position of a non-empty ``pos``; read from the tensor only when it is no noted run."""
-    p0 = _noted_start(pos)
-    if p0 is not None:
-        return p0, p0 + pos.numel() - 1
-    return int(pos.min()), int(pos.max())
-
-
-def distance_range(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[int, int]:
-    """(smallest, largest) of ``relative_distance(q_pos, k_pos)``: every pair occurs, so min q - max k .. max q - min k."""
-    (q_lo, q_hi), (k_lo, k_hi) = position_range(q_pos), position_range(k_pos)
-    return q_lo - k_hi, q_hi - k_lo
-
-
-def run_start(pos: torch.Tensor) -> int | None:
-    """p0 when ``pos`` is p0, p0+1, ... (no cache, a growing cache, a sliding window), else None."""
-    noted = _noted_start(pos)
-    if noted is not None:
-        return noted
-    n, p0 = pos.numel(), int(pos[0])
-    if int(pos[-1]) - p0 != n - 1 or (n > 2 and not bool((pos.diff() == 1).all())):
-        return None
-    return p0
-
-
-def relative_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    """Distance from each query back to each key, ``q - k``: (Tq, Tk), >= 0 for visible keys."""
-    return q_pos[:, None] - k_pos[None, :]
-
-
-def bias_from_distance_table(table: torch.Tensor, distance: torch.Tensor, lo: int) -> torch.Tensor:
-    """(H, Tq, Tk) bias from a per-distance table: ``table[:, d - lo]`` for each entry d of ``distance``.
-
-    For biases that depend on the distance alone (T5, KERPLE): compute the few distinct distances
-    once (a 1-D range starting at ``lo``), then look every (query, key) pair up, instead of running
-    the formula over all Tq x Tk pairs. table (H, D), distance (Tq, Tk).
-    """
-    return table[:, (distance - lo).flatten()].view(-1, *distance.shape)
-
-
-def at_least(x: torch.Tensor, low: float) -> torch.Tensor:
-    """``x`` clamped to ``low`` in value, with the gradient of ``x`` itself (straight through).
-
-    KERPLE and a formula's floors: training clamps the stored parameters after each update
-    (``after_optimizer_step``, as KERPLE's authors do), so there this only guards values from elsewhere: a
-    checkpoint trained before that clamp, or edited weights. Passing the gradient straight through keeps such a
-    value able to come back.
-    """
-    return x + (x.clamp(min=low) - x).detach()

@@ -110,14 +110,19 @@ def sinks_block(model, documents, stream) -> dict:
     lab = model if isinstance(model, LabModel) else as_lab_model(model)
     start = time.perf_counter()
     docs = [torch.tensor(list(d[:256]), dtype=torch.long) for d in documents if len(d) > 2 * SINK_QUERIES_FROM][:SINK_DOCUMENTS]
-    shares = [first_id_share(lab, d) for d in docs]
-    share = np.mean([[r["share"] for r in rows] for rows in shares], axis=0)  # (layers * heads,) layer-major
+    shares = [first_id_share(lab, d) for d in docs]  # attention layers only
+    share = np.mean([[r["share"] for r in rows] for rows in shares], axis=0)  # (attention layers * heads,) layer-major
     spent = np.mean([lab.attention_all_layers(d)[:, :, SINK_QUERIES_FROM:].sum(-1).mean((1, 2)).cpu().numpy()
                      for d in docs], axis=0)  # (L,) each layer's mean row sum
-    left = [round(1 - float(v), 4) for v in spent]
+    # A sink is a share of softmax attention: a recurrent layer's map is its implied matrix (signed, rows not summing
+    # to one), so its layer's entries are None (LabModel.layer_kind), not a share that means something else.
+    attends = [lab.layer_kind(layer) == "attention" for layer in range(lab.n_layer)]
+    left = [round(1 - float(v), 4) if attends[i] else None for i, v in enumerate(spent)]
     H = lab.n_head
+    by_layer = iter(share.reshape(-1, H))
     streaming = streaming_comparison(lab, as_id_tensor(stream)[:SINK_IDS], SINK_WINDOW, SINK_COUNT, SINK_IDS)
-    return {"first_byte_share": [[round(float(v), 4) for v in share[i * H:(i + 1) * H]] for i in range(lab.n_layer)],
+    return {"first_byte_share": [[round(float(v), 4) for v in next(by_layer)] if attends[i] else None
+                                 for i in range(lab.n_layer)],
             "uniform_share": round(shares[0][0]["uniform"], 4), "documents": len(docs),
             "weight_left_by_layer": left, "streaming": streaming, "seconds": round(time.perf_counter() - start, 2)}
 

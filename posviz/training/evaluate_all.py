@@ -37,6 +37,10 @@ def main(argv=None) -> None:
     ap.add_argument("--recalibration-only", action="store_true",
                     help="only (re)score a recalibrated checkpoint's (DroPE's) base with its positions dropped and no "
                          "recalibration into eval.before_recalibration; keep the rest of each eval block")
+    ap.add_argument("--other-recipe", nargs=2, default=None, metavar=("KEY", "RUN"),
+                    help="score RUN, a run of the checkpoint's recipe with other settings (another learning rate: "
+                         "trained into runs/, never models/), as the checkpoint is scored, into eval.other_recipes.KEY: "
+                         "its scores and the settings that differ, not its weights; with --only NAME")
     ap.add_argument("--remap", choices=list(ROPE_REMAPS), default=None,
                     help="with --remaps-only or --effective-only: (re)run this remap alone, keeping every other stored "
                          "result (a change to one remap re-scores what it moves and nothing else)")
@@ -44,6 +48,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.remap and not (args.remaps_only or args.effective_only):
         ap.error("--remap goes with --remaps-only or --effective-only")
+    if args.other_recipe and (not args.only or len(args.only) != 1):
+        ap.error("--other-recipe scores one run against one checkpoint: name it with --only NAME")
     device = resolve_device(args.device)
     corpus = load_corpus()
     data = corpus.eval_stream(args.eval_bytes)
@@ -51,6 +57,14 @@ def main(argv=None) -> None:
         if args.only and name not in args.only:
             continue
         metrics = read_metrics(folder)
+        if args.other_recipe:
+            key, run = args.other_recipe
+            ev = metrics.setdefault("eval", {})
+            ev["other_recipes"] = {**ev.get("other_recipes", {}), key: other_recipe_block(folder, run, data, corpus.validation,
+                                                                                        device)}
+            write_metrics(folder, metrics)
+            print(name, key, ev["other_recipes"][key]["recipe"], ev["other_recipes"][key]["nonoverlapping_bpb"], flush=True)
+            continue
         if args.probes_only:
             metrics.setdefault("eval", {})["retrieval"] = retrieval_block(load_checkpoint(folder, device=device), corpus.validation)
             write_metrics(folder, metrics)
@@ -117,10 +131,42 @@ def main(argv=None) -> None:
             continue
         block = evaluate_checkpoint(folder, data, validation=corpus.validation, device=device,
                                     documents=corpus.eval_documents)
-        metrics["eval"] = block
+        # other recipes' runs are scored apart (--other-recipe): a new evaluation of the checkpoint keeps them
+        metrics["eval"] = {**block, **({"other_recipes": metrics["eval"]["other_recipes"]}
+                                       if "other_recipes" in metrics.get("eval", {}) else {})}
         write_metrics(folder, metrics)
         print(name, "validation split:", block["validation_split_bpb"], block["nonoverlapping_bpb"],
               "copy:", block["copy_probe"], flush=True)
+
+
+def other_recipe_block(folder, run, data, validation, device) -> dict:
+    """A run of ``folder``'s recipe with other settings (``recipe_differences``: not the seed alone), scored at the
+    checkpoint's stored lengths on the same bytes, with the far-context probes, as ``eval.other_recipes`` keeps it:
+    the settings that differ (the run's and the checkpoint's), its training curve's end, and its scores."""
+    from posviz.training.seeds import recipe_differences
+
+    run_config, shipped_config = read_config(run), read_config(folder)
+    differences = recipe_differences(run_config, shipped_config)
+    if not differences:
+        raise SystemExit(f"{run} is {folder}'s recipe: record another seed with python -m posviz.training.seeds")
+
+    def settings(config) -> dict:  # {"train": {"lr": ...}}: nested, so a doc reads it as other_recipes.KEY.recipe.train.lr
+        out: dict = {}
+        for path in differences:
+            part, _, key = path.partition(".")
+            if key:
+                out.setdefault(part, {})[key] = config.get(part, {}).get(key)
+            else:
+                out[part] = config.get(part, {}).get("file_list_sha256") if part == "corpus" else config.get(part)
+        return out
+
+    lengths = [int(n) for n in read_metrics(folder)["eval"]["nonoverlapping_bpb"]]
+    model = load_checkpoint(run, device=device)
+    table, _ = eval_tables(model, data, lengths, progress=False)
+    run_metrics = read_metrics(run)
+    return {"run": str(run), "recipe": settings(run_config), "checkpoint_recipe": settings(shipped_config),
+            "final_train_bpb": run_metrics.get("final_train_bpb"), "train_curve": run_metrics.get("train_curve"),
+            "nonoverlapping_bpb": table, "retrieval": retrieval_block(model, validation)}
 
 
 def remap_effective_length(folder, remap: str, text, device) -> dict | None:

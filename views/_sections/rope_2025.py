@@ -33,6 +33,27 @@ def _method(page: RopePage, name: str):
                                                 f"`python -m posviz.train --method {name}`)")
 
 
+def _trained(page: RopePage, name: str, header: str, reads: str, about: str):
+    """A section that reads the shipped checkpoint's trained ``reads`` on the held-out text: its header, then the
+    model and a caption saying where its numbers come from and ``about`` them, or None after saying why not (as
+    initialised they say nothing yet)."""
+    st.header(header)
+    model, problem = shipped_lab_model(name)
+    if model is None:
+        st.info(f"{problem} This section reads the trained {reads}: as initialised they say nothing yet.", icon="ℹ️")
+        return None
+    st.caption(f"From the shipped {display_name(name)} checkpoint, on the first {page.train_length:,} bytes of the "
+               f"held-out text. {about}")
+    return model
+
+
+def _held_out(length: int) -> torch.Tensor:
+    """(1, length) the first ``length`` bytes of the held-out text, the text these sections read the model on."""
+    from posviz.training.data import load_corpus
+
+    return torch.as_tensor(np.frombuffer(load_corpus().eval_stream(length), dtype=np.uint8).copy()).long()[None]
+
+
 @section("fope-spectrum", "rope", order=12)
 def fope_section(page: RopePage, method: str) -> None:
     fope, source = _method(page, method)
@@ -196,22 +217,16 @@ def temperature_section(page: RopePage, method: str) -> None:
 
 @section("output-gate", "rope", order=27)
 def gate_section(page: RopePage, method: str) -> None:
-    st.header("Gated attention: does a head that can close still use a sink?")
-    model, problem = shipped_lab_model(method)
+    model = _trained(page, method, "Gated attention: does a head that can close still use a sink?", "gates",
+                     "Each head's output is multiplied, channel by channel, by a sigmoid gate from the layer's input "
+                     "(Qwen3-Next): 0 closes the head, 1 lets it through. Beside it, the weight the head's queries put "
+                     "on the first byte (the attention sink of StreamingLLM): a head that closes its gate need not park "
+                     "its weight there. Compare the KV cache lab's first-byte share of the RoPE checkpoint.")
     if model is None:
-        st.info(f"{problem} This section reads the trained gates: a gate as initialised says nothing yet.", icon="ℹ️")
         return
-    st.caption(f"From the shipped {display_name(method)} checkpoint, on the first {page.train_length:,} bytes of the "
-               "held-out text. Each head's output is multiplied, channel by channel, by a sigmoid gate from the layer's "
-               "input (Qwen3-Next): 0 closes the head, 1 lets it through. Beside it, the weight the head's queries put "
-               "on the first byte (the attention sink of StreamingLLM): a head that closes its gate need not park "
-               "its weight there. Compare the KV cache lab's first-byte share of the RoPE checkpoint.")
 
     def build():
-        from posviz.training.data import load_corpus
-
-        ids = torch.as_tensor(np.frombuffer(load_corpus().eval_stream(page.train_length), dtype=np.uint8).copy()).long()
-        data = pd.DataFrame(rope_2025.gates_and_sinks(model.net, ids[None]))
+        data = pd.DataFrame(rope_2025.gates_and_sinks(model.net, _held_out(page.train_length)))
         bars = alt.Chart(data).transform_fold(["mean gate", "weight on the first byte"], as_=["measure", "value"]).mark_bar().encode(
             x=alt.X("head:O"), y=alt.Y("value:Q", title="mean over the text", scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("measure:N", title=None, legend=alt.Legend(orient="bottom"),
@@ -222,3 +237,25 @@ def gate_section(page: RopePage, method: str) -> None:
         return bars, data
 
     chart(VIEW, ("output-gate", method, page.train_length, model.key), build, f"{method}_gates_and_sinks")
+
+
+@section("mla-logit-parts", "rope", order=28)
+def mla_section(page: RopePage, method: str) -> None:
+    model = _trained(page, method, "MLA: a logit's content part and its position part", "projections",
+                     "DeepSeek's latent attention splits each head's query and key: an unrotated part from the shared "
+                     "latent (content) and a small rotated part whose key every head shares (position). Each logit is "
+                     "their sum; here each part's mean over heads and queries, by distance from the query.")
+    if model is None:
+        return
+
+    def build():
+        data = pd.DataFrame(rope_2025.mla_logit_parts(model.net, _held_out(page.train_length), min(64, page.train_length)))
+        lines = alt.Chart(data).mark_line().encode(
+            x=alt.X("distance:Q", title="distance i − j (bytes)"), y=alt.Y("mean logit:Q", title="mean logit part"),
+            color=alt.Color("part:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=320),
+                            scale=alt.Scale(range=[colour(method), "#888888"])),
+            facet=alt.Facet("layer:O", title="layer", columns=4),
+            tooltip=["layer:Q", "distance:Q", "part:N", alt.Tooltip("mean logit:Q", format=".3f")]).properties(width=150, height=180)
+        return lines, data
+
+    chart(VIEW, ("mla-logit-parts", method, page.train_length, model.key), build, f"{method}_logit_parts")

@@ -173,7 +173,9 @@ class PublishedModel(LabModel):
     def needs_loading(self) -> bool:
         return self._engine.net is None  # a download or gigabytes from disk: the page shows a bar
 
-    def new_cache(self, max_size: int | None = None, sinks: int = 0) -> PublishedCache:
+    def new_cache(self, max_size: int | None = None, sinks: int = 0, for_maps: bool = False) -> PublishedCache:
+        # for_maps asks nothing more here: a published model's maps are its attention layers' (layer_kind), whose
+        # cached keys are what their maps of cached queries read
         return PublishedCache(max_size=max_size, sinks=sinks)
 
     @property
