@@ -143,6 +143,10 @@ def test_nope_temperature_scales_the_queries_as_llama4_does():
     small = build_position_method("nope_temperature", ModelShape(1, 2, 16, 32, 256)).double()
     x = torch.randn(1, 9, 32, dtype=torch.float64)
     raw = layer.q_proj(x).view(1, 9, 2, 16).transpose(1, 2)
+    # the cache's argument as the installed layer names it (past_key_values in transformers 5.23, cache in 5.25)
+    import inspect
+
+    cache_argument = "cache" if "cache" in inspect.signature(Llama4TextAttention.forward).parameters else "past_key_values"
     modeling_llama4.eager_attention_forward = eager
     try:
         for seen_before in (0, 1000):  # the layer's positions: arange(T) past what its cache has seen
@@ -150,7 +154,7 @@ def test_nope_temperature_scales_the_queries_as_llama4_does():
             if seen_before:
                 cache.update(torch.zeros(1, 2, seen_before, 16, dtype=torch.float64),
                              torch.zeros(1, 2, seen_before, 16, dtype=torch.float64), 0)
-            layer(x, position_embeddings=None, attention_mask=None, cache=cache)
+            layer(x, position_embeddings=None, attention_mask=None, **{cache_argument: cache})
             mine, _ = small.rotate_qk(raw, raw, torch.arange(9) + seen_before)
             torch.testing.assert_close(mine.detach(), captured[-1], rtol=0, atol=1e-12)
     finally:
