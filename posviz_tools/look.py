@@ -219,8 +219,10 @@ def settle(page, step_ms: int = 150, at_least_ms: int = 300, at_most_ms: int = 1
         last = now
 
 
+# Only the charts laid out count: a slide hides the rest of its page (display: none, views/_slide.py), and Vega never
+# draws a chart it has no box for, so waiting for those to draw waited out the timeout (10 s a look, two looks a slide).
 _CHARTS_DRAWN_JS = """every => { const charts = [...document.querySelectorAll(
-    '[data-testid="stMain"] [data-testid="stVegaLiteChart"]')];
+    '[data-testid="stMain"] [data-testid="stVegaLiteChart"]')].filter(c => c.getClientRects().length > 0);
   const drawn = c => c.querySelector('svg.marks .role-mark, canvas.marks');
   return every ? charts.length > 0 && charts.every(drawn) : charts.some(drawn); }"""
 
