@@ -16,16 +16,14 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from posviz.display import display_name
+# Every text of the PNG (title, settings line, axes, legend, sentence) in the app's own Source Sans
+from posviz.slide_font import slide_font
 
 SLIDE_WIDTH = 1920  # px: a slide is designed at 1920 wide and drawn scaled (by Vega's renderer, so text stays sharp)
 PAD = 40  # px around the slide
 SENTENCE_CHARACTERS = 110  # a line of the sentence at 26 px in 1,840 px
 # Type a hall can read at 1920 px (scaled with the slide at 1280): the title, the settings line, the sentence.
 TITLE_SIZE, SETTINGS_SIZE, SENTENCE_SIZE = 52, 26, 26
-# One sans-serif for every text of the PNG (title, settings line, axes, legend, sentence): the renderer's own
-# (vl-convert draws "sans-serif" in its bundled Liberation Sans). Streamlit's Source Sans ships only as variable
-# WOFF2, which the renderer cannot read; cutting static TrueType instances from it took 30-90 s a machine.
-FONT = "sans-serif"
 HEAD_GAP = 20  # px between the settings line and the chart
 SEPARATOR = "  ·  "  # between two settings (views._slide.settings_of joins them with it)
 FIT_ROUNDS = 4  # renders to fit the chart to its box (each a few tenths of a second)
@@ -35,7 +33,7 @@ def _sentence_view(sentence: str) -> dict:
     lines = textwrap.wrap(sentence, SENTENCE_CHARACTERS) or [""]
     return {"data": {"values": [{"line": line, "row": i} for i, line in enumerate(lines)]},
             "mark": {"type": "text", "align": "left", "baseline": "top", "fontSize": SENTENCE_SIZE, "color": "#31333F",
-                     "font": FONT},
+                     "font": slide_font()},
             "encoding": {"text": {"field": "line"}, "x": {"value": 0},
                          "y": {"field": "row", "type": "ordinal", "axis": None, "scale": {"paddingOuter": 0}}},
             "width": SLIDE_WIDTH - 2 * PAD - 40, "height": round(1.4 * SENTENCE_SIZE) * len(lines),
@@ -94,7 +92,7 @@ def _merged_config(views: Sequence[dict], config: Mapping[str, Mapping]) -> dict
             merged[group] = {**merged.get(group, {}), **values} if isinstance(values, Mapping) else values
     for group, values in config.items():
         merged[group] = {**merged.get(group, {}), **values}
-    merged["font"] = FONT
+    merged["font"] = slide_font()
     return merged
 
 
@@ -125,8 +123,8 @@ def settings_lines(settings: str) -> list[str]:
 
 def _title(title: str, settings: str) -> dict:
     return {"text": title, "subtitle": settings_lines(settings), "anchor": "start", "fontSize": TITLE_SIZE, "offset": HEAD_GAP,
-            "subtitleFontSize": SETTINGS_SIZE, "subtitleColor": "#555", "subtitlePadding": 10, "font": FONT,
-            "subtitleFont": FONT, "limit": SLIDE_WIDTH - 2 * PAD, "subtitleLimit": SLIDE_WIDTH - 2 * PAD} if title else {}
+            "subtitleFontSize": SETTINGS_SIZE, "subtitleColor": "#555", "subtitlePadding": 10, "font": slide_font(),
+            "subtitleFont": slide_font(), "limit": SLIDE_WIDTH - 2 * PAD, "subtitleLimit": SLIDE_WIDTH - 2 * PAD} if title else {}
 
 
 def _body_spec(views: Sequence[dict], sentence: str | None, config: Mapping[str, Mapping], mw: float = 1.0,
@@ -158,7 +156,7 @@ def _head(title: str, settings: str, scale: float):
     """The slide's head (title and settings line) as a picture, at ``scale``."""
     spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": _title(title, settings),
             "data": {"values": [{}]}, "mark": {"type": "point", "opacity": 0}, "width": 1, "height": 1,
-            "config": {"view": {"stroke": None}, "font": FONT}, "background": "white", "padding": 0}
+            "config": {"view": {"stroke": None}, "font": slide_font()}, "background": "white", "padding": 0}
     picture = _render(spec, scale)
     return picture.crop((0, 0, picture.width, max(1, picture.height - round(3 * scale))))  # less the 1-px plot
 

@@ -119,7 +119,55 @@ def test_a_slides_png_fills_its_canvas_in_a_projectors_type(width, height, shape
     assert h >= GOAL_HEIGHT, (w, h)
     config = _slide.SLIDE_PNG_CONFIG
     assert min(config["axis"]["labelFontSize"], config["legend"]["labelFontSize"]) >= 20 and slides.TITLE_SIZE >= 48
-    assert config["range"]["category"] == _slide.STREAMLIT_CATEGORY and "serif" not in slides.FONT.replace("sans-serif", "")
+    assert config["range"]["category"] == _slide.STREAMLIT_CATEGORY
+
+
+def _fonts_named(spec) -> set[str]:
+    """Every font a Vega-Lite spec names (a mark's, the title's and subtitle's, the config's)."""
+    if isinstance(spec, dict):
+        found = {v for k, v in spec.items() if k in ("font", "subtitleFont", "labelFont", "titleFont") and isinstance(v, str)}
+        return found.union(*(_fonts_named(v) for v in spec.values()))
+    if isinstance(spec, list):
+        return set().union(*(_fonts_named(v) for v in spec))
+    return set()
+
+
+def test_the_png_is_drawn_in_the_apps_own_source_sans_at_the_weights_asked_for():
+    """Issue #72: the settings line was drawn in a serif, the rest in the renderer's Liberation Sans. Every text of a
+    slide names the family of the file Streamlit serves the app's Source Sans from (read here with fontTools, apart
+    from posviz.slide_font), and the renderer draws it: a text in it differs from the same text in the fallback
+    (as an unknown family is not: the same pixels whatever its name), and a bold title is darker than a normal one (the
+    variable font's default instance, ExtraLight 200, is what the renderer drew for every weight before the
+    weights were cut from it)."""
+    import vl_convert as vlc
+    from fontTools.ttLib import TTFont
+
+    from posviz import slide_font, slides
+
+    woff2 = slide_font.streamlit_font_file()
+    assert woff2 is not None, "the installed Streamlit serves no SourceSansVF-Upright*.woff2: see posviz/slide_font.py"
+    names = TTFont(str(woff2))["name"]
+    family = names.getDebugName(16) or names.getDebugName(1)
+    assert "Source Sans" in family.replace("SourceSans", "Source Sans"), family
+    assert slide_font.slide_font() == family, slide_font.slide_font_source()
+    spec = slides.slide_spec([{"data": {"values": [{"x": 1, "y": 2}]}, "mark": "point",
+                               "encoding": {"x": {"field": "x", "type": "quantitative"}}}],
+                             "A title", "Length: 4,096", "A sentence.", _slide.SLIDE_PNG_CONFIG)
+    assert _fonts_named(spec) == {family}
+
+    def drawn(font: str, weight: str = "normal") -> np.ndarray:
+        text = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "background": "white",
+                "data": {"values": [{"t": "Bits per byte past 256 Wg"}]}, "width": 700, "height": 60,
+                "mark": {"type": "text", "font": font, "fontSize": 40, "fontWeight": weight, "align": "left", "x": 0},
+                "encoding": {"text": {"field": "t"}}, "config": {"view": {"stroke": None}}}
+        return np.asarray(Image.open(io.BytesIO(vlc.vegalite_to_png(text))).convert("L"), dtype=float)
+
+    unknown = drawn("No Such Family Anywhere")
+    assert np.array_equal(unknown, drawn("Nor This One"))  # what any family the renderer does not know looks like
+    normal, bold = drawn(family), drawn(family, "bold")
+    for other, what in ((unknown, "an unknown family"), (drawn(slide_font.FALLBACK), "the fallback")):
+        assert normal.shape != other.shape or np.abs(normal - other).mean() > 1.0, f"the family is drawn as {what}"
+    assert (255 - bold).sum() > 1.3 * (255 - normal).sum(), "bold is drawn no heavier than normal"
 
 
 def test_the_sentence_names_the_lowest_and_highest_at_the_longest_length_drawn():

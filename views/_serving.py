@@ -148,6 +148,10 @@ def warm_the_store(pages: tuple[str, ...]):
                 print(f"posviz: warm-up: page /{page} did not finish: {how}", flush=True)
         print(f"posviz: warm-up: every page's default view computed in {time.perf_counter() - start:.1f} s "
               f"({len(results)} results, {results.bytes / 2**20:.0f} MiB stored)", flush=True)
+        from posviz.slide_font import slide_font, slide_font_source
+
+        slide_font()  # the slide PNG's type, cut once a machine (about 8 s), before a speaker asks for a first slide
+        print(f"posviz: warm-up: slide font {slide_font()} ({slide_font_source()})", flush=True)
         try:
             if folders and documents:
                 extrapolation.warm_default_view(_Keeping(results), queue, folders, prepare_text(documents[0]).as_bytes())
