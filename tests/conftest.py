@@ -44,6 +44,9 @@ os.environ.setdefault("POSVIZ_WARM", "0")
 # Made by the first process (pytest-xdist's controller), whose workers inherit it: one conversion per run.
 if not os.environ.get("POSVIZ_GGUF_CACHE"):
     os.environ["POSVIZ_GGUF_CACHE"] = _run_folder("posviz-test-gguf-")
+# The slide PNG's font is cut from Streamlit's file into this run's own folder too (posviz/slide_font.py: about 8 s)
+if not os.environ.get("POSVIZ_FONT_DIR"):
+    os.environ["POSVIZ_FONT_DIR"] = _run_folder("posviz-test-font-")
 
 from posviz.models.checkpoint_files import read_metrics, save_checkpoint, write_metrics  # noqa: E402
 
