@@ -15,6 +15,7 @@ Where the file or fontTools is missing (another Streamlit release renamed it), t
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -55,10 +56,17 @@ def _static_copies(woff2: Path) -> tuple[Path, str]:
     digest = hashlib.sha1(f"{woff2.name}:{stat.st_size}:{stat.st_mtime_ns}:{WEIGHTS}".encode()).hexdigest()[:12]
     folder = Path(os.environ.get(FOLDER_ENV) or tempfile.gettempdir()) / f"posviz-font-{digest}"
     about = folder / "family.json"
-    try:
-        return folder, json.loads(about.read_text())["family"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".cutting", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes (a server's, a test worker's) cut it once: the second waits
+        try:
+            return folder, json.loads(about.read_text())["family"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return folder, _cut(woff2, folder, about)
+
+
+def _cut(woff2: Path, folder: Path, about: Path) -> str:
+    """Cut ``woff2``'s weights into ``folder`` (the caller holds its lock); their family name."""
     from fontTools import subset  # imported only the first time a machine draws a slide
     from fontTools.ttLib import TTFont
     from fontTools.varLib import instancer
@@ -71,13 +79,12 @@ def _static_copies(woff2: Path) -> tuple[Path, str]:
     cutter.populate(unicodes=KEPT_CHARACTERS)
     cutter.subset(font)
     font.flavor = None  # WOFF2 -> plain TrueType
-    folder.mkdir(parents=True, exist_ok=True)
     for weight in WEIGHTS:
         part = folder / f"{weight}.part-{os.getpid()}-{threading.get_ident()}"
         instancer.instantiateVariableFont(font, {"wght": weight}, inplace=False).save(str(part))
         os.replace(part, folder / f"SourceSans-{weight}.ttf")
     about.write_text(json.dumps({"family": family, "weights": list(WEIGHTS), "from": str(woff2)}))
-    return folder, family
+    return family
 
 
 def slide_font() -> str:

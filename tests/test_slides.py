@@ -170,6 +170,22 @@ def test_the_png_is_drawn_in_the_apps_own_source_sans_at_the_weights_asked_for()
     assert (255 - bold).sum() > 1.3 * (255 - normal).sum(), "bold is drawn no heavier than normal"
 
 
+def test_without_streamlits_font_file_the_png_says_why_and_draws_in_the_fallback(monkeypatch):
+    """Another Streamlit release may rename its font file: the slide still draws, in the renderer's sans-serif, and
+    posviz says what it did not find."""
+    from posviz import slide_font
+
+    monkeypatch.setattr(slide_font, "_found", None)
+    monkeypatch.setattr(slide_font, "streamlit_font_file", lambda: None)
+    assert slide_font.slide_font() == slide_font.FALLBACK
+    assert "SourceSansVF-Upright" in slide_font.slide_font_source()
+    view = {"data": {"values": [{"x": 1, "y": 2}, {"x": 2, "y": 1}]}, "mark": "line",
+            "encoding": {"x": {"field": "x", "type": "quantitative"}, "y": {"field": "y", "type": "quantitative"}}}
+    png = slide_png([_slide.slide_spec(view)], "A title", "Length: 4,096", "A sentence.", 1280, 720,
+                    _slide.SLIDE_PNG_CONFIG)
+    assert Image.open(io.BytesIO(png)).size == (1280, 720)
+
+
 def test_the_sentence_names_the_lowest_and_highest_at_the_longest_length_drawn():
     rows = pd.DataFrame({"model": ["a", "b", "c", "a", "b", "c"], "length": [256, 256, 256, 1024, 1024, 1024],
                          "bpb": [1.0, 1.1, 1.2, 3.0, 1.5, np.nan]})
