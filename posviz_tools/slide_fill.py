@@ -4,7 +4,7 @@ Each page runs in presentation mode (Streamlit's AppTest, the shipped checkpoint
 is drawn as the "PNG 1920×1080" and "PNG 1280×720" buttons draw it (``views._slide._png_now``), and measured: the
 box of every non-white pixel below the slide's head (title and settings line), as a share of the canvas's width
 and of the height below the head. The goal (issue #72): at least 75 % of the width and 70 % of that height.
-Prints a Markdown table; ``--out FILE`` also writes each PNG into the folder ``FILE``'s name without its suffix.
+Prints a Markdown table; ``--out FOLDER`` also writes each PNG into that folder.
 """
 from __future__ import annotations
 
