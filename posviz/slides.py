@@ -17,7 +17,7 @@ import pandas as pd
 
 from posviz.display import display_name
 # Every text of the PNG (title, settings line, axes, legend, sentence) in the app's own Source Sans
-from posviz.slide_font import slide_font
+from posviz.slide_font import font_for
 
 SLIDE_WIDTH = 1920  # px: a slide is designed at 1920 wide and drawn scaled (by Vega's renderer, so text stays sharp)
 PAD = 40  # px around the slide
@@ -33,7 +33,7 @@ def _sentence_view(sentence: str) -> dict:
     lines = textwrap.wrap(sentence, SENTENCE_CHARACTERS) or [""]
     return {"data": {"values": [{"line": line, "row": i} for i, line in enumerate(lines)]},
             "mark": {"type": "text", "align": "left", "baseline": "top", "fontSize": SENTENCE_SIZE, "color": "#31333F",
-                     "font": slide_font()},
+                     "font": font_for(sentence)},
             "encoding": {"text": {"field": "line"}, "x": {"value": 0},
                          "y": {"field": "row", "type": "ordinal", "axis": None, "scale": {"paddingOuter": 0}}},
             "width": SLIDE_WIDTH - 2 * PAD - 40, "height": round(1.4 * SENTENCE_SIZE) * len(lines),
@@ -92,8 +92,22 @@ def _merged_config(views: Sequence[dict], config: Mapping[str, Mapping]) -> dict
             merged[group] = {**merged.get(group, {}), **values} if isinstance(values, Mapping) else values
     for group, values in config.items():
         merged[group] = {**merged.get(group, {}), **values}
-    merged["font"] = slide_font()
+    merged["font"] = font_for(" ".join(_strings(views)))  # the axes' and legends' labels: the charts' own text
     return merged
+
+
+def _strings(value, found: set | None = None) -> set:
+    """Every string a chart's spec holds (its titles, its data's names), where a visitor's text could be drawn."""
+    found = set() if found is None else found
+    if isinstance(value, str):
+        found.add(value)
+    elif isinstance(value, Mapping):
+        for part in value.values():
+            _strings(part, found)
+    elif isinstance(value, (list, tuple)):
+        for part in value:
+            _strings(part, found)
+    return found
 
 
 def slide_spec(views: Sequence[dict], title: str, settings: str, sentence: str | None,
@@ -123,8 +137,8 @@ def settings_lines(settings: str) -> list[str]:
 
 def _title(title: str, settings: str) -> dict:
     return {"text": title, "subtitle": settings_lines(settings), "anchor": "start", "fontSize": TITLE_SIZE, "offset": HEAD_GAP,
-            "subtitleFontSize": SETTINGS_SIZE, "subtitleColor": "#555", "subtitlePadding": 10, "font": slide_font(),
-            "subtitleFont": slide_font(), "limit": SLIDE_WIDTH - 2 * PAD, "subtitleLimit": SLIDE_WIDTH - 2 * PAD} if title else {}
+            "subtitleFontSize": SETTINGS_SIZE, "subtitleColor": "#555", "subtitlePadding": 10, "font": font_for(title),
+            "subtitleFont": font_for(settings or ""), "limit": SLIDE_WIDTH - 2 * PAD, "subtitleLimit": SLIDE_WIDTH - 2 * PAD} if title else {}
 
 
 def _body_spec(views: Sequence[dict], sentence: str | None, config: Mapping[str, Mapping], mw: float = 1.0,
@@ -156,7 +170,7 @@ def _head(title: str, settings: str, scale: float):
     """The slide's head (title and settings line) as a picture, at ``scale``."""
     spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": _title(title, settings),
             "data": {"values": [{}]}, "mark": {"type": "point", "opacity": 0}, "width": 1, "height": 1,
-            "config": {"view": {"stroke": None}, "font": slide_font()}, "background": "white", "padding": 0}
+            "config": {"view": {"stroke": None}, "font": font_for(f"{title} {settings}")}, "background": "white", "padding": 0}
     picture = _render(spec, scale)
     return picture.crop((0, 0, picture.width, max(1, picture.height - round(3 * scale))))  # less the 1-px plot
 

@@ -170,6 +170,34 @@ def test_the_png_is_drawn_in_the_apps_own_source_sans_at_the_weights_asked_for()
     assert (255 - bold).sum() > 1.3 * (255 - normal).sum(), "bold is drawn no heavier than normal"
 
 
+def test_a_text_the_app_font_cannot_draw_is_drawn_in_the_fallback_not_as_boxes():
+    """A visitor's document in Hebrew names its first words in the settings line: Source Sans has no Hebrew, and the
+    renderer draws a character its font lacks as a box (no fallback to another font), so that text, and only that
+    text, is drawn in Liberation Sans, which has it."""
+    import vl_convert as vlc
+
+    from posviz import slide_font, slides
+
+    family, hebrew = slide_font.slide_font(), "שלום עולם"
+    assert slide_font.font_for("Length: 4,096 · θ ≥ 1× − …") == family
+    assert slide_font.font_for(f"Document: {hebrew}") == slide_font.FALLBACK
+    spec = slides.slide_spec([{"data": {"values": [{"x": 1, "model": "RoPE"}]}, "mark": "point",
+                               "encoding": {"x": {"field": "x", "type": "quantitative"}}}],
+                             "Extrapolation lab", f"Document: {hebrew}", "A sentence.", _slide.SLIDE_PNG_CONFIG)
+    assert spec["title"]["font"] == family and spec["title"]["subtitleFont"] == slide_font.FALLBACK
+    assert spec["config"]["font"] == family  # the charts' own labels are the app's
+
+    def drawn(font: str) -> np.ndarray:
+        text = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "background": "white",
+                "data": {"values": [{"t": hebrew}]}, "width": 400, "height": 60,
+                "mark": {"type": "text", "font": font, "fontSize": 40, "align": "left", "x": 0},
+                "encoding": {"text": {"field": "t"}}, "config": {"view": {"stroke": None}}}
+        return np.asarray(Image.open(io.BytesIO(vlc.vegalite_to_png(text))).convert("L"), dtype=float)
+
+    boxes, letters = drawn(family), drawn(slide_font.font_for(hebrew))
+    assert boxes.shape != letters.shape or np.abs(boxes - letters).mean() > 1.0, "the Hebrew is drawn as boxes"
+
+
 def test_without_streamlits_font_file_the_png_says_why_and_draws_in_the_fallback(monkeypatch):
     """Another Streamlit release may rename its font file: the slide still draws, in the renderer's sans-serif, and
     posviz says what it did not find."""
