@@ -46,8 +46,7 @@ def streamlit_font_file() -> Path | None:
 
 # What a slide writes: Basic Latin to Latin Extended-B, Greek, Cyrillic, General Punctuation, super- and subscripts,
 # currency, letterlike symbols, number forms, arrows, mathematical operators, geometric shapes
-KEPT_CHARACTERS = [*range(0x20, 0x250), *range(0x370, 0x530), *range(0x2000, 0x2150), *range(0x2150, 0x2190),
-                   *range(0x2190, 0x2300), *range(0x25A0, 0x2600)]
+KEPT_CHARACTERS = [*range(0x20, 0x250), *range(0x370, 0x530), *range(0x2000, 0x2300), *range(0x25A0, 0x2600)]
 WEIGHTS = (400, 700)  # Vega's "normal" and "bold"
 
 

@@ -150,7 +150,7 @@ def warm_the_store(pages: tuple[str, ...]):
               f"({len(results)} results, {results.bytes / 2**20:.0f} MiB stored)", flush=True)
         from posviz.slide_font import slide_font, slide_font_source
 
-        slide_font()  # the slide PNG's type, cut once a machine (about 8 s), before a speaker asks for a first slide
+        # the slide PNG's type, cut once a machine (about 8 s), before a speaker asks for a first slide
         print(f"posviz: warm-up: slide font {slide_font()} ({slide_font_source()})", flush=True)
         try:
             if folders and documents:
