@@ -140,6 +140,25 @@ FAMILIES: dict[str, Family] = {
                   "alibi (MPT, hard max_seq_len)", seed=9),
 }
 
+# Hybrids of 2025-26: recurrent or convolution layers beside attention layers (``posviz.models.hf.mixers``), 4 layers
+# each, their arrangement from the config's layer_types as the published ones have it at this size.
+_HYBRID = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+               max_position_embeddings=CONTEXT)
+_DELTANET = dict(_HYBRID, head_dim=16, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
+HYBRIDS: dict[str, Family] = {
+    # LFM2: short convolutions (3 taps) at layers 0 and 2, RoPE attention at 1 and 3
+    "lfm2": Family("Lfm2Config", dict(_HYBRID, full_attn_idxs=[1, 3]), "rope on attention layers 1, 3", seed=21),
+    # Qwen3-Next: Gated DeltaNet at layers 0-2, gated attention rotating 25 % of each head at 3; a mixture of experts
+    "qwen3_next": Family("Qwen3NextConfig", dict(_DELTANET, linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2,
+                                                 moe_intermediate_size=32, shared_expert_intermediate_size=32),
+                         "rope (25 %) on attention layer 3", seed=22),
+    # Qwen3.5's text model: as Qwen3-Next with a dense MLP, and 8 value heads (4 per key head), twice the attention's 4
+    "qwen3_5": Family("Qwen3_5TextConfig", dict(_DELTANET, linear_num_value_heads=8), "rope (25 %) on attention layer 3",
+                      seed=23),
+}
+
+ALL_FAMILIES = {**FAMILIES, **HYBRIDS}
+
 # Causal LMs of transformers that posviz has no position method for (no attention at all).
 UNSUPPORTED = Family("MambaConfig", dict(hidden_size=32, num_hidden_layers=2, state_size=4, expand=2,
                                          conv_kernel=4), "none (state space, no attention)", context=None, seed=10)
@@ -211,7 +230,7 @@ def family_config(spec: Family | str):
     """The tiny config of a family (a name in FAMILIES, or a Family), vocab and special ids set to the tokenizer's."""
     import transformers
 
-    spec = FAMILIES[spec] if isinstance(spec, str) else spec
+    spec = ALL_FAMILIES[spec] if isinstance(spec, str) else spec
     cls = getattr(transformers, spec.config_class)
     token = eos_id()
     return cls(vocab_size=VOCAB_SIZE, bos_token_id=token, eos_token_id=token, pad_token_id=None, **spec.kwargs)
@@ -221,7 +240,7 @@ def build_family(spec: Family | str):
     """The family's CausalLM with seeded default-init weights (the global RNG is left as it was), in eval mode."""
     from transformers import AutoModelForCausalLM
 
-    spec = FAMILIES[spec] if isinstance(spec, str) else spec
+    spec = ALL_FAMILIES[spec] if isinstance(spec, str) else spec
     config = family_config(spec)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -239,7 +258,7 @@ def _save(spec: Family, folder) -> Path:
 def save_family(name: str, folder) -> Path:
     """Save the tiny ``name`` model (config.json, model.safetensors, generation_config.json) and the
     tokenizer into ``folder``, as a hub repository holds them; returns ``folder`` as a Path."""
-    return _save(FAMILIES[name], folder)
+    return _save(ALL_FAMILIES[name], folder)
 
 
 # ------------------------------------------------------------------------------------------ bad inputs
@@ -313,7 +332,7 @@ def llama_parameter_count(config) -> int:
 # ---------------------------------------------------------------------------------------------- fixture
 
 class FamilyDirs(Mapping):
-    """name -> saved folder, for every name in FAMILIES; each family is saved the first time it is asked
+    """name -> saved folder, for every name in FAMILIES and HYBRIDS (iterated: FAMILIES); each family is saved the first time it is asked
     for (about 0.1 s), under one root folder (``.root``)."""
 
     def __init__(self, root: Path):
@@ -321,7 +340,7 @@ class FamilyDirs(Mapping):
         self._saved: dict[str, Path] = {}
 
     def __getitem__(self, name: str) -> Path:
-        if name not in FAMILIES:
+        if name not in ALL_FAMILIES:
             raise KeyError(name)
         if name not in self._saved:
             self._saved[name] = save_family(name, self.root / name)

@@ -21,6 +21,12 @@ class PublishedCache:
     positions: torch.Tensor | None = None  # (Tk,)
     hf: object = field(default=None, repr=False)
     sinks: int = 0  # StreamingLLM: the first entries, kept whatever the window evicts
+    # A hybrid's config: transformers builds each layer's own kind of cache from its layer_types (a recurrent
+    # layer's fixed-size state, an attention layer's keys); None: every layer attention, built as it runs
+    config: object = field(default=None, repr=False)
+    # for_maps: each non-attention layer's inputs so far (layer -> (B, T, C)), from which a cached pass draws its
+    # implied rows over every token since the first (``mixers``); its state alone cannot give them
+    inputs: dict | None = field(default=None, repr=False)
 
     def __post_init__(self):
         from transformers import DynamicCache
@@ -30,7 +36,9 @@ class PublishedCache:
         if self.max_size is not None and not (isinstance(self.max_size, int) and self.max_size >= 1):
             raise PosvizError(f"KV cache max_size must be a positive integer or None, got {self.max_size!r}")
         check_sinks(self.sinks, self.max_size)
-        self.hf = DynamicCache()
+        self.hf = DynamicCache(config=self.config) if self.config is not None else DynamicCache()
+        if self.inputs is not None:
+            self.inputs = {}
 
     def __len__(self) -> int:
         return 0 if self.positions is None else int(self.positions.numel())
@@ -43,7 +51,7 @@ class PublishedCache:
         ``n - sinks``)."""
         if len(self) <= n:
             return
-        if n == 0:
+        if n == 0 and self.config is None:
             self.__post_init__()
             self.positions = None
             return

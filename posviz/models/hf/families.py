@@ -52,6 +52,12 @@ FAMILIES: dict[str, Family] = {
     "bloom": Family(lambda c: "alibi", _attr("seq_length")),
     "falcon": Family(lambda c: "alibi" if c.alibi else "rope", _attr("max_position_embeddings")),
     "mpt": Family(lambda c: "alibi", _attr("max_seq_len"), _attr("max_seq_len")),
+    # Hybrids (posviz.models.hf.mixers): their attention layers rotate, their other layers carry no position
+    # LFM2: short convolutions beside attention layers (layer_types "conv" / "full_attention")
+    "lfm2": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    # Qwen3-Next, Qwen3.5: three Gated DeltaNet layers to one gated attention layer that rotates a quarter of each head
+    "qwen3_next": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    "qwen3_5_text": Family(lambda c: "rope", _attr("max_position_embeddings")),
 }
 
 
@@ -65,7 +71,8 @@ def layer_layout(config) -> list[dict]:
     rotary share (of each head), window (a sliding window's keys, None: full), sinks (learned sink logits)}.
     Read from transformers' fields: ``layer_types`` and ``sliding_window`` (Gemma 2/3, GPT-OSS, Qwen), the
     ``rope_parameters`` of each layer type (Gemma 3), ``no_rope_layers`` (SmolLM3, Llama 4: 0 = no rotation),
-    and GPT-OSS's sinks (every layer of its architecture has them)."""
+    and GPT-OSS's sinks (every layer of its architecture has them); a hybrid's non-attention layers
+    (``mixers``) by their kind."""
     family = FAMILIES.get(config.model_type)
     method = family.method(config) if family else "rope"
     n = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0) or 0)
@@ -75,9 +82,16 @@ def layer_layout(config) -> list[dict]:
     uses_rope = list(getattr(config, "no_rope_layers", None) or [1] * n)
     rope = dict(getattr(config, "rope_parameters", None) or {}) if method == "rope" else {}
     per_type = bool(rope) and all(isinstance(v, dict) for v in rope.values())
+    from posviz.models.hf.mixers import layer_mixers
+
+    mixers = layer_mixers(config)
     rows = []
     for i in range(n):
         kind = types[i] if i < len(types) else "full_attention"
+        if mixers[i].kind != "attention":  # a recurrent or convolution layer: order from its own recurrence, no position
+            rows.append({"layer": i, "position": mixers[i].kind, "base": None, "rotary share": 0.0, "window": None,
+                         "sinks": False})
+            continue
         params = rope.get(kind, rope.get("full_attention", {})) if per_type else rope
         rotates = method == "rope" and bool(uses_rope[i] if i < len(uses_rope) else 1)
         rows.append({"layer": i, "position": method if method != "rope" else ("rope" if rotates else "nope"),

@@ -24,6 +24,7 @@ from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT, alib
                                               attention_module, decoder_layers, layer_layout, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, count_parameters
+from posviz.models.hf.mixers import MIXERS, layer_mixers
 from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes, parameters_in_words,
                                               tokens_within)
 from posviz.models.hf.text import TokenizerText
@@ -70,6 +71,7 @@ class PublishedModel(LabModel):
         self.train_length = int(context or UNSTATED_CONTEXT)
         self.n_layer, self.n_head = int(config.num_hidden_layers), int(config.num_attention_heads)
         self.vocab_size = int(config.vocab_size)
+        self.mixers = layer_mixers(config)  # what mixes the tokens in each layer (a hybrid's recurrent layers)
         self.max_positions = family.table_rows(config)
         self.acts_on = ACTS_ON[self.method]
         self.is_absolute = self.method == "learned"
@@ -149,7 +151,12 @@ class PublishedModel(LabModel):
         """Its position method's display name and trained context (" — RoPE, 2,048 tokens")."""
         from posviz.display import display_name  # the method's name, as every picker says it
 
-        return (f" — {display_name(self.method)}, {self.train_length:,} {self.unit}s{'' if self.context_known else ' (assumed)'}"
+        where = display_name(self.method)
+        others = [m.kind for m in self.mixers if m.kind != "attention"]
+        if others:  # a hybrid: its positions are its attention layers' (" — RoPE on 1 of 4 layers, 3 Gated DeltaNet …")
+            kinds = ", ".join(f"{others.count(k)} {k}" for k in dict.fromkeys(others))
+            where += f" on {len(self.mixers) - len(others)} of {len(self.mixers)} layers, {kinds}"
+        return (f" — {where}, {self.train_length:,} {self.unit}s{'' if self.context_known else ' (assumed)'}"
                 + (f", {self.weights_note}" if self.weights_note else ""))
 
     def encode(self, text: bytes) -> torch.Tensor:
@@ -174,9 +181,14 @@ class PublishedModel(LabModel):
         return self._engine.net is None  # a download or gigabytes from disk: the page shows a bar
 
     def new_cache(self, max_size: int | None = None, sinks: int = 0, for_maps: bool = False) -> PublishedCache:
-        # for_maps asks nothing more here: a published model's maps are its attention layers' (layer_kind), whose
-        # cached keys are what their maps of cached queries read
-        return PublishedCache(max_size=max_size, sinks=sinks)
+        # an attention layer's map of cached queries reads its cached keys; a recurrent layer's (layer_kind) is
+        # drawn from its inputs since the first token, which a cache for maps keeps
+        hybrid = self.config.model_type in MIXERS
+        return PublishedCache(max_size=max_size, sinks=sinks, config=self.config if hybrid else None,
+                              inputs={} if for_maps and hybrid else None)
+
+    def layer_kind(self, layer: int) -> str:
+        return self.mixers[layer].kind
 
     @property
     def device(self) -> torch.device:
@@ -327,20 +339,29 @@ class PublishedModel(LabModel):
         k_pos = pos if cache is None or not held else torch.cat((cache.positions.to(pos.device), pos))
         with self._engine.lock, self._variant(attention_layer is not None, pos, k_pos,
                                               () if attention_layer is None else (attention_layer,)) as net:
-            hook = None
+            hooks = []
             if attention_layer is not None:
                 if not 0 <= attention_layer < self.n_layer:
                     raise PosvizError(f"layer must be in 0..{self.n_layer - 1}, got {attention_layer}")
-                module = attention_module(decoder_layers(net)[attention_layer])
-                def keep_probs(module, args, out):  # returns None: the layer's output passes on unchanged
-                    captured["probs"] = out[1]
+                if self.mixers[attention_layer].kind == "attention":
+                    module = attention_module(decoder_layers(net)[attention_layer])
 
-                hook = module.register_forward_hook(keep_probs)
+                    def keep_probs(module, args, out):  # returns None: the layer's output passes on unchanged
+                        captured["probs"] = out[1]
+
+                    hooks.append(module.register_forward_hook(keep_probs))
+                elif cache is not None and cache.inputs is None:
+                    raise PosvizError(f"{self.name}: layer {attention_layer} is {self.layer_kind(attention_layer)}, whose "
+                                      "map of a cached pass is drawn from its inputs since the first token: open the "
+                                      "cache with new_cache(for_maps=True).")
+            inputs = self._keep_mixer_inputs(net, cache, () if attention_layer is None else (attention_layer,), hooks)
             try:
                 logits = net(**kwargs).logits
             finally:
-                if hook is not None:
+                for hook in hooks:
                     hook.remove()
+            if attention_layer is not None and self.mixers[attention_layer].kind != "attention":
+                captured["probs"] = self._implied(net, attention_layer, inputs[attention_layer])[..., -T:, :]
         if attention_layer is not None and cache is None and self._eager_differs():
             # the map is eager attention's; the scores come from the implementation the model runs by default
             logits = self(ids, positions=pos).logits
@@ -354,6 +375,40 @@ class PublishedModel(LabModel):
             if attention_head is not None:
                 probs = probs[:, attention_head]
         return ModelOutput(logits, probs)
+
+    def _keep_mixer_inputs(self, net, cache: PublishedCache | None, asked, hooks: list) -> dict:
+        """Hooks that keep what each non-attention layer reads in this pass (the asked layers', and every one's in a
+        cache for maps, whose inputs then run from the first token): layer -> (B, T, C), filled as the pass runs."""
+        keep = {}
+        layers = decoder_layers(net)
+        for i, mixer in enumerate(self.mixers):
+            if mixer.kind == "attention" or not (i in asked or (cache is not None and cache.inputs is not None)):
+                continue
+
+            def keep_input(module, args, kwargs, i=i):
+                x = args[0] if args else kwargs["hidden_states"]
+                if cache is not None and cache.inputs is not None:
+                    before = cache.inputs.get(i)
+                    cache.inputs[i] = x.detach() if before is None else torch.cat((before, x.detach()), dim=1)
+                    x = cache.inputs[i]
+                keep[i] = x
+
+            hooks.append(getattr(layers[i], mixer.attribute).register_forward_pre_hook(keep_input, with_kwargs=True))
+        return keep
+
+    def _implied(self, net, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """A non-attention layer's implied matrix on its input x (B, T, C) (``mixers``), as (B, n_head, T, T): a layer
+        with another number of heads (Qwen3-Next's 32 value heads beside 16 attention heads) is drawn per group of
+        heads, the mean of their rows' |w| shares (each row then sums to one, as ``implied_shares`` draws it)."""
+        mixer = self.mixers[layer]
+        w = mixer.implied(getattr(decoder_layers(net)[layer], mixer.attribute), x, self.n_head)
+        H = w.shape[1]
+        if H == self.n_head:
+            return w
+        if H % self.n_head:
+            raise PosvizError(f"{self.name}: layer {layer} has {H} heads, which do not group into {self.n_head}.")
+        shares = w.abs() / w.abs().sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+        return shares.reshape(w.shape[0], self.n_head, H // self.n_head, *w.shape[2:]).mean(2)
 
     # -- positions, as the explore pages draw them ----------------------------------------------------
     def layer_layout(self) -> list[dict]:
@@ -373,9 +428,17 @@ class PublishedModel(LabModel):
         if self.method != "alibi":
             kwargs["position_ids"] = torch.arange(T, device=self._device)[None]
         pos = torch.arange(T, device=self._device)
+        hooks = []
         with self._engine.lock, self._variant(True, pos, pos, range(self.n_layer)) as net:
-            attentions = net(**kwargs, output_attentions=True).attentions
-        return torch.stack([a[0].float() for a in attentions])
+            inputs = self._keep_mixer_inputs(net, None, range(self.n_layer), hooks)  # for the implied matrices
+            try:
+                attentions = iter(net(**kwargs, output_attentions=True).attentions)  # the attention layers' only
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            return torch.stack([next(attentions)[0].float() if mixer.kind == "attention"
+                                else self._implied(net, layer, inputs[layer])[0].float()
+                                for layer, mixer in enumerate(self.mixers)])
 
     def frequencies(self, seq_len: int):
         """(inv_freq, attention_factor) from transformers' own rotary module for this variant; None unless RoPE."""

@@ -1,0 +1,144 @@
+"""What mixes the tokens in each layer of a published model, read from its config (transformers' ``layer_types``),
+and, for a layer that is not attention, the matrix its output implies on the text.
+
+A hybrid (Qwen3-Next, Qwen3.5, LFM2) puts recurrent or convolutional layers beside attention layers. Each layer
+kind is one ``Mixer``: where the decoder layer keeps it, and for a non-attention kind the function that writes the
+layer as a causal matrix on its values, o_t = sum_s w_ts v_s, from its own parameters and its input on this text
+(Ali, Zimerman and Wolf 2024, "The Hidden Attention of Mamba Models"; Zimerman, Ali and Wolf, ICLR 2025, arXiv
+2405.16504). Which parts of a layer are folded in follows the choice posviz's own Gated DeltaNet makes: the matrix is
+the layer's core, what multiplies the values after their convolution; the output gate and norm, a row scale per
+channel, are left out (the reference's "hidden attention", ``old_attention=True``, leaves the gates out likewise).
+Kinds:
+- Gated DeltaNet (Qwen3-Next, Qwen3.5): w_ts = q_t^T [prod_(r = t..s+1) alpha_r (I - beta_r k_r k_r^T)] beta_s k_s
+  per value head (``posviz.models.gated_deltanet.implied_matrix``), with q, k, v, g, beta computed by the layer's own
+  projections, its own convolution function and its gate formula; q and k repeated over the value heads that share
+  them and L2-normed, q scaled by 1/sqrt(d_k), as ``torch_chunk_gated_delta_rule`` does.
+- short convolution (LFM2): y = C * conv(B * x), a depthwise convolution of K taps with no activation, so each channel's
+  matrix is exact and banded: w^c_ts = C^c_t kernel^c[K - 1 - (t - s)] B^c_s for 0 <= t - s < K. Drawn per group of
+  hidden / heads channels, the group's mean (a display choice: the layer has no heads).
+Shapes: x (B, T, C) the layer's input (after the decoder layer's norm); a map (B, H, T, T).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from posviz.errors import PosvizError
+from posviz.models.gated_deltanet import implied_matrix, l2_normed
+
+
+@dataclass(frozen=True)
+class Mixer:
+    kind: str  # "attention", or the non-attention layer's name (``LabModel.layer_kind``)
+    attribute: str | None = None  # the decoder layer's attribute that holds it (None: found by name, attention)
+    implied: Callable | None = None  # (module, x (B, T, C), n_head) -> (B, H, T, T) implied matrix
+    holds: str = "keys and values of every token"  # what its cache keeps, as the KV cache lab says it
+
+
+ATTENTION = Mixer("attention")
+GATED_DELTANET = "Gated DeltaNet (recurrent)"  # as posviz's own hybrid_deltanet names its layers
+SHORT_CONV = "short convolution"
+
+
+def _own_conv(module, mixed: torch.Tensor, activation) -> torch.Tensor:
+    """The layer's causal depthwise convolution over (B, channels, T), by its family's own function (no cache)."""
+    modeling = importlib.import_module(type(module).__module__)
+    return modeling.causal_conv1d_forward(module.conv1d, mixed, None, module.layer_idx, activation=activation)
+
+
+def delta_rule_matrix(q, k, g, beta) -> torch.Tensor:
+    """(B, Hv, T, T) float64 from q, k (B, T, Hk, dk), g, beta (B, T, Hv), as ``torch_chunk_gated_delta_rule`` reads
+    them: o = w @ v with v (B, Hv, T, dv)."""
+    repeat = g.shape[2] // k.shape[2]
+    q, k = (t.repeat_interleave(repeat, dim=2) for t in (q, k))  # each key head serves `repeat` value heads
+    q, k, g, beta = (t.transpose(1, 2).double() for t in (q, k, g, beta))
+    q, k = l2_normed(q), l2_normed(k)
+    return implied_matrix(q / math.sqrt(q.shape[-1]), k, g, beta)
+
+
+def gated_deltanet_parts_qwen3_next(module, x: torch.Tensor) -> tuple:
+    """``Qwen3NextGatedDeltaNet``'s q, k (B, T, Hk, dk), v (B, T, Hv, dv), g, beta (B, T, Hv): q, k, v, z from
+    ``in_proj_qkvz`` grouped per key head (its own ``fix_query_key_value_ordering``), b and a from ``in_proj_ba``."""
+    B, T, _ = x.shape
+    q, k, v, _z, b, a = module.fix_query_key_value_ordering(module.in_proj_qkvz(x), module.in_proj_ba(x))
+    mixed = torch.cat([t.reshape(B, T, -1) for t in (q, k, v)], dim=-1).transpose(1, 2)
+    return (*_split_qkv(module, _own_conv(module, mixed, module.activation).transpose(1, 2)), *_gate_and_step(module, a, b))
+
+
+def gated_deltanet_parts_qwen3_5(module, x: torch.Tensor) -> tuple:
+    """``Qwen3_5GatedDeltaNet``'s (as above): one ``in_proj_qkv`` (q | k | v), and ``in_proj_b``, ``in_proj_a`` apart."""
+    mixed = module.in_proj_qkv(x).transpose(1, 2)
+    q, k, v = _split_qkv(module, _own_conv(module, mixed, module.activation).transpose(1, 2))
+    return q, k, v, *_gate_and_step(module, module.in_proj_a(x), module.in_proj_b(x))
+
+
+def _gated_deltanet(parts: Callable) -> Callable:
+    def implied(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
+        q, k, _v, g, beta = parts(module, x)
+        return delta_rule_matrix(q, k, g, beta).float()
+
+    return implied
+
+
+def _split_qkv(module, mixed: torch.Tensor):
+    B, T, _ = mixed.shape
+    q, k, v = torch.split(mixed, [module.key_dim, module.key_dim, module.value_dim], dim=-1)
+    return (q.reshape(B, T, -1, module.head_k_dim), k.reshape(B, T, -1, module.head_k_dim),
+            v.reshape(B, T, -1, module.head_v_dim))
+
+
+def _gate_and_step(module, a, b):
+    """g (the log of each step's forgetting, <= 0) and beta (the delta rule's step), as the layer computes them."""
+    return -module.A_log.float().exp() * F.softplus(a.float() + module.dt_bias), b.sigmoid()
+
+
+def short_conv_channels_lfm2(module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Lfm2ShortConv``: in_proj gives B, C and the values (channels first); y = C * conv(B * values). Returns each
+    channel's matrix w (B, C, T, T) and the values (B, C, T): y_t = sum_s w_ts values_s, exactly."""
+    b, c, values = module.in_proj(x).transpose(-1, -2).chunk(3, dim=-2)  # (B, C, T) each
+    T, K = x.shape[1], module.conv.kernel_size[0]
+    kernel = module.conv.weight[:, 0, :]  # (C, K): tap K-1 multiplies the current token
+    distance = torch.arange(T, device=x.device)[:, None] - torch.arange(T, device=x.device)[None, :]  # t - s
+    inside = (distance >= 0) & (distance < K)
+    taps = kernel[:, (K - 1 - distance).clamp(0, K - 1)] * inside  # (C, T, T)
+    return c[..., :, None] * taps[None] * b[..., None, :], values
+
+
+def short_conv_lfm2(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
+    w, _ = short_conv_channels_lfm2(module, x)
+    T = x.shape[1]
+    if w.shape[1] % n_head:
+        raise PosvizError(f"{type(module).__name__}: {w.shape[1]} channels do not split into {n_head} groups")
+    return w.reshape(w.shape[0], n_head, -1, T, T).mean(2).float()
+
+
+# model_type -> {an entry of the config's layer_types: the layer kind}. A family missing here: attention everywhere.
+MIXERS: dict[str, dict[str, Mixer]] = {
+    "qwen3_next": {"full_attention": ATTENTION, "linear_attention": Mixer(
+        GATED_DELTANET, "linear_attn", _gated_deltanet(gated_deltanet_parts_qwen3_next), "a fixed-size state per head (d_k × d_v) and its "
+        "convolution's last 3 inputs")},
+    "qwen3_5_text": {"full_attention": ATTENTION, "linear_attention": Mixer(
+        GATED_DELTANET, "linear_attn", _gated_deltanet(gated_deltanet_parts_qwen3_5), "a fixed-size state per head (d_k × d_v) and its "
+        "convolution's last 3 inputs")},
+    "lfm2": {"full_attention": ATTENTION, "conv": Mixer(
+        SHORT_CONV, "conv", short_conv_lfm2, "its convolution's last inputs (the kernel's width less one)")},
+}
+
+
+def layer_mixers(config) -> list[Mixer]:
+    """One ``Mixer`` per decoder layer, from ``config.layer_types`` (every layer attention where the family has none)."""
+    n = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0) or 0)
+    table = MIXERS.get(config.model_type)
+    if table is None:
+        return [ATTENTION] * n
+    types = list(getattr(config, "layer_types", None) or [])
+    unknown = sorted({t for t in types if t not in table})
+    if len(types) != n or unknown:
+        raise PosvizError(f"{config.model_type}: posviz cannot read its layer_types {types!r} (known: "
+                          f"{', '.join(table)}).")
+    return [table[t] for t in types]

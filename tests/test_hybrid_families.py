@@ -1,0 +1,190 @@
+"""The hybrids of 2025-26 (LFM2, Qwen3-Next, Qwen3.5) through posviz's model interface, checked against transformers'
+own forward, and each recurrent or convolution layer's implied matrix against the layer's own output.
+
+The tiny models of ``hf_tiny.HYBRIDS`` are saved as a hub repository holds them and opened with ``open_model``.
+What a lab reads must equal transformers: the logits, the attention layers' maps (``output_attentions`` returns
+those layers only), cached decoding with the cache transformers builds from the config's layer_types (a recurrent
+layer's fixed-size state beside attention keys), and bits per byte past the context. A non-attention layer's map is
+the matrix its output implies (``posviz.models.hf.mixers``): that matrix times the layer's values is the layer's
+core output, captured from the running model, and with the layer's own norm, gate and projection its output.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
+
+import hf_tiny
+from posviz.labs.extrapolation import score_at_length
+from posviz.models.hf import mixers
+from posviz.models.interface import forget_models, open_model
+
+HYBRIDS = list(hf_tiny.HYBRIDS)
+TEXT = hf_tiny.training_text().encode()[:8000]
+KINDS = {"lfm2": ["short convolution", "attention", "short convolution", "attention"],
+         "qwen3_next": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
+         "qwen3_5": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"]}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_models():
+    forget_models()
+    yield
+    forget_models()
+
+
+def direct(folder, eager=False):
+    kwargs = {"attn_implementation": "eager"} if eager else {}
+    return AutoModelForCausalLM.from_pretrained(folder, **kwargs).eval()
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_a_hybrid_lab_reads_what_transformers_computes(hf_family_dir, name):
+    folder = hf_family_dir[name]
+    model = open_model(folder)
+    assert [model.layer_kind(i) for i in range(model.n_layer)] == KINDS[name]
+    layout = model.layer_layout()
+    for row, kind in zip(layout, KINDS[name]):  # only the attention layers rotate, each its share of a head
+        assert (row["position"] == "rope") == (kind == "attention"), row
+        assert row["rotary share"] == (0.0 if kind != "attention" else 1.0 if name == "lfm2" else 0.25)
+    ids = model.encode(TEXT)
+    T = 40
+    x = ids[None, :T]
+    with torch.no_grad():
+        reference = direct(folder)(x).logits
+        eager = direct(folder, eager=True)(x, output_attentions=True).attentions
+    torch.testing.assert_close(model(x).logits, reference, atol=1e-5, rtol=0)
+    attention_layers = [i for i, kind in enumerate(KINDS[name]) if kind == "attention"]
+    assert len(eager) == len(attention_layers)  # transformers returns the attention layers' maps only
+    every = model.attention_all_layers(x[0])
+    assert every.shape == (model.n_layer, model.n_head, T, T)
+    for layer in range(model.n_layer):
+        mapped = model(x, attention_layer=layer)
+        torch.testing.assert_close(mapped.logits, reference, atol=1e-5, rtol=0)
+        if layer in attention_layers:
+            torch.testing.assert_close(mapped.attention, eager[attention_layers.index(layer)].float(), atol=1e-5, rtol=0)
+        else:  # causal: nothing above the diagonal
+            assert not mapped.attention[0].triu(1).any()
+        torch.testing.assert_close(every[layer], mapped.attention[0], atol=1e-6, rtol=0)
+    # cached decoding, one id at a time: the recurrent state and the convolution's inputs carried by transformers' cache
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
+    torch.testing.assert_close(steps, reference, atol=1e-5, rtol=0)
+    assert len(cache) == T and cache.next_position() == T
+    # a cache for maps: a recurrent layer's rows of 8 queries at a time reach back to the first token
+    recurrent = KINDS[name].index(next(k for k in KINDS[name] if k != "attention"))
+    cache = model.new_cache(for_maps=True)
+    rows = [model(x[:, t:t + 8], cache=cache, attention_layer=recurrent).attention for t in range(0, T, 8)]
+    assert [r.shape[-1] for r in rows] == [8, 16, 24, 32, 40]
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(r[0], every[recurrent][:, 8 * i:8 * (i + 1), :8 * (i + 1)], atol=1e-6, rtol=0)
+    # bits per byte at twice its 64-token context: transformers' cross-entropy over the bytes its tokens cover
+    L = 2 * hf_tiny.CONTEXT
+    with torch.no_grad():
+        logits = direct(folder)(ids[None, :L]).logits[0]
+    bits = F.cross_entropy(logits, ids[1:L + 1], reduction="none") / math.log(2)
+    covered = sum(len(model.decode([i])) for i in ids[1:L + 1].tolist())
+    assert score_at_length(model, ids[:L + 1], L).bpb == pytest.approx(float(bits.sum()) / covered, abs=1e-5)
+
+
+def _captured(net, module, inner):
+    """Run net once, keeping ``module``'s input and output and what ``inner`` (a submodule of it) is called with."""
+    seen = {}
+    hooks = [module.register_forward_pre_hook(lambda m, a, k: seen.update(x=a[0] if a else k["hidden_states"]),
+                                              with_kwargs=True),
+             module.register_forward_hook(lambda m, a, out: seen.update(out=out)),
+             inner.register_forward_pre_hook(lambda m, a: seen.update(inner=a))]
+    try:
+        with torch.no_grad():
+            net(torch.tensor(list(hf_tiny.training_text().encode()[:48]))[None])  # bytes as ids: all in the vocabulary
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+@pytest.mark.parametrize("name, parts", [("qwen3_next", mixers.gated_deltanet_parts_qwen3_next),
+                                         ("qwen3_5", mixers.gated_deltanet_parts_qwen3_5)])
+def test_a_gated_deltanet_layers_implied_matrix_times_its_values_is_its_output(hf_family_dir, name, parts):
+    net = direct(hf_family_dir[name])
+    for layer in range(3):
+        module = net.model.layers[layer].linear_attn
+        seen = _captured(net, module, module.norm)
+        with torch.no_grad():
+            q, k, v, g, beta = parts(module, seen["x"])
+            w = mixers.delta_rule_matrix(q, k, g, beta)  # (B, Hv, T, T) float64
+            ours = (w @ v.transpose(1, 2).double()).transpose(1, 2)  # (B, T, Hv, dv)
+            core, z = seen["inner"]  # what the layer's norm receives: (B T Hv, dv) rows, and its gate
+            torch.testing.assert_close(ours.reshape(core.shape).float(), core, atol=2e-6, rtol=1e-4)
+            # with the layer's own norm, gate and projection: the layer's output
+            out = module.out_proj(module.norm(ours.reshape(core.shape).float(), z).reshape(*v.shape[:2], -1))
+            torch.testing.assert_close(out, seen["out"], atol=2e-6, rtol=1e-4)
+            # a copy that pairs value heads with key heads as repeat() would, not repeat_interleave(), is not the layer
+            # (Qwen3-Next's 4 value heads share 2 key heads, Qwen3.5's 8: heads 0, 1 the first key head's, not 0, 2)
+            r = v.shape[2] // q.shape[2]
+            assert r > 1
+            wrong = mixers.delta_rule_matrix(q.repeat(1, 1, r, 1), k.repeat(1, 1, r, 1), g, beta)
+            off = (wrong @ v.transpose(1, 2).double()).transpose(1, 2).reshape(core.shape).float() - core
+            assert off.norm() > 0.1 * core.norm()
+
+
+def test_a_short_convolutions_implied_matrix_times_its_values_is_its_output(hf_family_dir):
+    net = direct(hf_family_dir["lfm2"])
+    for layer in (0, 2):
+        module = net.model.layers[layer].conv
+        seen = _captured(net, module, module.out_proj)
+        with torch.no_grad():
+            w, values = mixers.short_conv_channels_lfm2(module, seen["x"])  # (B, C, T, T), (B, C, T)
+            ours = (w @ values[..., None])[..., 0].transpose(1, 2)  # (B, T, C)
+            torch.testing.assert_close(ours, seen["inner"][0], atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(module.out_proj(ours), seen["out"], atol=1e-6, rtol=1e-5)
+            K = module.conv.kernel_size[0]
+            assert not w[0].tril(-K).any() and w[0].diagonal(-(K - 1), -2, -1).any()  # a band: K tokens, itself included
+            # the kernel read the other way round (tap 0 on the current token) is not the layer
+            flipped = w.clone()
+            flipped.zero_()
+            kernel = module.conv.weight[:, 0, :]
+            b, c, _ = module.in_proj(seen["x"]).transpose(-1, -2).chunk(3, dim=-2)
+            T = values.shape[-1]
+            for d in range(K):
+                idx = torch.arange(d, T)
+                flipped[..., idx, idx - d] = c[..., idx] * kernel[:, d, None] * b[..., idx - d]
+            off = (flipped @ values[..., None])[..., 0].transpose(1, 2) - seen["inner"][0]
+            assert off.norm() > 0.1 * seen["inner"][0].norm()
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_every_lab_runs_on_each_hybrid(hf_family_dir, name):
+    """Each lab's own functions, past the 64-token context where the lab goes there: finite numbers, every cache
+    strategy (a window evicts attention keys; the recurrent state follows the text), the first-token share of its
+    attention layers only, a recurrent layer's map drawn as its implied matrix."""
+    from posviz.labs import attention_maps, compare, extrapolation, key_value, kv_cache, probes
+    from posviz.labs import generation as g
+
+    model = open_model(hf_family_dir[name])
+    text = TEXT[:6000]
+    ids = model.encode(text)
+    L = model.train_length
+    with g.one_thread():
+        for length in (L // 2, L, 2 * L):
+            assert math.isfinite(extrapolation.score_at_length(model, ids, length).bpb)
+        for layer in range(model.n_layer):
+            view = attention_maps.attention_view(model, ids, 48, layer=layer)
+            assert view.kind == KINDS[name][layer]
+        lengths = compare.compare_lengths(model, ids, L)
+        assert math.isfinite(lengths["bpb_long"]) and math.isfinite(lengths["bpb_short"])
+        for strategy in kv_cache.STRATEGIES:
+            r = kv_cache.sliding_score(model, ids, 16, strategy, 40)
+            assert r.error is None and math.isfinite(r.bpb), strategy
+        shares = kv_cache.first_id_share(model, ids, n_ids=80, from_query=32)
+        attending = [i for i, kind in enumerate(KINDS[name]) if kind == "attention"]
+        assert sorted({r["layer"] for r in shares}) == attending and all(0 <= r["share"] <= 1 for r in shares)
+        probes.repeat_probe(model, text, [0, 16], chunk=8, chunks=2)
+        key_value.key_value_probe(model, text, [16], trials=2)
+        for strategy in ("stop", "streaming"):
+            written = g.generate(model, model.encode(b"def add(a, b):\n").tolist(), g.DecodeSettings(L + 8, strategy=strategy))
+            assert written.error is None and len(written.ids) == L + 8, strategy
+    assert model.description.startswith(f" — RoPE on {len(attending)} of 4 layers, ")
