@@ -188,3 +188,30 @@ def test_every_lab_runs_on_each_hybrid(hf_family_dir, name):
             written = g.generate(model, model.encode(b"def add(a, b):\n").tolist(), g.DecodeSettings(L + 8, strategy=strategy))
             assert written.error is None and len(written.ids) == L + 8, strategy
     assert model.description.startswith(f" — RoPE on {len(attending)} of 4 layers, ")
+
+
+def test_the_extrapolation_lab_shows_a_hybrids_recurrent_layer_as_implied(tiny_models, hf_family_dir, monkeypatch):
+    """A visitor picks Qwen3-Next beside a checkpoint: the picker says where its positions are, its score is the
+    lab's own, and its Gated DeltaNet layer's map is captioned as an implied matrix, its attention layer's not."""
+    from test_pages_labs import metrics, page, run, texts
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("POSVIZ_ALLOW_ANY_MODEL", raising=False)
+    folder = hf_family_dir["qwen3_next"]
+    monkeypatch.setenv("POSVIZ_MODELS", str(folder))
+    at = run(page("extrapolation", models="rope,qwen3_next", M="1"))
+    assert "qwen3_next — RoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens" in at.multiselect(key="w_models").options
+    model = open_model(folder)
+    from posviz.labs import inputs as lab_inputs
+    from posviz.training.data import load_corpus
+
+    doc = lab_inputs.prepare_text(load_corpus().eval_documents[0]).as_bytes()
+    assert metrics(at)["qwen3_next"] == f"{score_at_length(model, model.encode(doc), 64).bpb:.3f}"
+    at.selectbox(key="w_inspect").set_value("qwen3_next")
+    at.selectbox(key="w_layer").set_value(0)
+    run(at)
+    assert "Layer 0 of qwen3\\_next is a Gated DeltaNet (recurrent) layer" in texts(at.caption)  # quoted for Markdown
+    assert "**Implied matrix (Gated DeltaNet (recurrent)) of qwen3\\_next, layer 0" in texts(at.markdown)
+    at.selectbox(key="w_layer").set_value(3)
+    run(at)
+    assert "Gated DeltaNet (recurrent) layer" not in texts(at.caption)
