@@ -155,6 +155,16 @@ HYBRIDS: dict[str, Family] = {
     # Qwen3.5's text model: as Qwen3-Next with a dense MLP, and 8 value heads (4 per key head), twice the attention's 4
     "qwen3_5": Family("Qwen3_5TextConfig", dict(_DELTANET, linear_num_value_heads=8), "rope (25 %) on attention layer 3",
                       seed=23),
+    # Granite 4.0-H: Mamba-2 at layers 0-2 (8 heads of 16 channels, state 16, one group), NoPE attention at 3 (as
+    # published: no position_embedding_type), a mixture of experts
+    "granite4": Family("GraniteMoeHybridConfig", dict(_HYBRID, layer_types=["mamba", "mamba", "mamba", "attention"],
+                                                      num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=64,
+                                                      mamba_n_heads=8, mamba_d_state=16, mamba_chunk_size=8),
+                       "nope on attention layer 3", seed=24),
+    # Nemotron-H: its pattern string, M Mamba-2 (2 groups), - an MLP layer, * NoPE attention
+    "nemotron_h": Family("NemotronHConfig", dict(_HYBRID, hybrid_override_pattern="M-M*", head_dim=16, mamba_num_heads=8,
+                                                 mamba_head_dim=16, ssm_state_size=16, n_groups=2, chunk_size=8),
+                         "nope on attention layer 3", seed=25),
 }
 
 ALL_FAMILIES = {**FAMILIES, **HYBRIDS}

@@ -26,7 +26,12 @@ HYBRIDS = list(hf_tiny.HYBRIDS)
 TEXT = hf_tiny.training_text().encode()[:8000]
 KINDS = {"lfm2": ["short convolution", "attention", "short convolution", "attention"],
          "qwen3_next": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
-         "qwen3_5": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"]}
+         "qwen3_5": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
+         "granite4": ["Mamba-2 (recurrent)"] * 3 + ["attention"],
+         "nemotron_h": ["Mamba-2 (recurrent)", "MLP (no token mixing)", "Mamba-2 (recurrent)", "attention"]}
+# what the attention layers do with positions, and the share of each head that turns
+ATTENTION_POSITION = {"lfm2": ("rope", 1.0), "qwen3_next": ("rope", 0.25), "qwen3_5": ("rope", 0.25),
+                      "granite4": ("nope", 0.0), "nemotron_h": ("nope", 0.0)}
 
 
 @pytest.fixture(autouse=True)
@@ -47,9 +52,10 @@ def test_a_hybrid_lab_reads_what_transformers_computes(hf_family_dir, name):
     model = open_model(folder)
     assert [model.layer_kind(i) for i in range(model.n_layer)] == KINDS[name]
     layout = model.layer_layout()
-    for row, kind in zip(layout, KINDS[name]):  # only the attention layers rotate, each its share of a head
-        assert (row["position"] == "rope") == (kind == "attention"), row
-        assert row["rotary share"] == (0.0 if kind != "attention" else 1.0 if name == "lfm2" else 0.25)
+    position, share = ATTENTION_POSITION[name]
+    for row, kind in zip(layout, KINDS[name]):  # the attention layers rotate their share of a head (or not); no other
+        assert row["position"] == (position if kind == "attention" else kind), row
+        assert row["rotary share"] == (share if kind == "attention" else 0.0)
     ids = model.encode(TEXT)
     T = 40
     x = ids[None, :T]
@@ -75,7 +81,7 @@ def test_a_hybrid_lab_reads_what_transformers_computes(hf_family_dir, name):
     torch.testing.assert_close(steps, reference, atol=1e-5, rtol=0)
     assert len(cache) == T and cache.next_position() == T
     # a cache for maps: a recurrent layer's rows of 8 queries at a time reach back to the first token
-    recurrent = KINDS[name].index(next(k for k in KINDS[name] if k != "attention"))
+    recurrent = 0  # every hybrid here begins with a recurrent or convolution layer
     cache = model.new_cache(for_maps=True)
     rows = [model(x[:, t:t + 8], cache=cache, attention_layer=recurrent).attention for t in range(0, T, 8)]
     assert [r.shape[-1] for r in rows] == [8, 16, 24, 32, 40]
@@ -129,6 +135,26 @@ def test_a_gated_deltanet_layers_implied_matrix_times_its_values_is_its_output(h
             wrong = mixers.delta_rule_matrix(q.repeat(1, 1, r, 1), k.repeat(1, 1, r, 1), g, beta)
             off = (wrong @ v.transpose(1, 2).double()).transpose(1, 2).reshape(core.shape).float() - core
             assert off.norm() > 0.1 * core.norm()
+
+
+@pytest.mark.parametrize("name", ["granite4", "nemotron_h"])
+def test_a_mamba2_layers_implied_matrix_times_its_values_is_its_output(hf_family_dir, name):
+    net = direct(hf_family_dir[name])
+    for layer in (0, 2):
+        layers = net.model.layers[layer]
+        module = layers.mamba if name == "granite4" else layers.mixer
+        seen = _captured(net, module, module.norm)
+        with torch.no_grad():
+            values, Bm, Cm, dt, A, D = mixers.mamba2_parts(module, seen["x"])
+            w = mixers.ssd_matrix(Bm, Cm, dt, A, D)  # (b, H, T, T) float64
+            ours = (w @ values.transpose(1, 2).double()).transpose(1, 2).reshape(*values.shape[:2], -1).float()
+            scan, gate = seen["inner"]  # what the layer's gated norm receives: the scan's output (its D skip in)
+            torch.testing.assert_close(ours, scan, atol=2e-6, rtol=1e-4)
+            torch.testing.assert_close(module.out_proj(module.norm(ours, gate)), seen["out"], atol=2e-6, rtol=1e-4)
+            # a copy that leaves out dt_s (the discretisation of B) is not the layer
+            wrong = mixers.ssd_matrix(Bm, Cm, dt, A, D) / dt.double().permute(0, 2, 1)[:, :, None, :]
+            off = (wrong @ values.transpose(1, 2).double()).transpose(1, 2).reshape(*values.shape[:2], -1).float() - scan
+            assert off.norm() > 0.1 * scan.norm()
 
 
 def test_a_short_convolutions_implied_matrix_times_its_values_is_its_output(hf_family_dir):
@@ -187,7 +213,8 @@ def test_every_lab_runs_on_each_hybrid(hf_family_dir, name):
         for strategy in ("stop", "streaming"):
             written = g.generate(model, model.encode(b"def add(a, b):\n").tolist(), g.DecodeSettings(L + 8, strategy=strategy))
             assert written.error is None and len(written.ids) == L + 8, strategy
-    assert model.description.startswith(f" — RoPE on {len(attending)} of 4 layers, ")
+    method = {"rope": "RoPE", "nope": "NoPE"}[ATTENTION_POSITION[name][0]]
+    assert model.description.startswith(f" — {method} on {len(attending)} of 4 layers, ")
 
 
 def test_the_extrapolation_lab_shows_a_hybrids_recurrent_layer_as_implied(tiny_models, hf_family_dir, monkeypatch):

@@ -58,7 +58,8 @@ def published_section(method: str, header: str, intro: str):
         if model.method == method:
             fits[label] = model
         else:
-            others.append(f"{label} ({model.method}: on the {PAGES[model.method]} page)")
+            others.append(f"{label} ({model.method}: on the {PAGES[model.method]} page)" if model.method in PAGES
+                          else f"{label} ({model.method}: no position parameters to draw)")
     if others:
         st.caption("Also listed: " + "; ".join(others) + ".")
     if waiting:

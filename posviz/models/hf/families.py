@@ -58,10 +58,16 @@ FAMILIES: dict[str, Family] = {
     # Qwen3-Next, Qwen3.5: three Gated DeltaNet layers to one gated attention layer that rotates a quarter of each head
     "qwen3_next": Family(lambda c: "rope", _attr("max_position_embeddings")),
     "qwen3_5_text": Family(lambda c: "rope", _attr("max_position_embeddings")),
+    # Granite 4.0-H: Mamba-2 beside attention that rotates only where position_embedding_type is "rope" (its
+    # config fills rope_parameters either way); the published models' is NoPE
+    "granitemoehybrid": Family(lambda c: "rope" if getattr(c, "position_embedding_type", None) == "rope" else "nope",
+                               _attr("max_position_embeddings")),
+    # Nemotron-H: Mamba-2 beside attention that never rotates
+    "nemotron_h": Family(lambda c: "nope", _attr("max_position_embeddings")),
 }
 
 
-ACTS_ON = {"learned": "input", "rope": "q/k", "alibi": "logits"}
+ACTS_ON = {"learned": "input", "rope": "q/k", "alibi": "logits", "nope": "nothing"}
 UNSTATED_CONTEXT = 2048  # the context of a model that states none anywhere (BLOOM's and Falcon-RW's)
 
 

@@ -16,6 +16,11 @@ Kinds:
 - short convolution (LFM2): y = C * conv(B * x), a depthwise convolution of K taps with no activation, so each channel's
   matrix is exact and banded: w^c_ts = C^c_t kernel^c[K - 1 - (t - s)] B^c_s for 0 <= t - s < K. Drawn per group of
   hidden / heads channels, the group's mean (a display choice: the layer has no heads).
+- Mamba-2 (Granite 4.0, Nemotron-H): the scan as a matrix per head, w_ts = (C_t . B_s) exp(A_h sum_(r = s+1..t) dt_r)
+  dt_s (Ali, Zimerman and Wolf's hidden attention of Mamba, in Mamba-2's scalar-decay form), on the values after the
+  convolution; the D skip is added on the diagonal (the reference keeps it apart), so that the matrix reproduces
+  the scan's output; the gate and grouped norm after it are left out, as above.
+- MLP (Nemotron-H lists its MLP and MoE blocks as layers): no token mixing, the identity.
 Shapes: x (B, T, C) the layer's input (after the decoder layer's norm); a map (B, H, T, T).
 """
 from __future__ import annotations
@@ -39,10 +44,18 @@ class Mixer:
     implied: Callable | None = None  # (module, x (B, T, C), n_head) -> (B, H, T, T) implied matrix
     holds: str = "keys and values of every token"  # what its cache keeps, as the KV cache lab says it
 
+    @property
+    def carries_order(self) -> bool:
+        """Whether the layer reads the text token after token (a recurrence or a convolution): order without positions."""
+        return self.kind not in ("attention", NO_MIXING)
+
 
 ATTENTION = Mixer("attention")
 GATED_DELTANET = "Gated DeltaNet (recurrent)"  # as posviz's own hybrid_deltanet names its layers
 SHORT_CONV = "short convolution"
+MAMBA2 = "Mamba-2 (recurrent)"
+MAMBA2_HOLDS = "a fixed-size state per head (head dim × state size) and its convolution's last 3 inputs"
+NO_MIXING = "MLP (no token mixing)"
 
 
 def _own_conv(module, mixed: torch.Tensor, activation) -> torch.Tensor:
@@ -117,6 +130,48 @@ def short_conv_lfm2(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(w.shape[0], n_head, -1, T, T).mean(2).float()
 
 
+def ssd_matrix(B: torch.Tensor, C: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+    """Mamba-2's scan (state space duality) as a matrix, (b, H, T, T) float64: w_ts = (C_t . B_s) exp(A_h sum_(r = s+1..t)
+    dt_r) dt_s for s <= t, and D_h added on the diagonal (its skip). B, C (b, T, H, N) with each head's group's;
+    dt (b, T, H) after its bias, softplus and limits; A (H,) negative. y_t = sum_s w_ts x_s, per head, on every one
+    of the head's channels: what ``mamba2_chunk_scan`` computes a chunk at a time."""
+    B, C, dt, A, D = (t.double() for t in (B, C, dt, A, D))
+    cum = (A * dt).cumsum(1)  # (b, T, H): the log decay up to each token
+    T = dt.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=dt.device).tril()
+    decay = (cum[:, :, None] - cum[:, None, :]).permute(0, 3, 1, 2).masked_fill(~causal, float("-inf")).exp()
+    w = torch.einsum("bthn,bshn->bhts", C, B) * decay * dt.permute(0, 2, 1)[:, :, None, :]
+    return w + torch.diag_embed(D[None, :, None].expand(dt.shape[0], -1, T))
+
+
+def mamba2_parts(module, x: torch.Tensor) -> tuple:
+    """A Mamba-2 mixer's (Granite 4.0's ``GraniteMoeHybridMambaLayer``, ``NemotronHMamba2Mixer``) scan inputs: the
+    values x (b, T, H, P) and B, C (b, T, H, N), dt (b, T, H), A, D (H,), from its own in_proj split [gate | x B C |
+    dt], its own convolution function over x B C with its activation, and the scan's dt = clamp(softplus(dt +
+    dt_bias), time_step_limit), A = -exp(A_log); B and C repeated over the heads of their group."""
+    b, T, _ = x.shape
+    _gate, xbc, dt = module.in_proj(x).split([module.intermediate_size, module.conv_dim, module.num_heads], dim=-1)
+    xbc = _own_conv(module, xbc.transpose(1, 2), module.activation).transpose(1, 2)
+    GN = module.n_groups * module.ssm_state_size
+    values, Bm, Cm = torch.split(xbc, [module.intermediate_size, GN, GN], dim=-1)
+    per_group = module.num_heads // module.n_groups
+    Bm, Cm = (t.reshape(b, T, module.n_groups, -1).repeat_interleave(per_group, dim=2) for t in (Bm, Cm))
+    low, high = module.time_step_limit or (0.0, float("inf"))
+    dt = F.softplus(dt + module.dt_bias).clamp(low, high)
+    return values.reshape(b, T, module.num_heads, module.head_dim), Bm, Cm, dt, -module.A_log.float().exp(), module.D
+
+
+def mamba2(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
+    _values, Bm, Cm, dt, A, D = mamba2_parts(module, x)
+    return ssd_matrix(Bm, Cm, dt, A, D).float()
+
+
+def no_mixing(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
+    """A layer that is an MLP alone (Nemotron-H lists them as layers): each token reads itself, the identity."""
+    b, T, _ = x.shape
+    return torch.eye(T, device=x.device).expand(b, n_head, T, T).clone()
+
+
 # model_type -> {an entry of the config's layer_types: the layer kind}. A family missing here: attention everywhere.
 MIXERS: dict[str, dict[str, Mixer]] = {
     "qwen3_next": {"full_attention": ATTENTION, "linear_attention": Mixer(
@@ -125,6 +180,12 @@ MIXERS: dict[str, dict[str, Mixer]] = {
     "qwen3_5_text": {"full_attention": ATTENTION, "linear_attention": Mixer(
         GATED_DELTANET, "linear_attn", _gated_deltanet(gated_deltanet_parts_qwen3_5), "a fixed-size state per head (d_k × d_v) and its "
         "convolution's last 3 inputs")},
+    # Granite 4.0-H: Mamba-2 layers beside attention layers (NoPE in the published models); layer_types "mamba" and
+    # "attention" in its config.json, read by transformers as these
+    "granitemoehybrid": {"full_attention": ATTENTION, "linear_attention": Mixer(MAMBA2, "mamba", mamba2, MAMBA2_HOLDS)},
+    # Nemotron-H: every layer keeps its block at .mixer, Mamba-2, attention (NoPE), or an MLP or MoE alone
+    "nemotron_h": {"full_attention": Mixer("attention", "mixer"), "linear_attention": Mixer(MAMBA2, "mixer", mamba2, MAMBA2_HOLDS),
+                   "mlp": Mixer(NO_MIXING, "mixer", no_mixing, "nothing"), "moe": Mixer(NO_MIXING, "mixer", no_mixing, "nothing")},
     "lfm2": {"full_attention": ATTENTION, "conv": Mixer(
         SHORT_CONV, "conv", short_conv_lfm2, "its convolution's last inputs (the kernel's width less one)")},
 }

@@ -74,6 +74,8 @@ class PublishedModel(LabModel):
         self.mixers = layer_mixers(config)  # what mixes the tokens in each layer (a hybrid's recurrent layers)
         self.max_positions = family.table_rows(config)
         self.acts_on = ACTS_ON[self.method]
+        if self.method == "nope" and any(m.carries_order for m in self.mixers):
+            self.acts_on = "recurrence"  # order from the recurrent layers' state (as posviz's hybrid_deltanet)
         self.is_absolute = self.method == "learned"
         self.n_params = count_parameters(config)
         if self.n_params > max_params():
@@ -343,8 +345,10 @@ class PublishedModel(LabModel):
             if attention_layer is not None:
                 if not 0 <= attention_layer < self.n_layer:
                     raise PosvizError(f"layer must be in 0..{self.n_layer - 1}, got {attention_layer}")
-                if self.mixers[attention_layer].kind == "attention":
-                    module = attention_module(decoder_layers(net)[attention_layer])
+                mixer = self.mixers[attention_layer]
+                if mixer.kind == "attention":
+                    layer = decoder_layers(net)[attention_layer]
+                    module = getattr(layer, mixer.attribute) if mixer.attribute else attention_module(layer)
 
                     def keep_probs(module, args, out):  # returns None: the layer's output passes on unchanged
                         captured["probs"] = out[1]
@@ -470,6 +474,10 @@ class PublishedModel(LabModel):
             if self.rotary_dims < self.head_dim:
                 out.notes.append(f"Only {self.rotary_dims} of each head's {self.head_dim} dimensions rotate "
                                  f"({self.rotary_dims / self.head_dim:.0%}); the rest carry no position.")
+        elif self.method == "nope":
+            out.notes.append("Its attention layers use no positions" + (
+                f"; the order of the text comes from its {sum(m.carries_order for m in self.mixers)} "
+                "recurrent or convolution layers, which read it token after token." if self.acts_on == "recurrence" else "."))
         else:
             out.slopes, notes = alibi_slopes_as_added(self.config, self.n_head)
             out.notes.extend(notes + probes.eager_alibi_notes(self.config))
