@@ -242,3 +242,21 @@ def test_the_extrapolation_lab_shows_a_hybrids_recurrent_layer_as_implied(tiny_m
     at.selectbox(key="w_layer").set_value(3)
     run(at)
     assert "Gated DeltaNet (recurrent) layer" not in texts(at.caption)
+
+
+def test_the_kv_cache_lab_says_what_each_layers_cache_keeps(tiny_models, hf_family_dir, monkeypatch):
+    """Nemotron-H beside the shipped rope: per run of layers, what the cache keeps and whether it grows."""
+    from test_pages_labs import page, run
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = hf_family_dir["nemotron_h"]
+    monkeypatch.setenv("POSVIZ_MODELS", str(folder))
+    rows = open_model(folder).cache_rows()
+    assert [(r["layers"], r["grows"]) for r in rows] == [([0], False), ([1], False), ([2], False), ([3], True)]
+    assert "fixed-size state per head" in rows[0]["holds"] and rows[1]["holds"] == "nothing"
+    at = run(page("kv_cache", models="rope,nemotron_h", W="16", n="40"))
+    table = next(d.value for d in at.main.dataframe if "its cache keeps" in d.value.columns)
+    mine = table[table["model"] == "nemotron_h"]
+    assert list(mine["layers"]) == ["0", "1", "2", "3"] and list(mine["grows with the text"]) == ["no", "no", "no", "yes"]
+    assert list(mine["layer kind"]) == KINDS["nemotron_h"]
+    assert list(table[table["model"] != "nemotron_h"]["grows with the text"]) == ["yes"]  # rope: 2 attention layers, one run

@@ -66,6 +66,21 @@ chosen = catalog.ready(chosen)  # a published model's weights load now, under a 
 if not chosen:
     st.stop()
 
+
+def cache_contents_section() -> None:
+    """What each chosen model's cache keeps, layer by layer (LabModel.cache_rows): a hybrid's recurrent layers keep a
+    state of one size, its attention layers keys that grow with the text."""
+    rows = [{"model": display_name(name), "layers": kv_cache.layer_span(r["layers"]), "layer kind": r["kind"],
+             "its cache keeps": r["holds"], "grows with the text": "yes" if r["grows"] else "no"}
+            for name in chosen for r in models[name].cache_rows()]
+    if any(r["grows with the text"] == "no" for r in rows):
+        st.markdown("**What each model's cache keeps**: only attention layers keep a key per cached "
+                    f"{one}; a recurrent layer keeps a state of one size, which a window does not evict.")
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+
+
+cache_contents_section()
+
 # ------------------------------------------------------------------------------------------------
 # The two-pass diagram (no model needed: shown at once; its slider reruns only this section)
 # ------------------------------------------------------------------------------------------------

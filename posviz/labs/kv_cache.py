@@ -52,6 +52,11 @@ STRATEGY_HOW = {
 }
 
 
+def layer_span(layers: list[int]) -> str:
+    """Adjacent layers as a table says them: "3", "0–2"."""
+    return str(layers[0]) if len(layers) == 1 else f"{layers[0]}–{layers[-1]}"
+
+
 def unit_words(units) -> tuple[str, str]:
     """(one, many) for what a step scores, as labels say it: bytes, tokens, or both when models differ."""
     units = set(units)

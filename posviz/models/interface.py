@@ -205,6 +205,24 @@ class LabModel(ABC):
         matrix (signed, no softmax) rather than attention weights."""
         return "attention"
 
+    def cache_holds(self, layer: int) -> tuple[str, bool]:
+        """What a KV cache keeps for ``layer``, in words, and whether that grows with the text: an attention layer's
+        keys and values of every cached id do; a recurrent layer's state does not (a model with other layers says)."""
+        if self.layer_kind(layer) == "attention":
+            return f"keys and values of every cached {self.unit}", True
+        return "a fixed-size state, the same at any length", False
+
+    def cache_rows(self) -> list[dict]:
+        """{layers, kind, holds, grows} per run of adjacent layers of one kind: what the KV cache lab tabulates."""
+        rows: list[dict] = []
+        for layer in range(self.n_layer):
+            kind, (holds, grows) = self.layer_kind(layer), self.cache_holds(layer)
+            if rows and rows[-1]["kind"] == kind and rows[-1]["layers"][-1] == layer - 1:
+                rows[-1]["layers"].append(layer)
+            else:
+                rows.append({"layers": [layer], "kind": kind, "holds": holds, "grows": grows})
+        return rows
+
     @abstractmethod
     def layer_layout(self) -> list[dict]:
         """What each layer does with positions: rows {layer, position, base, rotary share, window, sinks, options}

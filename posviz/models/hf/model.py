@@ -192,6 +192,10 @@ class PublishedModel(LabModel):
     def layer_kind(self, layer: int) -> str:
         return self.mixers[layer].kind
 
+    def cache_holds(self, layer: int) -> tuple[str, bool]:
+        mixer = self.mixers[layer]
+        return (f"keys and values of every cached {self.unit}", True) if mixer.kind == "attention" else (mixer.holds, False)
+
     @property
     def device(self) -> torch.device:
         return self._device
