@@ -165,6 +165,17 @@ HYBRIDS: dict[str, Family] = {
     "nemotron_h": Family("NemotronHConfig", dict(_HYBRID, hybrid_override_pattern="M-M*", head_dim=16, mamba_num_heads=8,
                                                  mamba_head_dim=16, ssm_state_size=16, n_groups=2, chunk_size=8),
                          "nope on attention layer 3", seed=25),
+    # DeepSeek-V3: MLA in every layer, each head's q.k of 16 unrotated and 8 rotated dimensions, the rotated key one for
+    # all heads, q and kv through low-rank latents; a mixture of experts after the first layer
+    "deepseek_v3": Family("DeepseekV3Config", dict(_HYBRID, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=24,
+                                                   qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                                   moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                                                   n_group=2, topk_group=1, first_k_dense_replace=1),
+                          "rope on 8 of each head's 24 q.k dimensions", seed=26),
+    # Llama 4's text model: RoPE layers attend within chunks (8 tokens here), every fourth layer NoPE with a
+    # length-dependent query temperature
+    "llama4": Family("Llama4TextConfig", dict(_HYBRID, head_dim=16, intermediate_size_mlp=128, num_local_experts=4,
+                                              attention_chunk_size=8), "rope in chunks, NoPE every fourth layer", seed=27),
 }
 
 ALL_FAMILIES = {**FAMILIES, **HYBRIDS}

@@ -28,10 +28,25 @@ KINDS = {"lfm2": ["short convolution", "attention", "short convolution", "attent
          "qwen3_next": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
          "qwen3_5": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
          "granite4": ["Mamba-2 (recurrent)"] * 3 + ["attention"],
-         "nemotron_h": ["Mamba-2 (recurrent)", "MLP (no token mixing)", "Mamba-2 (recurrent)", "attention"]}
-# what the attention layers do with positions, and the share of each head that turns
-ATTENTION_POSITION = {"lfm2": ("rope", 1.0), "qwen3_next": ("rope", 0.25), "qwen3_5": ("rope", 0.25),
-                      "granite4": ("nope", 0.0), "nemotron_h": ("nope", 0.0)}
+         "nemotron_h": ["Mamba-2 (recurrent)", "MLP (no token mixing)", "Mamba-2 (recurrent)", "attention"],
+         "deepseek_v3": ["attention"] * 4, "llama4": ["attention"] * 4}
+# what each layer does with positions, and the share of each head's q.k dimensions that turns
+ROPE, NOPE = ("rope", 1.0), ("nope", 0.0)
+LAYOUT = {"lfm2": [("short convolution", 0.0), ROPE] * 2,
+          "qwen3_next": [("Gated DeltaNet (recurrent)", 0.0)] * 3 + [("rope", 0.25)],
+          "qwen3_5": [("Gated DeltaNet (recurrent)", 0.0)] * 3 + [("rope", 0.25)],
+          "granite4": [("Mamba-2 (recurrent)", 0.0)] * 3 + [NOPE],
+          "nemotron_h": [("Mamba-2 (recurrent)", 0.0), ("MLP (no token mixing)", 0.0), ("Mamba-2 (recurrent)", 0.0), NOPE],
+          "deepseek_v3": [("rope", 8 / 24)] * 4,  # MLA: 8 rotated of 16 + 8 q.k dimensions
+          "llama4": [ROPE] * 3 + [NOPE]}  # every fourth layer NoPE
+# the picker's line: where its positions come from
+DESCRIPTION = {"lfm2": " — RoPE on 2 of 4 layers, 2 short convolution, 64 tokens",
+               "qwen3_next": " — RoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens",
+               "qwen3_5": " — RoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens",
+               "granite4": " — NoPE on 1 of 4 layers, 3 Mamba-2 (recurrent), 64 tokens",
+               "nemotron_h": " — NoPE on 1 of 4 layers, 2 Mamba-2 (recurrent), 1 MLP (no token mixing), 64 tokens",
+               "deepseek_v3": " — RoPE (MLA: 8 of 24 q·k dims rotate), 64 tokens",
+               "llama4": " — RoPE (NoPE on 1 of 4 layers, chunks of 8 on the others), 64 tokens"}
 
 
 @pytest.fixture(autouse=True)
@@ -52,10 +67,8 @@ def test_a_hybrid_lab_reads_what_transformers_computes(hf_family_dir, name):
     model = open_model(folder)
     assert [model.layer_kind(i) for i in range(model.n_layer)] == KINDS[name]
     layout = model.layer_layout()
-    position, share = ATTENTION_POSITION[name]
-    for row, kind in zip(layout, KINDS[name]):  # the attention layers rotate their share of a head (or not); no other
-        assert row["position"] == (position if kind == "attention" else kind), row
-        assert row["rotary share"] == (share if kind == "attention" else 0.0)
+    assert [(row["position"], row["rotary share"]) for row in layout] == LAYOUT[name]
+    assert model.description == DESCRIPTION[name]
     ids = model.encode(TEXT)
     T = 40
     x = ids[None, :T]
@@ -81,12 +94,12 @@ def test_a_hybrid_lab_reads_what_transformers_computes(hf_family_dir, name):
     torch.testing.assert_close(steps, reference, atol=1e-5, rtol=0)
     assert len(cache) == T and cache.next_position() == T
     # a cache for maps: a recurrent layer's rows of 8 queries at a time reach back to the first token
-    recurrent = 0  # every hybrid here begins with a recurrent or convolution layer
-    cache = model.new_cache(for_maps=True)
-    rows = [model(x[:, t:t + 8], cache=cache, attention_layer=recurrent).attention for t in range(0, T, 8)]
-    assert [r.shape[-1] for r in rows] == [8, 16, 24, 32, 40]
-    for i, r in enumerate(rows):
-        torch.testing.assert_close(r[0], every[recurrent][:, 8 * i:8 * (i + 1), :8 * (i + 1)], atol=1e-6, rtol=0)
+    if KINDS[name][0] != "attention":  # a cache for maps: a recurrent layer's rows of 8 queries reach back to the first
+        cache = model.new_cache(for_maps=True)
+        rows = [model(x[:, t:t + 8], cache=cache, attention_layer=0).attention for t in range(0, T, 8)]
+        assert [r.shape[-1] for r in rows] == [8, 16, 24, 32, 40]
+        for i, r in enumerate(rows):
+            torch.testing.assert_close(r[0], every[0][:, 8 * i:8 * (i + 1), :8 * (i + 1)], atol=1e-6, rtol=0)
     # bits per byte at twice its 64-token context: transformers' cross-entropy over the bytes its tokens cover
     L = 2 * hf_tiny.CONTEXT
     with torch.no_grad():
@@ -213,8 +226,6 @@ def test_every_lab_runs_on_each_hybrid(hf_family_dir, name):
         for strategy in ("stop", "streaming"):
             written = g.generate(model, model.encode(b"def add(a, b):\n").tolist(), g.DecodeSettings(L + 8, strategy=strategy))
             assert written.error is None and len(written.ids) == L + 8, strategy
-    method = {"rope": "RoPE", "nope": "NoPE"}[ATTENTION_POSITION[name][0]]
-    assert model.description.startswith(f" — {method} on {len(attending)} of 4 layers, ")
 
 
 def test_the_extrapolation_lab_shows_a_hybrids_recurrent_layer_as_implied(tiny_models, hf_family_dir, monkeypatch):

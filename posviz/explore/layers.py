@@ -29,7 +29,7 @@ def layout_rows(models: dict[str, LabModel]) -> list[dict]:
                 parts.append(f"θ {_short(r['base'])}")
             if r["rotary share"] and r["rotary share"] < 1:
                 parts.append(f"{r['rotary share']:.0%} turns")
-            parts.append("full" if r["window"] is None else f"W {r['window']}")
+            parts.append(f"chunks of {r['chunk']}" if r.get("chunk") else "full" if r["window"] is None else f"W {r['window']}")
             if r["sinks"]:
                 parts.append("sinks")
             rows.append({"model": name, **r, "window": r["window"] if r["window"] is not None else math.nan,

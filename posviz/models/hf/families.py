@@ -24,6 +24,39 @@ class Family:
     table_rows: Callable[[object], int | None] = lambda config: None  # positions it can represent at all
     table_name: str | None = None  # learned: the parameter holding the table
     table_offset: int = 0  # learned: rows before position 0 (OPT keeps 2)
+    # (q.k dimensions of a head, of which rotate) where head_dim does not say it (MLA: head_dim is the rotated part)
+    head_dims: Callable[[object], tuple[int, int]] | None = None
+    notes: Callable[[object], list[str]] = lambda config: []  # what its attention does beyond its position method
+    summary: Callable[[object], str] = lambda config: ""  # the picker's few words on it ("MLA: 64 of 192 q·k dims rotate")
+
+
+def _mla_dims(config) -> tuple[int, int]:
+    """DeepSeek's MLA: each head's q.k is qk_nope_head_dim unrotated plus qk_rope_head_dim rotated dimensions (its
+    config sets head_dim to the rotated part alone)."""
+    return int(config.qk_nope_head_dim) + int(config.qk_rope_head_dim), int(config.qk_rope_head_dim)
+
+
+def _mla_notes(config) -> list[str]:
+    return [f"MLA: each head's query and key have {config.qk_nope_head_dim} dimensions without position and "
+            f"{config.qk_rope_head_dim} that rotate; the rotated key is one for all heads, and the unrotated keys and the "
+            f"values come from a {config.kv_lora_rank}-dimensional latent of each token."]
+
+
+def _llama4_notes(config) -> list[str]:
+    rope_layers = [bool(r) for r in (getattr(config, "no_rope_layers", None) or [])]
+    notes = []
+    chunk = getattr(config, "attention_chunk_size", None)
+    if chunk and any(rope_layers):
+        notes.append(f"Its RoPE layers attend within chunks of {int(chunk):,} tokens: a query sees the keys of its own "
+                     "chunk only (not a sliding window).")
+    if not all(rope_layers):
+        nope = [i for i, r in enumerate(rope_layers) if not r]
+        notes.append(f"{len(nope)} of its {len(rope_layers)} layers {'has' if len(nope) == 1 else 'have'} no rotation (layers {', '.join(map(str, nope[:6]))}"
+                     f"{', …' if len(nope) > 6 else ''})" + (
+                         f", and scale their queries by 1 + {config.attn_scale} log(1 + floor((position + 1) / "
+                         f"{int(config.floor_scale):,})): sharper attention deeper into the text."
+                         if getattr(config, "attn_temperature_tuning", False) else "."))
+    return notes
 
 
 def _attr(*names):
@@ -64,6 +97,14 @@ FAMILIES: dict[str, Family] = {
                                _attr("max_position_embeddings")),
     # Nemotron-H: Mamba-2 beside attention that never rotates
     "nemotron_h": Family(lambda c: "nope", _attr("max_position_embeddings")),
+    # DeepSeek-V3: MLA, a small rotated part of each head (interleaved pairs) beside an unrotated part
+    "deepseek_v3": Family(lambda c: "rope", _attr("max_position_embeddings"), head_dims=_mla_dims, notes=_mla_notes,
+                          summary=lambda c: "MLA: {1} of {0} q·k dims rotate".format(*_mla_dims(c))),
+    # Llama 4: RoPE layers attending in chunks, every fourth layer NoPE with a query temperature
+    "llama4_text": Family(lambda c: "rope", _attr("max_position_embeddings"), notes=_llama4_notes,
+                          summary=lambda c: f"NoPE on {list(c.no_rope_layers).count(0)} of {c.num_hidden_layers} layers, "
+                                            f"chunks of {int(c.attention_chunk_size):,} on the others"
+                          if getattr(c, "attention_chunk_size", None) else ""),
 }
 
 
@@ -102,10 +143,13 @@ def layer_layout(config) -> list[dict]:
         rotates = method == "rope" and bool(uses_rope[i] if i < len(uses_rope) else 1)
         rows.append({"layer": i, "position": method if method != "rope" else ("rope" if rotates else "nope"),
                      "base": float(params.get("rope_theta", 10000.0)) if rotates else None,
-                     "rotary share": float(params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)
-                                                      or 1.0)) if rotates else 0.0,
+                     "rotary share": (family.head_dims(config)[1] / family.head_dims(config)[0] if family and family.head_dims
+                                      else float(params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)
+                                                            or 1.0))) if rotates else 0.0,
                      "window": int(config.sliding_window) if kind == "sliding_attention" and getattr(config, "sliding_window", None)
                      else None,
+                     # Llama 4: a query attends to the keys of its own chunk only
+                     "chunk": int(config.attention_chunk_size) if kind == "chunked_attention" else None,
                      "sinks": config.model_type == "gpt_oss"})
     return rows
 

@@ -93,6 +93,8 @@ class PublishedModel(LabModel):
         self.hidden = int(config.hidden_size)
         self.rotary_dims = (int(self.head_dim * float(base_rope.get("partial_rotary_factor", 1.0))) // 2 * 2
                             if self.method == "rope" else None)
+        if family.head_dims is not None:  # MLA: q.k is an unrotated part and a rotated part
+            self.head_dim, self.rotary_dims = family.head_dims(config)
         self.remap_refusal = probes.remap_refusal(config, self.method)  # None: it takes every remap
         self.remaps = tuple(ROPE_REMAPS) if self.remap_refusal is None else ()
         remap = self._overrides.get("remap", "none")
@@ -154,6 +156,8 @@ class PublishedModel(LabModel):
         from posviz.display import display_name  # the method's name, as every picker says it
 
         where = display_name(self.method)
+        if self._family.summary(self.config):  # " — RoPE (MLA: 64 of 192 q·k dims rotate), 4,096 tokens"
+            where += f" ({self._family.summary(self.config)})"
         others = [m.kind for m in self.mixers if m.kind != "attention"]
         if others:  # a hybrid: its positions are its attention layers' (" — RoPE on 1 of 4 layers, 3 Gated DeltaNet …")
             kinds = ", ".join(f"{others.count(k)} {k}" for k in dict.fromkeys(others))
@@ -469,7 +473,8 @@ class PublishedModel(LabModel):
             if self._family.table_offset:
                 out.notes.append(f"{self.family_name} keeps {self._family.table_offset} rows before position 0 "
                                  f"(its table has {table.shape[0]:,} rows for {table.shape[0] - self._family.table_offset:,} positions).")
-        elif self.method == "rope":
+        out.notes.extend(self._family.notes(self.config))
+        if self.method == "rope":
             out.inv_freq, out.attention_factor = self.frequencies(self.train_length)
             if len(self.layer_ropes) > 1:
                 out.notes.append("Its layers turn with one θ per layer type ("
@@ -482,7 +487,7 @@ class PublishedModel(LabModel):
             out.notes.append("Its attention layers use no positions" + (
                 f"; the order of the text comes from its {sum(m.carries_order for m in self.mixers)} "
                 "recurrent or convolution layers, which read it token after token." if self.acts_on == "recurrence" else "."))
-        else:
+        elif self.method == "alibi":
             out.slopes, notes = alibi_slopes_as_added(self.config, self.n_head)
             out.notes.extend(notes + probes.eager_alibi_notes(self.config))
         return out
