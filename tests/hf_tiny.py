@@ -165,6 +165,11 @@ HYBRIDS: dict[str, Family] = {
     "nemotron_h": Family("NemotronHConfig", dict(_HYBRID, hybrid_override_pattern="M-M*", head_dim=16, mamba_num_heads=8,
                                                  mamba_head_dim=16, ssm_state_size=16, n_groups=2, chunk_size=8),
                          "nope on attention layer 3", seed=25),
+    # OLMo-Hybrid: Gated DeltaNet at layers 0-2 (4 value heads on 2 key heads, beta doubled), attention at 3 without
+    # rotation, as released (rope_theta None)
+    "olmo_hybrid": Family("OlmoHybridConfig", dict(_DELTANET, linear_num_value_heads=4, linear_allow_neg_eigval=True,
+                                                   rope_parameters={"rope_type": "default", "rope_theta": None}),
+                          "nope on attention layer 3", seed=28),
     # DeepSeek-V3: MLA in every layer, each head's q.k of 16 unrotated and 8 rotated dimensions, the rotated key one for
     # all heads, q and kv through low-rank latents; a mixture of experts after the first layer
     "deepseek_v3": Family("DeepseekV3Config", dict(_HYBRID, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=24,

@@ -29,6 +29,7 @@ KINDS = {"lfm2": ["short convolution", "attention", "short convolution", "attent
          "qwen3_5": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
          "granite4": ["Mamba-2 (recurrent)"] * 3 + ["attention"],
          "nemotron_h": ["Mamba-2 (recurrent)", "MLP (no token mixing)", "Mamba-2 (recurrent)", "attention"],
+         "olmo_hybrid": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
          "deepseek_v3": ["attention"] * 4, "llama4": ["attention"] * 4}
 # what each layer does with positions, and the share of each head's q.k dimensions that turns
 ROPE, NOPE = ("rope", 1.0), ("nope", 0.0)
@@ -37,6 +38,7 @@ LAYOUT = {"lfm2": [("short convolution", 0.0), ROPE] * 2,
           "qwen3_5": [("Gated DeltaNet (recurrent)", 0.0)] * 3 + [("rope", 0.25)],
           "granite4": [("Mamba-2 (recurrent)", 0.0)] * 3 + [NOPE],
           "nemotron_h": [("Mamba-2 (recurrent)", 0.0), ("MLP (no token mixing)", 0.0), ("Mamba-2 (recurrent)", 0.0), NOPE],
+          "olmo_hybrid": [("Gated DeltaNet (recurrent)", 0.0)] * 3 + [NOPE],  # released: rope_theta None
           "deepseek_v3": [("rope", 8 / 24)] * 4,  # MLA: 8 rotated of 16 + 8 q.k dimensions
           "llama4": [ROPE] * 3 + [NOPE]}  # every fourth layer NoPE
 # the picker's line: where its positions come from
@@ -45,6 +47,7 @@ DESCRIPTION = {"lfm2": " — RoPE on 2 of 4 layers, 2 short convolution, 64 toke
                "qwen3_5": " — RoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens",
                "granite4": " — NoPE on 1 of 4 layers, 3 Mamba-2 (recurrent), 64 tokens",
                "nemotron_h": " — NoPE on 1 of 4 layers, 2 Mamba-2 (recurrent), 1 MLP (no token mixing), 64 tokens",
+               "olmo_hybrid": " — NoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens",
                "deepseek_v3": " — RoPE (MLA: 8 of 24 q·k dims rotate), 64 tokens",
                "llama4": " — RoPE (NoPE on 1 of 4 layers, chunks of 8 on the others), 64 tokens"}
 
@@ -125,13 +128,16 @@ def _captured(net, module, inner):
     return seen
 
 
-@pytest.mark.parametrize("name, parts", [("qwen3_next", mixers.gated_deltanet_parts_qwen3_next),
-                                         ("qwen3_5", mixers.gated_deltanet_parts_qwen3_5)])
-def test_a_gated_deltanet_layers_implied_matrix_times_its_values_is_its_output(hf_family_dir, name, parts):
+@pytest.mark.parametrize("name, parts, norm, out", [
+    ("qwen3_next", mixers.gated_deltanet_parts_qwen3_next, "norm", "out_proj"),
+    ("qwen3_5", mixers.gated_deltanet_parts_qwen3_5, "norm", "out_proj"),
+    ("olmo_hybrid", mixers.gated_deltanet_parts_olmo_hybrid, "o_norm", "o_proj")])
+def test_a_gated_deltanet_layers_implied_matrix_times_its_values_is_its_output(hf_family_dir, name, parts, norm, out):
     net = direct(hf_family_dir[name])
     for layer in range(3):
         module = net.model.layers[layer].linear_attn
-        seen = _captured(net, module, module.norm)
+        norm_module, out_proj = getattr(module, norm), getattr(module, out)
+        seen = _captured(net, module, norm_module)
         with torch.no_grad():
             q, k, v, g, beta = parts(module, seen["x"])
             w = mixers.delta_rule_matrix(q, k, g, beta)  # (B, Hv, T, T) float64
@@ -139,8 +145,8 @@ def test_a_gated_deltanet_layers_implied_matrix_times_its_values_is_its_output(h
             core, z = seen["inner"]  # what the layer's norm receives: (B T Hv, dv) rows, and its gate
             torch.testing.assert_close(ours.reshape(core.shape).float(), core, atol=2e-6, rtol=1e-4)
             # with the layer's own norm, gate and projection: the layer's output
-            out = module.out_proj(module.norm(ours.reshape(core.shape).float(), z).reshape(*v.shape[:2], -1))
-            torch.testing.assert_close(out, seen["out"], atol=2e-6, rtol=1e-4)
+            output = out_proj(norm_module(ours.reshape(core.shape).float(), z).reshape(*v.shape[:2], -1))
+            torch.testing.assert_close(output, seen["out"], atol=2e-6, rtol=1e-4)
             # a copy that pairs value heads with key heads as repeat() would, not repeat_interleave(), is not the layer
             # (Qwen3-Next's 4 value heads share 2 key heads, Qwen3.5's 8: heads 0, 1 the first key head's, not 0, 2)
             r = v.shape[2] // q.shape[2]

@@ -90,6 +90,15 @@ def gated_deltanet_parts_qwen3_5(module, x: torch.Tensor) -> tuple:
     return q, k, v, *_gate_and_step(module, module.in_proj_a(x), module.in_proj_b(x))
 
 
+def gated_deltanet_parts_olmo_hybrid(module, x: torch.Tensor) -> tuple:
+    """``OlmoHybridGatedDeltaNet``'s (as above): q, k, v, a and b each from its own projection; with
+    ``linear_allow_neg_eigval`` beta is doubled (a step in [0, 2]: the transition may flip a direction)."""
+    mixed = torch.cat([module.q_proj(x), module.k_proj(x), module.v_proj(x)], dim=-1).transpose(1, 2)
+    q, k, v = _split_qkv(module, _own_conv(module, mixed, module.activation).transpose(1, 2))
+    g, beta = _gate_and_step(module, module.a_proj(x), module.b_proj(x))
+    return q, k, v, g, beta * 2.0 if module.allow_neg_eigval else beta
+
+
 def _gated_deltanet(parts: Callable) -> Callable:
     def implied(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
         q, k, _v, g, beta = parts(module, x)
@@ -180,6 +189,10 @@ MIXERS: dict[str, dict[str, Mixer]] = {
     "qwen3_5_text": {"full_attention": ATTENTION, "linear_attention": Mixer(
         GATED_DELTANET, "linear_attn", _gated_deltanet(gated_deltanet_parts_qwen3_5), "a fixed-size state per head (d_k × d_v) and its "
         "convolution's last 3 inputs")},
+    # OLMo-Hybrid: Gated DeltaNet layers (separate projections) beside attention (NoPE in the released models)
+    "olmo_hybrid": {"full_attention": ATTENTION, "linear_attention": Mixer(
+        GATED_DELTANET, "linear_attn", _gated_deltanet(gated_deltanet_parts_olmo_hybrid), "a fixed-size state per head "
+        "(d_k × d_v) and its convolution's last inputs")},
     # Granite 4.0-H: Mamba-2 layers beside attention layers (NoPE in the published models); layer_types "mamba" and
     # "attention" in its config.json, read by transformers as these
     "granitemoehybrid": {"full_attention": ATTENTION, "linear_attention": Mixer(MAMBA2, "mamba", mamba2, MAMBA2_HOLDS)},
