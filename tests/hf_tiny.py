@@ -170,6 +170,13 @@ HYBRIDS: dict[str, Family] = {
     "olmo_hybrid": Family("OlmoHybridConfig", dict(_DELTANET, linear_num_value_heads=4, linear_allow_neg_eigval=True,
                                                    rope_parameters={"rope_type": "default", "rope_theta": None}),
                           "nope on attention layer 3", seed=28),
+    # Kimi Linear: Kimi Delta Attention at layers 0-2, MLA without rotation at 3 (a 16-dimensional kv latent)
+    "kimi_linear": Family("KimiLinearConfig", dict(_HYBRID, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None,
+                                                   qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                                   moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                                                   linear_head_dim=16, linear_num_heads=4,
+                                                   layer_types=["linear_attention"] * 3 + ["full_attention"]),
+                          "nope on MLA layer 3", seed=29),
     # DeepSeek-V3: MLA in every layer, each head's q.k of 16 unrotated and 8 rotated dimensions, the rotated key one for
     # all heads, q and kv through low-rank latents; a mixture of experts after the first layer
     "deepseek_v3": Family("DeepseekV3Config", dict(_HYBRID, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=24,

@@ -30,6 +30,7 @@ KINDS = {"lfm2": ["short convolution", "attention", "short convolution", "attent
          "granite4": ["Mamba-2 (recurrent)"] * 3 + ["attention"],
          "nemotron_h": ["Mamba-2 (recurrent)", "MLP (no token mixing)", "Mamba-2 (recurrent)", "attention"],
          "olmo_hybrid": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
+         "kimi_linear": ["Kimi Delta Attention (recurrent)"] * 3 + ["attention"],
          "deepseek_v3": ["attention"] * 4, "llama4": ["attention"] * 4}
 # what each layer does with positions, and the share of each head's q.k dimensions that turns
 ROPE, NOPE = ("rope", 1.0), ("nope", 0.0)
@@ -39,6 +40,7 @@ LAYOUT = {"lfm2": [("short convolution", 0.0), ROPE] * 2,
           "granite4": [("Mamba-2 (recurrent)", 0.0)] * 3 + [NOPE],
           "nemotron_h": [("Mamba-2 (recurrent)", 0.0), ("MLP (no token mixing)", 0.0), ("Mamba-2 (recurrent)", 0.0), NOPE],
           "olmo_hybrid": [("Gated DeltaNet (recurrent)", 0.0)] * 3 + [NOPE],  # released: rope_theta None
+          "kimi_linear": [("Kimi Delta Attention (recurrent)", 0.0)] * 3 + [NOPE],  # its MLA never rotates
           "deepseek_v3": [("rope", 8 / 24)] * 4,  # MLA: 8 rotated of 16 + 8 q.k dimensions
           "llama4": [ROPE] * 3 + [NOPE]}  # every fourth layer NoPE
 # the picker's line: where its positions come from
@@ -48,6 +50,7 @@ DESCRIPTION = {"lfm2": " — RoPE on 2 of 4 layers, 2 short convolution, 64 toke
                "granite4": " — NoPE on 1 of 4 layers, 3 Mamba-2 (recurrent), 64 tokens",
                "nemotron_h": " — NoPE on 1 of 4 layers, 2 Mamba-2 (recurrent), 1 MLP (no token mixing), 64 tokens",
                "olmo_hybrid": " — NoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens",
+               "kimi_linear": " — NoPE on 1 of 4 layers, 3 Kimi Delta Attention (recurrent), 64 tokens",
                "deepseek_v3": " — RoPE (MLA: 8 of 24 q·k dims rotate), 64 tokens",
                "llama4": " — RoPE (NoPE on 1 of 4 layers, chunks of 8 on the others), 64 tokens"}
 
@@ -153,6 +156,23 @@ def test_a_gated_deltanet_layers_implied_matrix_times_its_values_is_its_output(h
             assert r > 1
             wrong = mixers.delta_rule_matrix(q.repeat(1, 1, r, 1), k.repeat(1, 1, r, 1), g, beta)
             off = (wrong @ v.transpose(1, 2).double()).transpose(1, 2).reshape(core.shape).float() - core
+            assert off.norm() > 0.1 * core.norm()
+
+
+def test_a_kimi_delta_attention_layers_implied_matrix_times_its_values_is_its_output(hf_family_dir):
+    net = direct(hf_family_dir["kimi_linear"])
+    for layer in range(3):
+        module = net.model.layers[layer].self_attn
+        seen = _captured(net, module, module.o_norm)
+        with torch.no_grad():
+            q, k, v, g, beta = mixers.kda_parts_kimi(module, seen["x"])
+            assert g.shape == k.shape  # a decay per key channel, not per head
+            ours = (mixers.kda_matrix(q, k, g, beta) @ v.transpose(1, 2).double()).transpose(1, 2)
+            core, gate = seen["inner"]
+            torch.testing.assert_close(ours.reshape(core.shape).float(), core, atol=2e-6, rtol=1e-4)
+            # a copy that decays each head by its channels' mean, as Gated DeltaNet's one scalar, is not the layer
+            flat = g.mean(-1, keepdim=True).expand_as(g)
+            off = (mixers.kda_matrix(q, k, flat, beta) @ v.transpose(1, 2).double()).transpose(1, 2).reshape(core.shape) - core
             assert off.norm() > 0.1 * core.norm()
 
 

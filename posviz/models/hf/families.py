@@ -98,6 +98,8 @@ FAMILIES: dict[str, Family] = {
     # OLMo-Hybrid: its attention rotates only where rope_parameters name a θ (the released models' is None: NoPE)
     "olmo_hybrid": Family(lambda c: "rope" if (getattr(c, "rope_parameters", None) or {}).get("rope_theta") is not None
                           else "nope", _attr("max_position_embeddings")),
+    # Kimi Linear: its MLA layers have no rotation at all (no rotary module); order from its KDA layers
+    "kimi_linear": Family(lambda c: "nope", _attr("max_position_embeddings")),
     # Nemotron-H: Mamba-2 beside attention that never rotates
     "nemotron_h": Family(lambda c: "nope", _attr("max_position_embeddings")),
     # DeepSeek-V3: MLA, a small rotated part of each head (interleaved pairs) beside an unrotated part

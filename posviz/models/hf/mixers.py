@@ -16,6 +16,8 @@ Kinds:
 - short convolution (LFM2): y = C * conv(B * x), a depthwise convolution of K taps with no activation, so each channel's
   matrix is exact and banded: w^c_ts = C^c_t kernel^c[K - 1 - (t - s)] B^c_s for 0 <= t - s < K. Drawn per group of
   hidden / heads channels, the group's mean (a display choice: the layer has no heads).
+- Kimi Delta Attention (Kimi Linear): as Gated DeltaNet with a decay per key channel, applied before the delta rule's
+  step: w_ts = q_t^T [prod_(r = t..s+1) (I - beta_r k_r k_r^T) D_r] beta_s k_s, D_r = diag(exp(g_r)).
 - Mamba-2 (Granite 4.0, Nemotron-H): the scan as a matrix per head, w_ts = (C_t . B_s) exp(A_h sum_(r = s+1..t) dt_r)
   dt_s (Ali, Zimerman and Wolf's hidden attention of Mamba, in Mamba-2's scalar-decay form), on the values after the
   convolution; the D skip is added on the diagonal (the reference keeps it apart), so that the matrix reproduces
@@ -54,6 +56,7 @@ ATTENTION = Mixer("attention")
 GATED_DELTANET = "Gated DeltaNet (recurrent)"  # as posviz's own hybrid_deltanet names its layers
 SHORT_CONV = "short convolution"
 MAMBA2 = "Mamba-2 (recurrent)"
+KDA = "Kimi Delta Attention (recurrent)"
 MAMBA2_HOLDS = "a fixed-size state per head (head dim × state size) and its convolution's last 3 inputs"
 NO_MIXING = "MLP (no token mixing)"
 
@@ -139,6 +142,43 @@ def short_conv_lfm2(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(w.shape[0], n_head, -1, T, T).mean(2).float()
 
 
+@torch.no_grad()
+def kda_matrix(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """Kimi Delta Attention as a matrix, (B, H, T, T) float64 from q, k, g (B, T, H, d) and beta (B, T, H): its state
+    S_t = (I - beta_t k_t k_t^T) D_t S_(t-1) + beta_t k_t v_t^T with D_t = diag(exp(g_t)), a decay per key channel,
+    applied before the correction (``recurrent_kimi_delta_attention``), and o_t = S_t^T q_t, so w_ts = q_t^T
+    [prod_(r = t..s+1) (I - beta_r k_r k_r^T) D_r] beta_s k_s. q and k L2-normed, q scaled by 1/sqrt(d), as there."""
+    q, k, g, beta = (t.transpose(1, 2).double() for t in (q, k, g, beta))
+    q, k = l2_normed(q), l2_normed(k)
+    q = q / math.sqrt(q.shape[-1])
+    B, H, T, d = k.shape
+    carried = q.new_zeros(B, H, T, d)  # row s: beta_s k_s as the state holds it by now
+    weights = q.new_zeros(B, H, T, T)
+    for t in range(T):
+        kt, bt = k[:, :, t], beta[:, :, t, None, None]
+        if t:
+            seen = carried[:, :, :t] * g[:, :, t, None, :].exp()  # the decay first, per key channel
+            carried[:, :, :t] = seen - bt * (seen @ kt[..., None]) * kt[:, :, None, :]  # then the delta rule's step
+        carried[:, :, t] = bt[..., 0] * kt
+        weights[:, :, t, :t + 1] = (carried[:, :, :t + 1] @ q[:, :, t, :, None])[..., 0]
+    return weights
+
+
+def kda_parts_kimi(module, x: torch.Tensor) -> tuple:
+    """``KimiLinearDeltaAttention``'s q, k, v (B, T, H, d), g (its ``forget_gate``, per key channel) and beta, from its
+    own projections, its own convolution function over q | k | v with its activation, and its own gate module."""
+    B, T, _ = x.shape
+    mixed = torch.cat([module.q_proj(x), module.k_proj(x), module.v_proj(x)], dim=-1).transpose(1, 2)
+    q, k, v = (t.reshape(B, T, -1, module.head_dim) for t in torch.split(
+        _own_conv(module, mixed, module.activation).transpose(1, 2), [module.qkv_dim] * 3, dim=-1))
+    return q, k, v, module.forget_gate(x).reshape(B, T, -1, module.head_dim), torch.sigmoid(module.b_proj(x))
+
+
+def kda(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
+    q, k, _v, g, beta = kda_parts_kimi(module, x)
+    return kda_matrix(q, k, g, beta).float()
+
+
 def ssd_matrix(B: torch.Tensor, C: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
     """Mamba-2's scan (state space duality) as a matrix, (b, H, T, T) float64: w_ts = (C_t . B_s) exp(A_h sum_(r = s+1..t)
     dt_r) dt_s for s <= t, and D_h added on the diagonal (its skip). B, C (b, T, H, N) with each head's group's;
@@ -193,6 +233,9 @@ MIXERS: dict[str, dict[str, Mixer]] = {
     "olmo_hybrid": {"full_attention": ATTENTION, "linear_attention": Mixer(
         GATED_DELTANET, "linear_attn", _gated_deltanet(gated_deltanet_parts_olmo_hybrid), "a fixed-size state per head "
         "(d_k × d_v) and its convolution's last inputs")},
+    # Kimi Linear: Kimi Delta Attention layers beside MLA layers that use no positions; both kept at .self_attn
+    "kimi_linear": {"full_attention": Mixer("attention", "self_attn"), "linear_attention": Mixer(
+        KDA, "self_attn", kda, "a fixed-size state per head (d × d) and its convolution's last inputs")},
     # Granite 4.0-H: Mamba-2 layers beside attention layers (NoPE in the published models); layer_types "mamba" and
     # "attention" in its config.json, read by transformers as these
     "granitemoehybrid": {"full_attention": ATTENTION, "linear_attention": Mixer(MAMBA2, "mamba", mamba2, MAMBA2_HOLDS)},
