@@ -297,3 +297,58 @@ def test_the_kv_cache_lab_says_what_each_layers_cache_keeps(tiny_models, hf_fami
     assert list(mine["layers"]) == ["0", "1", "2", "3"] and list(mine["grows with the text"]) == ["no", "no", "no", "yes"]
     assert list(mine["layer kind"]) == KINDS["nemotron_h"]
     assert list(table[table["model"] != "nemotron_h"]["grows with the text"]) == ["yes"]  # rope: 2 attention layers, one run
+
+
+@pytest.mark.parametrize("name", ["lfm2", "qwen3_next"])
+def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_family_dir, name):
+    """As every rotary family (tests/test_published_remaps.py): under each remap, pairs within its near window keep
+    their logits, farther ones move, and cached decoding (the recurrent state beside the remapped keys) equals the full
+    pass; the non-attention layers are untouched: their implied matrices are the plain model's."""
+    from posviz.positions.rope_remaps import ROPE_REMAPS
+    from test_published_remaps import NO_SCALE, near_window
+
+    from posviz.labs.context_extension import layers_touched
+
+    plain = open_model(hf_family_dir[name], None, "cpu")
+    assert plain.remaps == tuple(ROPE_REMAPS) and plain.remap_refusal is None
+    assert layers_touched(plain) == {  # what the Context extension lab says beside the remaps
+        "lfm2": "Only its rotary layers move (2 of 4: 1, 3); layers 0, 2 (short convolution) keep what they compute.",
+        "qwen3_next": "Only its rotary layers move (1 of 4: 3); layers 0–2 (Gated DeltaNet (recurrent)) keep what they "
+                      "compute."}[name]
+    L = plain.train_length
+    ids = plain.encode(TEXT)[: 4 * L][None]
+    base = plain(ids).logits
+    recurrent = plain(ids, attention_layer=0).attention
+    for remap in ROPE_REMAPS:
+        model = plain.with_position_options({"remap": remap, "factor": 4.0, "remap_options": NO_SCALE.get(remap, {})})
+        near = near_window(remap, model.position_options["remap_options"])
+        logits = model(ids).logits
+        torch.testing.assert_close(logits[:, :near], base[:, :near], rtol=1e-4, atol=1e-4)
+        assert (logits[:, near:] - base[:, near:]).abs().max() > 1e-4, remap
+        torch.testing.assert_close(model(ids, attention_layer=0).attention, recurrent, rtol=0, atol=1e-6)
+        cache = model.new_cache()
+        T = 4 * L  # a prefill, a chunk of 5, then the last 16 one at a time
+        steps = [model(ids[:, :T - 21], cache=cache).logits, model(ids[:, T - 21:T - 16], cache=cache).logits]
+        steps += [model(ids[:, t:t + 1], cache=cache).logits for t in range(T - 16, T)]
+        torch.testing.assert_close(torch.cat(steps, 1), logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "llama4"])
+def test_a_family_whose_attention_does_not_run_under_the_remaps_is_refused_them_in_words(hf_family_dir, name):
+    from posviz.errors import PosvizError
+
+    plain = open_model(hf_family_dir[name], None, "cpu")
+    assert plain.remaps == () and "could not run posviz's remap attention" in plain.remap_refusal
+    with pytest.raises(PosvizError, match="cannot take the dca remap"):
+        plain.with_position_options({"remap": "dca"})
+
+
+def test_the_context_extension_lab_says_which_layers_a_remap_moves(tiny_models, hf_family_dir, monkeypatch):
+    from test_pages_labs import page, run, texts
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = hf_family_dir["qwen3_next"]
+    monkeypatch.setenv("POSVIZ_MODELS", str(folder))
+    at = run(page("context_extension", base="qwen3_next", scalings="yarn,self_extend", refs=""))
+    assert ("qwen3\\_next: Only its rotary layers move (1 of 4: 3); layers 0–2 (Gated DeltaNet (recurrent)) keep what "
+            "they compute.") in texts(at.caption)

@@ -243,6 +243,9 @@ def at_this_factor() -> None:
                     f"{factor:g} × {train_length:,} {unit}s (`python -m posviz.evaluate --scaling NAME --option KEY=VALUE` "
                     "sets them by hand):")
         st.dataframe(named(remaps, "remap"), hide_index=True, height="content")
+    touched = context_extension.layers_touched(rope)
+    if touched:  # a hybrid's recurrent layers, or NoPE layers between rotary ones, keep what they compute
+        st.caption(f"{plain(display_name(rope_name))}: {touched}")
     af = waves.groupby("scaling", sort=False)["attention_factor"].first()
     if (af != 1).any():
         st.caption("Attention factor (multiplies cos and sin, so the logits scale by its square): "

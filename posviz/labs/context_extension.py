@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from posviz.errors import PositionLimitError, PosvizError
 from posviz.labs.extrapolation import LengthScore, _length_score, _predicted_bytes, mixed_contexts, score_at_length, windows_for
 from posviz.labs.inputs import LN2, Progress, _no_progress
+from posviz.positions import method_display_name
 from posviz.models.checkpoint_files import extends_context
 from posviz.models.interface import LabModel
 from posviz.palette import rope_series
@@ -135,6 +136,29 @@ def remap_settings(model: LabModel, factor: float, names: Sequence[str]) -> list
             rows.append({"remap": name, "parameters": ", ".join(
                 f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in opts.items())})
     return rows
+
+
+def layers_touched(model: LabModel) -> str | None:
+    """Which layers a scaling or remap moves, where some layers do not rotate (a hybrid's recurrent layers, NoPE
+    layers between rotary ones): one sentence from the model's layer layout; None where every layer rotates."""
+    rows = model.layer_layout()
+    turning = [r["layer"] for r in rows if r["position"] == "rope"]
+    others = [r for r in rows if r["position"] != "rope"]
+    if not others or not turning:
+        return None
+    kinds = ", ".join(dict.fromkeys(method_display_name(r["position"]) or r["position"] for r in others))
+    return (f"Only its rotary layers move ({len(turning)} of {len(rows)}: {_spans(turning)}); layers "
+            f"{_spans([r['layer'] for r in others])} ({kinds}) keep what they compute.")
+
+
+def _spans(layers: Sequence[int]) -> str:
+    out, start = [], None
+    for i, layer in enumerate(layers):
+        start = layer if start is None else start
+        if i + 1 == len(layers) or layers[i + 1] != layer + 1:
+            out.append(str(start) if start == layer else f"{start}–{layer}")
+            start = None
+    return ", ".join(out)
 
 
 def extension_lengths(train_length: int, cap: int, n_bytes: int) -> list[int]:
