@@ -352,3 +352,25 @@ def test_the_context_extension_lab_says_which_layers_a_remap_moves(tiny_models, 
     at = run(page("context_extension", base="qwen3_next", scalings="yarn,self_extend", refs=""))
     assert ("qwen3\\_next: Only its rotary layers move (1 of 4: 3); layers 0–2 (Gated DeltaNet (recurrent)) keep what "
             "they compute.") in texts(at.caption)
+
+
+def test_a_vision_language_checkpoint_opens_as_its_text_model(tmp_path):
+    """Qwen3.5 is published as a vision-language model (config model_type "qwen3_5", its text model in text_config):
+    posviz opens its text model, whose logits are the whole model's on text alone."""
+    import transformers
+    from transformers import AutoModelForImageTextToText
+
+    spec = hf_tiny.HYBRIDS["qwen3_5"]
+    text_config = hf_tiny.family_config(spec).to_dict()
+    config = transformers.Qwen3_5Config(text_config=text_config, vision_config=dict(
+        depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        whole = AutoModelForImageTextToText.from_config(config).eval()
+    whole.save_pretrained(tmp_path)
+    hf_tiny.make_tokenizer(tmp_path, model_max_length=spec.context)
+    model = open_model(tmp_path)
+    assert model.family_name == "qwen3_5_text" and model.layer_kind(0) == "Gated DeltaNet (recurrent)"
+    ids = model.encode(TEXT)[None, :32]
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, whole(input_ids=ids).logits, atol=1e-5, rtol=0)

@@ -82,14 +82,17 @@ def read_hf_config(ref: str) -> tuple[object, Path | None]:
     if "auto_map" in raw or model_type not in CONFIG_MAPPING:
         raise PosvizError(f"{ref} needs its own code to run (model_type {model_type!r}{', auto_map' if 'auto_map' in raw else ''}): "
                           f"posviz never runs remote code. Supported families: {supported_families()}.")
-    if model_type not in FAMILIES:
+    # Qwen3.5's and Llama 4's published configs describe a vision-language model around a text model: the labs read
+    # the text model, which AutoModelForCausalLM builds from the text config and the checkpoint's language-model weights
+    text_type = (raw.get("text_config") or {}).get("model_type") if isinstance(raw.get("text_config"), dict) else None
+    if model_type not in FAMILIES and text_type not in FAMILIES:
         raise PosvizError(f"{ref} is a {model_type!r} model, whose position method posviz does not read. "
                           f"Supported families: {supported_families()}.")
     try:
         config = AutoConfig.from_pretrained(str(Path(path).parent), trust_remote_code=False)
     except Exception as exc:
         raise PosvizError(f"{path}: transformers cannot read this config ({exc}).") from exc
-    return config, folder
+    return (config if model_type in FAMILIES else config.get_text_config()), folder
 
 
 def count_parameters(config) -> int:
