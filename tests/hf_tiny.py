@@ -177,6 +177,9 @@ HYBRIDS: dict[str, Family] = {
                                                    linear_head_dim=16, linear_num_heads=4,
                                                    layer_types=["linear_attention"] * 3 + ["full_attention"]),
                           "nope on MLA layer 3", seed=29),
+    # Falcon-H1: RoPE attention and Mamba-2 (4 heads of 16 channels) side by side in every layer
+    "falcon_h1": Family("FalconH1Config", dict(_HYBRID, head_dim=16, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_state=16,
+                                               mamba_chunk_size=8), "rope with Mamba-2 beside it", seed=30),
     # DeepSeek-V3: MLA in every layer, each head's q.k of 16 unrotated and 8 rotated dimensions, the rotated key one for
     # all heads, q and kv through low-rank latents; a mixture of experts after the first layer
     "deepseek_v3": Family("DeepseekV3Config", dict(_HYBRID, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=24,

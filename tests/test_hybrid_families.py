@@ -31,7 +31,7 @@ KINDS = {"lfm2": ["short convolution", "attention", "short convolution", "attent
          "nemotron_h": ["Mamba-2 (recurrent)", "MLP (no token mixing)", "Mamba-2 (recurrent)", "attention"],
          "olmo_hybrid": ["Gated DeltaNet (recurrent)"] * 3 + ["attention"],
          "kimi_linear": ["Kimi Delta Attention (recurrent)"] * 3 + ["attention"],
-         "deepseek_v3": ["attention"] * 4, "llama4": ["attention"] * 4}
+         "deepseek_v3": ["attention"] * 4, "llama4": ["attention"] * 4, "falcon_h1": ["attention"] * 4}
 # what each layer does with positions, and the share of each head's q.k dimensions that turns
 ROPE, NOPE = ("rope", 1.0), ("nope", 0.0)
 LAYOUT = {"lfm2": [("short convolution", 0.0), ROPE] * 2,
@@ -42,7 +42,8 @@ LAYOUT = {"lfm2": [("short convolution", 0.0), ROPE] * 2,
           "olmo_hybrid": [("Gated DeltaNet (recurrent)", 0.0)] * 3 + [NOPE],  # released: rope_theta None
           "kimi_linear": [("Kimi Delta Attention (recurrent)", 0.0)] * 3 + [NOPE],  # its MLA never rotates
           "deepseek_v3": [("rope", 8 / 24)] * 4,  # MLA: 8 rotated of 16 + 8 q.k dimensions
-          "llama4": [ROPE] * 3 + [NOPE]}  # every fourth layer NoPE
+          "llama4": [ROPE] * 3 + [NOPE],  # every fourth layer NoPE
+          "falcon_h1": [ROPE] * 4}  # a Mamba-2 mixer beside the attention of every layer
 # the picker's line: where its positions come from
 DESCRIPTION = {"lfm2": " — RoPE on 2 of 4 layers, 2 short convolution, 64 tokens",
                "qwen3_next": " — RoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens",
@@ -52,7 +53,8 @@ DESCRIPTION = {"lfm2": " — RoPE on 2 of 4 layers, 2 short convolution, 64 toke
                "olmo_hybrid": " — NoPE on 1 of 4 layers, 3 Gated DeltaNet (recurrent), 64 tokens",
                "kimi_linear": " — NoPE on 1 of 4 layers, 3 Kimi Delta Attention (recurrent), 64 tokens",
                "deepseek_v3": " — RoPE (MLA: 8 of 24 q·k dims rotate), 64 tokens",
-               "llama4": " — RoPE (NoPE on 1 of 4 layers, chunks of 8 on the others), 64 tokens"}
+               "llama4": " — RoPE (NoPE on 1 of 4 layers, chunks of 8 on the others), 64 tokens",
+               "falcon_h1": " — RoPE (with Mamba-2 beside it in every layer), 64 tokens"}
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +67,22 @@ def _fresh_models():
 def direct(folder, eager=False):
     kwargs = {"attn_implementation": "eager"} if eager else {}
     return AutoModelForCausalLM.from_pretrained(folder, **kwargs).eval()
+
+
+def eager_maps(folder, x) -> list[torch.Tensor]:
+    """transformers' eager attention probabilities of each attention layer: ``output_attentions``, or where that returns
+    none (Falcon-H1, whose attention runs beside a Mamba-2 mixer) each attention module's own second output."""
+    net, kept = direct(folder, eager=True), {}
+    with torch.no_grad():
+        maps = net(x, output_attentions=True).attentions
+        if maps:
+            return list(maps)
+        hooks = [layer.self_attn.register_forward_hook(lambda m, a, out, i=i: kept.update({i: out[1]}))
+                 for i, layer in enumerate(net.model.layers)]
+        net(x)
+    for hook in hooks:
+        hook.remove()
+    return [kept[i] for i in sorted(kept)]
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
@@ -80,7 +98,7 @@ def test_a_hybrid_lab_reads_what_transformers_computes(hf_family_dir, name):
     x = ids[None, :T]
     with torch.no_grad():
         reference = direct(folder)(x).logits
-        eager = direct(folder, eager=True)(x, output_attentions=True).attentions
+    eager = eager_maps(folder, x)
     torch.testing.assert_close(model(x).logits, reference, atol=1e-5, rtol=0)
     attention_layers = [i for i, kind in enumerate(KINDS[name]) if kind == "attention"]
     assert len(eager) == len(attention_layers)  # transformers returns the attention layers' maps only

@@ -28,6 +28,7 @@ class Family:
     head_dims: Callable[[object], tuple[int, int]] | None = None
     notes: Callable[[object], list[str]] = lambda config: []  # what its attention does beyond its position method
     summary: Callable[[object], str] = lambda config: ""  # the picker's few words on it ("MLA: 64 of 192 q·k dims rotate")
+    maps_by_hook: bool = False  # its output_attentions returns no maps: read from each attention module's output
 
 
 def _mla_dims(config) -> tuple[int, int]:
@@ -100,6 +101,12 @@ FAMILIES: dict[str, Family] = {
                           else "nope", _attr("max_position_embeddings")),
     # Kimi Linear: its MLA layers have no rotation at all (no rotary module); order from its KDA layers
     "kimi_linear": Family(lambda c: "nope", _attr("max_position_embeddings")),
+    # Falcon-H1: RoPE attention and Mamba-2 side by side in every layer
+    "falcon_h1": Family(lambda c: "rope", _attr("max_position_embeddings"), maps_by_hook=True,
+                        notes=lambda c: ["Every layer runs its attention and a Mamba-2 mixer side by side on the same input "
+                                         "and adds their outputs: the maps are the attention's; the Mamba-2 half reads the "
+                                         "text token after token, so order also comes from there."],
+                        summary=lambda c: "with Mamba-2 beside it in every layer"),
     # Nemotron-H: Mamba-2 beside attention that never rotates
     "nemotron_h": Family(lambda c: "nope", _attr("max_position_embeddings")),
     # DeepSeek-V3: MLA, a small rotated part of each head (interleaved pairs) beside an unrotated part

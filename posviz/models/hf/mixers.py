@@ -45,6 +45,7 @@ class Mixer:
     attribute: str | None = None  # the decoder layer's attribute that holds it (None: found by name, attention)
     implied: Callable | None = None  # (module, x (B, T, C), n_head) -> (B, H, T, T) implied matrix
     holds: str = "keys and values of every token"  # what its cache keeps, as the KV cache lab says it
+    beside: str = ""  # what runs beside the attention in the same layer, not drawn (Falcon-H1's Mamba-2)
 
     @property
     def carries_order(self) -> bool:
@@ -236,6 +237,10 @@ MIXERS: dict[str, dict[str, Mixer]] = {
     # Kimi Linear: Kimi Delta Attention layers beside MLA layers that use no positions; both kept at .self_attn
     "kimi_linear": {"full_attention": Mixer("attention", "self_attn"), "linear_attention": Mixer(
         KDA, "self_attn", kda, "a fixed-size state per head (d × d) and its convolution's last inputs")},
+    # Falcon-H1: every layer runs RoPE attention and a Mamba-2 mixer side by side on the same input and adds their
+    # outputs; its map is the attention's, and the KV cache lab says the Mamba-2 state beside the keys
+    "falcon_h1": {"hybrid": Mixer("attention", "self_attn", holds="and its Mamba-2's fixed-size state beside them",
+                                  beside="a Mamba-2 mixer")},
     # Granite 4.0-H: Mamba-2 layers beside attention layers (NoPE in the published models); layer_types "mamba" and
     # "attention" in its config.json, read by transformers as these
     "granitemoehybrid": {"full_attention": ATTENTION, "linear_attention": Mixer(MAMBA2, "mamba", mamba2, MAMBA2_HOLDS)},

@@ -198,7 +198,9 @@ class PublishedModel(LabModel):
 
     def cache_holds(self, layer: int) -> tuple[str, bool]:
         mixer = self.mixers[layer]
-        return (f"keys and values of every cached {self.unit}", True) if mixer.kind == "attention" else (mixer.holds, False)
+        if mixer.kind == "attention":
+            return f"keys and values of every cached {self.unit}" + (f", {mixer.holds}" if mixer.beside else ""), True
+        return mixer.holds, False
 
     @property
     def device(self) -> torch.device:
@@ -443,12 +445,20 @@ class PublishedModel(LabModel):
         hooks = []
         with self._engine.lock, self._variant(True, pos, pos, range(self.n_layer)) as net:
             inputs = self._keep_mixer_inputs(net, None, range(self.n_layer), hooks)  # for the implied matrices
+            attending = [layer for layer, mixer in enumerate(self.mixers) if mixer.kind == "attention"]
+            kept = {}
+            if self._family.maps_by_hook:  # its output_attentions returns none (Falcon-H1): each layer's own output
+                layers = decoder_layers(net)
+                for layer in attending:
+                    module = getattr(layers[layer], self.mixers[layer].attribute)
+                    hooks.append(module.register_forward_hook(lambda m, a, out, layer=layer: kept.update({layer: out[1]})))
             try:
-                attentions = iter(net(**kwargs, output_attentions=True).attentions)  # the attention layers' only
+                attentions = net(**kwargs, output_attentions=True).attentions  # the attention layers' only
             finally:
                 for hook in hooks:
                     hook.remove()
-            return torch.stack([next(attentions)[0].float() if mixer.kind == "attention"
+            maps = kept if self._family.maps_by_hook else dict(zip(attending, attentions))
+            return torch.stack([maps[layer][0].float() if mixer.kind == "attention"
                                 else self._implied(net, layer, inputs[layer])[0].float()
                                 for layer, mixer in enumerate(self.mixers)])
 
