@@ -22,7 +22,7 @@ from safetensors.numpy import load_file
 ARCH = gguf.MODEL_ARCH.LFM2
 
 
-def _feed_forward_width(config: dict, tensors: dict) -> int:
+def _feed_forward_width(tensors: dict) -> int:
     """The width the model runs with: LFM2's config may rescale ``intermediate_size`` (block_auto_adjust_ff_dim),
     while the file states the final one, so it is read from the first feed-forward matrix itself."""
     return int(tensors["model.layers.0.feed_forward.w1.weight"].shape[0])
@@ -36,7 +36,7 @@ def _add_metadata(writer: gguf.GGUFWriter, config: dict, tensors: dict, name: st
     writer.add_block_count(n_layer)
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
-    writer.add_feed_forward_length(_feed_forward_width(config, tensors))
+    writer.add_feed_forward_length(_feed_forward_width(tensors))
     writer.add_head_count(config["num_attention_heads"])
     # llama.cpp's way of saying which layers attend: a key-value head count per layer, 0 on a convolution layer
     writer.add_head_count_kv([config["num_key_value_heads"] if a else 0 for a in attending])

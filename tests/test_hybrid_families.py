@@ -317,8 +317,8 @@ def test_the_kv_cache_lab_says_what_each_layers_cache_keeps(tiny_models, hf_fami
     assert list(table[table["model"] != "nemotron_h"]["grows with the text"]) == ["yes"]  # rope: 2 attention layers, one run
 
 
-@pytest.mark.parametrize("name", ["lfm2", "qwen3_next"])
-def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_family_dir, name):
+@pytest.mark.parametrize("name, remaps", [("lfm2", "all"), ("qwen3_next", "all"), ("deepseek_v3", ("self_extend",))])
+def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_family_dir, name, remaps):
     """As every rotary family (tests/test_published_remaps.py): under each remap, pairs within its near window keep
     their logits, farther ones move, and cached decoding (the recurrent state beside the remapped keys) equals the full
     pass; the non-attention layers are untouched: their implied matrices are the plain model's."""
@@ -332,18 +332,20 @@ def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_fami
     assert layers_touched(plain) == {  # what the Context extension lab says beside the remaps
         "lfm2": "Only its rotary layers move (2 of 4: 1, 3); layers 0, 2 (short convolution) keep what they compute.",
         "qwen3_next": "Only its rotary layers move (1 of 4: 3); layers 0–2 (Gated DeltaNet (recurrent)) keep what they "
-                      "compute."}[name]
+                      "compute.",
+        "deepseek_v3": None}[name]  # every layer rotates (8 of each head's 24 q.k dimensions)
     L = plain.train_length
     ids = plain.encode(TEXT)[: 4 * L][None]
     base = plain(ids).logits
-    recurrent = plain(ids, attention_layer=0).attention
-    for remap in ROPE_REMAPS:
+    first = plain(ids, attention_layer=0).attention
+    for remap in ROPE_REMAPS if remaps == "all" else remaps:  # DeepSeek's MLA: Self-Extend (its rotated part only)
         model = plain.with_position_options({"remap": remap, "factor": 4.0, "remap_options": NO_SCALE.get(remap, {})})
         near = near_window(remap, model.position_options["remap_options"])
         logits = model(ids).logits
         torch.testing.assert_close(logits[:, :near], base[:, :near], rtol=1e-4, atol=1e-4)
         assert (logits[:, near:] - base[:, near:]).abs().max() > 1e-4, remap
-        torch.testing.assert_close(model(ids, attention_layer=0).attention, recurrent, rtol=0, atol=1e-6)
+        if plain.layer_kind(0) != "attention":  # a recurrent layer keeps what it computes
+            torch.testing.assert_close(model(ids, attention_layer=0).attention, first, rtol=0, atol=1e-6)
         cache = model.new_cache()
         T = 4 * L  # a prefill, a chunk of 5, then the last 16 one at a time
         steps = [model(ids[:, :T - 21], cache=cache).logits, model(ids[:, T - 21:T - 16], cache=cache).logits]
@@ -351,7 +353,7 @@ def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_fami
         torch.testing.assert_close(torch.cat(steps, 1), logits, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "llama4"])
+@pytest.mark.parametrize("name", ["llama4"])
 def test_a_family_whose_attention_does_not_run_under_the_remaps_is_refused_them_in_words(hf_family_dir, name):
     from posviz.errors import PosvizError
 
@@ -361,15 +363,21 @@ def test_a_family_whose_attention_does_not_run_under_the_remaps_is_refused_them_
         plain.with_position_options({"remap": "dca"})
 
 
-def test_the_context_extension_lab_says_which_layers_a_remap_moves(tiny_models, hf_family_dir, monkeypatch):
+@pytest.mark.parametrize("name", ["qwen3_next", "deepseek_v3"])
+def test_the_context_extension_lab_runs_self_extend_and_says_which_layers_it_moves(tiny_models, hf_family_dir,
+                                                                                  monkeypatch, name):
     from test_pages_labs import page, run, texts
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    folder = hf_family_dir["qwen3_next"]
+    folder = hf_family_dir[name]
     monkeypatch.setenv("POSVIZ_MODELS", str(folder))
-    at = run(page("context_extension", base="qwen3_next", scalings="yarn,self_extend", refs=""))
-    assert ("qwen3\\_next: Only its rotary layers move (1 of 4: 3); layers 0–2 (Gated DeltaNet (recurrent)) keep what "
-            "they compute.") in texts(at.caption)
+    at = run(page("context_extension", base=name, scalings="self_extend", refs=""))
+    assert not at.error, [e.value for e in at.error]
+    remaps = next(d.value for d in at.main.dataframe if "parameters" in d.value.columns)
+    assert list(remaps.iloc[:, 0]) == ["Self-Extend"]
+    touched = ("qwen3\\_next: Only its rotary layers move (1 of 4: 3); layers 0–2 (Gated DeltaNet (recurrent)) keep what "
+               "they compute.")
+    assert (touched in texts(at.caption)) == (name == "qwen3_next")  # every DeepSeek layer rotates (a part of each head)
 
 
 def test_a_vision_language_checkpoint_opens_as_its_text_model(tmp_path):
@@ -392,3 +400,28 @@ def test_a_vision_language_checkpoint_opens_as_its_text_model(tmp_path):
     ids = model.encode(TEXT)[None, :32]
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, whole(input_ids=ids).logits, atol=1e-5, rtol=0)
+
+
+def test_an_lfm2_gguf_file_opens_and_gives_transformers_numbers(hf_family_dir, tmp_path):
+    """LFM2 as llama.cpp keeps it: the tiny model written as an F32 GGUF file (``gguf_tiny``) opens through
+    transformers' GGUF loader with its convolution and attention layers where they were, the same tokenizer, and
+    the saved folder's logits, in a full pass and decoded one id at a time."""
+    from gguf_tiny import save_lfm2_gguf
+
+    folder = hf_family_dir["lfm2"]
+    file = save_lfm2_gguf(folder, tmp_path / "tiny-lfm2.F32.gguf")
+    model = open_model(str(file))
+    assert [model.layer_kind(i) for i in range(model.n_layer)] == KINDS["lfm2"]
+    assert model.weights_note.startswith("GGUF"), model.weights_note
+    ids = model.encode(TEXT)
+    assert torch.equal(ids, open_model(folder).encode(TEXT))  # the vocabulary and merges came through whole
+    T = 40
+    x = ids[None, :T]
+    with torch.no_grad():
+        reference = direct(folder)(x).logits
+    logits = model(x).logits
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
+    torch.testing.assert_close(steps, logits, atol=1e-5, rtol=0)
+    assert len(cache) == T and cache.next_position() == T

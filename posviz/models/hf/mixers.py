@@ -264,3 +264,39 @@ def layer_mixers(config) -> list[Mixer]:
         raise PosvizError(f"{config.model_type}: posviz cannot read its layer_types {types!r} (known: "
                           f"{', '.join(table)}).")
     return [table[t] for t in types]
+
+
+def keep_inputs(mixers: list[Mixer], layers, cache, asked, hooks: list) -> dict:
+    """Hooks on ``layers`` (the decoder layers) that keep what each non-attention layer reads in this pass (the asked
+    layers', and every one's in a cache for maps, ``cache.inputs``, whose inputs then run from the first token):
+    layer -> (B, T, C), filled as the pass runs. The hooks are appended to ``hooks`` for the caller to remove."""
+    keep = {}
+    for i, mixer in enumerate(mixers):
+        if mixer.kind == "attention" or not (i in asked or (cache is not None and cache.inputs is not None)):
+            continue
+
+        def keep_input(module, args, kwargs, i=i):
+            x = args[0] if args else kwargs["hidden_states"]
+            if cache is not None and cache.inputs is not None:
+                before = cache.inputs.get(i)
+                cache.inputs[i] = x.detach() if before is None else torch.cat((before, x.detach()), dim=1)
+                x = cache.inputs[i]
+            keep[i] = x
+
+        hooks.append(getattr(layers[i], mixer.attribute).register_forward_pre_hook(keep_input, with_kwargs=True))
+    return keep
+
+
+def implied_map(mixers: list[Mixer], layers, layer: int, x: torch.Tensor, n_head: int, name: str) -> torch.Tensor:
+    """A non-attention layer's implied matrix on its input x (B, T, C), as (B, n_head, T, T): a layer with another
+    number of heads (Qwen3-Next's 32 value heads beside 16 attention heads) is drawn per group of heads, the mean of
+    their rows' |w| shares (each row then sums to one, as ``attention_maps.implied_shares`` draws it)."""
+    mixer = mixers[layer]
+    w = mixer.implied(getattr(layers[layer], mixer.attribute), x, n_head)
+    H = w.shape[1]
+    if H == n_head:
+        return w
+    if H % n_head:
+        raise PosvizError(f"{name}: layer {layer} has {H} heads, which do not group into {n_head}.")
+    shares = w.abs() / w.abs().sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+    return shares.reshape(w.shape[0], n_head, H // n_head, *w.shape[2:]).mean(2)

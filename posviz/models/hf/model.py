@@ -24,7 +24,7 @@ from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT, alib
                                               attention_module, decoder_layers, layer_layout, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, count_parameters
-from posviz.models.hf.mixers import MIXERS, layer_mixers
+from posviz.models.hf.mixers import MIXERS, implied_map, keep_inputs, layer_mixers
 from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes, parameters_in_words,
                                               tokens_within)
 from posviz.models.hf.text import TokenizerText
@@ -368,14 +368,14 @@ class PublishedModel(LabModel):
                     raise PosvizError(f"{self.name}: layer {attention_layer} is {self.layer_kind(attention_layer)}, whose "
                                       "map of a cached pass is drawn from its inputs since the first token: open the "
                                       "cache with new_cache(for_maps=True).")
-            inputs = self._keep_mixer_inputs(net, cache, () if attention_layer is None else (attention_layer,), hooks)
+            inputs = keep_inputs(self.mixers, decoder_layers(net), cache, () if attention_layer is None else (attention_layer,), hooks)
             try:
                 logits = net(**kwargs).logits
             finally:
                 for hook in hooks:
                     hook.remove()
             if attention_layer is not None and self.mixers[attention_layer].kind != "attention":
-                captured["probs"] = self._implied(net, attention_layer, inputs[attention_layer])[..., -T:, :]
+                captured["probs"] = implied_map(self.mixers, decoder_layers(net), attention_layer, inputs[attention_layer], self.n_head, self.name)[..., -T:, :]
         if attention_layer is not None and cache is None and self._eager_differs():
             # the map is eager attention's; the scores come from the implementation the model runs by default
             logits = self(ids, positions=pos).logits
@@ -389,40 +389,6 @@ class PublishedModel(LabModel):
             if attention_head is not None:
                 probs = probs[:, attention_head]
         return ModelOutput(logits, probs)
-
-    def _keep_mixer_inputs(self, net, cache: PublishedCache | None, asked, hooks: list) -> dict:
-        """Hooks that keep what each non-attention layer reads in this pass (the asked layers', and every one's in a
-        cache for maps, whose inputs then run from the first token): layer -> (B, T, C), filled as the pass runs."""
-        keep = {}
-        layers = decoder_layers(net)
-        for i, mixer in enumerate(self.mixers):
-            if mixer.kind == "attention" or not (i in asked or (cache is not None and cache.inputs is not None)):
-                continue
-
-            def keep_input(module, args, kwargs, i=i):
-                x = args[0] if args else kwargs["hidden_states"]
-                if cache is not None and cache.inputs is not None:
-                    before = cache.inputs.get(i)
-                    cache.inputs[i] = x.detach() if before is None else torch.cat((before, x.detach()), dim=1)
-                    x = cache.inputs[i]
-                keep[i] = x
-
-            hooks.append(getattr(layers[i], mixer.attribute).register_forward_pre_hook(keep_input, with_kwargs=True))
-        return keep
-
-    def _implied(self, net, layer: int, x: torch.Tensor) -> torch.Tensor:
-        """A non-attention layer's implied matrix on its input x (B, T, C) (``mixers``), as (B, n_head, T, T): a layer
-        with another number of heads (Qwen3-Next's 32 value heads beside 16 attention heads) is drawn per group of
-        heads, the mean of their rows' |w| shares (each row then sums to one, as ``implied_shares`` draws it)."""
-        mixer = self.mixers[layer]
-        w = mixer.implied(getattr(decoder_layers(net)[layer], mixer.attribute), x, self.n_head)
-        H = w.shape[1]
-        if H == self.n_head:
-            return w
-        if H % self.n_head:
-            raise PosvizError(f"{self.name}: layer {layer} has {H} heads, which do not group into {self.n_head}.")
-        shares = w.abs() / w.abs().sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
-        return shares.reshape(w.shape[0], self.n_head, H // self.n_head, *w.shape[2:]).mean(2)
 
     # -- positions, as the explore pages draw them ----------------------------------------------------
     def layer_layout(self) -> list[dict]:
@@ -444,7 +410,7 @@ class PublishedModel(LabModel):
         pos = torch.arange(T, device=self._device)
         hooks = []
         with self._engine.lock, self._variant(True, pos, pos, range(self.n_layer)) as net:
-            inputs = self._keep_mixer_inputs(net, None, range(self.n_layer), hooks)  # for the implied matrices
+            inputs = keep_inputs(self.mixers, decoder_layers(net), None, range(self.n_layer), hooks)  # for the implied matrices
             attending = [layer for layer, mixer in enumerate(self.mixers) if mixer.kind == "attention"]
             kept = {}
             if self._family.maps_by_hook:  # its output_attentions returns none (Falcon-H1): each layer's own output
@@ -459,7 +425,7 @@ class PublishedModel(LabModel):
                     hook.remove()
             maps = kept if self._family.maps_by_hook else dict(zip(attending, attentions))
             return torch.stack([maps[layer][0].float() if mixer.kind == "attention"
-                                else self._implied(net, layer, inputs[layer])[0].float()
+                                else implied_map(self.mixers, decoder_layers(net), layer, inputs[layer], self.n_head, self.name)[0].float()
                                 for layer, mixer in enumerate(self.mixers)])
 
     def frequencies(self, seq_len: int):

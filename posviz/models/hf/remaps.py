@@ -132,7 +132,7 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
     if run is None:
         raise RuntimeError(f"{ATTENTION_NAME} attention runs only inside posviz's pass_positions")
     B, H, T, D = query.shape
-    Hkv, Tk = key.shape[1], key.shape[2]
+    Hkv, Tk, Dv = key.shape[1], key.shape[2], value.shape[-1]  # MLA: values narrower than q.k
     G = H // Hkv  # query heads per key head (GQA): scored as (B, Hkv, G, ...), keys never repeated
     k_pos = run.k_pos[-Tk:].to(query.device)  # a sliding-window layer's cache keeps its newest keys only
     rotates = bool(getattr(module, "use_rope", True))  # SmolLM3 / Llama 4 NoPE layers: plain scores
@@ -143,13 +143,16 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
         k_rot, _ = _rotations(run, kind, "k", k_pos, query.device, query.dtype)
         if q_scale is not None:
             query = query * q_scale[:, None]  # (T, 1): each query's own scale (ReRoPE's log scaling)
-        qs = [apply_rotary(query, c, s).view(B, Hkv, G, T, D) for c, s in q_rot]
-        ks = [apply_rotary(key, c, s)[:, :, None] for c, s in k_rot]  # (B, Hkv, 1, Tk, D)
+        # MLA (DeepSeek): each head's unrotated part comes first, its rotated part last, de-interleaved by the layer's
+        # own apply_rotary_pos_emb_interleave (identity angles): half-split pairs, as apply_rotary turns them
+        start = int(getattr(module, "qk_nope_head_dim", 0) or 0)
+        qs = [_rotate_from(query, start, c, s).view(B, Hkv, G, T, D) for c, s in q_rot]
+        ks = [_rotate_from(key, start, c, s)[:, :, None] for c, s in k_rot]  # (B, Hkv, 1, Tk, D)
     else:
         qs, ks = [query.view(B, Hkv, G, T, D)], [key[:, :, None]]
     v = value[:, :, None]  # (B, Hkv, 1, Tk, D)
     sink = None if s_aux is None else s_aux.float().reshape(1, Hkv, G, 1, 1)  # GPT-OSS: a learned logit per head
-    out = query.new_empty(B, Hkv, G, T, D)
+    out = query.new_empty(B, Hkv, G, T, Dv)
     probs = query.new_zeros(B, H, T, Tk) if getattr(module, "layer_idx", None) in run.probs_for else None
     whole = probs is not None or (dropout and module.training)
     # blocks of at most BLOCK_BYTES of scores, and of at most 256 queries: a causal block scores the keys up to its
@@ -183,7 +186,12 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
                 probs[:, :, r0:r1, :seen] = weights.reshape(B, H, r1 - r0, seen)
         else:
             out[..., r0:r1, :] = _merged_block(spans, v, softcap, sink)
-    return out.reshape(B, H, T, D).transpose(1, 2).contiguous(), probs
+    return out.reshape(B, H, T, Dv).transpose(1, 2).contiguous(), probs
+
+
+def _rotate_from(x: torch.Tensor, start: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``apply_rotary`` on the features from ``start`` on (MLA's rotated part); the ones before pass through."""
+    return apply_rotary(x, cos, sin) if not start else torch.cat((x[..., :start], apply_rotary(x[..., start:], cos, sin)), -1)
 
 
 def _scores(qm, km, keep, softcap):
