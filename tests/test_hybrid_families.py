@@ -425,3 +425,28 @@ def test_an_lfm2_gguf_file_opens_and_gives_transformers_numbers(hf_family_dir, t
     steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
     torch.testing.assert_close(steps, logits, atol=1e-5, rtol=0)
     assert len(cache) == T and cache.next_position() == T
+
+
+def test_a_short_convolutions_drawn_map_is_its_channels_mean_per_group(hf_family_dir):
+    """The map drawn per group of channels, built band by band, is the mean of the channels' exact matrices."""
+    net = direct(hf_family_dir["lfm2"])
+    module = net.model.layers[0].conv
+    seen = _captured(net, module, module.out_proj)
+    with torch.no_grad():
+        w, _ = mixers.short_conv_channels_lfm2(module, seen["x"])
+        drawn = mixers.short_conv_lfm2(module, seen["x"], 4)
+    torch.testing.assert_close(drawn, w.reshape(1, 4, -1, *w.shape[-2:]).mean(2), atol=1e-7, rtol=1e-5)
+
+
+def test_a_recurrent_layers_map_is_refused_past_the_memory_cap(hf_family_dir, monkeypatch):
+    """Its implied matrix is (heads, T, T) of float64 over every token since the first: held to the same cap as an
+    attention map (POSVIZ_MAX_WORK_BYTES), refused in words before any work."""
+    from posviz.errors import PosvizError
+
+    model = open_model(hf_family_dir["qwen3_5"])  # 8 value heads: more than its 4 attention heads
+    ids = model.encode(TEXT)[None, :64]
+    assert model.work_bytes(64, implied=True) == 24 * 8 * 64 * 64
+    monkeypatch.setenv("POSVIZ_MAX_WORK_BYTES", str(24 * 8 * 64 * 64 - 1))
+    model(ids, attention_layer=3)  # the attention layer's map is within it
+    with pytest.raises(PosvizError, match="POSVIZ_MAX_WORK_BYTES"):
+        model(ids, attention_layer=0)

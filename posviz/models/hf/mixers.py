@@ -136,11 +136,20 @@ def short_conv_channels_lfm2(module, x: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 def short_conv_lfm2(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
-    w, _ = short_conv_channels_lfm2(module, x)
-    T = x.shape[1]
-    if w.shape[1] % n_head:
-        raise PosvizError(f"{type(module).__name__}: {w.shape[1]} channels do not split into {n_head} groups")
-    return w.reshape(w.shape[0], n_head, -1, T, T).mean(2).float()
+    """The channels' matrices averaged over n_head groups, built band by band: (B, n_head, T, T) without the (B, C, T, T)
+    of every channel (1,024 channels at 4,096 tokens would be 64 GiB)."""
+    b, c, _ = module.in_proj(x).transpose(-1, -2).chunk(3, dim=-2)  # (B, C, T)
+    Bn, C, T = b.shape
+    if C % n_head:
+        raise PosvizError(f"{type(module).__name__}: {C} channels do not split into {n_head} groups")
+    K = module.conv.kernel_size[0]
+    kernel = module.conv.weight[:, 0, :]  # (C, K)
+    w = x.new_zeros(Bn, n_head, T, T)
+    rows = torch.arange(T, device=x.device)
+    for d in range(min(K, T)):  # the band d tokens back: w_(t, t-d) = mean over a group of C_t kernel[K-1-d] B_(t-d)
+        band = c[..., d:] * kernel[:, K - 1 - d, None] * b[..., :T - d]  # (B, C, T-d)
+        w[:, :, rows[d:], rows[:T - d]] = band.reshape(Bn, n_head, -1, T - d).mean(2)
+    return w.float()
 
 
 @torch.no_grad()
@@ -264,6 +273,13 @@ def layer_mixers(config) -> list[Mixer]:
         raise PosvizError(f"{config.model_type}: posviz cannot read its layer_types {types!r} (known: "
                           f"{', '.join(table)}).")
     return [table[t] for t in types]
+
+
+def mixer_heads(config, n_head: int) -> int:
+    """The most heads a layer of the model draws a map for, before grouping: its attention heads, or a recurrent
+    layer's own (Gated DeltaNet's value heads, Mamba-2's, Kimi Delta Attention's)."""
+    names = ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads", "linear_num_heads")
+    return max([n_head] + [int(getattr(config, a)) for a in names if isinstance(getattr(config, a, None), int)])
 
 
 def keep_inputs(mixers: list[Mixer], layers, cache, asked, hooks: list) -> dict:

@@ -24,7 +24,7 @@ from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT, alib
                                               attention_module, decoder_layers, layer_layout, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, count_parameters
-from posviz.models.hf.mixers import MIXERS, implied_map, keep_inputs, layer_mixers
+from posviz.models.hf.mixers import MIXERS, implied_map, keep_inputs, layer_mixers, mixer_heads
 from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes, parameters_in_words,
                                               tokens_within)
 from posviz.models.hf.text import TokenizerText
@@ -219,10 +219,15 @@ class PublishedModel(LabModel):
     def with_position_options(self, overrides: Mapping) -> LabModel:
         return open_model(self.ref, {**self._overrides, **dict(overrides)}, self._device)
 
-    def work_bytes(self, n_keys: int, n_queries: int | None = None, attention_map: bool = False) -> int:
+    def work_bytes(self, n_keys: int, n_queries: int | None = None, attention_map: bool = False,
+                   implied: bool = False) -> int:
         """The biggest temporaries of one forward pass over ``n_keys`` positions: an ALiBi bias and eager
-        attention's scores are (B, H, T, Tk) floats; sdpa's fused kernels keep none."""
+        attention's scores are (B, H, T, Tk) floats; sdpa's fused kernels keep none. ``implied``: a recurrent layer's
+        map, its implied matrix over every token since the first (``mixers``): up to three float64 (H, Tk, Tk) of
+        the layer's own heads (a Mamba-2 scan's scores, decays and weights)."""
         n_queries = n_keys if n_queries is None else n_queries
+        if implied:
+            return 24 * mixer_heads(self.config, self.n_head) * n_keys * n_keys
         if self.remap is not None:  # scored a block of queries at a time (``hf.remaps``)
             return hf_remaps.work_bytes(self.n_head, n_queries, n_keys, attention_map)
         per_map = self.n_head * n_queries * n_keys * 4
@@ -230,8 +235,8 @@ class PublishedModel(LabModel):
             return 3 * per_map  # scores, probabilities, and the mask or bias
         return per_map if self.method == "alibi" else 0
 
-    def _check_work(self, n_keys: int, n_queries: int, attention_map: bool) -> None:
-        need = self.work_bytes(n_keys, n_queries, attention_map)
+    def _check_work(self, n_keys: int, n_queries: int, attention_map: bool, implied: bool = False) -> None:
+        need = max(self.work_bytes(n_keys, n_queries, attention_map), self.work_bytes(n_keys, implied=True) if implied else 0)
         if need > max_work_bytes():
             raise PosvizError(f"{self.name} at {n_keys:,} tokens would need about {need / 2**30:.1f} GiB for "
                               f"{'an attention map' if attention_map else 'its attention biases'}, over this server's "
@@ -337,7 +342,8 @@ class PublishedModel(LabModel):
         problem = self.cannot_run(reach)
         if problem:
             raise PositionLimitError(problem)
-        self._check_work(held + T, T, attention_layer is not None)
+        self._check_work(held + T, T, attention_layer is not None,
+                         implied=attention_layer is not None and self.mixers[attention_layer].kind != "attention")
         # Without a cache of ours the call is the bare one, the model's own use_cache default included: BLOOM's
         # pass without a cache took a slower mask path (1.2x its default at 2,048 tokens)
         kwargs = {"input_ids": ids}
@@ -403,7 +409,7 @@ class PublishedModel(LabModel):
         problem = self.cannot_run(T)
         if problem:
             raise PositionLimitError(problem)
-        self._check_work(T, T, True)
+        self._check_work(T, T, True, implied=any(m.kind != "attention" for m in self.mixers))
         kwargs = {"input_ids": ids[None]}
         if self.method != "alibi":
             kwargs["position_ids"] = torch.arange(T, device=self._device)[None]
