@@ -450,3 +450,55 @@ def test_a_recurrent_layers_map_is_refused_past_the_memory_cap(hf_family_dir, mo
     model(ids, attention_layer=3)  # the attention layer's map is within it
     with pytest.raises(PosvizError, match="POSVIZ_MAX_WORK_BYTES"):
         model(ids, attention_layer=0)
+
+
+def test_a_qwen35_gguf_file_opens_and_gives_transformers_numbers(hf_family_dir, tmp_path):
+    """Qwen3.5 as llama.cpp keeps it (architecture "qwen35", which transformers reads through its newer GGUF loader,
+    ``transformers.integrations.gguf``): the tiny text model written as an F32 GGUF file (``gguf_tiny``) opens with
+    its Gated DeltaNet and attention layers where they were, the same tokenizer, and the saved folder's logits, in a
+    full pass and decoded one id at a time."""
+    from gguf_tiny import save_qwen35_gguf
+
+    folder = hf_family_dir["qwen3_5"]
+    file = save_qwen35_gguf(folder, tmp_path / "tiny-qwen35.F32.gguf")
+    model = open_model(str(file))
+    assert model.family_name == "qwen3_5_text"
+    assert [model.layer_kind(i) for i in range(model.n_layer)] == KINDS["qwen3_5"]
+    assert model.weights_note.startswith("GGUF"), model.weights_note
+    ids = model.encode(TEXT)
+    assert torch.equal(ids, open_model(folder).encode(TEXT))
+    T = 40
+    x = ids[None, :T]
+    with torch.no_grad():
+        reference = direct(folder)(x).logits
+    logits = model(x).logits
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
+    torch.testing.assert_close(steps, logits, atol=1e-5, rtol=0)
+    assert len(cache) == T and cache.next_position() == T
+
+
+def test_a_gguf_architecture_neither_transformers_loader_reads_is_refused_naming_it(tmp_path):
+    """Both of transformers' GGUF loaders count: "qwen35" (the newer one only) and "llama" (the legacy one) are
+    read, "qwen3next" (neither, though posviz reads Qwen3-Next folders) is refused in the words a "mamba" file is."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    from posviz.models.hf import gguf
+
+    def header(architecture):
+        path = tmp_path / f"{architecture}.gguf"
+        writer = GGUFWriter(str(path), architecture)
+        writer.add_tensor("token_embd.weight", np.zeros((16, 8), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return gguf.read_header(path)
+
+    assert gguf.readable_architectures()["qwen35"] == "qwen3_5_text"
+    gguf.check(header("qwen35"))
+    gguf.check(header("llama"))
+    with pytest.raises(Exception, match=r"'qwen3next' GGUF model: posviz opens GGUF files of .*llama.*qwen35"):
+        gguf.check(header("qwen3next"))

@@ -97,23 +97,73 @@ def read_header(path: Path) -> Header:
     return Header(path, architecture, sum(by_type.values()), by_type.most_common(1)[0][0], name)
 
 
-# llama.cpp's architecture names that transformers loads as a config of another model_type: a Gemma 3 GGUF file
-# holds the text model alone, which transformers' GGUF loader builds as ``gemma3_text``.
+# llama.cpp's architecture names that transformers' legacy GGUF loader builds as a config of another model_type: a
+# Gemma 3 GGUF file holds the text model alone, which that loader builds as ``gemma3_text``. (The newer loader says
+# its own model_types: ``_new_loader_types``.)
 GGUF_FAMILIES = {"gemma3": "gemma3_text"}
+
+
+class _AnyMetadata(dict):
+    """Metadata for asking the newer loader's config functions which model_type they build, without a file: every
+    key the function requires reads as 1 (a count, a size, a rate: all it divides or compares), and as [1] where it is
+    iterated (rope sections, per-layer head counts); an optional key (``.get``) is absent."""
+
+    class _One(int):
+        def __iter__(self):
+            return iter((1,))
+
+    def __missing__(self, key):
+        return self._One(1)
+
+
+@functools.lru_cache(maxsize=1)
+def _new_loader_types() -> dict[str, str]:
+    """Architecture -> model_type for transformers' newer GGUF loader (``transformers.integrations.gguf``, 5.25 on:
+    ``qwen35`` -> ``qwen3_5_text``, ...), as its own config functions assign it; {} where the installed transformers
+    has no such loader. An architecture counts where its config and its weights both load that way."""
+    try:
+        from transformers.integrations.gguf.gguf_config_mapping import GGUF_CONFIG_ARCHS
+    except ImportError:
+        return {}
+    try:
+        from transformers.integrations.gguf.utils import is_gguf_arch_supported
+    except ImportError:
+        def is_gguf_arch_supported(architecture):  # noqa: E306  (no separate weights table: the config's says it)
+            return True
+    types = {}
+    for architecture, build in GGUF_CONFIG_ARCHS.items():
+        try:
+            model_type = build(_AnyMetadata({"general.architecture": architecture}), ())["model_type"]
+        except Exception:  # a config function that wants more of a file than the probe gives: not claimed
+            continue
+        if isinstance(model_type, str) and is_gguf_arch_supported(architecture):
+            types[architecture] = model_type
+    return types
+
+
+def readable_architectures() -> dict[str, str]:
+    """llama.cpp architecture name -> the model_type transformers builds from it, for each architecture the installed
+    transformers reads in a GGUF file (its legacy loader, ``integrations.ggml``, and its newer one, which transformers
+    itself prefers where both claim a name), and posviz's families read."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    from posviz.models.hf.families import FAMILIES
+
+    types = {a: GGUF_FAMILIES.get(a, a) for a in GGUF_CONFIG_MAPPING}
+    types.update(_new_loader_types())
+    return {a: t for a, t in sorted(types.items()) if t in FAMILIES}
 
 
 def check(header: Header) -> None:
     """Refuse, in words, what posviz cannot or must not open: over the parameter cap, or an architecture
-    transformers' GGUF loader or posviz's families do not read."""
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
-
-    from posviz.models.hf.families import FAMILIES, supported_families
+    transformers' GGUF loaders or posviz's families do not read."""
+    from posviz.models.hf.families import supported_families
     from posviz.models.hf.settings import max_params, parameters_in_words as words
 
     if header.n_params > max_params():
         raise PosvizError(f"{header.path.name} has {words(header.n_params)} parameters, over this server's cap of "
                           f"{words(max_params())} (POSVIZ_MAX_PARAMS). Choose a smaller model.")
-    readable = sorted(a for a in GGUF_CONFIG_MAPPING if GGUF_FAMILIES.get(a, a) in FAMILIES)
+    readable = sorted(readable_architectures())
     if header.architecture not in readable:
         raise PosvizError(f"{header.path.name} is a {header.architecture!r} GGUF model: posviz opens GGUF files of "
                           f"{', '.join(readable)} (transformers' GGUF loader and posviz's families: "
@@ -178,6 +228,25 @@ def _one_tensor_name_map():
         gguf.get_tensor_name_map = built
 
 
+def _save_tokenizer(tokenizer, folder: Path) -> None:
+    """Keep the tokenizer transformers built from the file's vocabulary so that the folder reloads it as built. A
+    model's own tokenizer class may rebuild its pre-tokenizer and normaliser from the class when reloaded (transformers
+    5.25's Qwen3_5Tokenizer: Qwen's split regex and NFC, whatever the file stated); where the reloaded one differs,
+    the folder names the generic class instead, which reads tokenizer.json as written."""
+    from transformers import AutoTokenizer
+
+    tokenizer.save_pretrained(folder)
+    built = tokenizer.backend_tokenizer.to_str()
+    if AutoTokenizer.from_pretrained(str(folder)).backend_tokenizer.to_str() == built:
+        return
+    settings = folder / "tokenizer_config.json"
+    kept = json.loads(settings.read_text())
+    kept["tokenizer_class"] = "TokenizersBackend"
+    settings.write_text(json.dumps(kept, indent=2))
+    if AutoTokenizer.from_pretrained(str(folder)).backend_tokenizer.to_str() != built:
+        raise PosvizError("transformers does not reload the tokenizer it built from the file as it built it.")
+
+
 def convert(path: Path, header: Header, config=None, progress=None) -> Path:
     """Dequantise ``path`` once into ``converted_folder(path)`` (written aside, then renamed into place, so a
     half-written folder is never read) and return that folder."""
@@ -205,7 +274,7 @@ def convert(path: Path, header: Header, config=None, progress=None) -> Path:
                 del config.quantization_config
             config.save_pretrained(work)
             save_model(net, str(work / "model.safetensors"))  # tied matrices stored once, as safetensors does
-            tokenizer.save_pretrained(work)
+            _save_tokenizer(tokenizer, work)
             (work / STAMP_FILE).write_text(json.dumps(
                 {"stamp": file_stamp(path), "architecture": header.architecture, "n_params": header.n_params,
                  "quantization": header.quantization, "name": header.name}, indent=1))
