@@ -68,15 +68,20 @@ def _add_tokenizer(writer: gguf.GGUFWriter, tokenizer: dict, config: dict) -> No
     writer.add_add_bos_token(False)
 
 
+def _opened(folder: Path, out_file: Path, model_type: str, arch):
+    """The saved model's config, its tensors, gguf-py's tensor-name map for ``arch`` and a writer of ``out_file``."""
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == model_type, config["model_type"]
+    tensors = load_file(str(folder / "model.safetensors"))
+    names = gguf.get_tensor_name_map(arch, config["num_hidden_layers"])
+    return config, tensors, names, gguf.GGUFWriter(str(out_file), gguf.MODEL_ARCH_NAMES[arch])
+
+
 def save_lfm2_gguf(folder: Path, out_file: Path) -> Path:
     """Write the tiny LFM2 saved in ``folder`` (config.json, model.safetensors, tokenizer.json) to ``out_file``, an
     F32 GGUF file; returns ``out_file``."""
     folder, out_file = Path(folder), Path(out_file)
-    config = json.loads((folder / "config.json").read_text())
-    assert config["model_type"] == "lfm2", config["model_type"]
-    tensors = load_file(str(folder / "model.safetensors"))
-    names = gguf.get_tensor_name_map(ARCH, config["num_hidden_layers"])
-    writer = gguf.GGUFWriter(str(out_file), gguf.MODEL_ARCH_NAMES[ARCH])
+    config, tensors, names, writer = _opened(folder, out_file, "lfm2", ARCH)
     _add_metadata(writer, config, tensors, folder.name)
     _add_tokenizer(writer, json.loads((folder / "tokenizer.json").read_text()), config)
     for hf_name, value in sorted(tensors.items()):
@@ -184,11 +189,7 @@ def save_qwen35_gguf(folder: Path, out_file: Path) -> Path:
     """Write the tiny Qwen3.5 text model saved in ``folder`` (config.json, model.safetensors, tokenizer.json) to
     ``out_file``, an F32 GGUF file of architecture ``qwen35``; returns ``out_file``."""
     folder, out_file = Path(folder), Path(out_file)
-    config = json.loads((folder / "config.json").read_text())
-    assert config["model_type"] == "qwen3_5_text", config["model_type"]
-    tensors = load_file(str(folder / "model.safetensors"))
-    names = gguf.get_tensor_name_map(QWEN35, config["num_hidden_layers"])
-    writer = gguf.GGUFWriter(str(out_file), gguf.MODEL_ARCH_NAMES[QWEN35])
+    config, tensors, names, writer = _opened(folder, out_file, "qwen3_5_text", QWEN35)
     _add_qwen35_metadata(writer, config, folder.name)
     _add_tokenizer(writer, json.loads((folder / "tokenizer.json").read_text()), config)
     for hf_name, value in sorted(tensors.items()):

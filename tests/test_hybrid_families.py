@@ -20,7 +20,8 @@ from transformers import AutoModelForCausalLM
 import hf_tiny
 from posviz.labs.extrapolation import score_at_length
 from posviz.models.hf import mixers
-from posviz.models.interface import forget_models, open_model
+from posviz.models.interface import open_model
+from test_transformers_model import _fresh_models, direct  # noqa: F401  (the autouse fixture: each test opens models anew)
 
 HYBRIDS = list(hf_tiny.HYBRIDS)
 TEXT = hf_tiny.training_text().encode()[:8000]
@@ -57,16 +58,21 @@ DESCRIPTION = {"lfm2": " — RoPE on 2 of 4 layers, 2 short convolution, 64 toke
                "falcon_h1": " — RoPE (with Mamba-2 beside it in every layer), 64 tokens"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_models():
-    forget_models()
-    yield
-    forget_models()
-
-
-def direct(folder, eager=False):
-    kwargs = {"attn_implementation": "eager"} if eager else {}
-    return AutoModelForCausalLM.from_pretrained(folder, **kwargs).eval()
+def assert_opens_as_the_folder(model, folder) -> None:
+    """A GGUF file's model against the folder it was written from: the same ids (the vocabulary and merges came
+    through whole), the folder's logits in a full pass, and the full pass decoded one id at a time."""
+    ids = model.encode(TEXT)
+    assert torch.equal(ids, open_model(folder).encode(TEXT))
+    T = 40
+    x = ids[None, :T]
+    with torch.no_grad():
+        reference = direct(folder)(x).logits
+    logits = model(x).logits
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
+    torch.testing.assert_close(steps, logits, atol=1e-5, rtol=0)
+    assert len(cache) == T and cache.next_position() == T
 
 
 def eager_maps(folder, x) -> list[torch.Tensor]:
@@ -413,18 +419,7 @@ def test_an_lfm2_gguf_file_opens_and_gives_transformers_numbers(hf_family_dir, t
     model = open_model(str(file))
     assert [model.layer_kind(i) for i in range(model.n_layer)] == KINDS["lfm2"]
     assert model.weights_note.startswith("GGUF"), model.weights_note
-    ids = model.encode(TEXT)
-    assert torch.equal(ids, open_model(folder).encode(TEXT))  # the vocabulary and merges came through whole
-    T = 40
-    x = ids[None, :T]
-    with torch.no_grad():
-        reference = direct(folder)(x).logits
-    logits = model(x).logits
-    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
-    cache = model.new_cache()
-    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
-    torch.testing.assert_close(steps, logits, atol=1e-5, rtol=0)
-    assert len(cache) == T and cache.next_position() == T
+    assert_opens_as_the_folder(model, folder)
 
 
 def test_a_short_convolutions_drawn_map_is_its_channels_mean_per_group(hf_family_dir):
@@ -465,18 +460,7 @@ def test_a_qwen35_gguf_file_opens_and_gives_transformers_numbers(hf_family_dir, 
     assert model.family_name == "qwen3_5_text"
     assert [model.layer_kind(i) for i in range(model.n_layer)] == KINDS["qwen3_5"]
     assert model.weights_note.startswith("GGUF"), model.weights_note
-    ids = model.encode(TEXT)
-    assert torch.equal(ids, open_model(folder).encode(TEXT))
-    T = 40
-    x = ids[None, :T]
-    with torch.no_grad():
-        reference = direct(folder)(x).logits
-    logits = model(x).logits
-    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
-    cache = model.new_cache()
-    steps = torch.cat([model(x[:, t:t + 1], cache=cache).logits for t in range(T)], 1)
-    torch.testing.assert_close(steps, logits, atol=1e-5, rtol=0)
-    assert len(cache) == T and cache.next_position() == T
+    assert_opens_as_the_folder(model, folder)
 
 
 def test_a_gguf_architecture_neither_transformers_loader_reads_is_refused_naming_it(tmp_path):
