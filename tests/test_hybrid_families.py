@@ -10,7 +10,10 @@ core output, captured from the running model, and with the layer's own norm, gat
 """
 from __future__ import annotations
 
+import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -323,28 +326,39 @@ def test_the_kv_cache_lab_says_what_each_layers_cache_keeps(tiny_models, hf_fami
     assert list(table[table["model"] != "nemotron_h"]["grows with the text"]) == ["yes"]  # rope: 2 attention layers, one run
 
 
-@pytest.mark.parametrize("name, remaps", [("lfm2", "all"), ("qwen3_next", "all"), ("deepseek_v3", ("self_extend",))])
-def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_family_dir, name, remaps):
+@pytest.mark.parametrize("name, remaps", [("lfm2", "all"), ("qwen3_next", "all"), ("deepseek_v3", ("self_extend",)),
+                                           ("llama4", ("self_extend", "dca")), ("falcon_h1", ("self_extend",))])
+def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_family_dir, tmp_path, name, remaps):
     """As every rotary family (tests/test_published_remaps.py): under each remap, pairs within its near window keep
     their logits, farther ones move, and cached decoding (the recurrent state beside the remapped keys) equals the full
-    pass; the non-attention layers are untouched: their implied matrices are the plain model's."""
+    pass; the non-attention layers are untouched: their implied matrices are the plain model's. Llama 4's rotary
+    layers attend within chunks (8 tokens in the tiny model, closer than any remap's window, so nothing would move):
+    its copy here has chunks of 256, the text's length."""
     from posviz.positions.rope_remaps import ROPE_REMAPS
     from test_published_remaps import NO_SCALE, near_window
 
     from posviz.labs.context_extension import layers_touched
 
-    plain = open_model(hf_family_dir[name], None, "cpu")
+    folder = hf_family_dir[name]
+    if name == "llama4":
+        folder = Path(shutil.copytree(folder, tmp_path / name))
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "attention_chunk_size": 256}))
+    plain = open_model(folder, None, "cpu")
     assert plain.remaps == tuple(ROPE_REMAPS) and plain.remap_refusal is None
     assert layers_touched(plain) == {  # what the Context extension lab says beside the remaps
         "lfm2": "Only its rotary layers move (2 of 4: 1, 3); layers 0, 2 (short convolution) keep what they compute.",
         "qwen3_next": "Only its rotary layers move (1 of 4: 3); layers 0–2 (Gated DeltaNet (recurrent)) keep what they "
                       "compute.",
-        "deepseek_v3": None}[name]  # every layer rotates (8 of each head's 24 q.k dimensions)
+        "deepseek_v3": None,  # every layer rotates (8 of each head's 24 q.k dimensions)
+        "llama4": "Only its rotary layers move (3 of 4: 0–2); layer 3 (NoPE) keeps what it computes.",
+        "falcon_h1": None}[name]  # every layer's attention rotates (its Mamba-2 beside it keeps what it computes)
     L = plain.train_length
     ids = plain.encode(TEXT)[: 4 * L][None]
     base = plain(ids).logits
     first = plain(ids, attention_layer=0).attention
-    for remap in ROPE_REMAPS if remaps == "all" else remaps:  # DeepSeek's MLA: Self-Extend (its rotated part only)
+    # DeepSeek's MLA: Self-Extend (its rotated part only); Llama 4's adjacent pairs: two remaps; Falcon-H1: one
+    for remap in ROPE_REMAPS if remaps == "all" else remaps:
         model = plain.with_position_options({"remap": remap, "factor": 4.0, "remap_options": NO_SCALE.get(remap, {})})
         near = near_window(remap, model.position_options["remap_options"])
         logits = model(ids).logits
@@ -357,16 +371,6 @@ def test_each_remap_moves_a_hybrids_rotary_layers_only_and_decodes_alike(hf_fami
         steps = [model(ids[:, :T - 21], cache=cache).logits, model(ids[:, T - 21:T - 16], cache=cache).logits]
         steps += [model(ids[:, t:t + 1], cache=cache).logits for t in range(T - 16, T)]
         torch.testing.assert_close(torch.cat(steps, 1), logits, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("name", ["llama4"])
-def test_a_family_whose_attention_does_not_run_under_the_remaps_is_refused_them_in_words(hf_family_dir, name):
-    from posviz.errors import PosvizError
-
-    plain = open_model(hf_family_dir[name], None, "cpu")
-    assert plain.remaps == () and "could not run posviz's remap attention" in plain.remap_refusal
-    with pytest.raises(PosvizError, match="cannot take the dca remap"):
-        plain.with_position_options({"remap": "dca"})
 
 
 @pytest.mark.parametrize("name", ["qwen3_next", "deepseek_v3"])
@@ -486,3 +490,18 @@ def test_a_gguf_architecture_neither_transformers_loader_reads_is_refused_naming
     gguf.check(header("llama"))
     with pytest.raises(Exception, match=r"'qwen3next' GGUF model: posviz opens GGUF files of .*llama.*qwen35"):
         gguf.check(header("qwen3next"))
+
+
+def test_llama4s_adjacent_pairs_are_what_the_remap_attention_rotates(hf_family_dir, monkeypatch):
+    """Llama 4 rotates features (2i, 2i + 1) together (complex ``freqs_cis``): the probe finds its remap attention equal
+    to the plain pass with that pairing, and a copy that rotates the halves instead (as every cos/sin family) moves the
+    logits by far more than the probe's tolerance."""
+    from posviz.models.hf import probes
+    from posviz.models.hf import remaps as hf_remaps
+
+    config = hf_tiny.family_config("llama4")
+    gap, moved = probes.measure_remap_gap(config)
+    assert gap <= probes.SAME_LOGITS and moved > probes.MOVED_LOGITS
+    monkeypatch.setattr(hf_remaps, "pairs_interleaved", lambda rotary: False)
+    broken, _ = probes.measure_remap_gap(config)
+    assert broken > 0.1

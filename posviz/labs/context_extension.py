@@ -147,8 +147,10 @@ def layers_touched(model: LabModel) -> str | None:
     if not others or not turning:
         return None
     kinds = ", ".join(dict.fromkeys(method_display_name(r["position"]) or r["position"] for r in others))
-    return (f"Only its rotary layers move ({len(turning)} of {len(rows)}: {_spans(turning)}); layers "
-            f"{_spans([r['layer'] for r in others])} ({kinds}) keep what they compute.")
+    one = len(others) == 1
+    return (f"Only its rotary layers move ({len(turning)} of {len(rows)}: {_spans(turning)}); "
+            f"{'layer' if one else 'layers'} {_spans([r['layer'] for r in others])} ({kinds}) "
+            f"{'keeps what it computes' if one else 'keep what they compute'}.")
 
 
 def _spans(layers: Sequence[int]) -> str:

@@ -286,7 +286,7 @@ class PublishedModel(LabModel):
             speeds, types = self._remap_speeds()
             run = hf_remaps.pass_positions(hf_remaps.RemapPass(
                 self.remap, self.remap_options, self.train_length, speeds, types, q_pos.cpu(), k_pos.cpu(),
-                frozenset(probs_for)))
+                frozenset(probs_for), self._pairs_interleaved()))
         try:
             with run:
                 yield net
@@ -306,6 +306,11 @@ class PublishedModel(LabModel):
         if getattr(self, "_speeds", None) is None:  # once per variant
             self._speeds = hf_remaps.speeds_of(self)
         return self._speeds
+
+    def _pairs_interleaved(self) -> bool:
+        if getattr(self, "_interleaved", None) is None:
+            self._interleaved = hf_remaps.pairs_interleaved(self._rotary_module())
+        return self._interleaved
 
     def _rotary_module(self) -> torch.nn.Module:
         if self._rotary is None:

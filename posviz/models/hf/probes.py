@@ -106,7 +106,8 @@ def twin_config(config):
             setattr(twin, name, value)
     for name in ("layer_types", "no_rope_layers"):
         values = getattr(config, name, None)
-        if values:
+        derived = isinstance(getattr(type(config), getattr(type(config), "attribute_map", {}).get(name, name), None), property)
+        if values and not derived:  # Falcon-H1's layer_types follow num_hidden_layers (a property, no setter)
             setattr(twin, name, [values[i] for i in kept])
     twin.num_hidden_layers = len(kept)
     twin.vocab_size = TWIN_VOCAB
@@ -187,7 +188,7 @@ def measure_remap_gap(config) -> tuple[float, float]:
     speeds, types = hf_remaps.model_speeds(rotary, getattr(net.config, "layer_types", None), params)
     remap = ROPE_REMAPS["self_extend"]
     run = hf_remaps.RemapPass(remap, remap.build({"window": 4 * T, "group": 2}, 2 * T, 2 * T), 2 * T, speeds, types,
-                              torch.arange(T), torch.arange(T))
+                              torch.arange(T), torch.arange(T), interleaved=hf_remaps.pairs_interleaved(rotary))
     hf_remaps.register_once()
     parent.rotary_emb = hf_remaps.Unrotated(rotary)
     try:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from posviz.errors import PosvizError
 from posviz.positions.rope import apply_rotary, rope_cos_sin
 from posviz.positions.rope_remaps import Remap
 
@@ -53,6 +54,7 @@ class RemapPass:
     q_pos: torch.Tensor  # (T,) the positions of the pass's queries
     k_pos: torch.Tensor  # (Tk,) the positions of every key the pass attends: the cache's, then the queries'
     probs_for: frozenset = frozenset()  # the layers whose attention probabilities the pass returns (a map)
+    interleaved: bool = False  # pairs of adjacent features rotate together (Llama 4), not the two halves
     _rotations: dict = field(default_factory=dict)  # (layer type, side, Tk) -> per-map cos/sin: once per pass
 
 
@@ -78,8 +80,20 @@ class Unrotated(torch.nn.Module):
         self.rotary = rotary
 
     def forward(self, *args, **kwargs):
-        cos, sin = self.rotary(*args, **kwargs)
+        turns = self.rotary(*args, **kwargs)
+        if isinstance(turns, torch.Tensor) and turns.is_complex():  # Llama 4: one complex factor per pair, e^(i theta)
+            return torch.ones_like(turns)
+        cos, sin = turns
         return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def pairs_interleaved(rotary: torch.nn.Module) -> bool:
+    """Whether the model rotates adjacent features (2i, 2i + 1) as one pair: a rotary module that hands out complex
+    factors (Llama 4's ``freqs_cis``) is applied by ``view_as_complex`` on adjacent pairs; cos/sin modules, half-split
+    (``rotate_half``; DeepSeek's interleaved layout is de-interleaved by its own apply function before it)."""
+    with torch.no_grad():
+        turns = rotary(torch.zeros(1, dtype=torch.float32), torch.zeros(1, 1, dtype=torch.long))
+    return isinstance(turns, torch.Tensor) and turns.is_complex()
 
 
 def _rotations(run: RemapPass, layer_type, side: str, positions: torch.Tensor, device, dtype):
@@ -146,6 +160,11 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
         # MLA (DeepSeek): each head's unrotated part comes first, its rotated part last, de-interleaved by the layer's
         # own apply_rotary_pos_emb_interleave (identity angles): half-split pairs, as apply_rotary turns them
         start = int(getattr(module, "qk_nope_head_dim", 0) or 0)
+        if run.interleaved:  # Llama 4: q and k in the same order, half-split (q.k is the same in any common order)
+            query, key = _half_split(query), _half_split(key)
+            if getattr(module, "qk_norm", None) is not None and run.speeds[kind][1] != 1.0:
+                raise PosvizError("its queries and keys are normed after their rotation, which cancels the rotary "
+                                  "module's attention factor; posviz's remaps rotate after the norm")
         qs = [_rotate_from(query, start, c, s).view(B, Hkv, G, T, D) for c, s in q_rot]
         ks = [_rotate_from(key, start, c, s)[:, :, None] for c, s in k_rot]  # (B, Hkv, 1, Tk, D)
     else:
@@ -187,6 +206,11 @@ def remap_attention(module, query, key, value, attention_mask, scaling: float, d
         else:
             out[..., r0:r1, :] = _merged_block(spans, v, softcap, sink)
     return out.reshape(B, H, T, Dv).transpose(1, 2).contiguous(), probs
+
+
+def _half_split(x: torch.Tensor) -> torch.Tensor:
+    """(..., D) with the even features first, then the odd: adjacent pairs (2i, 2i + 1) become (i, i + D/2)."""
+    return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
 
 
 def _rotate_from(x: torch.Tensor, start: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
