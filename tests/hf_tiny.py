@@ -189,6 +189,15 @@ HYBRIDS: dict[str, Family] = {
                           "rope on 8 of each head's 24 q.k dimensions", seed=26),
     # Llama 4's text model: RoPE layers attend within chunks (8 tokens here), every fourth layer NoPE with a
     # length-dependent query temperature
+    # DeepSeek-V4: a sliding window of 8 keys in every layer, compressed entries of 4 tokens (CSA, its indexer picking
+    # 4 for each query) or of 16 (HCA) beside it; keys equal to values, 4 of 32 dimensions rotating; sink logits
+    "deepseek_v4": Family("DeepseekV4Config", dict(
+        _HYBRID, num_key_value_heads=1, head_dim=32, q_lora_rank=24, moe_intermediate_size=32, n_routed_experts=4,
+        num_experts_per_tok=2, sliding_window=8, o_groups=2, o_lora_rank=16, index_n_heads=2, index_head_dim=16,
+        index_topk=4, compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 16}, hc_mult=2,
+        num_nextn_predict_layers=0, layer_types=["sliding_attention", "compressed_sparse_attention",
+                                                 "heavily_compressed_attention", "compressed_sparse_attention"]),
+        "rope in a sliding window beside compressed entries", seed=31),
     "llama4": Family("Llama4TextConfig", dict(_HYBRID, head_dim=16, intermediate_size_mlp=128, num_local_experts=4,
                                               attention_chunk_size=8), "rope in chunks, NoPE every fourth layer", seed=27),
 }

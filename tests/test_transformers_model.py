@@ -270,7 +270,7 @@ def test_bad_published_models_are_refused_in_words(tmp_path, monkeypatch):
         open_model(pickled).load()
     with pytest.raises(PosvizError, match="never runs remote code"):
         open_model(hf_tiny.save_remote_code(tmp_path / "remote"))
-    with pytest.raises(PosvizError, match="Supported families: bloom, deepseek_v3, falcon, falcon_h1, gemma2, gemma3_text, gpt2"):
+    with pytest.raises(PosvizError, match="Supported families: bloom, deepseek_v3, deepseek_v4, falcon, falcon_h1, gemma2, gemma3_text, gpt2"):
         open_model(hf_tiny.save_unsupported(tmp_path / "mamba"))
     with pytest.raises(PosvizError, match=r"70\.\d+ B parameters, over this server's cap"):
         open_model(hf_tiny.save_oversized_config(tmp_path / "big"))  # refused from config.json: there are no weights

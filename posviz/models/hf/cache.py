@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from posviz.errors import PosvizError
+from posviz.errors import CacheLimitError, PosvizError
 
 
 @dataclass
@@ -57,7 +57,14 @@ class PublishedCache:
             return
         held, K = len(self), min(self.sinks, n)
         keep = torch.cat((torch.arange(K), torch.arange(held - (n - K), held)))
-        for layer in self._full_layers():
+        full = self._full_layers()
+        if not full and any(getattr(layer, "keys", None) is not None and layer.keys.numel() for layer in self.hf.layers):
+            # DeepSeek-V4: every layer keeps its own window of keys and compressed entries of the tokens before, which
+            # posviz cannot evict entry by entry: a window here would score the model's own cache under its name
+            raise CacheLimitError("this model keeps no layer's keys for every token (its layers keep their own window "
+                              "and compressed entries of the text before it), so posviz cannot evict its cache to a "
+                              f"window of {n:,}: re-encoding the window is the strategy that applies.")
+        for layer in full:
             layer.keys, layer.values = layer.keys[..., keep, :], layer.values[..., keep, :]
         self.positions = self.positions[keep.to(self.positions.device)]
 

@@ -29,6 +29,41 @@ class Family:
     notes: Callable[[object], list[str]] = lambda config: []  # what its attention does beyond its position method
     summary: Callable[[object], str] = lambda config: ""  # the picker's few words on it ("MLA: 64 of 192 q·k dims rotate")
     maps_by_hook: bool = False  # its output_attentions returns no maps: read from each attention module's output
+    # (config, layer type, the generic layout row) -> the row as this family has it (DeepSeek-V4's bases and windows)
+    layer_row: Callable[[object, str, dict], dict] | None = None
+    # what in its attention posviz's remap attention does not do, said before the probe's measured refusal
+    remaps_differ: Callable[[object], str] | None = None
+
+
+V4_COMPRESSED = {"compressed_sparse_attention": "CSA", "heavily_compressed_attention": "HCA"}
+
+
+def _v4_row(config, kind: str, row: dict) -> dict:
+    """DeepSeek-V4: every layer's attention has a sliding window and sink logits; its compressed layers turn with the
+    "compress" RoPE parameters (their compressor's entries too), the sliding ones with "main"."""
+    params = (getattr(config, "rope_parameters", None) or {}).get("compress" if kind in V4_COMPRESSED else "main", {})
+    return {**row, "base": float(params.get("rope_theta", row["base"] or 10000.0)), "window": int(config.sliding_window),
+            "sinks": True}
+
+
+def _v4_summary(config) -> str:
+    rates = dict(getattr(config, "compress_rates", None) or {})
+    kinds = [f"{V4_COMPRESSED[k]} 1 per {rates[k]:,} on {list(config.layer_types).count(k)}" for k in V4_COMPRESSED
+             if k in config.layer_types]
+    return f"window of {int(config.sliding_window):,} + compressed entries: " + ", ".join(kinds) if kinds else \
+        f"window of {int(config.sliding_window):,}"
+
+
+def _v4_notes(config) -> list[str]:
+    rates = dict(getattr(config, "compress_rates", None) or {})
+    return [f"Each layer attends the {int(config.sliding_window):,} newest keys (its sliding window) and learned sink "
+            "logits; its compressed layers also attend entries that each pool a block of earlier tokens: CSA one per "
+            f"{rates.get('compressed_sparse_attention', '?')} tokens, of which its indexer picks up to "
+            f"{int(config.index_topk):,} for each query, HCA one per {rates.get('heavily_compressed_attention', '?')}. "
+            "The maps draw an entry's weight on the tokens it pools, in the shares its compressor's gate gives them "
+            "(the mean over its channels). Its keys are its values: "
+            f"{int(config.qk_rope_head_dim)} of each head's {int(config.head_dim)} dimensions rotate, and turn back "
+            "after attention."]
 
 
 def _mla_dims(config) -> tuple[int, int]:
@@ -112,6 +147,13 @@ FAMILIES: dict[str, Family] = {
     # DeepSeek-V3: MLA, a small rotated part of each head (interleaved pairs) beside an unrotated part
     "deepseek_v3": Family(lambda c: "rope", _attr("max_position_embeddings"), head_dims=_mla_dims, notes=_mla_notes,
                           summary=lambda c: "MLA: {1} of {0} q·k dims rotate".format(*_mla_dims(c))),
+    # DeepSeek-V4: every layer attends a sliding window of tokens plus compressed entries of the text before it
+    "deepseek_v4": Family(lambda c: "rope", _attr("max_position_embeddings"), notes=_v4_notes, summary=_v4_summary,
+                          layer_row=_v4_row,
+                          remaps_differ=lambda c: "its values are its keys, rotated with them and turned back at the "
+                                                  "query's position after attention, and its compressed entries rotate at "
+                                                  "their block's position; posviz's remap attention rotates queries and "
+                                                  "keys alone"),
     # Llama 4: RoPE layers attending in chunks, every fourth layer NoPE with a query temperature
     "llama4_text": Family(lambda c: "rope", _attr("max_position_embeddings"), notes=_llama4_notes,
                           summary=lambda c: f"NoPE on {list(c.no_rope_layers).count(0)} of {c.num_hidden_layers} layers, "
@@ -163,6 +205,8 @@ def layer_layout(config) -> list[dict]:
                      # Llama 4: a query attends to the keys of its own chunk only
                      "chunk": int(config.attention_chunk_size) if kind == "chunked_attention" else None,
                      "sinks": config.model_type == "gpt_oss"})
+        if family and family.layer_row:
+            rows[-1] = family.layer_row(config, kind, rows[-1])
     return rows
 
 

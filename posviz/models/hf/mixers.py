@@ -46,6 +46,10 @@ class Mixer:
     implied: Callable | None = None  # (module, x (B, T, C), n_head) -> (B, H, T, T) implied matrix
     holds: str = "keys and values of every token"  # what its cache keeps, as the KV cache lab says it
     beside: str = ""  # what runs beside the attention in the same layer, not drawn (Falcon-H1's Mamba-2)
+    # attention whose keys are not all tokens (DeepSeek-V4's compressed entries): (module, x (B, T_all, C) its inputs
+    # since the first token, probs (B, H, T, keys)) -> (B, H, T, T_all), the map over tokens
+    fold: Callable | None = None
+    grows: bool | None = None  # attention whose cache is not every token's keys: whether it grows with the text
 
     @property
     def carries_order(self) -> bool:
@@ -60,6 +64,8 @@ MAMBA2 = "Mamba-2 (recurrent)"
 KDA = "Kimi Delta Attention (recurrent)"
 MAMBA2_HOLDS = "a fixed-size state per head (head dim × state size) and its convolution's last 3 inputs"
 NO_MIXING = "MLP (no token mixing)"
+V4_HOLDS = "keys (equal to values) of its sliding window's tokens"
+V4_ENTRIES = ", and one compressed entry per block of the tokens before (config compress_rates)"
 
 
 def _own_conv(module, mixed: torch.Tensor, activation) -> torch.Tensor:
@@ -225,6 +231,56 @@ def mamba2(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
     return ssd_matrix(Bm, Cm, dt, A, D).float()
 
 
+@torch.no_grad()
+def pooling_shares(compressor, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """DeepSeek-V4's compressed entries as shares of the tokens they pool: (B, E, 2m or m slots, channels) float64
+    and the slots' offset, from the attention layer's input x (B, T, C); entry w's slot j is token w * m - offset + j.
+    Entry w = sum over its slots of softmax(gate + position_bias) * kv, per channel (its compressor's own projections
+    and bias), before its norm and rotation. Heavily compressed (HCA): entry w pools the m tokens of window w (offset
+    0). Compressed sparse (CSA): window w - 1 by the first half of the channels, then window w by the second, 2m slots
+    (offset m), the first m empty for w = 0 (``DeepseekV4CSACompressor``)."""
+    B, T, _ = x.shape
+    m, d = compressor.compress_rate, compressor.head_dim
+    E = T // m
+    gate = (compressor.gate_proj(x[:, :E * m]).view(B, E, m, -1) + compressor.position_bias).double()
+    if gate.shape[-1] == d:  # HCA: one series
+        return gate.softmax(dim=2), 0
+    slots = gate.new_full((B, E, 2 * m, d), float("-inf"))
+    slots[:, :, m:] = gate[..., d:]  # window w's second series
+    slots[:, 1:, :m] = gate[:, :-1, :, :d]  # window w - 1's first series
+    return slots.softmax(dim=2), m
+
+
+def compressed_pooling(compressor, x: torch.Tensor) -> torch.Tensor:
+    """(B, E, T) float64: how much of entry w each token makes, the mean over the entry's channels of its shares
+    (``pooling_shares``; each channel's sum to one, so the mean does too)."""
+    shares, offset = pooling_shares(compressor, x)
+    B, E, slots, _ = shares.shape
+    m, T = compressor.compress_rate, x.shape[1]
+    pooled = shares.new_zeros(B, E, T)
+    mean = shares.mean(-1)
+    for w in range(E):
+        lo = w * m - offset
+        pooled[:, w, max(0, lo):lo + slots] = mean[:, w, max(0, -lo):]
+    return pooled
+
+
+def fold_compressed(module, x: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """A DeepSeek-V4 attention layer's weights (B, H, T, n + E), on its n newest tokens (its sliding window's keys)
+    and its E compressed entries, as a map over every token, (B, H, T, T_all): each entry's weight spread over the
+    tokens it pools, by ``compressed_pooling``. Rows keep their sum (less than one: its sink logits take the rest)."""
+    T_all = x.shape[1]
+    compressor = getattr(module, "compressor", None)
+    pooled = compressed_pooling(compressor, x) if compressor is not None else None
+    E = 0 if pooled is None else pooled.shape[1]
+    n = probs.shape[-1] - E
+    out = probs.new_zeros(*probs.shape[:-1], T_all)
+    out[..., T_all - n:] = probs[..., :n]
+    if E:
+        out += torch.einsum("bhte,bes->bhts", probs[..., n:].double(), pooled.to(probs.device)).to(out.dtype)
+    return out
+
+
 def no_mixing(module, x: torch.Tensor, n_head: int) -> torch.Tensor:
     """A layer that is an MLP alone (Nemotron-H lists them as layers): each token reads itself, the identity."""
     b, T, _ = x.shape
@@ -256,6 +312,14 @@ MIXERS: dict[str, dict[str, Mixer]] = {
     # Nemotron-H: every layer keeps its block at .mixer, Mamba-2, attention (NoPE), or an MLP or MoE alone
     "nemotron_h": {"full_attention": Mixer("attention", "mixer"), "linear_attention": Mixer(MAMBA2, "mixer", mamba2, MAMBA2_HOLDS),
                    "mlp": Mixer(NO_MIXING, "mixer", no_mixing, "nothing"), "moe": Mixer(NO_MIXING, "mixer", no_mixing, "nothing")},
+    # DeepSeek-V4: every layer attends a sliding window of its newest keys; the compressed layers also one entry per
+    # m tokens before (CSA: m = 4, its indexer picking the entries each query sees; HCA: m = 128), drawn on the tokens
+    "deepseek_v4": {"sliding_attention": Mixer("attention", "self_attn", fold=fold_compressed, holds=V4_HOLDS,
+                                               grows=False),
+                    "compressed_sparse_attention": Mixer("attention", "self_attn", fold=fold_compressed,
+                                                         holds=V4_HOLDS + V4_ENTRIES, grows=True),
+                    "heavily_compressed_attention": Mixer("attention", "self_attn", fold=fold_compressed,
+                                                          holds=V4_HOLDS + V4_ENTRIES, grows=True)},
     "lfm2": {"full_attention": ATTENTION, "conv": Mixer(
         SHORT_CONV, "conv", short_conv_lfm2, "its convolution's last inputs (the kernel's width less one)")},
 }
@@ -288,7 +352,8 @@ def keep_inputs(mixers: list[Mixer], layers, cache, asked, hooks: list) -> dict:
     layer -> (B, T, C), filled as the pass runs. The hooks are appended to ``hooks`` for the caller to remove."""
     keep = {}
     for i, mixer in enumerate(mixers):
-        if mixer.kind == "attention" or not (i in asked or (cache is not None and cache.inputs is not None)):
+        if (mixer.kind == "attention" and mixer.fold is None) or not (
+                i in asked or (cache is not None and cache.inputs is not None)):
             continue
 
         def keep_input(module, args, kwargs, i=i):

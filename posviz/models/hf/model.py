@@ -198,6 +198,8 @@ class PublishedModel(LabModel):
 
     def cache_holds(self, layer: int) -> tuple[str, bool]:
         mixer = self.mixers[layer]
+        if mixer.grows is not None:  # attention that keeps other than every token's keys (DeepSeek-V4)
+            return mixer.holds, mixer.grows
         if mixer.kind == "attention":
             return f"keys and values of every cached {self.unit}" + (f", {mixer.holds}" if mixer.beside else ""), True
         return mixer.holds, False
@@ -286,7 +288,7 @@ class PublishedModel(LabModel):
             speeds, types = self._remap_speeds()
             run = hf_remaps.pass_positions(hf_remaps.RemapPass(
                 self.remap, self.remap_options, self.train_length, speeds, types, q_pos.cpu(), k_pos.cpu(),
-                frozenset(probs_for), self._pairs_interleaved()))
+                frozenset(probs_for)))
         try:
             with run:
                 yield net
@@ -306,11 +308,6 @@ class PublishedModel(LabModel):
         if getattr(self, "_speeds", None) is None:  # once per variant
             self._speeds = hf_remaps.speeds_of(self)
         return self._speeds
-
-    def _pairs_interleaved(self) -> bool:
-        if getattr(self, "_interleaved", None) is None:
-            self._interleaved = hf_remaps.pairs_interleaved(self._rotary_module())
-        return self._interleaved
 
     def _rotary_module(self) -> torch.nn.Module:
         if self._rotary is None:
@@ -375,7 +372,7 @@ class PublishedModel(LabModel):
                         captured["probs"] = out[1]
 
                     hooks.append(module.register_forward_hook(keep_probs))
-                elif cache is not None and cache.inputs is None:
+                if (mixer.kind != "attention" or mixer.fold is not None) and cache is not None and cache.inputs is None:
                     raise PosvizError(f"{self.name}: layer {attention_layer} is {self.layer_kind(attention_layer)}, whose "
                                       "map of a cached pass is drawn from its inputs since the first token: open the "
                                       "cache with new_cache(for_maps=True).")
@@ -385,7 +382,10 @@ class PublishedModel(LabModel):
             finally:
                 for hook in hooks:
                     hook.remove()
-            if attention_layer is not None and self.mixers[attention_layer].kind != "attention":
+            if attention_layer is not None and self.mixers[attention_layer].fold is not None:
+                folded = self._folded(net, attention_layer, inputs, cache, captured["probs"])
+                captured["probs"] = folded
+            elif attention_layer is not None and self.mixers[attention_layer].kind != "attention":
                 captured["probs"] = implied_map(self.mixers, decoder_layers(net), attention_layer, inputs[attention_layer], self.n_head, self.name)[..., -T:, :]
         if attention_layer is not None and cache is None and self._eager_differs():
             # the map is eager attention's; the scores come from the implementation the model runs by default
@@ -400,6 +400,15 @@ class PublishedModel(LabModel):
             if attention_head is not None:
                 probs = probs[:, attention_head]
         return ModelOutput(logits, probs)
+
+    def _folded(self, net, layer: int, inputs: dict, cache, probs: torch.Tensor) -> torch.Tensor:
+        """An attention layer's weights as a map over tokens: the same where its keys are the tokens; DeepSeek-V4's
+        compressed entries spread over the tokens they pool (``mixers.fold_compressed``), from the layer's inputs
+        since the first token (a cache for maps keeps them)."""
+        mixer = self.mixers[layer]
+        if mixer.fold is None:
+            return probs
+        return mixer.fold(getattr(decoder_layers(net)[layer], mixer.attribute), inputs[layer], probs)
 
     # -- positions, as the explore pages draw them ----------------------------------------------------
     def layer_layout(self) -> list[dict]:
@@ -435,6 +444,7 @@ class PublishedModel(LabModel):
                 for hook in hooks:
                     hook.remove()
             maps = kept if self._family.maps_by_hook else dict(zip(attending, attentions))
+            maps = {layer: self._folded(net, layer, inputs, None, probs) for layer, probs in maps.items()}
             return torch.stack([maps[layer][0].float() if mixer.kind == "attention"
                                 else implied_map(self.mixers, decoder_layers(net), layer, inputs[layer], self.n_head, self.name)[0].float()
                                 for layer, mixer in enumerate(self.mixers)])
@@ -466,7 +476,7 @@ class PublishedModel(LabModel):
             if len(self.layer_ropes) > 1:
                 out.notes.append("Its layers turn with one θ per layer type ("
                                  + ", ".join(f"{k}: θ = {float(v.get('rope_theta', 10000.0)):,.0f}" for k, v in self.layer_ropes.items())
-                                 + "); drawn here: the full-attention layers'.")
+                                 + f"); drawn here: the {self._drawn_layer_type.replace('_', '-')} layers'.")
             if self.rotary_dims < self.head_dim:
                 out.notes.append(f"Only {self.rotary_dims} of each head's {self.head_dim} dimensions rotate "
                                  f"({self.rotary_dims / self.head_dim:.0%}); the rest carry no position.")

@@ -35,7 +35,7 @@ import torch
 
 from posviz.errors import PosvizError
 from posviz.models.hf import remaps as hf_remaps
-from posviz.models.hf.families import alibi_slopes_as_added, attention_module, decoder_layers, default_attention
+from posviz.models.hf.families import FAMILIES, alibi_slopes_as_added, attention_module, decoder_layers, default_attention
 from posviz.positions.rope_remaps import ROPE_REMAPS
 
 TWIN_HEADS = 4
@@ -188,7 +188,7 @@ def measure_remap_gap(config) -> tuple[float, float]:
     speeds, types = hf_remaps.model_speeds(rotary, getattr(net.config, "layer_types", None), params)
     remap = ROPE_REMAPS["self_extend"]
     run = hf_remaps.RemapPass(remap, remap.build({"window": 4 * T, "group": 2}, 2 * T, 2 * T), 2 * T, speeds, types,
-                              torch.arange(T), torch.arange(T), interleaved=hf_remaps.pairs_interleaved(rotary))
+                              torch.arange(T), torch.arange(T))
     hf_remaps.register_once()
     parent.rotary_emb = hf_remaps.Unrotated(rotary)
     try:
@@ -260,7 +260,11 @@ def remap_refusal(config, method: str) -> str | None:
     (its attention goes through the attention interface and rotates with the module posviz swaps)."""
     if method != "rope":
         return f"it uses {method} positions: the remaps move the positions RoPE rotates pairs by"
-    return measured(config, method).remap_refusal
+    refusal = measured(config, method).remap_refusal
+    family = FAMILIES.get(config.model_type)
+    if refusal and family is not None and family.remaps_differ:  # what in its attention the remaps do not follow
+        refusal = f"{family.remaps_differ(config)} ({refusal})"
+    return refusal
 
 
 def eager_differs(config, method: str) -> bool:

@@ -54,7 +54,8 @@ class RemapPass:
     q_pos: torch.Tensor  # (T,) the positions of the pass's queries
     k_pos: torch.Tensor  # (Tk,) the positions of every key the pass attends: the cache's, then the queries'
     probs_for: frozenset = frozenset()  # the layers whose attention probabilities the pass returns (a map)
-    interleaved: bool = False  # pairs of adjacent features rotate together (Llama 4), not the two halves
+    # pairs of adjacent features rotate together (Llama 4), not the two halves: set by ``Unrotated`` as the pass runs
+    interleaved: bool = False
     _rotations: dict = field(default_factory=dict)  # (layer type, side, Tk) -> per-map cos/sin: once per pass
 
 
@@ -81,19 +82,15 @@ class Unrotated(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         turns = self.rotary(*args, **kwargs)
-        if isinstance(turns, torch.Tensor) and turns.is_complex():  # Llama 4: one complex factor per pair, e^(i theta)
+        if isinstance(turns, torch.Tensor) and turns.is_complex():
+            # Llama 4: one complex factor e^(i theta) per pair of adjacent features (2i, 2i + 1), applied by
+            # view_as_complex: the pass's remap attention rotates those pairs (RemapPass.interleaved)
+            run = _PASS.get()
+            if run is not None:
+                run.interleaved = True
             return torch.ones_like(turns)
         cos, sin = turns
         return torch.ones_like(cos), torch.zeros_like(sin)
-
-
-def pairs_interleaved(rotary: torch.nn.Module) -> bool:
-    """Whether the model rotates adjacent features (2i, 2i + 1) as one pair: a rotary module that hands out complex
-    factors (Llama 4's ``freqs_cis``) is applied by ``view_as_complex`` on adjacent pairs; cos/sin modules, half-split
-    (``rotate_half``; DeepSeek's interleaved layout is de-interleaved by its own apply function before it)."""
-    with torch.no_grad():
-        turns = rotary(torch.zeros(1, dtype=torch.float32), torch.zeros(1, 1, dtype=torch.long))
-    return isinstance(turns, torch.Tensor) and turns.is_complex()
 
 
 def _rotations(run: RemapPass, layer_type, side: str, positions: torch.Tensor, device, dtype):
