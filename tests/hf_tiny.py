@@ -178,8 +178,10 @@ HYBRIDS: dict[str, Family] = {
                                                    layer_types=["linear_attention"] * 3 + ["full_attention"]),
                           "nope on MLA layer 3", seed=29),
     # Falcon-H1: RoPE attention and Mamba-2 (4 heads of 16 channels) side by side in every layer
+    # (its muP multipliers away from one, so that a Mamba-2 map that leaves them out fails its test)
     "falcon_h1": Family("FalconH1Config", dict(_HYBRID, head_dim=16, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_state=16,
-                                               mamba_chunk_size=8), "rope with Mamba-2 beside it", seed=30),
+                                               mamba_chunk_size=8, ssm_in_multiplier=0.6,
+                                               ssm_multipliers=[1.3, 0.8, 1.5, 0.7, 1.2]), "rope with Mamba-2 beside it", seed=30),
     # DeepSeek-V3: MLA in every layer, each head's q.k of 16 unrotated and 8 rotated dimensions, the rotated key one for
     # all heads, q and kv through low-rank latents; a mixture of experts after the first layer
     "deepseek_v3": Family("DeepseekV3Config", dict(_HYBRID, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=24,

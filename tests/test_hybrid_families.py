@@ -10,6 +10,7 @@ core output, captured from the running model, and with the layer's own norm, gat
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -609,3 +610,62 @@ def test_deepseek_v4_is_refused_the_remaps_and_scalings_in_words(hf_family_dir):
         model.with_position_options({"remap": "self_extend"})
     with pytest.raises(PosvizError, match="2 RoPE bases"):
         model.with_position_options({"scaling": "yarn", "factor": 4.0})
+
+
+def test_falcon_h1s_mamba2_beside_its_attention_is_drawn_as_its_implied_matrix(hf_family_dir):
+    """Falcon-H1's Mamba-2 mixer (its muP multipliers in: input and projection scaled) as a matrix times its values is
+    the scan's output, and with its gate and out_proj the mixer's; a copy without the multipliers is not. The model
+    draws it beside each layer's attention (``beside_map``) from its own pass, heads as the attention's."""
+    folder = hf_family_dir["falcon_h1"]
+    net = direct(folder)
+    module = net.model.layers[1].mamba
+    seen = _captured(net, module, module.out_proj)
+    with torch.no_grad():
+        values, Bm, Cm, dt, A, D = mixers.mamba2_parts(module, seen["x"])
+        w = mixers.ssd_matrix(Bm, Cm, dt, A, D)
+        ours = (w @ values.transpose(1, 2).double()).transpose(1, 2).reshape(*values.shape[:2], -1).float()
+        gate = (module.in_proj(seen["x"] * module.ssm_in_multiplier) * module.mup_vector)[..., :module.intermediate_size]
+        gated = module.norm(ours, gate) if module.mamba_rms_norm else ours * F.silu(gate)
+        torch.testing.assert_close(gated, seen["inner"][0], atol=2e-6, rtol=1e-4)
+        torch.testing.assert_close(module.out_proj(gated), seen["out"], atol=2e-6, rtol=1e-4)
+        bare = copy.copy(module)  # the same mixer with its multipliers at one
+        bare._buffers = {**module._buffers, "mup_vector": torch.ones_like(module.mup_vector)}
+        bare.ssm_in_multiplier = 1.0
+        values, Bm, Cm, dt, A, D = mixers.mamba2_parts(bare, seen["x"])
+        plain = (mixers.ssd_matrix(Bm, Cm, dt, A, D) @ values.transpose(1, 2).double()).transpose(1, 2)
+        off = plain.reshape(*values.shape[:2], -1).float() * F.silu(gate) - seen["inner"][0]
+        assert off.norm() > 0.1 * seen["inner"][0].norm()
+    model = open_model(folder)
+    assert model.beside_kind(1) == "Mamba-2 (recurrent)" and open_model(hf_family_dir["qwen3_next"]).beside_kind(3) is None
+    ids = model.encode(TEXT)[:40]
+    drawn = model.beside_map(ids, 1)
+    assert drawn.shape == (model.n_head, 40, 40) and not drawn.triu(1).any()
+    with torch.no_grad():
+        inputs = {}
+        hook = net.model.layers[1].mamba.register_forward_pre_hook(
+            lambda m, a, k: inputs.update(x=a[0] if a else k["hidden_states"]), with_kwargs=True)
+        net(ids[None], position_ids=torch.arange(40)[None])
+        hook.remove()
+        _v, Bm, Cm, dt, A, D = mixers.mamba2_parts(net.model.layers[1].mamba, inputs["x"])
+        assert net.model.layers[1].mamba.num_heads == model.n_head  # one Mamba-2 head per attention head here
+        torch.testing.assert_close(drawn, mixers.ssd_matrix(Bm, Cm, dt, A, D)[0].float(), atol=1e-6, rtol=0)
+
+
+def test_the_extrapolation_lab_draws_falcon_h1s_mamba2_beside_its_attention(tiny_models, hf_family_dir, monkeypatch):
+    """A visitor inspects Falcon-H1: under its layer's attention map, the Mamba-2 mixer beside it, labelled as its
+    implied matrix, each head a map; a model with one mixer per layer (the shipped rope) shows none."""
+    from test_pages_labs import page, run, texts
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("POSVIZ_ALLOW_ANY_MODEL", raising=False)
+    monkeypatch.setenv("POSVIZ_MODELS", str(hf_family_dir["falcon_h1"]))
+    at = run(page("extrapolation", models="rope,falcon_h1", M="1"))
+    assert "beside the attention" not in texts(at.markdown)
+    at.selectbox(key="w_inspect").set_value("falcon_h1")
+    run(at)
+    at.selectbox(key="w_layer").set_value(2)
+    run(at)
+    assert not at.exception and not at.error
+    assert "**Implied matrix (Mamba-2 (recurrent)) beside the attention of falcon\\_h1, layer 2" in texts(at.markdown)
+    assert "Layer 2 runs a Mamba-2 (recurrent) mixer beside its attention on the same input" in texts(at.caption)
+    assert "**Attention of falcon\\_h1, layer 2" in texts(at.markdown)

@@ -388,33 +388,54 @@ def at_this_length() -> None:
                     f"(computed in {view.seconds:.2f} s)")
         recurrent_layer_notes([(plain(display_name(inspect)), view.kind)], layer,
                               "; distance and entropy read from those shares")
-        if head == "all":
-            cols = st.columns(min(n_head, 4))
-            for h in range(n_head):
-                with cols[h % len(cols)]:
-                    show_pooled_matrix(view.maps[h], view.block, (L, L), f"attention-{inspect}-l{layer}-h{h}-L{L}",
-                                       f"key {u}", f"query {u}", value_title, marks=marks, mark_label="the training length",
-                                       side=256, compact=True, title=f"head {h}", key=view_key + (inspect, layer, scale, h))
-                    st.caption(f"distance {view.distance[h]:,.1f} {short} · entropy {view.entropy[h]:.2f} bits")
-            lo, hi = shared("map-range", view_key + (inspect, layer, scale), lambda: (
-                min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)))
-            st.caption(f"Rows: query {u} 0–{L - 1:,} (top to bottom); columns: key {u} 0–{L - 1:,} (left to right); "
-                       f"colour (each map scaled to its own range): {value_title}, {lo:.3g} to {hi:.3g} overall; grey: future keys (masked)"
-                       + (f"; each pixel averages {view.block}×{view.block} entries" if view.block > 1 else "")
-                       + (f"; white lines: the training length ({T:,})" if marks else "")
-                       + ". Distance: Σⱼ p·(i−j) averaged over queries; entropy: −Σⱼ p log₂ p.")
-        else:
-            h = int(head)
-            col, _ = st.columns([3, 2])
-            with col:
-                if view.block == 1 and L <= 256:
-                    show_matrix(view.maps[h], f"attention-{inspect}-l{layer}-h{h}-L{L}", f"key {u}", f"query {u}",
-                                value_title, marks=marks, mark_label="the training length")
-                else:
-                    show_pooled_matrix(view.maps[h], view.block, (L, L), f"attention-{inspect}-l{layer}-h{h}-L{L}",
-                                       f"key {u}", f"query {u}", value_title, marks=marks, mark_label="the training length",
-                                       key=view_key + (inspect, layer, scale, h))
-            st.caption(f"Head {h}: mean attention distance {view.distance[h]:,.1f} {u}s, entropy {view.entropy[h]:.2f} bits.")
+
+        def show_heads(view, tag: str, value_title: str) -> None:
+            """``view``'s maps, every head in a grid or the one picked; ``tag`` tells its charts apart."""
+            if head == "all":
+                cols = st.columns(min(n_head, 4))
+                for h in range(n_head):
+                    with cols[h % len(cols)]:
+                        show_pooled_matrix(view.maps[h], view.block, (L, L), f"{tag}-{inspect}-l{layer}-h{h}-L{L}",
+                                           f"key {u}", f"query {u}", value_title, marks=marks, mark_label="the training length",
+                                           side=256, compact=True, title=f"head {h}", key=view_key + (tag, inspect, layer, scale, h))
+                        st.caption(f"distance {view.distance[h]:,.1f} {short} · entropy {view.entropy[h]:.2f} bits")
+                lo, hi = shared("map-range", view_key + (tag, inspect, layer, scale), lambda: (
+                    min(float(np.nanmin(m)) for m in view.maps), max(float(np.nanmax(m)) for m in view.maps)))
+                st.caption(f"Rows: query {u} 0–{L - 1:,} (top to bottom); columns: key {u} 0–{L - 1:,} (left to right); "
+                           f"colour (each map scaled to its own range): {value_title}, {lo:.3g} to {hi:.3g} overall; grey: future keys (masked)"
+                           + (f"; each pixel averages {view.block}×{view.block} entries" if view.block > 1 else "")
+                           + (f"; white lines: the training length ({T:,})" if marks else "")
+                           + ". Distance: Σⱼ p·(i−j) averaged over queries; entropy: −Σⱼ p log₂ p.")
+            else:
+                h = int(head)
+                col, _ = st.columns([3, 2])
+                with col:
+                    if view.block == 1 and L <= 256:
+                        show_matrix(view.maps[h], f"{tag}-{inspect}-l{layer}-h{h}-L{L}", f"key {u}", f"query {u}",
+                                    value_title, marks=marks, mark_label="the training length")
+                    else:
+                        show_pooled_matrix(view.maps[h], view.block, (L, L), f"{tag}-{inspect}-l{layer}-h{h}-L{L}",
+                                           f"key {u}", f"query {u}", value_title, marks=marks, mark_label="the training length",
+                                           key=view_key + (tag, inspect, layer, scale, h))
+                st.caption(f"Head {h}: mean {'attention ' if tag == 'attention' else ''}distance {view.distance[h]:,.1f} {u}s, entropy {view.entropy[h]:.2f} bits.")
+
+        show_heads(view, "attention", value_title)
+        beside = model.beside_kind(layer)
+        if beside:  # Falcon-H1: a Mamba-2 mixer beside the attention of every layer, on the same input
+            try:
+                other = run_job(extrapolation.beside_job(model, text_bytes, L, layer, scale == "log"),
+                                f"Drawing the {beside} beside layer {layer} of {plain(display_name(inspect))}…")
+            except PosvizError as exc:
+                error_box(exc, "Choose a shorter length to see it; the attention above stands.")
+            else:
+                st.markdown(f"**Implied matrix ({beside}) beside the attention of {plain(display_name(inspect))}, "
+                            f"layer {layer}, at {L:,} {u}s** (computed in {other.seconds:.2f} s)")
+                st.caption(f"Layer {layer} runs a {beside} mixer beside its attention on the same input and adds the "
+                           "two outputs. The mixer has no softmax, but its output is still a weighted sum of its values, "
+                           "o_t = Σ_s w_ts v_s (its implied matrix), here grouped to the attention's heads. Drawn: each "
+                           "weight's share of its row's Σ|w| (signs dropped).")
+                show_heads(other, "beside", "log₁₀ share of the row's |implied weight|" if scale == "log"
+                           else "share of the row's |implied weight|")
 
         # ------------------------------------------------------------------------------------------------
         # 4. Attention distance and entropy per head as the length grows

@@ -179,6 +179,18 @@ def attention_view(model: LabModel, ids, length: int, layer: int, log_scale: boo
     return view
 
 
+def beside_view(model: LabModel, ids, length: int, layer: int, log_scale: bool = True, max_side: int = 512) -> AttentionView:
+    """The view of the mixer beside ``layer``'s attention (``LabModel.beside_kind``: Falcon-H1's Mamba-2), drawn as
+    a recurrent layer's map is: each row's |implied weight| shares."""
+    start = time.perf_counter()
+    ids = model.ids_on_device(ids)
+    length = model.checked(length, ids.numel())
+    probs = implied_shares(model.beside_map(ids[:length], layer).float())
+    view = _view_from_probs(probs, length, layer, log_scale, max_side, start)
+    view.kind = model.beside_kind(layer)
+    return view
+
+
 def prefix_growth(view: AttentionView, lengths: Iterable[int]) -> list[dict]:
     """``attention_growth`` rows for lengths up to ``view.length``, read off the one long forward pass.
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from posviz.labs.attention_maps import AttentionView, _view_from_probs, as_drawn, attention_view
+from posviz.labs.attention_maps import AttentionView, _view_from_probs, as_drawn, attention_view, beside_view
 from posviz.errors import PosvizError
 from posviz.labs import intervals
 from posviz.labs.scoring import position_losses
@@ -297,6 +297,12 @@ def inspect_job(model: LabModel, text: bytes, length: int, layer: int, log_scale
 def attention_job(model: LabModel, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
     return LiveJob("extrapolation-attention", model.key + (text, length, layer, log_scale),
                    lambda: attention_view(model, model.tokenize(text).ids, length, layer, log_scale=log_scale))
+
+
+def beside_job(model: LabModel, text: bytes, length: int, layer: int, log_scale: bool) -> LiveJob:
+    """The map of the mixer beside ``layer``'s attention (Falcon-H1's Mamba-2), as a job of the page."""
+    return LiveJob("extrapolation-beside", model.key + (text, length, layer, log_scale),
+                   lambda: beside_view(model, model.tokenize(text).ids, length, layer, log_scale=log_scale))
 
 
 def stride_job(model: LabModel, text: bytes, length: int, stride: int) -> LiveJob:

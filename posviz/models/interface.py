@@ -205,6 +205,15 @@ class LabModel(ABC):
         matrix (signed, no softmax) rather than attention weights."""
         return "attention"
 
+    def beside_kind(self, layer: int) -> str | None:
+        """The kind of a second mixer that runs beside ``layer``'s attention on the same input, its output added
+        (Falcon-H1's Mamba-2 in every layer); None where the layer has one mixer."""
+        return None
+
+    def beside_map(self, ids: torch.Tensor, layer: int) -> torch.Tensor:
+        """(H, T, T): that mixer's implied matrix on ``ids`` (T,), drawn as a recurrent layer's map is."""
+        raise PosvizError(f"layer {layer} has nothing beside its attention to draw")
+
     def cache_holds(self, layer: int) -> tuple[str, bool]:
         """What a KV cache keeps for ``layer``, in words, and whether that grows with the text: an attention layer's
         keys and values of every cached id do; a recurrent layer's state does not (a model with other layers says)."""

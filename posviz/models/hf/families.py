@@ -139,8 +139,9 @@ FAMILIES: dict[str, Family] = {
     # Falcon-H1: RoPE attention and Mamba-2 side by side in every layer
     "falcon_h1": Family(lambda c: "rope", _attr("max_position_embeddings"), maps_by_hook=True,
                         notes=lambda c: ["Every layer runs its attention and a Mamba-2 mixer side by side on the same input "
-                                         "and adds their outputs: the maps are the attention's; the Mamba-2 half reads the "
-                                         "text token after token, so order also comes from there."],
+                                         "and adds their outputs: the maps are the attention's (the Extrapolation lab draws "
+                                         "the Mamba-2's implied matrix under it); the Mamba-2 half reads the text token after "
+                                         "token, so order also comes from there."],
                         summary=lambda c: "with Mamba-2 beside it in every layer"),
     # Nemotron-H: Mamba-2 beside attention that never rotates
     "nemotron_h": Family(lambda c: "nope", _attr("max_position_embeddings")),

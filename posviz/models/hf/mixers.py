@@ -45,7 +45,10 @@ class Mixer:
     attribute: str | None = None  # the decoder layer's attribute that holds it (None: found by name, attention)
     implied: Callable | None = None  # (module, x (B, T, C), n_head) -> (B, H, T, T) implied matrix
     holds: str = "keys and values of every token"  # what its cache keeps, as the KV cache lab says it
-    beside: str = ""  # what runs beside the attention in the same layer, not drawn (Falcon-H1's Mamba-2)
+    beside: str = ""  # what runs beside the attention in the same layer, in words (Falcon-H1's Mamba-2)
+    beside_kind: str | None = None  # that mixer's layer kind, drawn beside the attention map as its implied matrix
+    beside_attribute: str | None = None  # the decoder layer's attribute that holds it
+    beside_implied: Callable | None = None  # as ``implied``, for it
     # attention whose keys are not all tokens (DeepSeek-V4's compressed entries): (module, x (B, T_all, C) its inputs
     # since the first token, probs (B, H, T, keys)) -> (B, H, T, T_all), the map over tokens
     fold: Callable | None = None
@@ -215,7 +218,11 @@ def mamba2_parts(module, x: torch.Tensor) -> tuple:
     dt], its own convolution function over x B C with its activation, and the scan's dt = clamp(softplus(dt +
     dt_bias), time_step_limit), A = -exp(A_log); B and C repeated over the heads of their group."""
     b, T, _ = x.shape
-    _gate, xbc, dt = module.in_proj(x).split([module.intermediate_size, module.conv_dim, module.num_heads], dim=-1)
+    # Falcon-H1's muP multipliers: its input scaled before in_proj, the projection's parts scaled after it
+    projected = module.in_proj(x * getattr(module, "ssm_in_multiplier", 1.0))
+    if getattr(module, "mup_vector", None) is not None:
+        projected = projected * module.mup_vector
+    _gate, xbc, dt = projected.split([module.intermediate_size, module.conv_dim, module.num_heads], dim=-1)
     xbc = _own_conv(module, xbc.transpose(1, 2), module.activation).transpose(1, 2)
     GN = module.n_groups * module.ssm_state_size
     values, Bm, Cm = torch.split(xbc, [module.intermediate_size, GN, GN], dim=-1)
@@ -303,9 +310,11 @@ MIXERS: dict[str, dict[str, Mixer]] = {
     "kimi_linear": {"full_attention": Mixer("attention", "self_attn"), "linear_attention": Mixer(
         KDA, "self_attn", kda, "a fixed-size state per head (d × d) and its convolution's last inputs")},
     # Falcon-H1: every layer runs RoPE attention and a Mamba-2 mixer side by side on the same input and adds their
-    # outputs; its map is the attention's, and the KV cache lab says the Mamba-2 state beside the keys
+    # outputs; its map is the attention's, the Mamba-2's implied matrix is drawn beside it (``beside_map``), and the
+    # KV cache lab says the Mamba-2 state beside the keys
     "falcon_h1": {"hybrid": Mixer("attention", "self_attn", holds="and its Mamba-2's fixed-size state beside them",
-                                  beside="a Mamba-2 mixer")},
+                                  beside="a Mamba-2 mixer", beside_kind=MAMBA2, beside_attribute="mamba",
+                                  beside_implied=mamba2)},
     # Granite 4.0-H: Mamba-2 layers beside attention layers (NoPE in the published models); layer_types "mamba" and
     # "attention" in its config.json, read by transformers as these
     "granitemoehybrid": {"full_attention": ATTENTION, "linear_attention": Mixer(MAMBA2, "mamba", mamba2, MAMBA2_HOLDS)},
@@ -368,12 +377,15 @@ def keep_inputs(mixers: list[Mixer], layers, cache, asked, hooks: list) -> dict:
     return keep
 
 
-def implied_map(mixers: list[Mixer], layers, layer: int, x: torch.Tensor, n_head: int, name: str) -> torch.Tensor:
-    """A non-attention layer's implied matrix on its input x (B, T, C), as (B, n_head, T, T): a layer with another
-    number of heads (Qwen3-Next's 32 value heads beside 16 attention heads) is drawn per group of heads, the mean of
-    their rows' |w| shares (each row then sums to one, as ``attention_maps.implied_shares`` draws it)."""
+def implied_map(mixers: list[Mixer], layers, layer: int, x: torch.Tensor, n_head: int, name: str,
+                beside: bool = False) -> torch.Tensor:
+    """A non-attention layer's implied matrix on its input x (B, T, C), as (B, n_head, T, T) (``beside``: the mixer
+    beside the layer's attention, Falcon-H1's Mamba-2): a layer with another number of heads (Qwen3-Next's 32 value
+    heads beside 16 attention heads) is drawn per group of heads, the mean of their rows' |w| shares (each row then
+    sums to one, as ``attention_maps.implied_shares`` draws it)."""
     mixer = mixers[layer]
-    w = mixer.implied(getattr(layers[layer], mixer.attribute), x, n_head)
+    implied, attribute = (mixer.beside_implied, mixer.beside_attribute) if beside else (mixer.implied, mixer.attribute)
+    w = implied(getattr(layers[layer], attribute), x, n_head)
     H = w.shape[1]
     if H == n_head:
         return w

@@ -196,6 +196,34 @@ class PublishedModel(LabModel):
     def layer_kind(self, layer: int) -> str:
         return self.mixers[layer].kind
 
+    def beside_kind(self, layer: int) -> str | None:
+        return self.mixers[layer].beside_kind
+
+    @torch.inference_mode()
+    def beside_map(self, ids: torch.Tensor, layer: int) -> torch.Tensor:
+        """(H, T, T): the implied matrix of the mixer beside ``layer``'s attention (Falcon-H1's Mamba-2) on ``ids``
+        (T,), from one plain pass that keeps that mixer's input; its heads grouped to the attention's."""
+        kind = self.beside_kind(layer)
+        if kind is None:
+            raise PosvizError(f"{self.name}: layer {layer} has nothing beside its attention to draw.")
+        ids = torch.as_tensor(ids, device=self._device).flatten()
+        T = ids.numel()
+        problem = self.cannot_run(T)
+        if problem:
+            raise PositionLimitError(problem)
+        self._check_work(T, T, False, implied=True)
+        mixer, kept = self.mixers[layer], {}
+        with self._engine.lock, self._variant(False, torch.arange(T), torch.arange(T)) as net:
+            module = getattr(decoder_layers(net)[layer], mixer.beside_attribute)
+            hook = module.register_forward_pre_hook(
+                lambda m, args, kwargs: kept.update(x=args[0] if args else kwargs["hidden_states"]), with_kwargs=True)
+            try:
+                net(input_ids=ids[None], position_ids=torch.arange(T, device=self._device)[None])
+            finally:
+                hook.remove()
+            return implied_map(self.mixers, decoder_layers(net), layer, kept["x"], self.n_head, self.name,
+                               beside=True)[0].float()
+
     def cache_holds(self, layer: int) -> tuple[str, bool]:
         mixer = self.mixers[layer]
         if mixer.grows is not None:  # attention that keeps other than every token's keys (DeepSeek-V4)
