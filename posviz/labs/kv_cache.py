@@ -267,9 +267,11 @@ def sliding_score(model: LabModel, ids, window: int, strategy: str, n_ids: int |
     stepped = done - first
     seconds, per = (end - loop_start, stepped) if stepped > 0 else (end - start, max(1, done))
     full = bits[window:]  # step t >= W: the window has evicted at least one byte
+    # a strategy stopped before its first step past the prefix has no speed of its own (the prefix pass is shared)
+    ms = float("nan") if error and stepped <= 0 else 1000 * seconds / per
     return SlidingResult(strategy, window, None if error else _mean_per_byte(bits, sizes),
                          None if error or full.size == 0 else _full_mean(full, sizes, window),
-                         1000 * seconds / per, done, bits, error, max(0, stepped))
+                         ms, done, bits, error, max(0, stepped))
 
 
 def move_sinks(model: LabModel, cache, sink_ids, t: int, window: int) -> None:
