@@ -670,3 +670,26 @@ def test_the_extrapolation_lab_draws_falcon_h1s_mamba2_beside_its_attention(tiny
     assert "**Implied matrix (Mamba-2 (recurrent)) beside the attention of falcon\\_h1, layer 2" in texts(at.markdown)
     assert "Layer 2 runs a Mamba-2 (recurrent) mixer beside its attention on the same input" in texts(at.caption)
     assert "**Attention of falcon\\_h1, layer 2" in texts(at.markdown)
+
+
+def test_a_hybrid_is_measured_past_its_context_and_listed_on_the_scoreboard(hf_family_dir, corpus, tmp_path, monkeypatch):
+    """``posviz_tools.measure_published`` on a tiny Qwen3-Next as on any published model: its bits per byte at 1x and 2x
+    (the lab's own scores), Self-Extend on its rotary layer, its effective length; the scoreboard lists it from the file."""
+    from posviz.labs import scoreboard
+    from posviz.labs.published_results import read_results
+    from posviz.training.evaluate import published_eval_table
+    from posviz_tools import measure_published
+
+    monkeypatch.setenv("POSVIZ_PUBLISHED_RESULTS", str(tmp_path / "published"))
+    folder = str(hf_family_dir["qwen3_next"])
+    assert measure_published.main(["--model", folder, "--multiples", "1", "2", "--remaps", "self_extend",
+                                   "--effective", "as_trained", "--trials", "1", "--threads", "1"]) == 0
+    record = read_results(folder)
+    model = open_model(folder, None, "cpu")
+    ids = model.encode(corpus.eval_stream(8 * (record["eval_ids"])).tobytes())[:record["eval_ids"]]
+    assert record["eval"]["nonoverlapping_bpb"] == published_eval_table(model, ids, [64, 128], progress=False)
+    assert set(record["eval"]["rope_remaps"]) == {"self_extend"}
+    assert set(record["eval"]["effective_length"]["as_trained"]["rows"]) == {"1", "2"}
+    rows = scoreboard.shown_rows(scoreboard.published_rows([folder], open_model))
+    plain = next(r for r in rows if r["checkpoint"] == "qwen3_next")
+    assert plain["bpb 1×"] == f"{record['eval']['nonoverlapping_bpb']['64']:.3f}" and plain["kind"] == "published"
