@@ -122,7 +122,8 @@ COMPARISONS = [("fox", "alibi", 1), ("fox", "alibi", 4), ("fox", "alibi", 16), (
                ("kerple", "alibi", 16), ("local_global", "rope", 1), ("irope", "rope", 1), ("p_rope", "rope", 1),
                ("local_global", "nezha", 1), ("fire", "alibi", 1), ("fire", "nezha", 1), ("nezha", "shaw", 1), ("cope", "alibi", 4), ("stick_breaking", "fox", 1),
                ("stick_breaking", "fox", 16), ("stick_breaking", "alibi", 16), ("canon", "local_global", 1),
-               ("canon", "alibi", 16), ("rope", "sinusoidal", 2), ("alibi", "rope", 4), ("alibi", "rope", 16)]
+               ("canon", "alibi", 16), ("canon", "rope", 1), ("path", "rope", 1), ("path", "rope", 16),
+               ("pope", "rope", 1), ("rope", "sinusoidal", 2), ("alibi", "rope", 4), ("alibi", "rope", 16)]
 
 
 def seed_values(folder: Path, length: int) -> list[float]:
@@ -316,7 +317,7 @@ def results_tables(models=None, only: str | None = None) -> dict[str, str]:
 # path over a set (``set!a,b``: without checkpoints a and b; or checkpoints named ``a,b,c``; ``@median:``
 # for their median),
 # ``@ratio:a:path / b:path|format`` for one value over another (``@diff:a:path - b:path``: minus it), ``@table:title;row;column|format`` for a cell of one of the write-up's tables (the column
-# named by its header). A path that starts with ``config.`` reads config.json instead of metrics.json, and one
+# named by its header; a row named by its first cell, or by its first cells joined with "&": "path&rope&256 (1×)"). A path that starts with ``config.`` reads config.json instead of metrics.json, and one
 # that ends ``/N`` divides by N (``parameters/1e6``). Formats: a Python format spec (".3f", ".2f", ".1%", ","),
 # "words" or "Words" (a count as a word: "eighteen", "Eighteen"), "x" (a multiple: 1.07x is "1.07×") or "num"
 # (a cell's leading number: "6.6" of "6.6 M bytes") or "pct0"/"pct1" (a share as "26 %", "26.5 %").
@@ -382,7 +383,8 @@ def _table_cell(name: str, where: str, tables: dict[str, str], models=None) -> s
     header, body = lines[0], lines[2:]
     if column not in header:
         raise PosvizError(f"value {name!r}: the {title} table has no column {column!r} ({header})")
-    rows = [r for r in body if r[0] == row]
+    keys = [k.strip() for k in row.split("&")]  # "a&b&c": the row whose first cells are a, b and c
+    rows = [r for r in body if r[:len(keys)] == keys]
     if len(rows) != 1:
         raise PosvizError(f"value {name!r}: the {title} table has {len(rows)} rows named {row!r}")
     return rows[0][header.index(column)]
