@@ -299,12 +299,14 @@ def test_every_lab_runs_on_each_hybrid(hf_family_dir, name):
         lengths = compare.compare_lengths(model, ids, L)
         assert math.isfinite(lengths["bpb_long"]) and math.isfinite(lengths["bpb_short"])
         for strategy in kv_cache.STRATEGIES:
-            r = kv_cache.sliding_score(model, ids, 16, strategy, 40)
-            if name in KEEPS_ITS_OWN_CACHE and strategy != "reencode":  # a window of keys to evict: refused in words
-                assert r.bpb is None and "posviz cannot evict its cache to a window of" in r.error, strategy
-                assert math.isnan(r.ms_per_byte)  # no step of its own ran: no speed to show
-                continue
-            assert r.error is None and math.isfinite(r.bpb), strategy
+            # DeepSeek-V4: a window past its own (8 keys) and one within it are refused alike
+            for window in (16, 6) if name in KEEPS_ITS_OWN_CACHE else (16,):
+                r = kv_cache.sliding_score(model, ids, window, strategy, 40)
+                if name in KEEPS_ITS_OWN_CACHE and strategy != "reencode":  # a window to evict: refused in words
+                    assert r.bpb is None and "posviz cannot evict its cache to a window of" in r.error, strategy
+                    assert math.isnan(r.ms_per_byte)  # no step of its own ran: no speed to show
+                    continue
+                assert r.error is None and math.isfinite(r.bpb), strategy
         shares = kv_cache.first_id_share(model, ids, n_ids=80, from_query=32)
         attending = [i for i, kind in enumerate(KINDS[name]) if kind == "attention"]
         assert sorted({r["layer"] for r in shares}) == attending and all(0 <= r["share"] <= 1 for r in shares)
@@ -569,11 +571,41 @@ def test_deepseek_v4s_entries_are_drawn_on_the_tokens_they_pool(hf_family_dir):
         torch.testing.assert_close(entries, inner, atol=1e-5, rtol=0)
         off_by_one = (shares[:, 1:] * slots[:, :-1]).sum(2)
         assert (off_by_one - inner[:, 1:]).abs().max() > 1e-2
+        # as a matrix: entry w's slot j lands on token w * m - offset + j, and nowhere else
         pooled = mixers.compressed_pooling(compressor, seen["x"])
         assert pooled.shape == (1, E, inputs.shape[1])
+        mean = shares.mean(-1)
+        expected = torch.zeros_like(pooled)
+        for w in range(E):
+            for j in range(shares.shape[2]):
+                if 0 <= w * m - offset + j:
+                    expected[:, w, w * m - offset + j] = mean[:, w, j]
+        torch.testing.assert_close(pooled, expected, atol=0, rtol=0)
         torch.testing.assert_close(pooled.sum(-1), torch.ones(1, E, dtype=torch.float64))
-        if offset:
-            assert not pooled[:, 0, :0].any() and not pooled[:, 1, 2 * m:].any() and pooled[:, 1, :m].sum() > 0
+        # the fold puts each entry's weight where the matrix says: random weights on window keys and entries
+        T_all = inputs.shape[1]
+        probs = torch.rand(1, 2, 3, 5 + E, dtype=torch.float32)
+        folded = mixers.fold_compressed(attention, seen["x"], probs)
+        by_matrix = torch.einsum("bhte,bes->bhts", probs[..., 5:].double(), pooled)
+        by_matrix[..., T_all - 5:] += probs[..., :5].double()
+        torch.testing.assert_close(folded.double(), by_matrix, atol=1e-6, rtol=0)
+
+
+def test_a_deepseek_v4_map_of_a_cached_pass_is_the_full_pass_rows(hf_family_dir):
+    """Chunks of 3 (shorter than any compressed block: no entry yet), 5, 9 and 23 tokens through a cache for maps: each
+    chunk's rows of every layer equal those rows of the full pass's map (its window keys and entries in the cache)."""
+    model = open_model(hf_family_dir["deepseek_v4"])
+    x = model.encode(TEXT)[None, :40]
+    every = model.attention_all_layers(x[0])
+    for layer in range(model.n_layer):
+        cache, start = model.new_cache(for_maps=True), 0
+        for size in (3, 5, 9, 23):
+            rows = model(x[:, start:start + size], cache=cache, attention_layer=layer).attention[0]
+            assert rows.shape == (model.n_head, size, start + size)
+            torch.testing.assert_close(rows, every[layer][:, start:start + size, :start + size], atol=1e-5, rtol=0)
+            start += size
+    short = model(x[:, :3], attention_layer=2).attention  # HCA blocks of 16: no entry at 3 tokens
+    assert short.shape == (1, model.n_head, 3, 3) and not short[0].triu(1).any()
 
 
 @pytest.mark.parametrize("index_topk, apart", [(64, False), (4, True)])
@@ -611,6 +643,8 @@ def test_deepseek_v4_is_refused_the_remaps_and_scalings_in_words(hf_family_dir):
         model.with_position_options({"remap": "self_extend"})
     with pytest.raises(PosvizError, match="2 RoPE bases"):
         model.with_position_options({"scaling": "yarn", "factor": 4.0})
+    # a map's cost counts its compressed entries (one per 4 keys at the most) and the map over tokens it is folded into
+    assert model.work_bytes(64, 64, attention_map=True) == 4 * (model.n_head * 64 * (64 + 16) * 4)
 
 
 def test_falcon_h1s_mamba2_beside_its_attention_is_drawn_as_its_implied_matrix(hf_family_dir):

@@ -27,6 +27,8 @@ class PublishedCache:
     # for_maps: each non-attention layer's inputs so far (layer -> (B, T, C)), from which a cached pass draws its
     # implied rows over every token since the first (``mixers``); its state alone cannot give them
     inputs: dict | None = field(default=None, repr=False)
+    # False where a layer keeps its own window and compressed entries (DeepSeek-V4): nothing posviz may evict
+    evictable: bool = True
 
     def __post_init__(self):
         from transformers import DynamicCache
@@ -58,9 +60,10 @@ class PublishedCache:
         held, K = len(self), min(self.sinks, n)
         keep = torch.cat((torch.arange(K), torch.arange(held - (n - K), held)))
         full = self._full_layers()
-        if not full and any(getattr(layer, "keys", None) is not None and layer.keys.numel() for layer in self.hf.layers):
+        if not self.evictable:
             # DeepSeek-V4: every layer keeps its own window of keys and compressed entries of the tokens before, which
-            # posviz cannot evict entry by entry: a window here would score the model's own cache under its name
+            # posviz cannot evict entry by entry (a window within its own would cut its keys from under it, and one
+            # past it would leave its cache as it is, scored under the window's name)
             raise CacheLimitError("this model keeps no layer's keys for every token (its layers keep their own window "
                               "and compressed entries of the text before it), so posviz cannot evict its cache to a "
                               f"window of {n:,}: re-encoding the window is the strategy that applies.")

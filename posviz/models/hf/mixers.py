@@ -53,6 +53,7 @@ class Mixer:
     # since the first token, probs (B, H, T, keys)) -> (B, H, T, T_all), the map over tokens
     fold: Callable | None = None
     grows: bool | None = None  # attention whose cache is not every token's keys: whether it grows with the text
+    evictable: bool = True  # False: its cache keeps its own window and entries, which posviz cannot evict (DeepSeek-V4)
 
     @property
     def carries_order(self) -> bool:
@@ -249,7 +250,9 @@ def pooling_shares(compressor, x: torch.Tensor) -> tuple[torch.Tensor, int]:
     B, T, _ = x.shape
     m, d = compressor.compress_rate, compressor.head_dim
     E = T // m
-    gate = (compressor.gate_proj(x[:, :E * m]).view(B, E, m, -1) + compressor.position_bias).double()
+    # (B, E, m, channels): the width named, as E may be 0 (a text shorter than one block has no entry yet)
+    gate = (compressor.gate_proj(x[:, :E * m]).view(B, E, m, compressor.gate_proj.out_features)
+            + compressor.position_bias).double()
     if gate.shape[-1] == d:  # HCA: one series
         return gate.softmax(dim=2), 0
     slots = gate.new_full((B, E, 2 * m, d), float("-inf"))
@@ -275,16 +278,24 @@ def compressed_pooling(compressor, x: torch.Tensor) -> torch.Tensor:
 def fold_compressed(module, x: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
     """A DeepSeek-V4 attention layer's weights (B, H, T, n + E), on its n newest tokens (its sliding window's keys)
     and its E compressed entries, as a map over every token, (B, H, T, T_all): each entry's weight spread over the
-    tokens it pools, by ``compressed_pooling``. Rows keep their sum (less than one: its sink logits take the rest)."""
+    tokens it pools by their mean share (``pooling_shares``; ``compressed_pooling`` is the same as a matrix), added
+    entry by entry into the one output map (no (T, T_all) temporary). Rows keep their sum (less than one: its sink
+    logits take the rest)."""
     T_all = x.shape[1]
-    compressor = getattr(module, "compressor", None)
-    pooled = compressed_pooling(compressor, x) if compressor is not None else None
-    E = 0 if pooled is None else pooled.shape[1]
-    n = probs.shape[-1] - E
     out = probs.new_zeros(*probs.shape[:-1], T_all)
+    compressor = getattr(module, "compressor", None)
+    if compressor is None:  # a sliding-window layer: its keys are its newest tokens
+        out[..., T_all - probs.shape[-1]:] = probs
+        return out
+    shares, offset = pooling_shares(compressor, x)
+    mean = shares.mean(-1).to(probs.dtype)  # (B, E, slots)
+    B, E, slots = mean.shape
+    n, m = probs.shape[-1] - E, compressor.compress_rate
     out[..., T_all - n:] = probs[..., :n]
-    if E:
-        out += torch.einsum("bhte,bes->bhts", probs[..., n:].double(), pooled.to(probs.device)).to(out.dtype)
+    for w in range(E):
+        lo = w * m - offset
+        first = max(0, -lo)  # CSA's entry 0: its first m slots (the window before the text) are empty
+        out[..., lo + first:lo + slots] += probs[..., n + w, None] * mean[:, None, None, w, first:]
     return out
 
 
@@ -324,11 +335,11 @@ MIXERS: dict[str, dict[str, Mixer]] = {
     # DeepSeek-V4: every layer attends a sliding window of its newest keys; the compressed layers also one entry per
     # m tokens before (CSA: m = 4, its indexer picking the entries each query sees; HCA: m = 128), drawn on the tokens
     "deepseek_v4": {"sliding_attention": Mixer("attention", "self_attn", fold=fold_compressed, holds=V4_HOLDS,
-                                               grows=False),
+                                               grows=False, evictable=False),
                     "compressed_sparse_attention": Mixer("attention", "self_attn", fold=fold_compressed,
-                                                         holds=V4_HOLDS + V4_ENTRIES, grows=True),
+                                                         holds=V4_HOLDS + V4_ENTRIES, grows=True, evictable=False),
                     "heavily_compressed_attention": Mixer("attention", "self_attn", fold=fold_compressed,
-                                                          holds=V4_HOLDS + V4_ENTRIES, grows=True)},
+                                                          holds=V4_HOLDS + V4_ENTRIES, grows=True, evictable=False)},
     "lfm2": {"full_attention": ATTENTION, "conv": Mixer(
         SHORT_CONV, "conv", short_conv_lfm2, "its convolution's last inputs (the kernel's width less one)")},
 }

@@ -191,7 +191,8 @@ class PublishedModel(LabModel):
         # drawn from its inputs since the first token, which a cache for maps keeps
         hybrid = self.config.model_type in MIXERS
         return PublishedCache(max_size=max_size, sinks=sinks, config=self.config if hybrid else None,
-                              inputs={} if for_maps and hybrid else None)
+                              inputs={} if for_maps and hybrid else None,
+                              evictable=all(mixer.evictable for mixer in self.mixers))
 
     def layer_kind(self, layer: int) -> str:
         return self.mixers[layer].kind
@@ -256,13 +257,17 @@ class PublishedModel(LabModel):
         map, its implied matrix over every token since the first (``mixers``): up to three float64 (H, Tk, Tk) of
         the layer's own heads (a Mamba-2 scan's scores, decays and weights)."""
         n_queries = n_keys if n_queries is None else n_queries
+        folds = any(mixer.fold is not None for mixer in self.mixers)
+        if folds and attention_map:  # DeepSeek-V4: a compressed entry per block of keys, then the map over tokens
+            rates = dict(getattr(self.config, "compress_rates", None) or {}).values()
+            n_keys += n_keys // min(rates, default=1)
         if implied:
             return 24 * mixer_heads(self.config, self.n_head) * n_keys * n_keys
         if self.remap is not None:  # scored a block of queries at a time (``hf.remaps``)
             return hf_remaps.work_bytes(self.n_head, n_queries, n_keys, attention_map)
         per_map = self.n_head * n_queries * n_keys * 4
         if attention_map or not sdpa_ok(self.config):
-            return 3 * per_map  # scores, probabilities, and the mask or bias
+            return (4 if folds and attention_map else 3) * per_map  # scores, probabilities, the mask or bias (, the fold)
         return per_map if self.method == "alibi" else 0
 
     def _check_work(self, n_keys: int, n_queries: int, attention_map: bool, implied: bool = False) -> None:
@@ -471,8 +476,9 @@ class PublishedModel(LabModel):
             finally:
                 for hook in hooks:
                     hook.remove()
-            maps = kept if self._family.maps_by_hook else dict(zip(attending, attentions))
-            maps = {layer: self._folded(net, layer, inputs, None, probs) for layer, probs in maps.items()}
+            raw = kept if self._family.maps_by_hook else dict(zip(attending, attentions))
+            del attentions, kept  # each raw map is freed as it is folded (DeepSeek-V4's are wider than a map)
+            maps = {layer: self._folded(net, layer, inputs, None, raw.pop(layer)) for layer in list(raw)}
             return torch.stack([maps[layer][0].float() if mixer.kind == "attention"
                                 else implied_map(self.mixers, decoder_layers(net), layer, inputs[layer], self.n_head, self.name)[0].float()
                                 for layer, mixer in enumerate(self.mixers)])
