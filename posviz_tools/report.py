@@ -166,10 +166,12 @@ def differences_table(models=None) -> str:
 
 def seeds_table(models=None) -> str:
     """Each checkpoint with more than one training seed recorded (``posviz.training.seeds``): the mean and the
-    lowest–highest over its seeds of bits per byte at 1×, 4× and 16×, the copy ratio and the effective length."""
+    lowest–highest over its seeds of bits per byte at 1×, 4× and 16×, the copy ratio, and each seed's bytes seen when
+    its copy ratio first reached the target (as ``copy_formation_table``) and its effective length."""
     from posviz.training.seeds import seed_records
 
-    rows = ["| checkpoint | seeds | 1× | 4× | 16× | copy ratio | effective length |", "|---|---:|---|---|---|---|---|"]
+    rows = ["| checkpoint | seeds | 1× | 4× | 16× | copy ratio | copy ratio first ≤ 0.5 at (M bytes) | effective length |",
+            "|---|---:|---|---|---|---|---|---|"]
 
     def spread(values, digits=3):
         values = [v for v in values if v is not None]
@@ -185,6 +187,10 @@ def seeds_table(models=None) -> str:
         cells = [spread([r.get("eval", {}).get("nonoverlapping_bpb", {}).get(str(m * L)) for r in records])
                  for m in (1, 4, 16)]
         cells.append(spread([(r.get("copy_curve") or [{}])[-1].get("ratio") for r in records], 2))
+        firsts = [next((p for p in r.get("copy_curve") or [] if p.get("ratio") is not None and p["ratio"] <= COPY_TARGET),
+                       None) for r in records]
+        cells.append(", ".join("not reached" if f is None else f"{f['tokens'] / 1e6:.1f}" if "tokens" in f else "?"
+                               for f in firsts))
         lengths = [((r.get("eval", {}).get("effective_length") or {}).get("as_trained") or {}).get("multiple", "?")
                    for r in records]
         cells.append(", ".join("not measurable" if v is None else f"{v:g}×" if isinstance(v, (int, float)) else str(v)
