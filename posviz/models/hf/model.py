@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -20,10 +19,11 @@ from posviz.errors import PosvizError, PositionLimitError
 from posviz.limits import MAX_LENGTH_MULTIPLE_CPU, MAX_LENGTH_MULTIPLE_GPU
 from posviz.models.interface import LabModel, ModelOutput, open_model
 from posviz.models.hf.cache import PublishedCache
-from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT, alibi_slopes_as_added,
+from posviz.models.hf.families import (ACTS_ON, FAMILIES, UNSTATED_CONTEXT,
                                               attention_module, decoder_layers, layer_layout, modeling_module, rope_parameters_for,
                                               sdpa_ok, stated_elsewhere)
 from posviz.models.hf.hub import Engine, count_parameters
+from posviz.models.hf.positions import PublishedPositions, published_positions
 from posviz.models.hf.mixers import MIXERS, implied_map, keep_inputs, layer_mixers, mixer_heads
 from posviz.models.hf.settings import (flop_budget, forward_flops, max_params, max_work_bytes, parameters_in_words,
                                               tokens_within)
@@ -37,21 +37,6 @@ def run_dtype(config, device: torch.device) -> torch.dtype:
     """The model's own half precision on a GPU, float32 on a CPU (or where it states none)."""
     dtype = getattr(config, "dtype", None) or torch.float32
     return dtype if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else torch.float32
-
-
-@dataclass
-class PublishedPositions:
-    """A published model's position parameters as the explore pages draw them, read from the model itself."""
-
-    method: str
-    family: str
-    table: torch.Tensor | None = None  # learned: (rows, C), position 0 first
-    inv_freq: torch.Tensor | None = None  # rope: (rotary_dims / 2,) from the model's rotary module
-    attention_factor: float = 1.0
-    rotary_dims: int | None = None
-    head_dim: int | None = None
-    slopes: torch.Tensor | None = None  # alibi: (H,) the bias per unit of distance, as the model adds it
-    notes: list[str] = field(default_factory=list)  # where the model computes something else than its paper
 
 
 class PublishedModel(LabModel):
@@ -497,31 +482,7 @@ class PublishedModel(LabModel):
 
     @property
     def position(self) -> PublishedPositions:
-        out = PublishedPositions(self.method, self.family_name, head_dim=self.head_dim, rotary_dims=self.rotary_dims)
-        if self.method == "learned":
-            table = dict(self.net.named_parameters())[self._family.table_name].detach().float().cpu()
-            out.table = table[self._family.table_offset:]
-            if self._family.table_offset:
-                out.notes.append(f"{self.family_name} keeps {self._family.table_offset} rows before position 0 "
-                                 f"(its table has {table.shape[0]:,} rows for {table.shape[0] - self._family.table_offset:,} positions).")
-        out.notes.extend(self._family.notes(self.config))
-        if self.method == "rope":
-            out.inv_freq, out.attention_factor = self.frequencies(self.train_length)
-            if len(self.layer_ropes) > 1:
-                out.notes.append("Its layers turn with one θ per layer type ("
-                                 + ", ".join(f"{k}: θ = {float(v.get('rope_theta', 10000.0)):,.0f}" for k, v in self.layer_ropes.items())
-                                 + f"); drawn here: the {self._drawn_layer_type.replace('_', '-')} layers'.")
-            if self.rotary_dims < self.head_dim:
-                out.notes.append(f"Only {self.rotary_dims} of each head's {self.head_dim} dimensions rotate "
-                                 f"({self.rotary_dims / self.head_dim:.0%}); the rest carry no position.")
-        elif self.method == "nope":
-            out.notes.append("Its attention layers use no positions" + (
-                f"; the order of the text comes from its {sum(m.carries_order for m in self.mixers)} "
-                "recurrent or convolution layers, which read it token after token." if self.acts_on == "recurrence" else "."))
-        elif self.method == "alibi":
-            out.slopes, notes = alibi_slopes_as_added(self.config, self.n_head)
-            out.notes.extend(notes + probes.eager_alibi_notes(self.config))
-        return out
+        return published_positions(self)
 
     def stored_metrics(self) -> dict:
         return {}
