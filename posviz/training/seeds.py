@@ -46,20 +46,21 @@ def recipe_differences(run_config: dict, shipped_config: dict) -> list[str]:
     return out
 
 
-def seed_entry(run_folder: Path, data, validation, device="cpu") -> dict:
-    """One seed's scores, as metrics.json stores the shipped run's (the same keys, a subset of them)."""
+def seed_entry(run_folder: Path, data, validation, device="cpu", documents=None) -> dict:
+    """One seed's scores, as metrics.json stores the shipped run's (the same keys, a subset of them); with
+    ``documents`` (the held-out files), the attention-sink block too (seeds recorded before it was kept lack it)."""
     from posviz.labs.key_value import effective_length_block
     from posviz.labs.scoring import bits_per_byte
     from posviz.models.checkpoint_files import load_checkpoint
     from posviz.models.interface import open_model
-    from posviz.training.evaluate import eval_tables, retrieval_block
+    from posviz.training.evaluate import eval_tables, retrieval_block, sinks_block
 
     config, metrics = read_config(run_folder), read_metrics(run_folder)
     model = load_checkpoint(run_folder, device=device)
     L = model.config.train_length
     lengths = [m * L for m in (1, 2, 4, 8, 16, 32) if m * L <= len(data)]
     table, windows = eval_tables(model, data, lengths, progress=False)
-    return {
+    entry = {
         "seed": config["train"]["seed"],
         "steps": metrics["steps"], "tokens": metrics["tokens"], "final_train_bpb": metrics["final_train_bpb"],
         "copy_curve": metrics.get("copy_curve", []),
@@ -68,6 +69,9 @@ def seed_entry(run_folder: Path, data, validation, device="cpu") -> dict:
                  "retrieval": retrieval_block(model, validation),
                  "effective_length": {"as_trained": effective_length_block(open_model(run_folder, device=device), validation)}},
     }
+    if documents:
+        entry["eval"]["sinks"] = sinks_block(model, documents, data)
+    return entry
 
 
 def seed_records(folder: Path) -> list[dict]:
@@ -77,7 +81,7 @@ def seed_records(folder: Path) -> list[dict]:
     return [shipped] + [{**e, "shipped": False} for e in read_seeds(folder) if e["seed"] != shipped["seed"]]
 
 
-def record(run_folder: Path, checkpoint: Path, data, validation, device="cpu") -> dict:
+def record(run_folder: Path, checkpoint: Path, data, validation, device="cpu", documents=None) -> dict:
     """Evaluate ``run_folder`` and put its entry into ``checkpoint``'s seeds.json (replacing one of the same seed);
     refused in words when its recipe is not the checkpoint's but for the seed."""
     run_config, shipped_config = read_config(run_folder), read_config(checkpoint)
@@ -88,7 +92,7 @@ def record(run_folder: Path, checkpoint: Path, data, validation, device="cpu") -
     seed = run_config["train"]["seed"]
     if seed == shipped_config["train"]["seed"]:
         raise PosvizError(f"{run_folder} has the shipped checkpoint's own seed ({seed}): nothing to record")
-    entry = seed_entry(run_folder, data, validation, device)
+    entry = seed_entry(run_folder, data, validation, device, documents)
     write_seeds(checkpoint, [e for e in read_seeds(checkpoint) if e["seed"] != seed] + [entry])
     return entry
 
@@ -112,7 +116,7 @@ def main(argv=None) -> None:
         if method not in checkpoints:
             raise SystemExit(f"error: no shipped checkpoint {method!r} for {run}")
         try:
-            entry = record(run, checkpoints[method], data, corpus.validation, device)
+            entry = record(run, checkpoints[method], data, corpus.validation, device, corpus.eval_documents)
         except PosvizError as exc:
             raise SystemExit("error: " + " ".join(str(exc).split())) from None
         print(run, "seed", entry["seed"], entry["eval"]["nonoverlapping_bpb"], flush=True)
