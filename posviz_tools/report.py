@@ -123,7 +123,10 @@ COMPARISONS = [("fox", "alibi", 1), ("fox", "alibi", 4), ("fox", "alibi", 16), (
                ("local_global", "nezha", 1), ("fire", "alibi", 1), ("fire", "nezha", 1), ("nezha", "shaw", 1), ("cope", "alibi", 4), ("stick_breaking", "fox", 1),
                ("stick_breaking", "fox", 16), ("stick_breaking", "alibi", 16), ("canon", "local_global", 1),
                ("canon", "alibi", 16), ("canon", "rope", 1), ("path", "rope", 1), ("path", "rope", 16),
-               ("pope", "rope", 1), ("rope", "sinusoidal", 2), ("alibi", "rope", 4), ("alibi", "rope", 16)]
+               ("pope", "rope", 1), ("pope", "fope", 16), ("fope", "rope", 1), ("fope", "rope", 16), ("fope", "alibi", 16),
+               ("hybrid_deltanet", "rope", 1), ("hybrid_deltanet", "rope", 16), ("hybrid_deltanet", "nope", 16),
+               ("hybrid_deltanet", "alibi", 16), ("gated_attention", "rope", 1), ("gated_attention", "rope", 16),
+               ("rope", "sinusoidal", 2), ("alibi", "rope", 4), ("alibi", "rope", 16)]
 
 
 def seed_values(folder: Path, length: int) -> list[float]:
@@ -170,14 +173,14 @@ def seeds_table(models=None) -> str:
     its copy ratio first reached the target (as ``copy_formation_table``) and its effective length."""
     from posviz.training.seeds import seed_records
 
-    rows = ["| checkpoint | seeds | 1× | 4× | 16× | copy ratio | copy ratio first ≤ 0.5 at (M bytes) | effective length |",
-            "|---|---:|---|---|---|---|---|---|"]
+    rows = ["| checkpoint | seeds | 1× | 4× | 16× | copy ratio | copy ratio first ≤ 0.5 at (M bytes) | effective length "
+            "| first-byte share | sinks save |", "|---|---:|---|---|---|---|---|---|---|---|"]
 
-    def spread(values, digits=3):
+    def spread(values, digits=3, unit=""):
         values = [v for v in values if v is not None]
         if not values:
             return "—"
-        return f"{np.mean(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+        return f"{np.mean(values):.{digits}f}{unit} ({min(values):.{digits}f}–{max(values):.{digits}f}{unit})"
 
     for name, folder in pretrained(models).items():
         records = seed_records(folder)
@@ -195,6 +198,15 @@ def seeds_table(models=None) -> str:
                    for r in records]
         cells.append(", ".join("not measurable" if v is None else f"{v:g}×" if isinstance(v, (int, float)) else str(v)
                                for v in lengths))
+        # the sink block, as ``sinks_table`` reads it, where every seed kept one (seeds recorded before 2026-12-06
+        # kept none: a spread over some of the seeds would read as one over all)
+        sinks = [r.get("eval", {}).get("sinks") for r in records]
+        if all(sinks):
+            shares = [100 * _sink_reading(b)[0] for b in sinks]
+            cells += [spread(shares, 1, "%"),
+                      spread([b["streaming"]["sinks_save_bpb"] for b in sinks])]
+        else:
+            cells += ["—", "—"]
         rows.append(f"| {name} | {len(records)} | " + " | ".join(cells) + " |")
     return "\n".join(rows) if len(rows) > 2 else ""
 
@@ -272,6 +284,15 @@ def copy_formation_table(models=None) -> str:
     return "\n".join(rows)
 
 
+def _sink_reading(block: dict) -> tuple[float, tuple[int, int, float]]:
+    """A sink block's mean share of attention on the first byte over its attention layers' heads (a recurrent layer's
+    entry is None: ``sinks_block``), and its strongest head (layer, head, share)."""
+    layers = [i for i, heads in enumerate(block["first_byte_share"]) if heads is not None]
+    share = np.array([block["first_byte_share"][i] for i in layers])
+    row, head = np.unravel_index(int(share.argmax()), share.shape)
+    return float(share.mean()), (layers[row], int(head), float(share.max()))
+
+
 def sinks_table(models=None) -> str:
     """Attention sinks of every pre-trained checkpoint (``eval.sinks``, ``training.evaluate.sinks_block``): the mean
     and the strongest head's share of attention on a document's first byte, the weight rows leave unspent, and
@@ -285,15 +306,11 @@ def sinks_table(models=None) -> str:
             f"| weight left unspent | after eviction, W = {first['streaming']['window']} | with "
             f"{first['streaming']['sinks']} sinks | sinks save |", "|---|---:|---|---:|---:|---:|---:|"]
     for name, b in blocks.items():
-        # attention layers only: a recurrent layer's entry is None (``sinks_block``)
-        layers = [i for i, heads in enumerate(b["first_byte_share"]) if heads is not None]
-        share = np.array([b["first_byte_share"][i] for i in layers])
-        row, head = np.unravel_index(int(share.argmax()), share.shape)
-        layer = layers[row]
+        mean_share, (layer, head, strongest) = _sink_reading(b)
         left = [v for v in b["weight_left_by_layer"] if v is not None]
         stream = b["streaming"]
         without, with_ = stream["without"]["bpb_after_eviction"], stream["with_sinks"]["bpb_after_eviction"]
-        rows.append(f"| {name} | {share.mean():.1%} | layer {layer}, head {head}: {share.max():.1%} | "
+        rows.append(f"| {name} | {mean_share:.1%} | layer {layer}, head {head}: {strongest:.1%} | "
                     f"{np.mean(left):.1%} (most {max(left):.1%}) | {_cell(without, 3)} | {_cell(with_, 3)} | "
                     f"{_cell(stream['sinks_save_bpb'], 3)} |")
     return "\n".join(rows)

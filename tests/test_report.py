@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from posviz.models.checkpoint_files import read_metrics
+from posviz.models.checkpoint_files import read_metrics, read_seeds
 from posviz.positions import method_names
 from posviz_tools import report
 
@@ -112,9 +112,20 @@ def test_a_difference_says_whether_it_holds_across_training_seeds(tiny_models_di
     cells = row.split(" | ")
     assert cells[0] == "| alibi" and cells[1] == "3" and cells[2] == f"{mean:.3f} ({one - 0.25:.3f}–{one + 0.5:.3f})"
     ratios = [r["ratio"] for r in own["copy_curve"][-1:]] + [1.0, 0.25]
-    assert cells[-3] == f"{sum(ratios) / len(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+    assert cells[5] == f"{sum(ratios) / len(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
     # each seed's first point at or below the copy target: the tiny run's own (tokens read from its curve), never for
     # the ratio of 1.0, and seed 2's 0.25 without a token count
     own_first = next((p for p in own["copy_curve"] if p["ratio"] <= 0.5), None)
-    assert cells[-2] == ("not reached" if own_first is None else f"{own_first['tokens'] / 1e6:.1f}") + ", not reached, ?"
-    assert cells[-1].endswith(", 2×, 2× |")
+    assert cells[6] == ("not reached" if own_first is None else f"{own_first['tokens'] / 1e6:.1f}") + ", not reached, ?"
+    assert cells[7].endswith(", 2×, 2×")
+    # no sink block in these seeds: no spread over the one run that has one
+    assert cells[8:] == ["—", "— |"]
+    # seeds that keep their sink blocks: the mean share over attention heads and what StreamingLLM's sinks save
+    # (a recurrent layer's None left out of the mean)
+    records = [own] + read_seeds(models / "alibi")
+    for record, saves in zip(records, (0.1, 0.2, 0.4)):
+        record["eval"]["sinks"] = {"first_byte_share": [None, [0.01, 0.03]], "streaming": {"sinks_save_bpb": saves}}
+    (models / "alibi" / "metrics.json").write_text(json.dumps(records[0]))
+    write_seeds(models / "alibi", records[1:])
+    cells = report.seeds_table(models).splitlines()[2].split(" | ")
+    assert cells[8:] == ["2.0% (2.0–2.0%)", f"{0.7 / 3:.3f} (0.100–0.400) |"]
