@@ -94,7 +94,13 @@ def test_a_difference_says_whether_it_holds_across_training_seeds(tiny_models_di
 
     assert report.across_seeds([1.0, 1.1], [1.2, 1.3], "lower") == "lower in every seed (2 and 2)"
     assert report.across_seeds([1.3, 1.4, 1.5], [1.2, 1.25], "lower") == "higher in every seed (3 and 2): not as read"
-    assert report.across_seeds([1.0, 1.25], [1.2, 1.3], "lower") == "within one training's spread (2 and 2 seeds)"
+    assert report.across_seeds([1.0, 1.25], [1.2, 1.3], "lower") == \
+        "within one training's spread (2 and 2 seeds; lower in 3 of 4 pairs)"
+    assert report.across_seeds([1.0, 1.25], [1.2, 1.3], "higher") == \
+        "within one training's spread (2 and 2 seeds; higher in 1 of 4 pairs)"
+    # no verdict of its own: the more common way; a tie counts neither way
+    assert report.across_seeds([1.2, 1.4, 1.5], [1.2, 1.3], "within the noise") == \
+        "within one training's spread (3 and 2 seeds; higher in 4 of 6 pairs)"
     assert report.across_seeds([1.0], [1.2], "lower") == "one run each"
     assert report.across_seeds([1.0, 1.1], [1.2], "lower") == "one run of one of them"
 
