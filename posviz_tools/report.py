@@ -176,7 +176,8 @@ def differences_table(models=None) -> str:
 def seeds_table(models=None) -> str:
     """Each checkpoint with more than one training seed recorded (``posviz.training.seeds``): the mean and the
     lowest–highest over its seeds of bits per byte at 1×, 4× and 16×, the copy ratio, and each seed's bytes seen when
-    its copy ratio first reached the target (as ``copy_formation_table``) and its effective length."""
+    its copy ratio first reached the target (as ``copy_formation_table``) and its effective length; and, where every
+    seed kept its sink block, the spread of its first-byte share and of what StreamingLLM's sinks save."""
     from posviz.training.seeds import seed_records
 
     rows = ["| checkpoint | seeds | 1× | 4× | 16× | copy ratio | copy ratio first ≤ 0.5 at (M bytes) | effective length "
