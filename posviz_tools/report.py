@@ -123,6 +123,7 @@ COMPARISONS = [("fox", "alibi", 1), ("fox", "alibi", 4), ("fox", "alibi", 16), (
                ("local_global", "nezha", 1), ("fire", "alibi", 1), ("fire", "nezha", 1), ("nezha", "shaw", 1), ("cope", "alibi", 4), ("stick_breaking", "fox", 1),
                ("stick_breaking", "fox", 16), ("stick_breaking", "alibi", 16), ("canon", "local_global", 1),
                ("canon", "alibi", 16), ("canon", "rope", 1), ("path", "rope", 1), ("path", "rope", 16),
+               ("path", "alibi", 16), ("path", "fope", 16),
                ("pope", "rope", 1), ("pope", "fope", 16), ("fope", "rope", 1), ("fope", "rope", 16), ("fope", "alibi", 16),
                ("hybrid_deltanet", "rope", 1), ("hybrid_deltanet", "rope", 16), ("hybrid_deltanet", "nope", 16),
                ("hybrid_deltanet", "alibi", 16), ("gated_attention", "rope", 1), ("gated_attention", "rope", 16),
