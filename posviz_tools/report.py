@@ -144,12 +144,12 @@ def across_seeds(a: list[float], b: list[float], verdict: str) -> str:
     pair of a seed of each, how many lie the verdict's way (the more common way where the verdict is neither)."""
     if len(a) < 2 or len(b) < 2:
         return "one run each" if len(a) < 2 and len(b) < 2 else "one run of one of them"
-    if max(a) < min(b) or max(b) < min(a):
-        direction = "lower" if max(a) < min(b) else "higher"
-        return f"{direction} in every seed ({len(a)} and {len(b)})" + ("" if direction == verdict else ": not as read")
     pairs = len(a) * len(b)
     lower = sum(x < y for x in a for y in b)
     higher = sum(x > y for x in a for y in b)
+    if pairs in (lower, higher):  # every seed of one below every seed of the other
+        direction = "lower" if lower == pairs else "higher"
+        return f"{direction} in every seed ({len(a)} and {len(b)})" + ("" if direction == verdict else ": not as read")
     way = verdict if verdict in ("lower", "higher") else "lower" if lower >= higher else "higher"
     return (f"within one training's spread ({len(a)} and {len(b)} seeds; {way} in "
             f"{lower if way == 'lower' else higher} of {pairs} pairs)")
